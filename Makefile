@@ -1,0 +1,138 @@
+# libmor - the Makefile is the one build system.
+#
+#   make                 library (lib/), tools and examples (bin/)
+#   make test            the whole test suite; last line "N passed, N failed"
+#   make test-sanitize   the C tests again under ASan + UBSan (build/san)
+#   make install PREFIX=/usr/local DESTDIR=
+#   make OMP=1           use OpenMP instead of the internal thread pool
+#
+# Variables: CC, CFLAGS (extra), OUT (output root, default .), SAN=1.
+
+VERSION_MAJOR := $(shell sed -n 's/^\#define MOR_VERSION_MAJOR \([0-9]*\)/\1/p' include/mor.h)
+VERSION_MINOR := $(shell sed -n 's/^\#define MOR_VERSION_MINOR \([0-9]*\)/\1/p' include/mor.h)
+VERSION_PATCH := $(shell sed -n 's/^\#define MOR_VERSION_PATCH \([0-9]*\)/\1/p' include/mor.h)
+VERSION := $(VERSION_MAJOR).$(VERSION_MINOR).$(VERSION_PATCH)
+# While at 0.x a minor release may break the ABI, so the SONAME carries it.
+ifeq ($(VERSION_MAJOR),0)
+SOVER := 0.$(VERSION_MINOR)
+else
+SOVER := $(VERSION_MAJOR)
+endif
+
+CC      ?= cc
+OUT     ?= .
+BUILD   := $(OUT)/build/obj
+LIBOUT  := $(OUT)/lib
+BINOUT  := $(OUT)/bin
+PREFIX  ?= /usr/local
+LIBDIR  ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DESTDIR ?=
+
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+OPT     ?= -O2
+BASEFLAGS := -std=c11 $(OPT) -g $(WARN) -Iinclude -Isrc -D_GNU_SOURCE
+LIBFLAGS  := -fPIC -fvisibility=hidden -DMOR_BUILD
+LDLIBS  := -lm -lpthread
+OMP_LIBS :=
+ifeq ($(OMP),1)
+BASEFLAGS += -fopenmp -DMOR_USE_OPENMP
+LDLIBS  += -fopenmp
+OMP_LIBS := -fopenmp
+endif
+ifeq ($(SAN),1)
+BASEFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+LDLIBS  += -fsanitize=address,undefined
+endif
+ALL_CFLAGS := $(BASEFLAGS) $(CFLAGS)
+
+LIB_SRC     := $(sort $(wildcard src/*.c))
+CONVERT_SRC := $(sort $(wildcard src/convert/*.c))
+TOOL_SRC    := $(sort $(wildcard src/tools/*.c))
+EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
+TEST_SRC    := $(sort $(wildcard tests/*.c))
+
+LIB_OBJ     := $(LIB_SRC:src/%.c=$(BUILD)/lib/%.o)
+CONVERT_OBJ := $(CONVERT_SRC:src/convert/%.c=$(BUILD)/convert/%.o)
+TOOLS       := $(TOOL_SRC:src/tools/%.c=$(BINOUT)/%)
+EXAMPLES    := $(EXAMPLE_SRC:examples/%.c=$(BINOUT)/example-%)
+TESTS       := $(TEST_SRC:tests/%.c=$(OUT)/build/tests/%)
+
+STATIC  := $(LIBOUT)/libmor.a
+SHARED  := $(LIBOUT)/libmor.so.$(VERSION)
+
+.PHONY: all lib tools examples tests test test-sanitize install uninstall clean pc
+all: lib tools examples tests pc
+
+lib: $(STATIC) $(SHARED)
+tools: $(TOOLS)
+examples: $(EXAMPLES)
+tests: $(TESTS)
+pc: $(LIBOUT)/pkgconfig/mor.pc
+
+$(BUILD)/lib/%.o: src/%.c include/mor.h $(wildcard src/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LIBFLAGS) -c $< -o $@
+
+$(BUILD)/convert/%.o: src/convert/%.c include/mor.h $(wildcard src/*.h src/convert/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc/convert -c $< -o $@
+
+$(STATIC): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(SHARED): $(LIB_OBJ) src/libmor.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,-soname=libmor.so.$(SOVER) \
+	    -Wl,--version-script=src/libmor.map -Wl,--no-undefined $(LDLIBS)
+	ln -sf libmor.so.$(VERSION) $(LIBOUT)/libmor.so.$(SOVER)
+	ln -sf libmor.so.$(SOVER) $(LIBOUT)/libmor.so
+
+# Tools and examples link the static library: they run from a checkout with no
+# LD_LIBRARY_PATH. The converter also uses the checkpoint readers of src/convert.
+$(BINOUT)/mor-convert: src/tools/mor-convert.c $(CONVERT_OBJ) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc/convert $< $(CONVERT_OBJ) $(STATIC) $(LDLIBS) -o $@
+
+$(BINOUT)/%: src/tools/%.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< $(STATIC) $(LDLIBS) -o $@
+
+$(BINOUT)/example-%: examples/%.c $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< $(STATIC) $(LDLIBS) -o $@
+
+# Tests may use internal headers (src/) and the converter's readers.
+$(OUT)/build/tests/%: tests/%.c tests/check.h $(STATIC) $(CONVERT_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc/convert -Itests $< $(CONVERT_OBJ) $(STATIC) $(LDLIBS) -o $@
+
+$(LIBOUT)/pkgconfig/mor.pc: pkgconfig/mor.pc.in include/mor.h Makefile
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@OMP_LIBS@|$(OMP_LIBS)|' $< > $@
+
+test: all
+	@OUT=$(OUT) sh tests/run.sh
+
+test-sanitize:
+	$(MAKE) OUT=build/san SAN=1 all
+	@OUT=build/san SANITIZE=1 sh tests/run.sh
+
+install: lib pc
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 644 include/mor.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
+	ln -sf libmor.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmor.so.$(SOVER)
+	ln -sf libmor.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libmor.so
+	install -m 644 $(LIBOUT)/pkgconfig/mor.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/mor.h $(DESTDIR)$(LIBDIR)/libmor.a $(DESTDIR)$(LIBDIR)/libmor.so*
+	rm -f $(DESTDIR)$(LIBDIR)/pkgconfig/mor.pc
+
+clean:
+	rm -rf build bin lib/libmor.* lib/pkgconfig

@@ -1,0 +1,468 @@
+/*
+ * mor.h - libmor: Mixture-of-Recursions language models on CPUs.
+ *
+ * This header is the whole public contract of libmor. Everything a user may
+ * rely on is written here; anything not written here may change.
+ *
+ * A Mixture-of-Recursions (MoR) model is a Recursive Transformer: one shared
+ * stack of Llama-style layers applied N_r times (under middle-cycle sharing the
+ * first and last layers are unique), with a small router per recursion that
+ * decides, token by token, how many recursions each token gets. libmor loads
+ * such models from GGUF v3 files with general.architecture = "mor" (see
+ * docs/FORMAT.md; bin/mor-convert makes them from official PyTorch
+ * checkpoints), and runs them with plain C99, libm and pthreads.
+ *
+ * Typical use:
+ *
+ *     mor_model *model; mor_context *ctx; mor_batch *batch;
+ *     MOR_MODEL_PARAMS_INIT(&mp);  mor_model_load_file("m.gguf", &mp, &model);
+ *     MOR_CONTEXT_PARAMS_INIT(&cp); mor_context_create(model, &cp, &ctx);
+ *     mor_batch_create(512, &batch);
+ *     for each prompt token t at position p: mor_batch_add(batch, t, p, 0, p == last);
+ *     mor_decode(ctx, batch);                  logits = mor_get_logits(ctx, last);
+ *     ... sample, mor_batch_clear, add the new token, mor_decode again ...
+ *     mor_batch_free(batch); mor_context_free(ctx); mor_model_free(model);
+ *
+ * Conventions (they hold for every function below unless it says otherwise):
+ *  - Errors: functions return a mor_status. MOR_OK (0) is success; every error is
+ *    negative, named, and never reused. After an error, mor_last_error() gives a
+ *    human-readable message for the calling thread. A call that fails changes
+ *    nothing: no handle, cache or output is modified.
+ *  - The library never aborts, exits, or prints. It logs only through a
+ *    callback set with mor_log_set().
+ *  - Ownership: a handle returned through an out-parameter belongs to the caller
+ *    and is released with its _free function. Free functions accept NULL.
+ *    Pointers returned by getters are borrowed and valid as the getter says.
+ *  - Threads: a mor_model is immutable once loaded and may be used from any
+ *    number of threads and contexts at once. A mor_context, together with the
+ *    mor_kv_cache and mor_router it owns, and a mor_batch or mor_sampler, must
+ *    be used by one thread at a time (different objects in different threads
+ *    is fine). mor_log_set() may be called from any thread.
+ *  - ABI: params structs begin with a `size` field that the caller sets (the
+ *    *_INIT macros do it). Fields are only ever appended; enum values are only
+ *    ever appended. A library built with a newer header accepts structs from
+ *    older callers.
+ *
+ * Copyright the libmor authors. MIT licence.
+ */
+#ifndef MOR_H
+#define MOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(MOR_STATIC)
+#  define MOR_API
+#elif defined(_WIN32)
+#  ifdef MOR_BUILD
+#    define MOR_API __declspec(dllexport)
+#  else
+#    define MOR_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#  define MOR_API __attribute__((visibility("default")))
+#else
+#  define MOR_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Versions                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define MOR_VERSION_MAJOR 0
+#define MOR_VERSION_MINOR 1
+#define MOR_VERSION_PATCH 0
+#define MOR_VERSION_NUMBER (MOR_VERSION_MAJOR * 10000 + MOR_VERSION_MINOR * 100 + MOR_VERSION_PATCH)
+#define MOR_VERSION_STRING "0.1.0"
+
+/* The version of the library actually linked (may differ from the header's
+ * MOR_VERSION_NUMBER when linking dynamically). Thread-safe. */
+MOR_API uint32_t    mor_version_number(void);
+/* "MAJOR.MINOR.PATCH" of the linked library. Static string. Thread-safe. */
+MOR_API const char *mor_version_string(void);
+/* One line describing the build: compiler, kernels compiled in, OpenMP. Static
+ * string. Thread-safe. */
+MOR_API const char *mor_build_info(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status codes and errors                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef int32_t mor_status;
+enum {
+    MOR_OK                  =   0,
+    MOR_E_INVALID_ARG       =  -1, /* NULL handle, bad value, misuse of the API   */
+    MOR_E_NOMEM             =  -2, /* an allocation failed                         */
+    MOR_E_IO                =  -3, /* open/read/mmap of a file failed              */
+    MOR_E_FORMAT            =  -4, /* a file is corrupt, truncated or inconsistent */
+    MOR_E_UNSUPPORTED       =  -5, /* valid, but not supported by this build/model */
+    MOR_E_KV_FULL           =  -6, /* the KV cache has no room; nothing was stored */
+    MOR_E_ABORTED           =  -7, /* the abort callback asked to stop             */
+    MOR_E_ABI               =  -8, /* a params struct has a size this lib rejects  */
+    MOR_E_OUT_OF_RANGE      =  -9, /* token id, sequence id, index out of range    */
+    MOR_E_POSITION          = -10, /* positions not increasing within a sequence   */
+    MOR_E_BUFFER_TOO_SMALL  = -11, /* caller's buffer too small; needed size given */
+    MOR_E_INTERNAL          = -12  /* a bug in libmor; please report it            */
+};
+
+/* Name of a status, e.g. "MOR_E_FORMAT". Static string; "MOR_E_UNKNOWN" for a
+ * value this version does not know. Thread-safe. */
+MOR_API const char *mor_status_str(mor_status s);
+
+/* The message of the last error raised in the calling thread ("" if none).
+ * Valid until the next libmor call in this thread. Thread-safe (per thread). */
+MOR_API const char *mor_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Logging                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum { MOR_LOG_ERROR = 0, MOR_LOG_WARN = 1, MOR_LOG_INFO = 2, MOR_LOG_DEBUG = 3 };
+/* `msg` has no trailing newline and is valid only during the call. */
+typedef void (*mor_log_fn)(int32_t level, const char *msg, void *user_data);
+
+/* Route libmor's log messages of `level <= max_level` to `fn`; fn == NULL (the
+ * default) silences the library completely. The only global mutable state of
+ * libmor. Thread-safe, but a message being delivered concurrently may still
+ * reach the previous callback. */
+MOR_API void mor_log_set(mor_log_fn fn, void *user_data, int32_t max_level);
+
+/* ------------------------------------------------------------------------ */
+/* Basic types                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef int32_t mor_token;   /* token id, 0 <= id < mor_model_n_vocab()          */
+typedef int32_t mor_pos;     /* absolute position within its sequence, >= 0      */
+typedef int32_t mor_seq_id;  /* 0 <= id < mor_context_params.n_seq_max            */
+
+typedef struct mor_model    mor_model;     /* immutable weights + hyperparameters */
+typedef struct mor_context  mor_context;   /* scratch, outputs; owns kv + router  */
+typedef struct mor_kv_cache mor_kv_cache;  /* keys/values, per recursion          */
+typedef struct mor_router   mor_router;    /* depth-routing policy and read-back  */
+typedef struct mor_batch    mor_batch;     /* tokens to decode                    */
+typedef struct mor_sampler  mor_sampler;   /* picks the next token from logits    */
+
+/* ------------------------------------------------------------------------ */
+/* Model                                                                     */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    MOR_MODEL_NO_MMAP    = 1u << 0, /* read the file into memory instead of mmap */
+    MOR_MODEL_VOCAB_ONLY = 1u << 1  /* load only the tokenizer (no weights)       */
+};
+
+typedef struct mor_model_params {
+    uint32_t size;   /* sizeof(mor_model_params) as compiled by the caller */
+    uint32_t flags;  /* MOR_MODEL_* bits; default 0                        */
+    /* Optional: called during loading with progress in [0,1]; return
+     * non-zero to cancel (the load then fails with MOR_E_ABORTED). */
+    int32_t (*progress)(float progress, void *user_data);
+    void     *progress_user_data;
+} mor_model_params;
+
+/* Fill `p` with defaults for a struct of `size` bytes (use the macro). */
+MOR_API void mor_model_params_init(mor_model_params *p, size_t size);
+#define MOR_MODEL_PARAMS_INIT(p) mor_model_params_init((p), sizeof(*(p)))
+
+/* Load a GGUF file. The file is mapped read-only (weights are used in place,
+ * with no copy, where the stored type is used as is) and checked strictly:
+ * every key, type, shape, offset and size. params may be NULL for defaults.
+ * On success *out owns the model. Errors: MOR_E_INVALID_ARG, MOR_E_IO,
+ * MOR_E_FORMAT, MOR_E_UNSUPPORTED, MOR_E_NOMEM, MOR_E_ABORTED, MOR_E_ABI.
+ * Thread-safe. */
+MOR_API mor_status mor_model_load_file(const char *path, const mor_model_params *params,
+                                       mor_model **out);
+
+/* As mor_model_load_file, from a GGUF image in memory. The buffer is borrowed:
+ * it must stay valid and unchanged until mor_model_free(). Thread-safe. */
+MOR_API mor_status mor_model_load_memory(const void *data, size_t size,
+                                         const mor_model_params *params, mor_model **out);
+
+/* Free a model. Every context created from it must be freed first. NULL ok. */
+MOR_API void mor_model_free(mor_model *model);
+
+/* Routing the model was trained with. */
+enum { MOR_ROUTER_TYPE_NONE = 0, MOR_ROUTER_TYPE_EXPERT = 1, MOR_ROUTER_TYPE_TOKEN = 2 };
+
+/* Hyperparameter getters; 0 for a NULL model. Thread-safe. */
+MOR_API int32_t mor_model_n_vocab(const mor_model *model);
+MOR_API int32_t mor_model_n_embd(const mor_model *model);
+MOR_API int32_t mor_model_n_layer(const mor_model *model);      /* unrolled depth L     */
+MOR_API int32_t mor_model_n_recursion(const mor_model *model);  /* N_r (1: no recursion) */
+MOR_API int32_t mor_model_n_head(const mor_model *model);
+MOR_API int32_t mor_model_n_head_kv(const mor_model *model);
+MOR_API int32_t mor_model_n_ctx_train(const mor_model *model);
+MOR_API int32_t mor_model_router_type(const mor_model *model);  /* MOR_ROUTER_TYPE_*    */
+/* Number of hidden-state capture points (see mor_get_hidden). */
+MOR_API int32_t mor_model_n_boundaries(const mor_model *model);
+/* Bytes of weights the model reads (mapped or owned). */
+MOR_API uint64_t mor_model_size_bytes(const mor_model *model);
+/* Special tokens, -1 when the model has none. */
+MOR_API mor_token mor_model_token_bos(const mor_model *model);
+MOR_API mor_token mor_model_token_eos(const mor_model *model);
+
+/* Copy the value of a string, integer, float or bool metadata key, formatted
+ * as text, into buf (NUL-terminated, truncated to cap). *len_out (may be NULL)
+ * receives the full length. MOR_E_OUT_OF_RANGE if the key does not exist,
+ * MOR_E_BUFFER_TOO_SMALL if truncated. Thread-safe. */
+MOR_API mor_status mor_model_meta_str(const mor_model *model, const char *key,
+                                      char *buf, size_t cap, size_t *len_out);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    /* Keep the hidden state of every row at every capture point, for
+     * mor_get_hidden() (costs n_boundaries * n_batch * n_embd floats). */
+    MOR_CTX_CAPTURE_HIDDEN = 1u << 0
+};
+
+/* How keys and values are cached across recursions. */
+enum {
+    MOR_KV_MODEL_DEFAULT  = 0, /* what the model file says (mor.kv.shared)          */
+    MOR_KV_RECURSION_WISE = 1, /* recursion r caches only the tokens active at r    */
+    MOR_KV_SHARED         = 2  /* recursions >= 1 reuse recursion 0's K/V; no store */
+};
+
+typedef struct mor_context_params {
+    uint32_t size;       /* sizeof(mor_context_params) as compiled by the caller   */
+    uint32_t flags;      /* MOR_CTX_* bits; default 0                              */
+    uint32_t n_ctx;      /* KV cells per cached layer, shared by all sequences;
+                            default: min(model n_ctx_train, 4096)                  */
+    uint32_t n_batch;    /* max tokens per mor_decode; default 512                 */
+    uint32_t n_seq_max;  /* sequence ids are 0..n_seq_max-1; default 1             */
+    int32_t  kv_mode;    /* MOR_KV_*; default MOR_KV_MODEL_DEFAULT                 */
+    int32_t  n_threads;  /* worker threads; <= 0: one. Results do not depend on it */
+    /* Optional: polled between recursion steps of mor_decode; return non-zero
+     * to stop. The decode then returns MOR_E_ABORTED and the cache is as it
+     * was before the call. */
+    int32_t (*abort_callback)(void *user_data);
+    void     *abort_user_data;
+} mor_context_params;
+
+MOR_API void mor_context_params_init(mor_context_params *p, size_t size);
+#define MOR_CONTEXT_PARAMS_INIT(p) mor_context_params_init((p), sizeof(*(p)))
+
+/* Create a context: all scratch, output and KV memory is allocated here, once;
+ * mor_decode does not allocate. The model must outlive the context. params may
+ * be NULL. Errors: MOR_E_INVALID_ARG, MOR_E_NOMEM, MOR_E_UNSUPPORTED (e.g. KV
+ * sharing on a model whose sharing scheme has no recursion-0 to share),
+ * MOR_E_ABI. Thread-safe (several contexts may be created on one model). */
+MOR_API mor_status mor_context_create(mor_model *model, const mor_context_params *params,
+                                      mor_context **out);
+MOR_API void       mor_context_free(mor_context *ctx);   /* NULL ok */
+
+/* The model of a context (borrowed). */
+MOR_API const mor_model *mor_context_model(const mor_context *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Batches and decoding                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* A batch of up to `capacity` tokens, each with its own position and sequence.
+ * Errors: MOR_E_INVALID_ARG (capacity <= 0), MOR_E_NOMEM. */
+MOR_API mor_status mor_batch_create(int32_t capacity, mor_batch **out);
+MOR_API void       mor_batch_free(mor_batch *batch);   /* NULL ok */
+MOR_API void       mor_batch_clear(mor_batch *batch);  /* size back to 0 */
+MOR_API int32_t    mor_batch_size(const mor_batch *batch);
+/* Append one token. want_logits != 0 asks mor_decode for this row's logits.
+ * Errors: MOR_E_INVALID_ARG (NULL), MOR_E_BUFFER_TOO_SMALL (batch full).
+ * Token, position and sequence are checked by mor_decode, against the model. */
+MOR_API mor_status mor_batch_add(mor_batch *batch, mor_token token, mor_pos pos,
+                                 mor_seq_id seq, int32_t want_logits);
+
+/* Run the model over a batch, appending the batch's keys and values to the
+ * context's KV cache. Tokens of one sequence must come in increasing position
+ * order, after every position already cached for that sequence; sequences
+ * may be interleaved freely. Routing follows the context's mor_router.
+ *
+ * Errors: MOR_E_INVALID_ARG (NULL, empty, larger than n_batch),
+ * MOR_E_OUT_OF_RANGE (token or sequence id), MOR_E_POSITION,
+ * MOR_E_KV_FULL, MOR_E_ABORTED, MOR_E_UNSUPPORTED (routing mode vs model).
+ * On any error the KV cache and the previous outputs are unchanged.
+ * Not thread-safe for one context. */
+MOR_API mor_status mor_decode(mor_context *ctx, const mor_batch *batch);
+
+/* Logits [n_vocab] of row i of the last successful mor_decode, or NULL if row
+ * i did not ask for logits or is out of range. Valid until the next
+ * mor_decode or mor_context_free. */
+MOR_API const float *mor_get_logits(mor_context *ctx, int32_t i);
+
+/* Hidden state [n_embd] of row i at capture point b of the last decode, or
+ * NULL (no MOR_CTX_CAPTURE_HIDDEN, or out of range). Capture points follow the
+ * official model's module list: b = 0 is the embedding, b = k the input of
+ * module k (the unique first layer, each expert-choice recursion, the
+ * token-choice MoR block, the unique last layer each count as one module;
+ * in a model without routers every layer is a module), and the last point
+ * (mor_model_n_boundaries() - 1) is the final RMSNorm output. */
+MOR_API const float *mor_get_hidden(mor_context *ctx, int32_t b, int32_t i);
+
+/* ------------------------------------------------------------------------ */
+/* Router: how deep each token goes, and what it decided                     */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    MOR_ROUTE_DEFAULT   = 0, /* the model's own: TOPK for expert-choice, TOKEN for
+                                token-choice, all layers for models without routers */
+    MOR_ROUTE_TOPK      = 1, /* official expert-choice: per sequence and per call,
+                                k_r = max(1, int(c_r * T)), hierarchical; not causal */
+    MOR_ROUTE_THRESHOLD = 2, /* causal: a token goes on at r while it went on at r-1
+                                and sigmoid(z_r) >= threshold_r (a recursion of
+                                capacity 1.0 is always taken)                      */
+    MOR_ROUTE_FORCED    = 3, /* every token gets exactly `forced_depth` recursions  */
+    MOR_ROUTE_TOKEN     = 4  /* token-choice: depth = argmax of the router, once   */
+};
+
+/* The context's router (borrowed; lives as long as the context). */
+MOR_API mor_router *mor_context_router(mor_context *ctx);
+
+/* Choose the routing mode. forced_depth is used by MOR_ROUTE_FORCED only and
+ * must be in [1, N_r]. MOR_E_UNSUPPORTED when the mode does not fit the model
+ * (TOPK/THRESHOLD need expert-choice routers, TOKEN a token-choice router;
+ * FORCED works on any MoR model). Changes apply to the next decode. */
+MOR_API mor_status mor_router_set_mode(mor_router *r, int32_t mode, int32_t forced_depth);
+MOR_API int32_t    mor_router_get_mode(const mor_router *r);
+/* THRESHOLD mode: per-recursion threshold on sigmoid(z) (or on the router's
+ * function output); defaults come from the model file (0.5). */
+MOR_API mor_status mor_router_set_threshold(mor_router *r, int32_t recursion, float threshold);
+MOR_API float      mor_router_get_threshold(const mor_router *r, int32_t recursion);
+/* Cap every token's depth at max_depth recursions (0 = no cap). Applies to
+ * every mode. */
+MOR_API mor_status mor_router_set_max_depth(mor_router *r, int32_t max_depth);
+
+/* After a decode: the number of recursions row i ran (0..N_r), for the rows of
+ * the last successful mor_decode. Writes min(n, rows) values and returns the
+ * number of rows, or a negative mor_status. */
+MOR_API int32_t mor_router_get_depths(const mor_router *r, int32_t *depths, int32_t n);
+/* After a decode: row i's router output per recursion, into out[0..N_r-1].
+ * Expert-choice: the gate alpha*f(z_r) of each recursion where the token was a
+ * candidate, NAN where it was not. Token-choice: the N_r probabilities.
+ * Returns N_r, or a negative mor_status. */
+MOR_API int32_t mor_router_get_scores(const mor_router *r, int32_t i, float *out, int32_t n);
+/* As get_scores, but the raw router logits z (before alpha and the function). */
+MOR_API int32_t mor_router_get_logits(const mor_router *r, int32_t i, float *out, int32_t n);
+
+typedef struct mor_router_stats {
+    uint32_t size;              /* set by the caller: sizeof(mor_router_stats)     */
+    uint64_t n_tokens;          /* tokens routed since the last reset              */
+    double   mean_depth;        /* mean recursions per token                       */
+    uint64_t n_at_depth[17];    /* tokens that ran exactly d recursions, d <= 16   */
+} mor_router_stats;
+/* Depth statistics accumulated over decodes since the last reset. */
+MOR_API mor_status mor_router_get_stats(const mor_router *r, mor_router_stats *out);
+MOR_API void       mor_router_reset_stats(mor_router *r);
+
+/* ------------------------------------------------------------------------ */
+/* KV cache                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The context's cache (borrowed; lives as long as the context). The sequence
+ * operations follow llama.cpp: p0 < 0 means from the start, p1 < 0 to the end,
+ * the range is [p0, p1). They apply to every layer and recursion at once. */
+MOR_API mor_kv_cache *mor_context_kv(mor_context *ctx);
+
+MOR_API void       mor_kv_clear(mor_kv_cache *kv);
+/* Remove positions [p0,p1) of sequence seq (seq < 0: of every sequence). */
+MOR_API mor_status mor_kv_seq_rm(mor_kv_cache *kv, mor_seq_id seq, mor_pos p0, mor_pos p1);
+/* Copy positions [p0,p1) of src into dst (prefix reuse). Cells are duplicated;
+ * MOR_E_KV_FULL (nothing copied) when there is no room. */
+MOR_API mor_status mor_kv_seq_cp(mor_kv_cache *kv, mor_seq_id src, mor_seq_id dst,
+                                 mor_pos p0, mor_pos p1);
+/* Remove every sequence but seq. */
+MOR_API mor_status mor_kv_seq_keep(mor_kv_cache *kv, mor_seq_id seq);
+/* Largest cached position of seq, or -1 when it has none. */
+MOR_API mor_pos    mor_kv_seq_pos_max(const mor_kv_cache *kv, mor_seq_id seq);
+
+/* Recursion selector for the accounting functions below. */
+#define MOR_KV_UNIQUE_LAYERS (-1)   /* layers outside the recursions (first/last) */
+#define MOR_KV_ALL           (-2)   /* everything                                 */
+/* Exact bytes of K/V storage allocated for, and in use by, recursion r
+ * (0..N_r-1), or MOR_KV_UNIQUE_LAYERS, or MOR_KV_ALL. "In use" counts the
+ * cells that hold a token. Under MOR_KV_SHARED, recursions >= 1 allocate and
+ * use 0 bytes. Either out pointer may be NULL. */
+MOR_API mor_status mor_kv_bytes(const mor_kv_cache *kv, int32_t r,
+                                uint64_t *allocated, uint64_t *used);
+/* Number of cached tokens summed over the layers of recursion r (same r as
+ * mor_kv_bytes), or a negative mor_status. */
+MOR_API int64_t    mor_kv_n_cells_used(const mor_kv_cache *kv, int32_t r);
+/* The cache mode in effect: MOR_KV_RECURSION_WISE or MOR_KV_SHARED. */
+MOR_API int32_t    mor_kv_mode(const mor_kv_cache *kv);
+
+/* ------------------------------------------------------------------------ */
+/* Sampling                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct mor_sampler_params {
+    uint32_t size;            /* sizeof(mor_sampler_params) as compiled by caller */
+    uint64_t seed;            /* PRNG seed; same seed + same logits = same tokens */
+    float    temperature;     /* <= 0: greedy (argmax, lowest id on ties); def 0.8 */
+    int32_t  top_k;           /* keep the k most likely; <= 0 off; default 40     */
+    float    top_p;           /* nucleus; >= 1 off; default 0.95                  */
+    float    min_p;           /* drop p < min_p * p_max; <= 0 off; default 0.05   */
+    float    repeat_penalty;  /* CTRL-style penalty on recent tokens; 1 off (def) */
+    int32_t  repeat_last_n;   /* how many recent tokens it looks at; default 64   */
+} mor_sampler_params;
+
+MOR_API void mor_sampler_params_init(mor_sampler_params *p, size_t size);
+#define MOR_SAMPLER_PARAMS_INIT(p) mor_sampler_params_init((p), sizeof(*(p)))
+
+/* The chain applied is: repetition penalty, then greedy if temperature <= 0,
+ * else temperature, top-k, top-p, min-p, and a draw from the seeded PRNG.
+ * Errors: MOR_E_INVALID_ARG (NaN or negative values where not allowed),
+ * MOR_E_NOMEM, MOR_E_ABI. */
+MOR_API mor_status mor_sampler_create(const mor_sampler_params *params, mor_sampler **out);
+MOR_API void       mor_sampler_free(mor_sampler *s);   /* NULL ok */
+/* Pick a token from logits[0..n_vocab-1] (not modified), write it to *out and
+ * add it to the sampler's history (for the repetition penalty). */
+MOR_API mor_status mor_sampler_sample(mor_sampler *s, const float *logits, int32_t n_vocab,
+                                      mor_token *out);
+/* Add a token to the history without sampling (e.g. the prompt). */
+MOR_API void       mor_sampler_accept(mor_sampler *s, mor_token token);
+/* Forget the history and re-seed the PRNG with the params' seed. */
+MOR_API void       mor_sampler_reset(mor_sampler *s);
+
+/* ------------------------------------------------------------------------ */
+/* Tokenizer                                                                 */
+/* ------------------------------------------------------------------------ */
+
+enum {
+    MOR_TOKENIZE_ADD_BOS       = 1u << 0, /* prepend the BOS token if the model has one  */
+    MOR_TOKENIZE_PARSE_SPECIAL = 1u << 1  /* match special tokens in the text, as HF does */
+};
+
+/* Tokenize `len` bytes of `text` (UTF-8; invalid bytes are still encoded,
+ * byte-level) into out[0..cap-1]; *n_out receives the number of tokens. If cap
+ * is too small, nothing useful is written, *n_out is the count needed and
+ * MOR_E_BUFFER_TOO_SMALL is returned. MOR_E_UNSUPPORTED if the model has no
+ * tokenizer. Thread-safe (const model). */
+MOR_API mor_status mor_tokenize(const mor_model *model, const char *text, size_t len,
+                                uint32_t flags, mor_token *out, int32_t cap, int32_t *n_out);
+
+/* The bytes of `n` tokens, concatenated, into buf (not NUL-terminated);
+ * *len_out receives the byte count (the count needed, with
+ * MOR_E_BUFFER_TOO_SMALL, if cap is too small). Special tokens are rendered
+ * as their text. MOR_E_OUT_OF_RANGE for an invalid id. Thread-safe. */
+MOR_API mor_status mor_detokenize(const mor_model *model, const mor_token *tokens, int32_t n,
+                                  char *buf, size_t cap, size_t *len_out);
+
+/* ------------------------------------------------------------------------ */
+/* ABI self-description (for bindings)                                       */
+/* ------------------------------------------------------------------------ */
+
+MOR_API size_t mor_sizeof_model_params(void);
+MOR_API size_t mor_sizeof_context_params(void);
+MOR_API size_t mor_sizeof_sampler_params(void);
+MOR_API size_t mor_sizeof_router_stats(void);
+/* Largest N_r this build supports. */
+MOR_API int32_t mor_max_recursions(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOR_H */

@@ -1,0 +1,21 @@
+/* status.h - setting the per-thread error message that mor_last_error() returns. */
+#ifndef MOR_STATUS_H
+#define MOR_STATUS_H
+#include "mor.h"
+
+#if defined(__GNUC__)
+#  define MOR_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#  define MOR_PRINTF(a, b)
+#endif
+
+/* Record a message for mor_last_error() in this thread and return s, so that
+ * callers can write `return mor_err(MOR_E_FORMAT, "bad %s", what);`. */
+mor_status mor_err(mor_status s, const char *fmt, ...) MOR_PRINTF(2, 3);
+/* Forget the last message (called on entry of public functions that succeed). */
+void mor_err_clear(void);
+
+/* Internal logging through the user's callback; no output without one. */
+void mor_log(int32_t level, const char *fmt, ...) MOR_PRINTF(2, 3);
+
+#endif
