@@ -1,0 +1,495 @@
+/* sampler.c - the token sampler of mor.h: repetition penalty, then greedy, or
+ * temperature, top-k, top-p, min-p and a draw from a seeded PRNG.
+ *
+ * Determinism. The same params (seed included), the same history and the same
+ * logits give the same token on every platform whose double arithmetic is
+ * IEEE-754 binary64 with round-to-nearest and FLT_EVAL_METHOD == 0 (x86-64
+ * SSE2, AArch64, RISC-V, ...; not x87). To get there:
+ *  - every computation after reading the logits is done in double with the
+ *    basic operations (+ - * / and compares) only, which IEEE-754 rounds
+ *    exactly; no libm call is made (exp is our own polynomial, below), since
+ *    libm's expf/exp differ between libcs in the last bit;
+ *  - floating-point contraction (fused multiply-add) is switched off for this
+ *    file, so a compiler cannot round differently on FMA hardware;
+ *  - subnormals are never produced (weights below e^-700 are 0), so a host
+ *    that sets flush-to-zero (e.g. a -ffast-math program) sees the same values;
+ *  - every sum is taken in an order fixed by this code, and the only sort uses
+ *    a total order (logit descending, then id ascending), so the result does
+ *    not depend on the libc's qsort;
+ *  - the PRNG is xoshiro256** seeded through splitmix64, with 53-bit uniforms.
+ *
+ * Semantics (the header leaves these open):
+ *  - NaN logits are treated as -inf. A -inf token is never drawn, unless every
+ *    logit is -inf, in which case the lowest id (0) is returned, as greedy does.
+ *    +inf logits share all the probability mass equally.
+ *  - The repetition penalty looks at the last repeat_last_n tokens of the
+ *    history (sampled and accepted) and penalises each distinct token among
+ *    them once: logit > 0 ? logit / penalty : logit * penalty (CTRL, as in
+ *    llama.cpp). History ids outside [0, n_vocab) are ignored.
+ *  - top-k keeps the k highest logits (ties: lower ids first); top-p keeps the
+ *    shortest prefix, in that order, whose probability reaches top_p (at least
+ *    one token); min-p keeps p >= min_p * p_max. top-p uses the probabilities
+ *    renormalised over what top-k kept; min-p is relative, so the order of
+ *    top-p and min-p only matters through top-p's normalisation.
+ *  - Validation: temperature must not be NaN or infinite (<= 0 is greedy);
+ *    top_p must be > 0 (>= 1: off); min_p must be <= 1 (<= 0: off);
+ *    repeat_penalty must be finite and > 0 (1: off); repeat_last_n >= 0
+ *    (0: off); top_k any (<= 0: off).
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <math.h>   /* HUGE_VAL only: no libm function is called */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mor.h"
+#include "status.h"
+
+/* The size of the first published mor_sampler_params (libmor 0.1): anything
+ * smaller comes from no release of the header. */
+#define SAMPLER_PARAMS_V1_SIZE \
+    (offsetof(mor_sampler_params, repeat_last_n) + sizeof(int32_t))
+
+typedef struct {
+    double  l;   /* penalised logit; NaN already mapped to -inf */
+    double  w;   /* unnormalised probability exp((l - l_max) / T), in [0, 1] */
+    int32_t id;
+} sampler_cand;
+
+struct mor_sampler {
+    mor_sampler_params p;      /* validated copy, every field set */
+    uint64_t      rng[4];      /* xoshiro256** state */
+    mor_token    *hist;        /* ring of the last p.repeat_last_n tokens */
+    int32_t       hist_len;    /* tokens held, <= p.repeat_last_n */
+    int32_t       hist_pos;    /* where the next one goes */
+    sampler_cand *cand;        /* scratch [cap] */
+    uint8_t      *mark;        /* scratch [cap], all 0 between calls */
+    int32_t       cap;
+};
+
+/* ------------------------------------------------------------------------ */
+/* PRNG: splitmix64 to seed, xoshiro256** to draw (Blackman & Vigna).        */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t s[4])
+{
+    uint64_t result = rotl64(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl64(s[3], 45);
+    return result;
+}
+
+static void rng_seed(uint64_t s[4], uint64_t seed)
+{
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) s[i] = splitmix64(&x);
+    /* splitmix64 never yields four zeros in a row, but be explicit: the
+     * all-zero state is the one xoshiro cannot leave. */
+    if ((s[0] | s[1] | s[2] | s[3]) == 0) s[0] = 1;
+}
+
+/* Uniform double in [0, 1), 53 random bits. */
+static double rng_uniform(uint64_t s[4])
+{
+    return (double)(xoshiro_next(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* exp(x) for x <= 0 with + - * / only, so every platform gets the same bits. */
+/* Relative error ~1e-16; exactly 1 at x == 0; 0 below -700 (no subnormals). */
+/* ------------------------------------------------------------------------ */
+
+static double det_exp_nonpos(double x)
+{
+    /* fdlibm's split of ln 2: k * LN2_HI is exact for |k| < 2^11. */
+    const double LN2_HI  = 6.93147180369123816490e-01;
+    const double LN2_LO  = 1.90821492927058770002e-10;
+    const double INV_LN2 = 1.44269504088896338700e+00;
+    if (!(x > -700.0)) return 0.0;        /* also catches -inf and NaN */
+    if (x >= 0.0) return 1.0;
+    double kd = x * INV_LN2;
+    int k = (int)(kd - 0.5);              /* kd < 0: round to nearest-ish */
+    double r = (x - (double)k * LN2_HI) - (double)k * LN2_LO;   /* |r| < 0.35 */
+    /* Taylor series to r^13 / 13!: truncation error < 1e-17 for |r| < 0.35. */
+    double p = 1.0 / 6227020800.0;
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    /* 2^k, k in [-1011, 0]: a normal double built from its bits. */
+    union { uint64_t u; double d; } two_k;
+    two_k.u = (uint64_t)(k + 1023) << 52;
+    return p * two_k.d;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Ordering: logit descending, then id ascending (a total order).            */
+/* ------------------------------------------------------------------------ */
+
+static int cand_before(const sampler_cand *a, const sampler_cand *b)
+{
+    if (a->l != b->l) return a->l > b->l;
+    return a->id < b->id;
+}
+
+static int cand_cmp(const void *pa, const void *pb)
+{
+    const sampler_cand *a = (const sampler_cand *)pa, *b = (const sampler_cand *)pb;
+    if (cand_before(a, b)) return -1;
+    if (cand_before(b, a)) return 1;
+    return 0;
+}
+
+static void cand_swap(sampler_cand *a, sampler_cand *b)
+{
+    sampler_cand t = *a; *a = *b; *b = t;
+}
+
+/* Reorder c[0..n-1] so that c[0..k-1] are the k first in cand order
+ * (unordered among themselves); 0 < k < n. Quickselect with a
+ * median-of-three pivot; deterministic. */
+static void cand_select(sampler_cand *c, int32_t n, int32_t k)
+{
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (cand_before(&c[mid], &c[lo])) cand_swap(&c[mid], &c[lo]);
+        if (cand_before(&c[hi], &c[lo])) cand_swap(&c[hi], &c[lo]);
+        if (cand_before(&c[hi], &c[mid])) cand_swap(&c[hi], &c[mid]);
+        /* c[lo] <= c[mid] <= c[hi]; the pivot goes to hi - 1. */
+        if (hi - lo < 3) return;   /* three or fewer elements: now sorted */
+        cand_swap(&c[mid], &c[hi - 1]);
+        sampler_cand piv = c[hi - 1];
+        int32_t i = lo, j = hi - 1;
+        for (;;) {
+            while (cand_before(&c[++i], &piv)) {}
+            while (cand_before(&piv, &c[--j])) {}
+            if (i >= j) break;
+            cand_swap(&c[i], &c[j]);
+        }
+        cand_swap(&c[i], &c[hi - 1]);
+        /* c[lo..i-1] before the pivot, c[i] the pivot, c[i+1..hi] after. */
+        if (i == k || i == k - 1) return;
+        if (i < k) lo = i + 1; else hi = i - 1;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Params                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void sampler_defaults(mor_sampler_params *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->size           = (uint32_t)sizeof(*d);
+    d->seed           = 0;
+    d->temperature    = 0.8f;
+    d->top_k          = 40;
+    d->top_p          = 0.95f;
+    d->min_p          = 0.05f;
+    d->repeat_penalty = 1.0f;
+    d->repeat_last_n  = 64;
+}
+
+MOR_API void mor_sampler_params_init(mor_sampler_params *p, size_t size)
+{
+    mor_sampler_params d;
+    if (!p || size < sizeof(uint32_t)) return;
+    sampler_defaults(&d);
+    /* Zero what the caller has (including fields newer than this library),
+     * then write only the fields that fit in `size` bytes. */
+    memset(p, 0, size);
+    memcpy(p, &d, size < sizeof(d) ? size : sizeof(d));
+    p->size = (uint32_t)size;
+}
+
+MOR_API size_t mor_sizeof_sampler_params(void)
+{
+    return sizeof(mor_sampler_params);
+}
+
+static int is_nan_f(float x) { return x != x; }
+static int is_finite_f(float x) { return x == x && x - x == 0.0f; }
+
+/* Check `in` and copy it, completed with defaults, into *out. */
+static mor_status sampler_params_get(const mor_sampler_params *in, mor_sampler_params *out)
+{
+    sampler_defaults(out);
+    if (!in) return MOR_OK;
+    if (in->size < SAMPLER_PARAMS_V1_SIZE || in->size > sizeof(mor_sampler_params))
+        return mor_err(MOR_E_ABI,
+                       "mor_sampler_create: params->size is %u, this library accepts %u..%u "
+                       "(set it with MOR_SAMPLER_PARAMS_INIT)",
+                       (unsigned)in->size, (unsigned)SAMPLER_PARAMS_V1_SIZE,
+                       (unsigned)sizeof(mor_sampler_params));
+    memcpy(out, in, in->size);
+    out->size = (uint32_t)sizeof(mor_sampler_params);
+
+    if (!is_finite_f(out->temperature))
+        return mor_err(MOR_E_INVALID_ARG,
+                       "mor_sampler_create: temperature must be a finite number (<= 0: greedy), got %g",
+                       (double)out->temperature);
+    if (is_nan_f(out->top_p) || out->top_p <= 0.0f)
+        return mor_err(MOR_E_INVALID_ARG,
+                       "mor_sampler_create: top_p must be in (0, 1] (>= 1: off), got %g",
+                       (double)out->top_p);
+    if (is_nan_f(out->min_p) || out->min_p > 1.0f)
+        return mor_err(MOR_E_INVALID_ARG,
+                       "mor_sampler_create: min_p must be in [0, 1] (<= 0: off), got %g",
+                       (double)out->min_p);
+    if (!is_finite_f(out->repeat_penalty) || out->repeat_penalty <= 0.0f)
+        return mor_err(MOR_E_INVALID_ARG,
+                       "mor_sampler_create: repeat_penalty must be finite and > 0 (1: off), got %g",
+                       (double)out->repeat_penalty);
+    if (out->repeat_last_n < 0)
+        return mor_err(MOR_E_INVALID_ARG,
+                       "mor_sampler_create: repeat_last_n must be >= 0 (0: off), got %d",
+                       (int)out->repeat_last_n);
+    return MOR_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sampler                                                                   */
+/* ------------------------------------------------------------------------ */
+
+MOR_API mor_status mor_sampler_create(const mor_sampler_params *params, mor_sampler **out)
+{
+    mor_sampler_params p;
+    mor_status st;
+    mor_sampler *s;
+
+    mor_err_clear();
+    if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_sampler_create: out is NULL");
+    st = sampler_params_get(params, &p);
+    if (st != MOR_OK) return st;
+
+    s = (mor_sampler *)calloc(1, sizeof(*s));
+    if (!s) return mor_err(MOR_E_NOMEM, "mor_sampler_create: out of memory");
+    s->p = p;
+    if (p.repeat_last_n > 0) {
+        if ((size_t)p.repeat_last_n > SIZE_MAX / sizeof(mor_token)) {
+            free(s);
+            return mor_err(MOR_E_NOMEM, "mor_sampler_create: repeat_last_n %d is too large",
+                           (int)p.repeat_last_n);
+        }
+        s->hist = (mor_token *)malloc((size_t)p.repeat_last_n * sizeof(mor_token));
+        if (!s->hist) {
+            free(s);
+            return mor_err(MOR_E_NOMEM,
+                           "mor_sampler_create: out of memory for a history of %d tokens",
+                           (int)p.repeat_last_n);
+        }
+    }
+    rng_seed(s->rng, p.seed);
+    *out = s;
+    return MOR_OK;
+}
+
+MOR_API void mor_sampler_free(mor_sampler *s)
+{
+    if (!s) return;
+    free(s->hist);
+    free(s->cand);
+    free(s->mark);
+    free(s);
+}
+
+MOR_API void mor_sampler_accept(mor_sampler *s, mor_token token)
+{
+    if (!s || s->p.repeat_last_n <= 0) return;
+    s->hist[s->hist_pos] = token;
+    s->hist_pos = s->hist_pos + 1 == s->p.repeat_last_n ? 0 : s->hist_pos + 1;
+    if (s->hist_len < s->p.repeat_last_n) s->hist_len++;
+}
+
+MOR_API void mor_sampler_reset(mor_sampler *s)
+{
+    if (!s) return;
+    s->hist_len = 0;
+    s->hist_pos = 0;
+    rng_seed(s->rng, s->p.seed);
+}
+
+/* Make room for n_vocab candidates. Nothing changes on failure. */
+static mor_status sampler_reserve(mor_sampler *s, int32_t n)
+{
+    sampler_cand *c;
+    uint8_t *m;
+    if (n <= s->cap) return MOR_OK;
+    if ((size_t)n > SIZE_MAX / sizeof(sampler_cand))
+        return mor_err(MOR_E_NOMEM, "mor_sampler_sample: n_vocab %d is too large", (int)n);
+    c = (sampler_cand *)malloc((size_t)n * sizeof(*c));
+    m = (uint8_t *)calloc((size_t)n, 1);
+    if (!c || !m) {
+        free(c);
+        free(m);
+        return mor_err(MOR_E_NOMEM, "mor_sampler_sample: out of memory for n_vocab %d", (int)n);
+    }
+    free(s->cand);
+    free(s->mark);
+    s->cand = c;
+    s->mark = m;
+    s->cap = n;
+    return MOR_OK;
+}
+
+/* c[id].l = logits[id] (NaN -> -inf), then the repetition penalty. */
+static void sampler_load_logits(mor_sampler *s, const float *logits, int32_t n)
+{
+    sampler_cand *c = s->cand;
+    for (int32_t i = 0; i < n; i++) {
+        float x = logits[i];
+        c[i].l = x == x ? (double)x : -HUGE_VAL;
+        c[i].w = 0.0;
+        c[i].id = i;
+    }
+    if (s->p.repeat_penalty == 1.0f || s->hist_len == 0) return;
+
+    const double pen = (double)s->p.repeat_penalty;
+    const int32_t cap = s->p.repeat_last_n;
+    /* Oldest to newest; order does not matter, each id is penalised once. */
+    int32_t start = s->hist_pos - s->hist_len;
+    if (start < 0) start += cap;
+    for (int32_t j = 0, k = start; j < s->hist_len; j++, k = (k + 1 == cap ? 0 : k + 1)) {
+        mor_token t = s->hist[k];
+        if (t < 0 || t >= n || s->mark[t]) continue;
+        s->mark[t] = 1;
+        c[t].l = c[t].l > 0.0 ? c[t].l / pen : c[t].l * pen;
+    }
+    for (int32_t j = 0, k = start; j < s->hist_len; j++, k = (k + 1 == cap ? 0 : k + 1)) {
+        mor_token t = s->hist[k];
+        if (t >= 0 && t < n) s->mark[t] = 0;
+    }
+}
+
+static mor_token sampler_pick(mor_sampler *s, int32_t n_vocab)
+{
+    sampler_cand *c = s->cand;
+    const mor_sampler_params *p = &s->p;
+
+    /* Greedy: first maximum in id order (all -inf: id 0). */
+    int32_t best = 0;
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (c[i].l > c[best].l) best = i;
+    if (p->temperature <= 0.0f) return best;
+
+    const double lmax = c[best].l;
+    if (!(lmax > -HUGE_VAL)) return 0;         /* every logit is -inf */
+
+    /* Candidates: tokens that can be drawn, compacted in id order. */
+    int32_t n = 0;
+    if (lmax == HUGE_VAL) {
+        for (int32_t i = 0; i < n_vocab; i++)
+            if (c[i].l == lmax) { c[n] = c[i]; c[n].w = 1.0; n++; }
+    } else {
+        const double T = (double)p->temperature;
+        for (int32_t i = 0; i < n_vocab; i++) {
+            if (!(c[i].l > -HUGE_VAL)) continue;
+            c[n] = c[i];
+            c[n].w = det_exp_nonpos((c[i].l - lmax) / T);
+            n++;
+        }
+    }
+
+    /* top-k */
+    if (p->top_k > 0 && p->top_k < n) {
+        cand_select(c, n, p->top_k);
+        n = p->top_k;
+    }
+
+    if (p->top_p < 1.0f) {
+        /* Probability mass of what top-k kept, before min-p removes anything. */
+        double z = 0.0;
+        for (int32_t i = 0; i < n; i++) z += c[i].w;
+        /* min-p: w / w_max >= min_p, and w_max == 1 (the top token). Only
+         * what survives it needs sorting: the min-p set is a prefix of the
+         * sorted order, so the final set is the shorter of the two prefixes. */
+        if (p->min_p > 0.0f) {
+            const double mp = (double)p->min_p;
+            int32_t m = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (c[i].w >= mp) cand_swap(&c[m++], &c[i]);
+            n = m;
+        }
+        qsort(c, (size_t)n, sizeof(*c), cand_cmp);
+        const double target = (double)p->top_p * z;
+        double cum = 0.0;
+        for (int32_t i = 0; i < n; i++) {
+            cum += c[i].w;
+            if (cum >= target) { n = i + 1; break; }
+        }
+    } else if (p->min_p > 0.0f) {
+        const double mp = (double)p->min_p;
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (c[i].w >= mp) cand_swap(&c[m++], &c[i]);
+        n = m;
+    }
+
+    /* Draw. n >= 1 and c[] holds the token of weight 1 (the maximum). */
+    double z = 0.0;
+    for (int32_t i = 0; i < n; i++) z += c[i].w;
+    const double target = rng_uniform(s->rng) * z;
+    double cum = 0.0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (c[i].w <= 0.0) continue;
+        cum += c[i].w;
+        last = i;
+        if (cum > target) return c[i].id;
+    }
+    return c[last].id;   /* rounding put target at the very top */
+}
+
+MOR_API mor_status mor_sampler_sample(mor_sampler *s, const float *logits, int32_t n_vocab,
+                                      mor_token *out)
+{
+    mor_status st;
+    mor_token tok;
+
+    mor_err_clear();
+    if (!s || !logits || !out)
+        return mor_err(MOR_E_INVALID_ARG, "mor_sampler_sample: %s is NULL",
+                       !s ? "sampler" : !logits ? "logits" : "out");
+    if (n_vocab <= 0)
+        return mor_err(MOR_E_INVALID_ARG, "mor_sampler_sample: n_vocab must be > 0, got %d",
+                       (int)n_vocab);
+    st = sampler_reserve(s, n_vocab);
+    if (st != MOR_OK) return st;
+
+    sampler_load_logits(s, logits, n_vocab);
+    tok = sampler_pick(s, n_vocab);
+    mor_sampler_accept(s, tok);
+    *out = tok;
+    return MOR_OK;
+}
