@@ -1,0 +1,42 @@
+/* context.h - a context: scratch and output memory, the KV cache and the router. */
+#ifndef MOR_CONTEXT_H
+#define MOR_CONTEXT_H
+#include "kv_cache.h"
+#include "router.h"
+
+/* Scratch for one decoder layer over up to n_batch rows (see layer.c). */
+typedef struct {
+    float   *xn, *q, *k, *v, *att, *o, *gate, *up;
+    float   *probs;            /* [n_ctx]: attention weights of one query head */
+    int32_t *vis;              /* [n_ctx]: visible cells of one query */
+} layer_scratch;
+
+struct mor_batch {
+    int32_t    n, cap;
+    mor_token *token;
+    mor_pos   *pos;
+    mor_seq_id *seq;
+    int8_t    *want;
+};
+
+struct mor_context {
+    mor_model         *model;
+    mor_context_params params;
+    mor_kv_cache      *kv;
+    mor_router        *router;
+    layer_scratch      ls;
+    /* recursion scheduling scratch, [n_batch] rows unless noted */
+    float   *x, *y, *h1, *rtmp;          /* rows x n_embd; rtmp: 3*n_embd router scratch */
+    float   *z, *g, *p;                  /* router logits / f(z) / gates, rows x n_rec */
+    int32_t *idx, *pos, *seq, *depth, *seq_rows /* [n_seq_max] */;
+    uint8_t *active, *sel, *done;
+    router_rank *rank;
+    float   *st_scores;                  /* staged router scores, rows x n_rec */
+    /* outputs */
+    float   *logits;                     /* [cap_logits][n_vocab] */
+    int32_t  cap_logits, n_rows;
+    int32_t *logit_row;                  /* [n_batch]: row -> logits slot or -1 */
+    float   *hidden, *st_hidden;         /* [n_boundaries][n_batch][n_embd] when captured */
+    int32_t  n_boundaries;
+};
+#endif

@@ -1,0 +1,274 @@
+/* kv_cache.c - the KV cache: cells per unrolled layer, recursion-wise or shared.
+ *
+ * Recursion-wise caching (the MoR default): the layer of recursion r holds
+ * only the tokens that were active at r, so deeper recursions fill fewer
+ * cells. Recursive KV sharing: layers of recursions >= 1 hold nothing and read
+ * the recursion-0 layer of the same block position. A token log (no K/V)
+ * records every decoded (seq, pos) so that positions can be checked and
+ * sequence operations know every token, whatever depth it reached.
+ *
+ * mor_decode appends through a transaction: every appended cell is logged, and
+ * a failed or aborted decode frees exactly those cells again. */
+#include <stdlib.h>
+#include <string.h>
+#include "kv_cache.h"
+#include "status.h"
+
+static int layer_recursion(const mor_model *m, int32_t l)
+{
+    if (l < m->prelude || l >= m->prelude + m->n_rec * m->base_depth) return -1;
+    return (l - m->prelude) / m->base_depth;
+}
+
+int kv_layer_stores(const mor_kv_cache *kv, int32_t l)
+{
+    return kv->mode != MOR_KV_SHARED || layer_recursion(kv->m, l) <= 0;
+}
+
+kv_layer *kv_read_layer(mor_kv_cache *kv, int32_t l)
+{
+    if (!kv_layer_stores(kv, l))
+        l = kv->m->prelude + (l - kv->m->prelude) % kv->m->base_depth;
+    return &kv->layers[l];
+}
+
+static int layer_alloc(kv_layer *L, int32_t n_cells, int32_t kv_dim)
+{
+    L->n_cells = n_cells;
+    L->pos = malloc(sizeof(int32_t) * (size_t)(n_cells ? n_cells : 1));
+    L->seq = malloc(sizeof(int32_t) * (size_t)(n_cells ? n_cells : 1));
+    if (!L->pos || !L->seq) return 0;
+    for (int32_t i = 0; i < n_cells; i++) L->seq[i] = -1;
+    if (kv_dim && n_cells) {
+        /* calloc: pages are committed only when cells are first used */
+        L->k = calloc((size_t)n_cells * kv_dim, sizeof(float));
+        L->v = calloc((size_t)n_cells * kv_dim, sizeof(float));
+        if (!L->k || !L->v) return 0;
+    }
+    return 1;
+}
+
+static void layer_release(kv_layer *L)
+{
+    free(L->pos); free(L->seq); free(L->k); free(L->v);
+}
+
+void kv_free(mor_kv_cache *kv)
+{
+    if (!kv) return;
+    if (kv->layers)
+        for (int32_t l = 0; l < kv->m->n_layer; l++) layer_release(&kv->layers[l]);
+    layer_release(&kv->tokens);
+    free(kv->layers);
+    free(kv->seq_pos_max);
+    free(kv->undo);
+    free(kv);
+}
+
+mor_status kv_create(const mor_model *m, int32_t mode, int32_t n_ctx, int32_t n_seq_max,
+                     int32_t max_batch, mor_kv_cache **out)
+{
+    *out = NULL;
+    mor_kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv) return mor_err(MOR_E_NOMEM, "out of memory");
+    kv->m = m; kv->mode = mode; kv->n_ctx = n_ctx; kv->n_seq_max = n_seq_max;
+    kv->kv_dim = m->n_head_kv * m->head_dim;
+    kv->layers = calloc((size_t)m->n_layer, sizeof(kv_layer));
+    kv->seq_pos_max = malloc(sizeof(int32_t) * (size_t)n_seq_max);
+    kv->cap_undo = 2 * max_batch * (m->n_layer + 1);
+    kv->undo = malloc(sizeof(int32_t) * (size_t)kv->cap_undo);
+    int ok = kv->layers && kv->seq_pos_max && kv->undo && layer_alloc(&kv->tokens, n_ctx, 0);
+    for (int32_t l = 0; ok && l < m->n_layer; l++)
+        ok = layer_alloc(&kv->layers[l], kv_layer_stores(kv, l) ? n_ctx : 0, kv->kv_dim);
+    if (!ok) {
+        kv_free(kv);
+        return mor_err(MOR_E_NOMEM, "cannot allocate the KV cache (%d cells x %d layers)", n_ctx, m->n_layer);
+    }
+    for (int32_t s = 0; s < n_seq_max; s++) kv->seq_pos_max[s] = -1;
+    *out = kv;
+    return MOR_OK;
+}
+
+static kv_layer *layer_at(mor_kv_cache *kv, int32_t l) { return l < 0 ? &kv->tokens : &kv->layers[l]; }
+
+void kv_begin(mor_kv_cache *kv) { kv->n_undo = 0; }
+
+int32_t kv_append(mor_kv_cache *kv, int32_t l, mor_seq_id seq, mor_pos pos)
+{
+    kv_layer *L = layer_at(kv, l);
+    if (L->n_used >= L->n_cells || kv->n_undo + 2 > kv->cap_undo) return -1;
+    int32_t c = L->hint;
+    while (L->seq[c] >= 0) c = (c + 1) % L->n_cells;
+    L->seq[c] = seq; L->pos[c] = pos; L->n_used++;
+    L->hint = (c + 1) % L->n_cells;
+    kv->undo[kv->n_undo++] = l;
+    kv->undo[kv->n_undo++] = c;
+    if (l < 0 && pos > kv->seq_pos_max[seq]) kv->seq_pos_max[seq] = pos;
+    return c;
+}
+
+static void recompute_pos_max(mor_kv_cache *kv)
+{
+    for (int32_t s = 0; s < kv->n_seq_max; s++) kv->seq_pos_max[s] = -1;
+    for (int32_t c = 0; c < kv->tokens.n_cells; c++) {
+        int32_t s = kv->tokens.seq[c];
+        if (s >= 0 && kv->tokens.pos[c] > kv->seq_pos_max[s]) kv->seq_pos_max[s] = kv->tokens.pos[c];
+    }
+}
+
+void kv_rollback(mor_kv_cache *kv)
+{
+    for (int32_t i = kv->n_undo - 2; i >= 0; i -= 2) {
+        kv_layer *L = layer_at(kv, kv->undo[i]);
+        int32_t c = kv->undo[i + 1];
+        L->seq[c] = -1; L->n_used--;
+        L->hint = c;
+    }
+    kv->n_undo = 0;
+    recompute_pos_max(kv);
+}
+
+void kv_commit(mor_kv_cache *kv) { kv->n_undo = 0; }
+
+/* ---- public sequence operations ---- */
+
+static int in_range(mor_pos p, mor_pos p0, mor_pos p1)
+{
+    return (p0 < 0 || p >= p0) && (p1 < 0 || p < p1);
+}
+
+static void layer_rm(kv_layer *L, mor_seq_id seq, mor_pos p0, mor_pos p1)
+{
+    for (int32_t c = 0; c < L->n_cells; c++)
+        if (L->seq[c] >= 0 && (seq < 0 || L->seq[c] == seq) && in_range(L->pos[c], p0, p1)) {
+            L->seq[c] = -1; L->n_used--;
+        }
+}
+
+static void for_each_layer_rm(mor_kv_cache *kv, mor_seq_id seq, mor_pos p0, mor_pos p1)
+{
+    layer_rm(&kv->tokens, seq, p0, p1);
+    for (int32_t l = 0; l < kv->m->n_layer; l++) layer_rm(&kv->layers[l], seq, p0, p1);
+    recompute_pos_max(kv);
+}
+
+void mor_kv_clear(mor_kv_cache *kv)
+{
+    if (kv) for_each_layer_rm(kv, -1, -1, -1);
+}
+
+static mor_status check_seq(const mor_kv_cache *kv, mor_seq_id s, int allow_any, const char *fn)
+{
+    if (!kv) return mor_err(MOR_E_INVALID_ARG, "%s: kv is NULL", fn);
+    if ((s < 0 && !allow_any) || s >= kv->n_seq_max)
+        return mor_err(MOR_E_OUT_OF_RANGE, "%s: sequence id %d out of range [0, %d)", fn, s, kv->n_seq_max);
+    return MOR_OK;
+}
+
+mor_status mor_kv_seq_rm(mor_kv_cache *kv, mor_seq_id seq, mor_pos p0, mor_pos p1)
+{
+    mor_status st = check_seq(kv, seq, 1, "mor_kv_seq_rm");
+    if (st) return st;
+    for_each_layer_rm(kv, seq, p0, p1);
+    return MOR_OK;
+}
+
+mor_status mor_kv_seq_keep(mor_kv_cache *kv, mor_seq_id seq)
+{
+    mor_status st = check_seq(kv, seq, 0, "mor_kv_seq_keep");
+    if (st) return st;
+    for (int32_t s = 0; s < kv->n_seq_max; s++)
+        if (s != seq) for_each_layer_rm(kv, s, -1, -1);
+    return MOR_OK;
+}
+
+static int32_t layer_count(const kv_layer *L, mor_seq_id seq, mor_pos p0, mor_pos p1)
+{
+    int32_t n = 0;
+    for (int32_t c = 0; c < L->n_cells; c++)
+        if (L->seq[c] == seq && in_range(L->pos[c], p0, p1)) n++;
+    return n;
+}
+
+static void layer_cp(kv_layer *L, int32_t kv_dim, mor_seq_id src, mor_seq_id dst, mor_pos p0, mor_pos p1)
+{
+    int32_t n = L->n_cells, free_c = 0;
+    for (int32_t c = 0; c < n; c++) {
+        if (L->seq[c] != src || !in_range(L->pos[c], p0, p1)) continue;
+        while (L->seq[free_c] >= 0) free_c++;   /* room was checked by the caller */
+        L->seq[free_c] = dst; L->pos[free_c] = L->pos[c]; L->n_used++;
+        if (kv_dim) {
+            memcpy(L->k + (size_t)free_c * kv_dim, L->k + (size_t)c * kv_dim, sizeof(float) * (size_t)kv_dim);
+            memcpy(L->v + (size_t)free_c * kv_dim, L->v + (size_t)c * kv_dim, sizeof(float) * (size_t)kv_dim);
+        }
+    }
+}
+
+mor_status mor_kv_seq_cp(mor_kv_cache *kv, mor_seq_id src, mor_seq_id dst, mor_pos p0, mor_pos p1)
+{
+    mor_status st;
+    if ((st = check_seq(kv, src, 0, "mor_kv_seq_cp")) || (st = check_seq(kv, dst, 0, "mor_kv_seq_cp"))) return st;
+    if (src == dst) return MOR_OK;
+    /* dst's own cells in the range are replaced; check room everywhere first so
+     * that a KV_FULL leaves everything as it was */
+    for (int32_t l = -1; l < kv->m->n_layer; l++) {
+        kv_layer *L = layer_at(kv, l);
+        int32_t need = layer_count(L, src, p0, p1) - layer_count(L, dst, p0, p1);
+        if (L->n_used + need > L->n_cells)
+            return mor_err(MOR_E_KV_FULL, "mor_kv_seq_cp: no room to copy sequence %d into %d", src, dst);
+    }
+    for (int32_t l = -1; l < kv->m->n_layer; l++) {
+        kv_layer *L = layer_at(kv, l);
+        layer_rm(L, dst, p0, p1);
+        layer_cp(L, l < 0 ? 0 : kv->kv_dim, src, dst, p0, p1);
+    }
+    recompute_pos_max(kv);
+    return MOR_OK;
+}
+
+mor_pos mor_kv_seq_pos_max(const mor_kv_cache *kv, mor_seq_id seq)
+{
+    if (!kv || seq < 0 || seq >= kv->n_seq_max) return -1;
+    return kv->seq_pos_max[seq];
+}
+
+int32_t mor_kv_mode(const mor_kv_cache *kv) { return kv ? kv->mode : 0; }
+
+/* Layers that belong to selector r (a recursion, the unique layers, or all). */
+static int layer_selected(const mor_kv_cache *kv, int32_t l, int32_t r)
+{
+    return r == MOR_KV_ALL || layer_recursion(kv->m, l) == (r == MOR_KV_UNIQUE_LAYERS ? -1 : r);
+}
+
+static mor_status check_selector(const mor_kv_cache *kv, int32_t r, const char *fn)
+{
+    if (!kv) return mor_err(MOR_E_INVALID_ARG, "%s: kv is NULL", fn);
+    if (r != MOR_KV_ALL && r != MOR_KV_UNIQUE_LAYERS && (r < 0 || r >= kv->m->n_rec))
+        return mor_err(MOR_E_OUT_OF_RANGE, "%s: recursion %d out of range", fn, r);
+    return MOR_OK;
+}
+
+mor_status mor_kv_bytes(const mor_kv_cache *kv, int32_t r, uint64_t *allocated, uint64_t *used)
+{
+    mor_status st = check_selector(kv, r, "mor_kv_bytes");
+    if (st) return st;
+    uint64_t a = 0, u = 0, cell = 2ull * (uint64_t)kv->kv_dim * sizeof(float);
+    for (int32_t l = 0; l < kv->m->n_layer; l++)
+        if (layer_selected(kv, l, r)) {
+            a += (uint64_t)kv->layers[l].n_cells * cell;
+            u += (uint64_t)kv->layers[l].n_used * cell;
+        }
+    if (allocated) *allocated = a;
+    if (used) *used = u;
+    return MOR_OK;
+}
+
+int64_t mor_kv_n_cells_used(const mor_kv_cache *kv, int32_t r)
+{
+    mor_status st = check_selector(kv, r, "mor_kv_n_cells_used");
+    if (st) return st;
+    int64_t n = 0;
+    for (int32_t l = 0; l < kv->m->n_layer; l++)
+        if (layer_selected(kv, l, r)) n += kv->layers[l].n_used;
+    return n;
+}

@@ -1,0 +1,42 @@
+/* kv_cache.h - keys and values per unrolled layer, with recursion-wise caching
+ * or recursive KV sharing, and llama.cpp-style sequence operations. */
+#ifndef MOR_KV_CACHE_H
+#define MOR_KV_CACHE_H
+#include "model.h"
+
+/* One cached layer: cells hold (seq, pos, K row, V row); seq < 0 marks a free
+ * cell. K is stored after RoPE, as HF caches it. */
+typedef struct {
+    int32_t  n_cells, n_used, hint;
+    int32_t *pos, *seq;
+    float   *k, *v;            /* [n_cells][kv_dim] */
+} kv_layer;
+
+struct mor_kv_cache {
+    const mor_model *m;
+    int32_t  mode;             /* MOR_KV_RECURSION_WISE or MOR_KV_SHARED */
+    int32_t  kv_dim, n_ctx, n_seq_max;
+    kv_layer *layers;          /* [n_layer]; under sharing, recursions >= 1 have no cells */
+    kv_layer tokens;           /* every decoded token's (seq, pos), no K/V: sequence bookkeeping */
+    int32_t *seq_pos_max;      /* [n_seq_max], -1 when empty */
+    /* undo log of the decode in progress: (layer, cell); layer -1 = tokens */
+    int32_t *undo, n_undo, cap_undo;
+};
+
+mor_status kv_create(const mor_model *m, int32_t mode, int32_t n_ctx, int32_t n_seq_max,
+                     int32_t max_batch, mor_kv_cache **out);
+void       kv_free(mor_kv_cache *kv);
+
+/* Which layer's cells recursion-r layers read: itself, or under sharing the
+ * recursion-0 layer of the same block position. Returns NULL-free pointer. */
+kv_layer  *kv_read_layer(mor_kv_cache *kv, int32_t layer);
+/* Whether a layer stores its own K/V (false for recursions >= 1 under sharing). */
+int        kv_layer_stores(const mor_kv_cache *kv, int32_t layer);
+
+/* Decode transactions: begin, append cells, then commit or roll back. */
+void       kv_begin(mor_kv_cache *kv);
+/* Append one cell to layer (-1: the token log); returns its index, or -1 if full. */
+int32_t    kv_append(mor_kv_cache *kv, int32_t layer, mor_seq_id seq, mor_pos pos);
+void       kv_rollback(mor_kv_cache *kv);
+void       kv_commit(mor_kv_cache *kv);
+#endif

@@ -1,0 +1,477 @@
+/* model.c - load a `mor` GGUF file into an immutable mor_model.
+ *
+ * The file is mapped read-only and weights are used in place. Loading is
+ * strict (docs/FORMAT.md): a key under `mor.` that this version does not know,
+ * a missing or unused tensor, a shape that disagrees with the hyperparameters
+ * or a layer map pointing nowhere are all MOR_E_FORMAT, never a crash. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "model.h"
+#include "status.h"
+
+const char *const mor_role_names[ROLE_COUNT] = {
+    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"
+};
+
+#define MOR_FORMAT_VERSION 1
+
+/* Every key under "mor." this version understands (plus mor.layer_map.<role>). */
+static const char *const known_keys[] = {
+    "mor.format_version", "mor.vocab_size", "mor.context_length", "mor.embedding_length",
+    "mor.feed_forward_length", "mor.attention.head_count", "mor.attention.head_count_kv",
+    "mor.attention.key_length", "mor.attention.layer_norm_rms_epsilon", "mor.rope.freq_base",
+    "mor.layer_count", "mor.recursion.count", "mor.recursion.base_depth", "mor.recursion.prelude",
+    "mor.recursion.coda", "mor.recursion.sharing", "mor.layer_map", "mor.router.type",
+    "mor.router.arch", "mor.router.func", "mor.router.alpha", "mor.router.temp",
+    "mor.router.gating", "mor.router.capacity", "mor.router.threshold", "mor.router.sampling",
+    "mor.kv.shared", "mor.attention.tied_across_recursions", NULL
+};
+
+static int key_known(gguf_str k)
+{
+    for (int i = 0; known_keys[i]; i++)
+        if (gguf_str_eq(k, known_keys[i])) return 1;
+    static const char pfx[] = "mor.layer_map.";
+    if (k.n > sizeof pfx - 1 && memcmp(k.p, pfx, sizeof pfx - 1) == 0)
+        for (int r = 0; r < ROLE_COUNT; r++) {
+            gguf_str tail = { k.p + sizeof pfx - 1, k.n - (sizeof pfx - 1) };
+            if (gguf_str_eq(tail, mor_role_names[r])) return 1;
+        }
+    return 0;
+}
+
+/* ---- small typed readers that name the key in their message ---- */
+
+static mor_status req_u32(const gguf_file *g, const char *key, int32_t lo, int32_t hi, int32_t *out)
+{
+    uint32_t v;
+    mor_status st = gguf_get_u32(g, key, &v);
+    if (st == MOR_E_OUT_OF_RANGE) return mor_err(MOR_E_FORMAT, "missing key '%s'", key);
+    if (st) return st;
+    if ((int64_t)v < lo || (int64_t)v > hi)
+        return mor_err(MOR_E_FORMAT, "key '%s' = %u is out of range [%d, %d]", key, v, lo, hi);
+    *out = (int32_t)v;
+    return MOR_OK;
+}
+
+static mor_status opt_str_choice(const gguf_file *g, const char *key, const char *const *choices,
+                                 int def, int *out)
+{
+    gguf_str s;
+    mor_status st = gguf_get_str(g, key, &s);
+    if (st == MOR_E_OUT_OF_RANGE) {
+        if (def < 0) return mor_err(MOR_E_FORMAT, "missing key '%s'", key);
+        *out = def; return MOR_OK;
+    }
+    if (st) return st;
+    for (int i = 0; choices[i]; i++)
+        if (gguf_str_eq(s, choices[i])) { *out = i; return MOR_OK; }
+    return mor_err(MOR_E_FORMAT, "key '%s' has unknown value '%.*s'", key, (int)(s.n > 64 ? 64 : s.n), s.p);
+}
+
+/* ---- tensors ---- */
+
+typedef struct {
+    const gguf_file *g;
+    unsigned char   *used;     /* per tensor: referenced by the model */
+} loader;
+
+static int is_matrix_type(uint32_t t) { return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16; }
+
+/* Find tensor `name` with GGUF dims [ne0, ne1] (ne1 = 0 for a vector); F32
+ * only when f32_only. Marks it used. */
+static mor_status get_tensor(loader *ld, const char *name, int64_t ne0, int64_t ne1, int f32_only,
+                             mor_weight *w)
+{
+    const gguf_tensor *t = gguf_find_tensor(ld->g, name);
+    if (!t) return mor_err(MOR_E_FORMAT, "missing tensor '%s'", name);
+    int want_dims = ne1 ? 2 : 1;
+    if ((int)t->n_dims != want_dims || t->ne[0] != ne0 || (ne1 && t->ne[1] != ne1))
+        return mor_err(MOR_E_FORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
+                       name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)ne0, (long long)ne1);
+    if (f32_only ? t->type != GGML_F32 : !is_matrix_type(t->type))
+        return mor_err(t->type == GGML_Q8_0 || t->type == GGML_Q4_0 ? MOR_E_UNSUPPORTED : MOR_E_FORMAT,
+                       "tensor '%s' has type %s; %s", name, gguf_type_name(t->type),
+                       f32_only ? "must be F32" : "this version supports F32, F16 and BF16 weights");
+    ld->used[t - ld->g->tensors] = 1;
+    w->data = t->data; w->type = t->type; w->cols = ne0; w->rows = ne1 ? ne1 : 1;
+    return MOR_OK;
+}
+
+static mor_status load_router(loader *ld, const char *prefix, int mlp, int32_t d, int32_t n_out,
+                              mor_router_weights *rw)
+{
+    char name[96];
+    mor_status st;
+    rw->mlp = mlp;
+    if (!mlp) {
+        snprintf(name, sizeof name, "%s.weight", prefix);
+        return get_tensor(ld, name, d, n_out, 1, &rw->w);
+    }
+    snprintf(name, sizeof name, "%s.fc1.weight", prefix);
+    if ((st = get_tensor(ld, name, d, 2 * (int64_t)d, 1, &rw->fc1))) return st;
+    snprintf(name, sizeof name, "%s.fc2.weight", prefix);
+    return get_tensor(ld, name, 2 * (int64_t)d, n_out, 1, &rw->fc2);
+}
+
+/* Aux routers (sampling: aux_router) are accepted and validated but not used
+ * by any routing mode of this version. */
+static mor_status skip_aux_routers(loader *ld, const mor_model *m)
+{
+    char pfx[64];
+    for (int r = 0; r < m->n_rec; r++) {
+        snprintf(pfx, sizeof pfx, "rtr_aux.%d.weight", r);
+        const gguf_tensor *t = gguf_find_tensor(ld->g, pfx);
+        mor_router_weights tmp;
+        snprintf(pfx, sizeof pfx, "rtr_aux.%d", r);
+        if (t) { mor_status st = load_router(ld, pfx, 0, m->n_embd, 1, &tmp); if (st) return st; continue; }
+        snprintf(pfx, sizeof pfx, "rtr_aux.%d.fc1.weight", r);
+        if (gguf_find_tensor(ld->g, pfx)) {
+            snprintf(pfx, sizeof pfx, "rtr_aux.%d", r);
+            mor_status st = load_router(ld, pfx, 1, m->n_embd, 1, &tmp);
+            if (st) return st;
+        }
+    }
+    return MOR_OK;
+}
+
+static mor_status load_hparams(const gguf_file *g, mor_model *m)
+{
+    mor_status st;
+    int32_t fv;
+    gguf_str arch;
+    if (gguf_get_str(g, "general.architecture", &arch) || !gguf_str_eq(arch, "mor"))
+        return mor_err(MOR_E_FORMAT, "general.architecture is not \"mor\"");
+    if ((st = req_u32(g, "mor.format_version", 1, INT32_MAX, &fv))) return st;
+    if (fv > MOR_FORMAT_VERSION)
+        return mor_err(MOR_E_UNSUPPORTED, "mor.format_version %d is newer than this libmor supports (%d)",
+                       fv, MOR_FORMAT_VERSION);
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        gguf_str k = g->kv[i].key;
+        if (k.n >= 4 && memcmp(k.p, "mor.", 4) == 0 && !key_known(k))
+            return mor_err(MOR_E_FORMAT, "unknown key '%.*s'", (int)k.n, k.p);
+    }
+    return req_u32(g, "mor.vocab_size", 1, INT32_MAX, &m->n_vocab);
+}
+
+static mor_status load_arch(const gguf_file *g, mor_model *m)
+{
+    mor_status st;
+    const int32_t BIG = 1 << 20;
+    if ((st = req_u32(g, "mor.context_length", 1, INT32_MAX, &m->n_ctx_train)) ||
+        (st = req_u32(g, "mor.embedding_length", 1, BIG, &m->n_embd)) ||
+        (st = req_u32(g, "mor.feed_forward_length", 1, BIG, &m->n_ff)) ||
+        (st = req_u32(g, "mor.attention.head_count", 1, 4096, &m->n_head)) ||
+        (st = req_u32(g, "mor.attention.head_count_kv", 1, 4096, &m->n_head_kv)) ||
+        (st = req_u32(g, "mor.attention.key_length", 2, 4096, &m->head_dim)) ||
+        (st = req_u32(g, "mor.layer_count", 1, 4096, &m->n_layer)) ||
+        (st = req_u32(g, "mor.recursion.count", 1, MOR_MAX_RECURSIONS, &m->n_rec)) ||
+        (st = req_u32(g, "mor.recursion.base_depth", 1, 4096, &m->base_depth)) ||
+        (st = req_u32(g, "mor.recursion.prelude", 0, 4096, &m->prelude)) ||
+        (st = req_u32(g, "mor.recursion.coda", 0, 4096, &m->coda)))
+        return st;
+    if (m->n_head % m->n_head_kv)
+        return mor_err(MOR_E_FORMAT, "head_count %d is not a multiple of head_count_kv %d", m->n_head, m->n_head_kv);
+    if (m->head_dim % 2) return mor_err(MOR_E_FORMAT, "key_length %d is odd (RoPE needs pairs)", m->head_dim);
+    if ((int64_t)m->prelude + (int64_t)m->n_rec * m->base_depth + m->coda != m->n_layer)
+        return mor_err(MOR_E_FORMAT, "layer_count %d != prelude %d + recursion.count %d * base_depth %d + coda %d",
+                       m->n_layer, m->prelude, m->n_rec, m->base_depth, m->coda);
+    if ((st = gguf_get_f32(g, "mor.attention.layer_norm_rms_epsilon", &m->eps)) ||
+        (st = gguf_get_f32(g, "mor.rope.freq_base", &m->rope_theta)))
+        return st == MOR_E_OUT_OF_RANGE ? mor_err(MOR_E_FORMAT, "missing epsilon or rope.freq_base") : st;
+    if (!(m->eps > 0 && m->eps < 1) || !(m->rope_theta > 1) || !isfinite(m->rope_theta))
+        return mor_err(MOR_E_FORMAT, "bad rms epsilon %g or rope.freq_base %g", m->eps, m->rope_theta);
+
+    /* routing */
+    static const char *const rtypes[] = { "none", "expert", "token", NULL };
+    static const char *const funcs[] = { "sigmoid", "tanh", "softmax", "none", NULL };
+    static const char *const gatings[] = { "weighted", "additive", NULL };
+    int v;
+    if ((st = opt_str_choice(g, "mor.router.type", rtypes, 0, &v))) return st;
+    m->router_type = v;
+    m->alpha = 1.0f; m->temp = 1.0f;
+    for (int r = 0; r < m->n_rec; r++) { m->capacity[r] = (double)(m->n_rec - r) / m->n_rec; m->threshold[r] = 0.5f; }
+    if (m->router_type != MOR_ROUTER_TYPE_NONE) {
+        gguf_str sh;
+        if (!gguf_get_str(g, "mor.recursion.sharing", &sh) && !gguf_str_eq(sh, "cycle") && !gguf_str_eq(sh, "middle_cycle"))
+            return mor_err(MOR_E_FORMAT, "routers need cycle or middle_cycle sharing");
+        if ((st = opt_str_choice(g, "mor.router.func", funcs, -1, &m->router_func))) return st;
+        if (m->router_func == ROUTER_FUNC_SOFTMAX && m->router_type == MOR_ROUTER_TYPE_EXPERT)
+            return mor_err(MOR_E_FORMAT, "an expert-choice router cannot use softmax");
+        if ((st = opt_str_choice(g, "mor.router.gating", gatings, 0, &m->gating_additive))) return st;
+        if ((st = gguf_get_f32(g, "mor.router.alpha", &m->alpha)) && st != MOR_E_OUT_OF_RANGE) return st;
+        if ((st = gguf_get_f32(g, "mor.router.temp", &m->temp)) && st != MOR_E_OUT_OF_RANGE) return st;
+        if (!isfinite(m->alpha) || !isfinite(m->temp) || m->temp == 0)
+            return mor_err(MOR_E_FORMAT, "bad router alpha %g or temp %g", m->alpha, m->temp);
+        st = gguf_get_arr_f64(g, "mor.router.capacity", m->capacity, (uint64_t)m->n_rec);
+        if (st && st != MOR_E_OUT_OF_RANGE) return st;
+        for (int r = 0; r < m->n_rec; r++)
+            if (!(m->capacity[r] > 0 && m->capacity[r] <= 1) || (r && m->capacity[r] > m->capacity[r - 1]))
+                return mor_err(MOR_E_FORMAT, "router capacities must be in (0,1] and non-increasing");
+        st = gguf_get_arr_f32(g, "mor.router.threshold", m->threshold, (uint64_t)m->n_rec);
+        if (st && st != MOR_E_OUT_OF_RANGE) return st;
+        for (int r = 0; r < m->n_rec; r++)
+            if (isnan(m->threshold[r])) return mor_err(MOR_E_FORMAT, "router threshold is NaN");
+    }
+    st = gguf_get_bool(g, "mor.kv.shared", &m->kv_shared);
+    if (st && st != MOR_E_OUT_OF_RANGE) return st;
+    if (st == MOR_E_OUT_OF_RANGE) m->kv_shared = 0;
+    mor_err_clear();
+    return MOR_OK;
+}
+
+static mor_status load_weights(const gguf_file *g, mor_model *m)
+{
+    mor_status st;
+    loader ld = { g, calloc(g->n_tensors ? g->n_tensors : 1, 1) };
+    if (!ld.used) return mor_err(MOR_E_NOMEM, "out of memory");
+    int32_t L = m->n_layer, d = m->n_embd;
+    int32_t *map = malloc(sizeof(int32_t) * (size_t)L * (ROLE_COUNT + 1));
+    m->layers = calloc((size_t)L, sizeof(mor_layer));
+    if (!map || !m->layers) { st = mor_err(MOR_E_NOMEM, "out of memory"); goto done; }
+
+    if ((st = get_tensor(&ld, "token_embd.weight", d, m->n_vocab, 0, &m->tok_embd))) goto done;
+    if ((st = get_tensor(&ld, "output_norm.weight", d, 0, 1, &m->output_norm))) goto done;
+    if (gguf_find_tensor(g, "output.weight")) {
+        if ((st = get_tensor(&ld, "output.weight", d, m->n_vocab, 0, &m->output))) goto done;
+    } else {
+        m->output = m->tok_embd;   /* tied, as SmolLM and the MoR checkpoints are */
+    }
+
+    /* per-role layer maps: the default map, overridden per role */
+    int32_t *defmap = map + (size_t)L * ROLE_COUNT;
+    st = gguf_get_arr_i32(g, "mor.layer_map", defmap, (uint64_t)L);
+    if (st) { if (st == MOR_E_OUT_OF_RANGE) st = mor_err(MOR_E_FORMAT, "missing key 'mor.layer_map'"); goto done; }
+    const int64_t hd = m->head_dim, qd = hd * m->n_head, kvd = hd * m->n_head_kv;
+    const int64_t shape[ROLE_COUNT][2] = {
+        { d, 0 }, { d, qd }, { d, kvd }, { d, kvd }, { qd, d }, { d, 0 }, { d, m->n_ff }, { d, m->n_ff }, { m->n_ff, d }
+    };
+    for (int role = 0; role < ROLE_COUNT; role++) {
+        char key[64], name[96];
+        int32_t *rm = map + (size_t)L * role;
+        snprintf(key, sizeof key, "mor.layer_map.%s", mor_role_names[role]);
+        st = gguf_get_arr_i32(g, key, rm, (uint64_t)L);
+        if (st == MOR_E_OUT_OF_RANGE) memcpy(rm, defmap, sizeof(int32_t) * (size_t)L);
+        else if (st) goto done;
+        for (int32_t l = 0; l < L; l++) {
+            if (rm[l] < 0 || rm[l] >= 4096) { st = mor_err(MOR_E_FORMAT, "%s[%d] = %d is out of range", key, l, rm[l]); goto done; }
+            snprintf(name, sizeof name, "blk.%d.%s.weight", rm[l], mor_role_names[role]);
+            int norm = role == ROLE_ATTN_NORM || role == ROLE_FFN_NORM;
+            if ((st = get_tensor(&ld, name, shape[role][0], shape[role][1], norm, &m->layers[l].w[role]))) goto done;
+        }
+    }
+
+    if (m->router_type != MOR_ROUTER_TYPE_NONE) {
+        int mlp;
+        static const char *const archs[] = { "linear", "mlp", NULL };
+        if ((st = opt_str_choice(g, "mor.router.arch", archs, -1, &mlp))) goto done;
+        if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
+            for (int r = 0; r < m->n_rec; r++) {
+                char pfx[32];
+                snprintf(pfx, sizeof pfx, "rtr.%d", r);
+                if ((st = load_router(&ld, pfx, mlp, d, 1, &m->router[r]))) goto done;
+            }
+            if ((st = skip_aux_routers(&ld, m))) goto done;
+        } else {
+            if ((st = load_router(&ld, "rtr", mlp, d, m->n_rec, &m->router_tc))) goto done;
+            if (gguf_find_tensor(g, "rtr.bias")) {
+                mor_weight b;
+                if ((st = get_tensor(&ld, "rtr.bias", m->n_rec, 0, 1, &b))) goto done;
+                m->router_bias = b.data;
+            }
+        }
+    }
+
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        if (!ld.used[i]) {
+            st = mor_err(MOR_E_FORMAT, "tensor '%.*s' is not used by the model (unknown name or wrong map)",
+                         (int)g->tensors[i].name.n, g->tensors[i].name.p);
+            goto done;
+        }
+        m->weight_bytes += g->tensors[i].nbytes;
+    }
+    /* float data must be 4-byte aligned for direct use; GGUF alignment >= 32 guarantees it
+     * when the image itself is aligned, which mmap and malloc ensure; a borrowed buffer may not be. */
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if ((uintptr_t)g->tensors[i].data % 4) { st = mor_err(MOR_E_INVALID_ARG, "model buffer is not 4-byte aligned"); goto done; }
+    st = MOR_OK;
+done:
+    free(map);
+    free(ld.used);
+    return st;
+}
+
+/* ---- public API ---- */
+
+void mor_model_params_init(mor_model_params *p, size_t size)
+{
+    if (!p || size < sizeof(uint32_t)) return;
+    mor_model_params d = { 0 };
+    d.size = (uint32_t)(size < sizeof d ? size : sizeof d);
+    memcpy(p, &d, d.size);
+}
+
+/* Copy caller params into a full struct of this version's defaults. */
+static mor_status model_params_read(const mor_model_params *in, mor_model_params *out)
+{
+    mor_model_params_init(out, sizeof *out);
+    if (!in) return MOR_OK;
+    if (in->size < offsetof(mor_model_params, progress) || in->size > sizeof *out)
+        return mor_err(MOR_E_ABI, "mor_model_params.size %u is not one this libmor knows (max %zu)",
+                       in->size, sizeof *out);
+    memcpy(out, in, in->size);
+    out->size = sizeof *out;
+    return MOR_OK;
+}
+
+void mor_model_free(mor_model *m)
+{
+    if (!m) return;
+    mor_tokenizer_free(m->tok);
+    gguf_free(m->gguf);
+    free(m->layers);
+    if (m->map) {
+        if (m->map_is_mmap) munmap(m->map, m->map_size);
+        else free(m->map);
+    }
+    free(m);
+}
+
+static mor_status load_image(const void *buf, size_t size, const mor_model_params *p, mor_model *m)
+{
+    mor_status st;
+    if (p->progress && p->progress(0.0f, p->progress_user_data))
+        return mor_err(MOR_E_ABORTED, "model load cancelled by the progress callback");
+    if ((st = gguf_parse(buf, size, &m->gguf))) return st;
+    if ((st = load_hparams(m->gguf, m))) return st;
+    if (!(p->flags & MOR_MODEL_VOCAB_ONLY)) {
+        if ((st = load_arch(m->gguf, m))) return st;
+        if ((st = load_weights(m->gguf, m))) return st;
+    }
+    if ((st = mor_tokenizer_load(m->gguf, m->n_vocab, &m->tok))) return st;
+    if ((p->flags & MOR_MODEL_VOCAB_ONLY) && !m->tok)
+        return mor_err(MOR_E_FORMAT, "vocab-only load of a file without tokenizer");
+    if (p->progress && p->progress(1.0f, p->progress_user_data))
+        return mor_err(MOR_E_ABORTED, "model load cancelled by the progress callback");
+    return MOR_OK;
+}
+
+mor_status mor_model_load_memory(const void *data, size_t size, const mor_model_params *params, mor_model **out)
+{
+    mor_model_params p;
+    mor_status st;
+    if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_memory: out is NULL");
+    *out = NULL;
+    if (!data) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_memory: data is NULL");
+    if ((st = model_params_read(params, &p))) return st;
+    mor_model *m = calloc(1, sizeof *m);
+    if (!m) return mor_err(MOR_E_NOMEM, "out of memory");
+    if ((st = load_image(data, size, &p, m))) { mor_model_free(m); return st; }
+    *out = m;
+    return MOR_OK;
+}
+
+mor_status mor_model_load_file(const char *path, const mor_model_params *params, mor_model **out)
+{
+    mor_model_params p;
+    mor_status st;
+    if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_file: out is NULL");
+    *out = NULL;
+    if (!path) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_file: path is NULL");
+    if ((st = model_params_read(params, &p))) return st;
+
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mor_err(MOR_E_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return mor_err(MOR_E_IO, "'%s' is not a regular file", path);
+    }
+    size_t size = (size_t)sb.st_size;
+    if (size == 0) { close(fd); return mor_err(MOR_E_FORMAT, "'%s' is empty", path); }
+    mor_model *m = calloc(1, sizeof *m);
+    if (!m) { close(fd); return mor_err(MOR_E_NOMEM, "out of memory"); }
+    m->map_size = size;
+    if (!(p.flags & MOR_MODEL_NO_MMAP)) {
+        void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map != MAP_FAILED) { m->map = map; m->map_is_mmap = 1; }
+    }
+    if (!m->map) {   /* NO_MMAP, or mmap unavailable: read the file */
+        m->map = malloc(size);
+        if (!m->map) { close(fd); free(m); return mor_err(MOR_E_NOMEM, "cannot allocate %zu bytes for '%s'", size, path); }
+        size_t got = 0;
+        while (got < size) {
+            ssize_t n = read(fd, (char *)m->map + got, size - got);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) { close(fd); mor_model_free(m); return mor_err(MOR_E_IO, "read error on '%s'", path); }
+            got += (size_t)n;
+        }
+    }
+    close(fd);
+    if ((st = load_image(m->map, size, &p, m))) { mor_model_free(m); return st; }
+    *out = m;
+    return MOR_OK;
+}
+
+const mor_tokenizer *model_tokenizer(const mor_model *m) { return m ? m->tok : NULL; }
+
+int32_t mor_model_n_vocab(const mor_model *m)     { return m ? m->n_vocab : 0; }
+int32_t mor_model_n_embd(const mor_model *m)      { return m ? m->n_embd : 0; }
+int32_t mor_model_n_layer(const mor_model *m)     { return m ? m->n_layer : 0; }
+int32_t mor_model_n_recursion(const mor_model *m) { return m ? m->n_rec : 0; }
+int32_t mor_model_n_head(const mor_model *m)      { return m ? m->n_head : 0; }
+int32_t mor_model_n_head_kv(const mor_model *m)   { return m ? m->n_head_kv : 0; }
+int32_t mor_model_n_ctx_train(const mor_model *m) { return m ? m->n_ctx_train : 0; }
+int32_t mor_model_router_type(const mor_model *m) { return m ? m->router_type : 0; }
+uint64_t mor_model_size_bytes(const mor_model *m) { return m ? m->weight_bytes : 0; }
+mor_token mor_model_token_bos(const mor_model *m) { return m && m->tok ? mor_tokenizer_bos(m->tok) : -1; }
+mor_token mor_model_token_eos(const mor_model *m) { return m && m->tok ? mor_tokenizer_eos(m->tok) : -1; }
+int32_t mor_max_recursions(void) { return MOR_MAX_RECURSIONS; }
+
+/* Modules as the official model lists them: each prelude/coda layer, each
+ * expert-choice recursion, the single token-choice block; without routers,
+ * every layer. Capture points = modules + 1 (see mor_get_hidden). */
+int32_t mor_model_n_boundaries(const mor_model *m)
+{
+    if (!m || !m->layers) return 0;
+    switch (m->router_type) {
+    case MOR_ROUTER_TYPE_EXPERT: return m->prelude + m->n_rec + m->coda + 1;
+    case MOR_ROUTER_TYPE_TOKEN:  return m->prelude + 1 + m->coda + 1;
+    default:                     return m->n_layer + 1;
+    }
+}
+
+mor_status mor_model_meta_str(const mor_model *m, const char *key, char *buf, size_t cap, size_t *len_out)
+{
+    if (!m || !key || (!buf && cap)) return mor_err(MOR_E_INVALID_ARG, "mor_model_meta_str: NULL argument");
+    const gguf_kv *kv = gguf_find_kv(m->gguf, key);
+    if (!kv) return mor_err(MOR_E_OUT_OF_RANGE, "no metadata key '%s'", key);
+    char tmp[64];
+    const char *s = tmp;
+    size_t n;
+    int64_t iv;
+    float f;
+    int b;
+    gguf_str str;
+    if (kv->type == GGUF_STR) { gguf_get_str(m->gguf, key, &str); s = str.p; n = (size_t)str.n; }
+    else if (kv->type == GGUF_BOOL) { gguf_get_bool(m->gguf, key, &b); n = (size_t)snprintf(tmp, sizeof tmp, "%s", b ? "true" : "false"); }
+    else if (kv->type == GGUF_F32 || kv->type == GGUF_F64) { gguf_get_f32(m->gguf, key, &f); n = (size_t)snprintf(tmp, sizeof tmp, "%.9g", f); }
+    else if (!gguf_get_i64(m->gguf, key, &iv)) n = (size_t)snprintf(tmp, sizeof tmp, "%lld", (long long)iv);
+    else return mor_err(MOR_E_UNSUPPORTED, "metadata key '%s' is an array", key);
+    if (len_out) *len_out = n;
+    if (cap) {
+        size_t c = n < cap - 1 ? n : cap - 1;
+        memcpy(buf, s, c);
+        buf[c] = 0;
+    }
+    if (n >= cap) return mor_err(MOR_E_BUFFER_TOO_SMALL, "metadata value needs %zu bytes", n + 1);
+    return MOR_OK;
+}

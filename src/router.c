@@ -1,0 +1,279 @@
+/* router.c - token-level depth routing.
+ *
+ * Expert-choice (the main MoR variant): each recursion has a router; at
+ * recursion r the candidates are the tokens selected at r-1, and the mode
+ * decides which go on:
+ *   TOPK       per sequence and per call, k = max(1, int(c_r * T)) of the
+ *              candidates with the largest gate, as the official forward does
+ *              (ties go to the earlier token); not causal.
+ *   THRESHOLD  causal: f(z_r) >= threshold_r, a capacity-1.0 recursion always.
+ *   FORCED     the first n recursions.
+ * Token-choice: one router picks the depth once, argmax of probs + bias. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels.h"
+#include "router.h"
+#include "status.h"
+
+mor_status router_create(const mor_model *m, int32_t cap_rows, mor_router **out)
+{
+    *out = NULL;
+    mor_router *r = calloc(1, sizeof *r);
+    if (!r) return mor_err(MOR_E_NOMEM, "out of memory");
+    r->m = m; r->cap_rows = cap_rows;
+    memcpy(r->threshold, m->threshold, sizeof r->threshold);
+    r->depth = malloc(sizeof(int32_t) * (size_t)cap_rows);
+    r->scores = malloc(sizeof(float) * (size_t)cap_rows * m->n_rec);
+    r->logits = malloc(sizeof(float) * (size_t)cap_rows * m->n_rec);
+    if (!r->depth || !r->scores || !r->logits) { router_free(r); return mor_err(MOR_E_NOMEM, "out of memory"); }
+    *out = r;
+    return MOR_OK;
+}
+
+void router_free(mor_router *r)
+{
+    if (!r) return;
+    free(r->depth); free(r->scores); free(r->logits);
+    free(r);
+}
+
+int32_t router_mode(const mor_router *r)
+{
+    if (r->mode != MOR_ROUTE_DEFAULT) return r->mode;
+    switch (r->m->router_type) {
+    case MOR_ROUTER_TYPE_EXPERT: return MOR_ROUTE_TOPK;
+    case MOR_ROUTER_TYPE_TOKEN:  return MOR_ROUTE_TOKEN;
+    default:                     return MOR_ROUTE_FORCED;
+    }
+}
+
+int32_t router_depth_cap(const mor_router *r)
+{
+    int32_t cap = r->m->n_rec;
+    if (r->mode == MOR_ROUTE_FORCED && r->forced_depth < cap) cap = r->forced_depth;
+    if (r->max_depth > 0 && r->max_depth < cap) cap = r->max_depth;
+    return cap;
+}
+
+static float router_apply(const mor_router_weights *rw, const float *x, int32_t d, int32_t n_out,
+                          float *z, float *tmp)
+{
+    if (!rw->mlp) { mor_matmul(&rw->w, x, z, 1); return z[0]; }
+    mor_matmul(&rw->fc1, x, tmp, 1);
+    for (int32_t i = 0; i < 2 * d; i++) tmp[i] = mor_gelu(tmp[i]);
+    mor_matmul(&rw->fc2, tmp, z, 1);
+    (void)n_out;
+    return z[0];
+}
+
+/* The router reads x / temp (the official `mor_router(x / temp)`). */
+static const float *scaled_input(const mor_model *m, const float *x, float *buf)
+{
+    if (m->temp == 1.0f) return x;
+    for (int32_t i = 0; i < m->n_embd; i++) buf[i] = x[i] / m->temp;
+    return buf;
+}
+
+float router_expert_logit(const mor_model *m, int32_t rec, const float *x, float *tmp)
+{
+    float z;
+    const float *in = scaled_input(m, x, tmp + 2 * m->n_embd);
+    return router_apply(&m->router[rec], in, m->n_embd, 1, &z, tmp);
+}
+
+void router_token_logits(const mor_model *m, const float *x, float *z, float *tmp)
+{
+    const float *in = scaled_input(m, x, tmp + 2 * m->n_embd);
+    router_apply(&m->router_tc, in, m->n_embd, m->n_rec, z, tmp);
+}
+
+float router_func(const mor_model *m, float z)
+{
+    switch (m->router_func) {
+    case ROUTER_FUNC_SIGMOID: return 1.0f / (1.0f + expf(-z));
+    case ROUTER_FUNC_TANH:    return tanhf(z);
+    default:                  return z;
+    }
+}
+
+float router_gate(const mor_model *m, float z)
+{
+    return m->router_func == ROUTER_FUNC_NONE ? z : m->alpha * router_func(m, z);
+}
+
+/* Gate descending, then row ascending: ties go to the earlier token. */
+static int cmp_rank(const void *a, const void *b)
+{
+    const router_rank *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return (x->row > y->row) - (x->row < y->row);
+}
+
+void router_select_expert(const mor_router *r, int32_t rec, int32_t n, const uint8_t *cand,
+                          const float *g, const float *p, const int32_t *seq,
+                          const int32_t *seq_rows, uint8_t *done, router_rank *buf, uint8_t *sel)
+{
+    const mor_model *m = r->m;
+    int32_t mode = router_mode(r);
+    int32_t cap = router_depth_cap(r);
+    for (int32_t i = 0; i < n; i++) sel[i] = 0;
+    if (rec >= cap) return;
+    if (mode == MOR_ROUTE_FORCED) {
+        for (int32_t i = 0; i < n; i++) sel[i] = cand[i];
+        return;
+    }
+    if (mode == MOR_ROUTE_THRESHOLD) {
+        for (int32_t i = 0; i < n; i++)
+            sel[i] = cand[i] && (m->capacity[rec] == 1.0 || g[i] >= r->threshold[rec]);
+        return;
+    }
+    /* TOPK: one group per sequence; `done` marks rows already grouped */
+    for (int32_t i = 0; i < n; i++) done[i] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (done[i]) continue;
+        int32_t s = seq[i], nc = 0;
+        for (int32_t j = i; j < n; j++) {
+            if (seq[j] != s) continue;
+            done[j] = 1;
+            if (cand[j]) { buf[nc].p = p[j]; buf[nc].row = j; nc++; }
+        }
+        /* k_r = max(1, int(c_r * T)) with c_r a double, as Python computes it */
+        int64_t k = (int64_t)(m->capacity[rec] * (double)seq_rows[s]);
+        if (k < 1) k = 1;
+        if (k > nc) k = nc;
+        qsort(buf, (size_t)nc, sizeof *buf, cmp_rank);
+        for (int64_t t = 0; t < k; t++) sel[buf[t].row] = 1;
+    }
+}
+
+int32_t router_choose_token(const mor_router *r, const float *probs)
+{
+    const mor_model *m = r->m;
+    int32_t best = 0;
+    float bestq = -INFINITY;
+    for (int32_t i = 0; i < m->n_rec; i++) {
+        float q = probs[i] + (m->router_bias ? m->router_bias[i] : 0.0f);   /* bias: selection only */
+        if (q > bestq) { bestq = q; best = i; }
+    }
+    int32_t cap = router_depth_cap(r);
+    if (router_mode(r) == MOR_ROUTE_FORCED) best = cap - 1;
+    if (best > cap - 1) best = cap - 1;
+    return best;
+}
+
+void router_publish(mor_router *r, int32_t n, const int32_t *depth, const float *scores, const float *logits)
+{
+    int32_t nr = r->m->n_rec;
+    r->n_rows = n;
+    memcpy(r->depth, depth, sizeof(int32_t) * (size_t)n);
+    memcpy(r->scores, scores, sizeof(float) * (size_t)n * nr);
+    memcpy(r->logits, logits, sizeof(float) * (size_t)n * nr);
+    for (int32_t i = 0; i < n; i++) {
+        r->n_tokens++;
+        r->depth_sum += (uint64_t)depth[i];
+        r->n_at_depth[depth[i] < 16 ? depth[i] : 16]++;
+    }
+}
+
+/* ---- public API ---- */
+
+
+mor_status mor_router_set_mode(mor_router *r, int32_t mode, int32_t forced_depth)
+{
+    if (!r) return mor_err(MOR_E_INVALID_ARG, "mor_router_set_mode: router is NULL");
+    const mor_model *m = r->m;
+    switch (mode) {
+    case MOR_ROUTE_DEFAULT: break;
+    case MOR_ROUTE_TOPK:
+    case MOR_ROUTE_THRESHOLD:
+        if (m->router_type != MOR_ROUTER_TYPE_EXPERT)
+            return mor_err(MOR_E_UNSUPPORTED, "%s routing needs an expert-choice model",
+                           mode == MOR_ROUTE_TOPK ? "TOPK" : "THRESHOLD");
+        break;
+    case MOR_ROUTE_TOKEN:
+        if (m->router_type != MOR_ROUTER_TYPE_TOKEN)
+            return mor_err(MOR_E_UNSUPPORTED, "TOKEN routing needs a token-choice model");
+        break;
+    case MOR_ROUTE_FORCED:
+        if (forced_depth < 1 || forced_depth > m->n_rec)
+            return mor_err(MOR_E_OUT_OF_RANGE, "forced depth %d out of range [1, %d]", forced_depth, m->n_rec);
+        break;
+    default:
+        return mor_err(MOR_E_INVALID_ARG, "unknown routing mode %d", mode);
+    }
+    r->mode = mode;
+    r->forced_depth = mode == MOR_ROUTE_FORCED ? forced_depth : 0;
+    return MOR_OK;
+}
+
+int32_t mor_router_get_mode(const mor_router *r) { return r ? r->mode : MOR_E_INVALID_ARG; }
+
+mor_status mor_router_set_threshold(mor_router *r, int32_t rec, float thr)
+{
+    if (!r) return mor_err(MOR_E_INVALID_ARG, "mor_router_set_threshold: router is NULL");
+    if (rec < 0 || rec >= r->m->n_rec) return mor_err(MOR_E_OUT_OF_RANGE, "recursion %d out of range", rec);
+    if (isnan(thr)) return mor_err(MOR_E_INVALID_ARG, "threshold is NaN");
+    r->threshold[rec] = thr;
+    return MOR_OK;
+}
+
+float mor_router_get_threshold(const mor_router *r, int32_t rec)
+{
+    if (!r || rec < 0 || rec >= r->m->n_rec) return NAN;
+    return r->threshold[rec];
+}
+
+mor_status mor_router_set_max_depth(mor_router *r, int32_t max_depth)
+{
+    if (!r) return mor_err(MOR_E_INVALID_ARG, "mor_router_set_max_depth: router is NULL");
+    if (max_depth < 0 || max_depth > r->m->n_rec)
+        return mor_err(MOR_E_OUT_OF_RANGE, "max depth %d out of range [0, %d]", max_depth, r->m->n_rec);
+    r->max_depth = max_depth;
+    return MOR_OK;
+}
+
+int32_t mor_router_get_depths(const mor_router *r, int32_t *depths, int32_t n)
+{
+    if (!r || (!depths && n > 0) || n < 0) return mor_err(MOR_E_INVALID_ARG, "mor_router_get_depths: bad arguments");
+    int32_t c = n < r->n_rows ? n : r->n_rows;
+    if (c > 0) memcpy(depths, r->depth, sizeof(int32_t) * (size_t)c);
+    return r->n_rows;
+}
+
+static int32_t get_row(const mor_router *r, const float *src, int32_t i, float *out, int32_t n)
+{
+    if (!r || !out || n < 0) return mor_err(MOR_E_INVALID_ARG, "mor_router_get_scores/logits: bad arguments");
+    if (i < 0 || i >= r->n_rows) return mor_err(MOR_E_OUT_OF_RANGE, "row %d out of range [0, %d)", i, r->n_rows);
+    int32_t nr = r->m->n_rec, c = n < nr ? n : nr;
+    memcpy(out, src + (size_t)i * nr, sizeof(float) * (size_t)c);
+    return nr;
+}
+
+int32_t mor_router_get_scores(const mor_router *r, int32_t i, float *out, int32_t n)
+{
+    return get_row(r, r ? r->scores : NULL, i, out, n);
+}
+
+int32_t mor_router_get_logits(const mor_router *r, int32_t i, float *out, int32_t n)
+{
+    return get_row(r, r ? r->logits : NULL, i, out, n);
+}
+
+mor_status mor_router_get_stats(const mor_router *r, mor_router_stats *out)
+{
+    if (!r || !out) return mor_err(MOR_E_INVALID_ARG, "mor_router_get_stats: NULL argument");
+    if (out->size < sizeof(mor_router_stats))
+        return mor_err(MOR_E_ABI, "mor_router_stats.size %u is too small", out->size);
+    out->n_tokens = r->n_tokens;
+    out->mean_depth = r->n_tokens ? (double)r->depth_sum / (double)r->n_tokens : 0.0;
+    memcpy(out->n_at_depth, r->n_at_depth, sizeof out->n_at_depth);
+    return MOR_OK;
+}
+
+void mor_router_reset_stats(mor_router *r)
+{
+    if (!r) return;
+    r->n_tokens = 0; r->depth_sum = 0;
+    memset(r->n_at_depth, 0, sizeof r->n_at_depth);
+}
