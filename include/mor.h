@@ -195,6 +195,7 @@ MOR_API int32_t mor_model_n_layer(const mor_model *model);      /* unrolled dept
 MOR_API int32_t mor_model_n_recursion(const mor_model *model);  /* N_r (1: no recursion) */
 MOR_API int32_t mor_model_n_head(const mor_model *model);
 MOR_API int32_t mor_model_n_head_kv(const mor_model *model);
+MOR_API int32_t mor_model_head_dim(const mor_model *model);      /* per attention head */
 MOR_API int32_t mor_model_n_ctx_train(const mor_model *model);
 MOR_API int32_t mor_model_router_type(const mor_model *model);  /* MOR_ROUTER_TYPE_*    */
 /* Number of hidden-state capture points (see mor_get_hidden). */

@@ -69,11 +69,13 @@ static mor_status expert_recursions(mor_context *c, const mor_batch *b, int32_t 
 {
     const mor_model *m = c->model;
     const int32_t n = b->n, d = m->n_embd, nr = m->n_rec;
+    const int32_t cap = router_depth_cap(c->router);
     for (int32_t i = 0; i < n; i++) c->active[i] = 1;
     for (int32_t r = 0; r < nr; r++) {
         mor_status st;
         capture(c, bnd, n);
         if ((st = check_abort(c))) return st;
+        if (r >= cap) memset(c->active, 0, (size_t)n);   /* past the cap no router is evaluated */
         for (int32_t i = 0; i < n; i++) {
             float *zi = c->z + (size_t)i * nr;
             if (!c->active[i]) { zi[r] = NAN; c->st_scores[(size_t)i * nr + r] = NAN; continue; }

@@ -429,6 +429,7 @@ int32_t mor_model_n_layer(const mor_model *m)     { return m ? m->n_layer : 0; }
 int32_t mor_model_n_recursion(const mor_model *m) { return m ? m->n_rec : 0; }
 int32_t mor_model_n_head(const mor_model *m)      { return m ? m->n_head : 0; }
 int32_t mor_model_n_head_kv(const mor_model *m)   { return m ? m->n_head_kv : 0; }
+int32_t mor_model_head_dim(const mor_model *m)    { return m ? m->head_dim : 0; }
 int32_t mor_model_n_ctx_train(const mor_model *m) { return m ? m->n_ctx_train : 0; }
 int32_t mor_model_router_type(const mor_model *m) { return m ? m->router_type : 0; }
 uint64_t mor_model_size_bytes(const mor_model *m) { return m ? m->weight_bytes : 0; }
