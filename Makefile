@@ -4,9 +4,13 @@
 #   make test            the whole test suite; last line "N passed, N failed"
 #   make test-sanitize   the C tests again under ASan + UBSan (build/san)
 #   make install PREFIX=/usr/local DESTDIR=
+#   make uninstall PREFIX=/usr/local DESTDIR=
+#   make bench           bin/mor-bench (when src/tools/mor-bench.c exists)
 #   make OMP=1           use OpenMP instead of the internal thread pool
 #
-# Variables: CC, CFLAGS (extra), OUT (output root, default .), SAN=1.
+# Variables: CC, CXX (header test), CFLAGS (extra), LDFLAGS (extra),
+# OUT (output root, default .), SAN=1, PREFIX, LIBDIR, INCLUDEDIR, DESTDIR.
+# Header dependencies are tracked with -MMD (files under $(OUT)/build/obj).
 
 VERSION_MAJOR := $(shell sed -n 's/^\#define MOR_VERSION_MAJOR \([0-9]*\)/\1/p' include/mor.h)
 VERSION_MINOR := $(shell sed -n 's/^\#define MOR_VERSION_MINOR \([0-9]*\)/\1/p' include/mor.h)
@@ -45,6 +49,12 @@ BASEFLAGS += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-o
 LDLIBS  += -fsanitize=address,undefined
 endif
 ALL_CFLAGS := $(BASEFLAGS) $(CFLAGS)
+# Dependency files: -MMD writes the headers each output includes; -MP adds
+# empty rules so a deleted header does not break the build.
+# Objects get theirs beside them, programs in $(DEPDIR).
+DEPDIR  := $(BUILD)/dep
+OBJDEP   = -MMD -MP
+BINDEP   = -MMD -MP -MF $(DEPDIR)/$(notdir $@).d -MT $@
 
 LIB_SRC     := $(sort $(wildcard src/*.c))
 CONVERT_SRC := $(sort $(wildcard src/convert/*.c))
@@ -61,7 +71,7 @@ TESTS       := $(TEST_SRC:tests/%.c=$(OUT)/build/tests/%)
 STATIC  := $(LIBOUT)/libmor.a
 SHARED  := $(LIBOUT)/libmor.so.$(VERSION)
 
-.PHONY: all lib tools examples tests test test-sanitize install uninstall clean pc
+.PHONY: all lib tools examples tests test test-sanitize install uninstall clean pc bench FORCE
 all: lib tools examples tests pc
 
 lib: $(STATIC) $(SHARED)
@@ -72,11 +82,11 @@ pc: $(LIBOUT)/pkgconfig/mor.pc
 
 $(BUILD)/lib/%.o: src/%.c include/mor.h $(wildcard src/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LIBFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(LIBFLAGS) $(OBJDEP) -c $< -o $@
 
 $(BUILD)/convert/%.o: src/convert/%.c include/mor.h $(wildcard src/*.h src/convert/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -Isrc/convert $(OBJDEP) -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -86,49 +96,70 @@ $(STATIC): $(LIB_OBJ)
 $(SHARED): $(LIB_OBJ) src/libmor.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,-soname=libmor.so.$(SOVER) \
-	    -Wl,--version-script=src/libmor.map -Wl,--no-undefined $(LDLIBS)
+	    -Wl,--version-script=src/libmor.map -Wl,--no-undefined $(LDFLAGS) $(LDLIBS)
 	ln -sf libmor.so.$(VERSION) $(LIBOUT)/libmor.so.$(SOVER)
 	ln -sf libmor.so.$(SOVER) $(LIBOUT)/libmor.so
 
 # Tools and examples link the static library: they run from a checkout with no
 # LD_LIBRARY_PATH. The converter also uses the checkpoint readers of src/convert.
 $(BINOUT)/mor-convert: src/tools/mor-convert.c $(CONVERT_OBJ) $(STATIC)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert $< $(CONVERT_OBJ) $(STATIC) $(LDLIBS) -o $@
+	@mkdir -p $(dir $@) $(DEPDIR)
+	$(CC) $(ALL_CFLAGS) -Isrc/convert $(BINDEP) $< $(CONVERT_OBJ) $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
 
 $(BINOUT)/%: src/tools/%.c $(STATIC)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $< $(STATIC) $(LDLIBS) -o $@
+	@mkdir -p $(dir $@) $(DEPDIR)
+	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
 
 $(BINOUT)/example-%: examples/%.c $(STATIC)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $< $(STATIC) $(LDLIBS) -o $@
+	@mkdir -p $(dir $@) $(DEPDIR)
+	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
 
 # Tests may use internal headers (src/) and the converter's readers.
 $(OUT)/build/tests/%: tests/%.c tests/check.h $(STATIC) $(CONVERT_OBJ)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert -Itests $< $(CONVERT_OBJ) $(STATIC) $(LDLIBS) -o $@
+	@mkdir -p $(dir $@) $(DEPDIR)
+	$(CC) $(ALL_CFLAGS) -Isrc/convert -Itests $(BINDEP) $< $(CONVERT_OBJ) $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
 
-$(LIBOUT)/pkgconfig/mor.pc: pkgconfig/mor.pc.in include/mor.h Makefile
+-include $(wildcard $(BUILD)/lib/*.d $(BUILD)/convert/*.d $(DEPDIR)/*.d)
+
+# mor.pc for the current PREFIX/LIBDIR/INCLUDEDIR: regenerated whenever one of
+# them (or the version) changes, rewritten only when its text changes.
+PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@OMP_LIBS@|$(OMP_LIBS)|' pkgconfig/mor.pc.in
+
+$(LIBOUT)/pkgconfig/mor.pc: pkgconfig/mor.pc.in include/mor.h Makefile FORCE
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@OMP_LIBS@|$(OMP_LIBS)|' $< > $@
+	@$(PC_SED) > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; echo "generated $@"; fi
+
+FORCE:
 
 test: all
-	@OUT=$(OUT) sh tests/run.sh
+	@OUT="$(OUT)" CC="$(CC)" CXX="$(CXX)" sh tests/run.sh
 
 test-sanitize:
 	$(MAKE) OUT=build/san SAN=1 all
-	@OUT=build/san SANITIZE=1 sh tests/run.sh
+	@OUT=build/san SANITIZE=1 CC="$(CC)" CXX="$(CXX)" sh tests/run.sh
 
-install: lib pc
+# A benchmark tool, only when its source exists (it is built by `tools` too).
+ifneq ($(wildcard src/tools/mor-bench.c),)
+bench: $(BINOUT)/mor-bench
+else
+bench:
+	@echo "bench: src/tools/mor-bench.c does not exist yet; nothing to build"
+endif
+
+# mor.pc is written straight from the template for this PREFIX/LIBDIR, so an
+# install after a plain `make` (built for /usr/local) gets the right paths.
+install: lib
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
 	install -m 644 include/mor.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
 	ln -sf libmor.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmor.so.$(SOVER)
 	ln -sf libmor.so.$(SOVER) $(DESTDIR)$(LIBDIR)/libmor.so
-	install -m 644 $(LIBOUT)/pkgconfig/mor.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	$(PC_SED) > $(DESTDIR)$(LIBDIR)/pkgconfig/mor.pc
+	chmod 644 $(DESTDIR)$(LIBDIR)/pkgconfig/mor.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/mor.h $(DESTDIR)$(LIBDIR)/libmor.a $(DESTDIR)$(LIBDIR)/libmor.so*
