@@ -2,6 +2,7 @@
 #
 #   make                 library (lib/), tools and examples (bin/)
 #   make test            the whole test suite; last line "N passed, N failed"
+#   make fixtures        convert the test fixtures to GGUF (build/fixtures)
 #   make test-sanitize   the C tests again under ASan + UBSan (build/san)
 #   make install PREFIX=/usr/local DESTDIR=
 #   make uninstall PREFIX=/usr/local DESTDIR=
@@ -71,7 +72,9 @@ TESTS       := $(TEST_SRC:tests/%.c=$(OUT)/build/tests/%)
 STATIC  := $(LIBOUT)/libmor.a
 SHARED  := $(LIBOUT)/libmor.so.$(VERSION)
 
-.PHONY: all lib tools examples tests test test-sanitize install uninstall clean pc bench FORCE
+.PHONY: all lib tools examples tests test test-sanitize install uninstall clean pc bench fixtures FORCE
+# A recipe that fails leaves no half-written target behind.
+.DELETE_ON_ERROR:
 all: lib tools examples tests pc
 
 lib: $(STATIC) $(SHARED)
@@ -134,11 +137,27 @@ $(LIBOUT)/pkgconfig/mor.pc: pkgconfig/mor.pc.in include/mor.h Makefile FORCE
 
 FORCE:
 
-test: all
+# Fixture models for the C tests: each official-code checkpoint in
+# tests/data/fixtures/<variant>/hf_safetensors converted by bin/mor-convert to
+# $(OUT)/build/fixtures/<variant>.st.gguf (only once the converter exists).
+FIXTURE_VARIANTS := $(patsubst tests/data/fixtures/%/hf_safetensors/model.safetensors,%,\
+                      $(sort $(wildcard tests/data/fixtures/*/hf_safetensors/model.safetensors)))
+ifneq ($(wildcard src/tools/mor-convert.c),)
+FIXTURE_GGUF := $(FIXTURE_VARIANTS:%=$(OUT)/build/fixtures/%.st.gguf)
+endif
+fixtures: $(FIXTURE_GGUF)
+
+$(OUT)/build/fixtures/%.st.gguf: tests/data/fixtures/%/hf_safetensors/model.safetensors \
+                                 tests/data/fixtures/%/hf_safetensors/config.json \
+                                 tests/data/fixtures/%/mor_cfg.yaml $(BINOUT)/mor-convert
+	@mkdir -p $(dir $@)
+	$(BINOUT)/mor-convert tests/data/fixtures/$*/hf_safetensors -o $@
+
+test: all fixtures
 	@OUT="$(OUT)" CC="$(CC)" CXX="$(CXX)" sh tests/run.sh
 
 test-sanitize:
-	$(MAKE) OUT=build/san SAN=1 all
+	$(MAKE) OUT=build/san SAN=1 all fixtures
 	@OUT=build/san SANITIZE=1 CC="$(CC)" CXX="$(CXX)" sh tests/run.sh
 
 # A benchmark tool, only when its source exists (it is built by `tools` too).
