@@ -10,7 +10,7 @@
 
 static int check_passed_, check_failed_;
 
-static int check_(int cond, const char *file, int line, const char *fmt, ...)
+static inline int check_(int cond, const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
     printf(cond ? "ok - " : "FAIL - ");
@@ -23,7 +23,7 @@ static int check_(int cond, const char *file, int line, const char *fmt, ...)
 #define CHECK(cond, ...) check_(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
 
 /* max |a-b| over n floats */
-static double check_maxdiff(const float *a, const float *b, long n)
+static inline double check_maxdiff(const float *a, const float *b, long n)
 {
     double m = 0;
     for (long i = 0; i < n; i++) {
@@ -34,7 +34,7 @@ static double check_maxdiff(const float *a, const float *b, long n)
     return m;
 }
 
-static int check_done(void)
+static inline int check_done(void)
 {
     printf("# checks: %d passed, %d failed\n", check_passed_, check_failed_);
     fflush(stdout);
