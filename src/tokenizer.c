@@ -500,9 +500,9 @@ static void enc_free(enc_state *st)
 
 static mor_status push_id(enc_state *st, mor_token id)
 {
+    if (st->n >= INT32_MAX)   /* the count must fit *n_out */
+        return mor_err(MOR_E_INVALID_ARG, "the text gives more than %d tokens", INT32_MAX);
     if (st->n == st->cap) {
-        if (st->n >= INT32_MAX)
-            return mor_err(MOR_E_INVALID_ARG, "the text gives more than %d tokens", INT32_MAX);
         size_t cap = st->cap ? st->cap * 2 : 64;
         mor_token *p = realloc(st->ids, cap * sizeof *p);
         if (!p) return mor_err(MOR_E_NOMEM, "out of memory tokenizing");
@@ -520,6 +520,7 @@ static mor_status ensure_scratch(enc_state *st, size_t n)
         return mor_err(MOR_E_INVALID_ARG, "a pre-token of %zu bytes is too long to tokenize", n);
     size_t cap = st->scap ? st->scap : 64;
     while (cap < n) cap *= 2;
+    if (cap > SIZE_MAX / (3 * sizeof *st->heap)) return mor_err(MOR_E_NOMEM, "out of memory tokenizing");
     free(st->sym); free(st->next); free(st->prev); free(st->heap);
     st->sym = malloc(cap * sizeof *st->sym);
     st->next = malloc(cap * sizeof *st->next);
