@@ -378,7 +378,7 @@ static int run(pvm *m, pv **result)
 {
     while (m->p < m->end) {
         uint8_t op = *m->p++;
-        size_t first;
+        size_t first = 0;
         pv *v, *c;
         switch (op) {
         case 0x80: /* PROTO */
