@@ -1,6 +1,7 @@
 # libmor - the Makefile is the one build system.
 #
 #   make                 library (lib/), tools and examples (bin/)
+#   make demo            convert a bundled checkpoint and generate from it
 #   make test            the whole test suite; last line "N passed, N failed"
 #   make fixtures        convert the test fixtures to GGUF (build/fixtures)
 #   make test-sanitize   the C tests again under ASan + UBSan (build/san)
@@ -71,8 +72,12 @@ TESTS       := $(TEST_SRC:tests/%.c=$(OUT)/build/tests/%)
 
 STATIC  := $(LIBOUT)/libmor.a
 SHARED  := $(LIBOUT)/libmor.so.$(VERSION)
+# The library's objects with their internal symbols still global: for the
+# tools and tests, which may use internal headers. Never installed.
+INTERNAL := $(BUILD)/libmor-internal.a
+OBJCOPY ?= objcopy
 
-.PHONY: all lib tools examples tests test test-sanitize install uninstall clean pc bench fixtures FORCE
+.PHONY: all lib tools examples tests test test-sanitize install uninstall clean pc bench fixtures demo FORCE
 # A recipe that fails leaves no half-written target behind.
 .DELETE_ON_ERROR:
 all: lib tools examples tests pc
@@ -91,10 +96,20 @@ $(BUILD)/convert/%.o: src/convert/%.c include/mor.h $(wildcard src/*.h src/conve
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc/convert $(OBJDEP) -c $< -o $@
 
-$(STATIC): $(LIB_OBJ)
+$(INTERNAL): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@
 	ar rcs $@ $^
+
+# The installed static library is one prelinked object whose hidden
+# (internal) symbols are made local, so that only mor_* names can clash with
+# the host program's (ggml, for one, has its own gguf_* functions).
+$(STATIC): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ $(BUILD)/libmor-prelinked.o
+	$(CC) -r -nostdlib -o $(BUILD)/libmor-prelinked.o $(LIB_OBJ)
+	$(OBJCOPY) --localize-hidden $(BUILD)/libmor-prelinked.o
+	ar rcs $@ $(BUILD)/libmor-prelinked.o
 
 $(SHARED): $(LIB_OBJ) src/libmor.map
 	@mkdir -p $(dir $@)
@@ -103,24 +118,25 @@ $(SHARED): $(LIB_OBJ) src/libmor.map
 	ln -sf libmor.so.$(VERSION) $(LIBOUT)/libmor.so.$(SOVER)
 	ln -sf libmor.so.$(SOVER) $(LIBOUT)/libmor.so
 
-# Tools and examples link the static library: they run from a checkout with no
-# LD_LIBRARY_PATH. The converter also uses the checkpoint readers of src/convert.
-$(BINOUT)/mor-convert: src/tools/mor-convert.c $(CONVERT_OBJ) $(STATIC)
+# Tools and examples link statically: they run from a checkout with no
+# LD_LIBRARY_PATH. Tools may use internal code; examples use only the public
+# library. The converter also uses the checkpoint readers of src/convert.
+$(BINOUT)/mor-convert: src/tools/mor-convert.c $(CONVERT_OBJ) $(INTERNAL)
 	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert $(BINDEP) $< $(CONVERT_OBJ) $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(ALL_CFLAGS) -Isrc/convert $(BINDEP) $< $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
-$(BINOUT)/%: src/tools/%.c $(STATIC)
+$(BINOUT)/%: src/tools/%.c $(INTERNAL)
 	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
 $(BINOUT)/example-%: examples/%.c $(STATIC)
 	@mkdir -p $(dir $@) $(DEPDIR)
 	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
 
 # Tests may use internal headers (src/) and the converter's readers.
-$(OUT)/build/tests/%: tests/%.c tests/check.h $(STATIC) $(CONVERT_OBJ)
+$(OUT)/build/tests/%: tests/%.c tests/check.h $(INTERNAL) $(CONVERT_OBJ)
 	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert -Itests $(BINDEP) $< $(CONVERT_OBJ) $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(ALL_CFLAGS) -Isrc/convert -Itests $(BINDEP) $< $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
 -include $(wildcard $(BUILD)/lib/*.d $(BUILD)/convert/*.d $(DEPDIR)/*.d)
 
@@ -146,6 +162,14 @@ ifneq ($(wildcard src/tools/mor-convert.c),)
 FIXTURE_GGUF := $(FIXTURE_VARIANTS:%=$(OUT)/build/fixtures/%.st.gguf)
 endif
 fixtures: $(FIXTURE_GGUF)
+
+# The main job, until a trained model is bundled: convert one of the official
+# code's checkpoints and generate from it, each token followed by its depth.
+DEMO_GGUF := $(OUT)/build/demo/expert_mc3_fix.gguf
+demo: all
+	@mkdir -p $(dir $(DEMO_GGUF))
+	$(BINOUT)/mor-convert tests/data/fixtures/expert_mc3_fix_perturbed/hf_bin -o $(DEMO_GGUF)
+	$(BINOUT)/mor-run -m $(DEMO_GGUF) --ids 14,148,141,59,194,121,35,232 -n 24 --routing threshold --show-depth
 
 $(OUT)/build/fixtures/%.st.gguf: tests/data/fixtures/%/hf_safetensors/model.safetensors \
                                  tests/data/fixtures/%/hf_safetensors/config.json \
