@@ -27,7 +27,7 @@ FIX = os.path.join(t.ROOT, "tests", "data", "fixtures")
 CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
 FP32_TOL = 1e-4
-BF16_TOL = 0.25      # logits/hidden max abs diff vs a bf16-arithmetic reference (measured ~0.1)
+BF16_TOL = 0.1       # max abs diff vs a bf16-arithmetic reference; measured 0.050 (logits), 0.068 (hidden)
 
 
 def npy(path):
