@@ -94,6 +94,8 @@ int ckpt_parse(checkpoint *ck, const uint8_t *buf, size_t size, char *err, size_
     } else if (size >= 2 && buf[0] == 0x80 && buf[1] <= 5) {
         return cv_fail(err, errcap, "this is a legacy (pre-1.6, non-zip) torch file; re-save it with torch.save "
                                     "(zip format) or as safetensors");
+    } else if (size < 9 || buf[8] != '{') {
+        return cv_fail(err, errcap, "neither a safetensors file nor a torch (zip) checkpoint");
     } else {
         ck->format = CKPT_SAFETENSORS;
         rc = safetensors_parse(ck, buf, size, err, errcap);

@@ -338,6 +338,12 @@ static long key_colon(const char *t)
 static json *parse_block(yparser *y, int indent);
 static json *parse_seq(yparser *y, int indent);
 
+static int has_map_colon(const char *t)
+{
+    size_t n = strlen(t);
+    return strstr(t, ": ") != NULL || (n && t[n - 1] == ':');
+}
+
 /* The value written after "key:" or "- " on line `lineno`; continuation lines
  * (more indented than `indent`) belong to it. */
 static json *parse_inline(yparser *y, const char *text, int indent, int lineno)
@@ -404,7 +410,17 @@ static json *parse_inline(yparser *y, const char *text, int indent, int lineno)
             }
         }
     }
-    /* plain scalar, possibly continued on more-indented lines */
+    /* plain scalar, possibly continued on more-indented lines; as in PyYAML,
+     * ": " cannot occur in it ("a: b: c" is an error, not the string "b: c") */
+    if (has_map_colon(text)) {
+        yfail(y, lineno, "mapping values are not allowed here");
+        return NULL;
+    }
+    for (size_t j = y->i; j < y->n && y->l[j].indent > indent; j++)
+        if (has_map_colon(y->l[j].text)) {
+            yfail(y, y->l[j].lineno, "mapping values are not allowed here");
+            return NULL;
+        }
     if (y->i < y->n && y->l[y->i].indent > indent) {
         size_t total = n;
         size_t j;
