@@ -8,6 +8,7 @@
 #   make install PREFIX=/usr/local DESTDIR=
 #   make uninstall PREFIX=/usr/local DESTDIR=
 #   make bench           bin/mor-bench (when src/tools/mor-bench.c exists)
+#   make fuzz FUZZ_SECONDS=N, make test-tsan: see the Reliability section below
 #   make OMP=1           use OpenMP instead of the internal thread pool
 #
 # Variables: CC, CXX (header test), CFLAGS (extra), LDFLAGS (extra),
@@ -191,6 +192,110 @@ else
 bench:
 	@echo "bench: src/tools/mor-bench.c does not exist yet; nothing to build"
 endif
+
+# ---- Reliability (issue 8): fuzzing, fault injection, ThreadSanitizer ------
+#   make fuzz FUZZ_SECONDS=N   build every tests/fuzz/fuzz_*.c with clang's
+#                              libFuzzer + ASan + UBSan ($(OUT)/build/fuzz) and
+#                              run each for N seconds (default 60) from its
+#                              seeds (tests/fuzz/run.sh; findings land in
+#                              build/fuzz/crashes)
+#   make test-tsan             the threading tests under ThreadSanitizer
+#                              (build/tsan)
+# make test runs test_fuzz_replay (the fuzz targets on their seeds,
+# regression inputs and deterministic mutants, with $(CC)) and test_faults,
+# linked with --wrap so that it can fail any allocation of the library.
+FUZZ_CC       ?= clang
+FUZZ_SECONDS  ?= 60
+FUZZ_DIR      := $(OUT)/build/fuzz
+FUZZ_NAMES    := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_CFLAGS   := -std=c11 -O1 -g $(WARN) -Iinclude -Isrc -Isrc/convert -Itests/fuzz -D_GNU_SOURCE \
+                 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_LIB_OBJ  := $(LIB_SRC:src/%.c=$(FUZZ_DIR)/obj/lib/%.o)
+FUZZ_CONV_OBJ := $(CONVERT_SRC:src/convert/%.c=$(FUZZ_DIR)/obj/convert/%.o)
+.PHONY: fuzz fuzz-build test-tsan
+
+$(FUZZ_DIR)/obj/lib/%.o: src/%.c include/mor.h $(wildcard src/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(LIBFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/obj/convert/%.o: src/convert/%.c include/mor.h $(wildcard src/*.h src/convert/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ) $(FUZZ_CONV_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_CONV_OBJ) $(FUZZ_LIB_OBJ) -lm -lpthread -o $@
+
+fuzz-build: $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
+
+fuzz: fuzz-build
+	@FUZZ_DIR="$(FUZZ_DIR)" FUZZ_SECONDS="$(FUZZ_SECONDS)" sh tests/fuzz/run.sh $(FUZZ_NAMES)
+
+# The same targets, built with -DFUZZ_REPLAY into one test program.
+REPLAY_OBJ := $(FUZZ_NAMES:%=$(BUILD)/fuzz-replay/fuzz_%.o)
+$(BUILD)/fuzz-replay/%.o: tests/fuzz/%.c tests/fuzz/fuzz.h include/mor.h $(wildcard src/*.h src/convert/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc/convert -DFUZZ_REPLAY $(OBJDEP) -c $< -o $@
+
+$(OUT)/build/tests/test_fuzz_replay: tests/fuzz/replay.c tests/check.h $(REPLAY_OBJ) $(INTERNAL) $(CONVERT_OBJ)
+	@mkdir -p $(dir $@) $(DEPDIR)
+	$(CC) $(ALL_CFLAGS) -Itests $(BINDEP) $< $(REPLAY_OBJ) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+
+tests: $(OUT)/build/tests/test_fuzz_replay
+
+-include $(wildcard $(BUILD)/fuzz-replay/*.d)
+
+# test_faults replaces malloc, calloc, realloc and free of the library.
+$(OUT)/build/tests/test_faults: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free
+
+# ThreadSanitizer: its own build of the threading tests, then run them.
+TSAN_TESTS := test_threads
+test-tsan: fixtures
+	$(MAKE) OUT=build/tsan CFLAGS="-fsanitize=thread" LDFLAGS="-fsanitize=thread" \
+	    $(TSAN_TESTS:%=build/tsan/build/tests/%)
+	@OUT=build/tsan TEST_FILTER=test_threads TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	    CC="$(CC)" sh tests/run.sh
+
+# ---- Training (issue 4): src/train, mor-train, mor-tok-train, make model ----
+# src/train/*.c is compiled twice: in float for the tools and tests/test_train
+# (libmor-train.a), and with -DTR_DOUBLE for the finite-difference gradient
+# checks of tests/test_grad (libmor-train64.a). Both use the converter's GGUF
+# writer and the internal library.
+TRAIN_SRC   := $(sort $(wildcard src/train/*.c))
+TRAIN_OBJ   := $(TRAIN_SRC:src/train/%.c=$(BUILD)/train/%.o)
+TRAIN64_OBJ := $(TRAIN_SRC:src/train/%.c=$(BUILD)/train64/%.o)
+TRAIN_LIB   := $(BUILD)/libmor-train.a
+TRAIN64_LIB := $(BUILD)/libmor-train64.a
+TRAIN_INC   := -Isrc/train -Isrc/convert
+
+$(BUILD)/train/%.o: src/train/%.c include/mor.h $(wildcard src/*.h src/train/*.h src/convert/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) $(OBJDEP) -c $< -o $@
+
+$(BUILD)/train64/%.o: src/train/%.c include/mor.h $(wildcard src/*.h src/train/*.h src/convert/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) -DTR_DOUBLE $(OBJDEP) -c $< -o $@
+
+$(TRAIN_LIB): $(TRAIN_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(TRAIN64_LIB): $(TRAIN64_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BINOUT)/mor-train $(BINOUT)/mor-tok-train: $(BINOUT)/%: src/tools/%.c $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL)
+	@mkdir -p $(dir $@) $(DEPDIR)
+	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) $(BINDEP) $< $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+
+$(OUT)/build/tests/test_grad: tests/test_grad.c tests/check.h $(TRAIN64_LIB) $(CONVERT_OBJ) $(INTERNAL)
+	@mkdir -p $(dir $@) $(DEPDIR)
+	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) -DTR_DOUBLE -Itests $(BINDEP) $< $(TRAIN64_LIB) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+
+$(OUT)/build/tests/test_train: tests/test_train.c tests/check.h $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL)
+	@mkdir -p $(dir $@) $(DEPDIR)
+	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) -Itests $(BINDEP) $< $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+
+-include $(wildcard $(BUILD)/train/*.d $(BUILD)/train64/*.d)
 
 # mor.pc is written straight from the template for this PREFIX/LIBDIR, so an
 # install after a plain `make` (built for /usr/local) gets the right paths.

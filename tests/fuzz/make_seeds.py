@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""make_seeds.py - write the fuzzers' seed corpora and tiny models (stdlib only).
+
+    python3 tests/fuzz/make_seeds.py        # from the repository root
+
+Writes, deterministically (the outputs are committed; rerun after a format
+change and commit what changed):
+  tests/fuzz/models/*.gguf   tiny models the decode, tokenizer, thread and
+                             fault tests load: plain, expert-choice (recursion-
+                             wise and KV-shared, linear and MLP routers),
+                             token-choice (MLP router, bias), and two vocab-only
+                             tokenizers (GPT-2's first 2000 merges; pre gpt2 and
+                             smollm)
+  tests/fuzz/corpus/<target>/  small valid inputs of each fuzz target
+Everything is small (a few KB per file) so that mutations reach the headers.
+"""
+import io
+import json
+import os
+import struct
+import zipfile
+import zlib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FUZZ = os.path.join(ROOT, "tests", "fuzz")
+
+# ---------------------------------------------------------------------------
+# GGUF v3 writer
+# ---------------------------------------------------------------------------
+U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
+T_F32, T_F16, T_BF16 = 0, 1, 30
+
+
+def gstr(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+class Gguf:
+    def __init__(self):
+        self.kv = []
+        self.tensors = []
+
+    def add(self, key, vtype, value):
+        self.kv.append((key, vtype, value))
+
+    def tensor(self, name, dims, ttype=T_F32, seed=1, scale=0.2, const=None):
+        n = 1
+        for d in dims:
+            n *= d
+        vals = []
+        x = seed * 2654435761 & 0xFFFFFFFF
+        for i in range(n):
+            if const is not None:
+                vals.append(const)
+                continue
+            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+            vals.append(((x >> 8) % 2001 - 1000) / 1000.0 * scale)
+        if ttype == T_F32:
+            data = struct.pack("<%df" % n, *vals)
+        elif ttype == T_F16:
+            data = struct.pack("<%de" % n, *vals)
+        else:  # BF16: the top half of the float32
+            data = b"".join(struct.pack("<f", v)[2:] for v in vals)
+        self.tensors.append((name, dims, ttype, data))
+
+    @staticmethod
+    def value(vtype, v):
+        if vtype == STR:
+            return gstr(v)
+        if vtype == ARR:
+            et, items = v
+            out = struct.pack("<IQ", et, len(items))
+            for it in items:
+                out += Gguf.value(et, it)
+            return out
+        fmt = {U8: "B", I8: "b", U16: "H", I16: "h", U32: "I", I32: "i", F32: "f", BOOL: "?",
+               U64: "Q", I64: "q", F64: "d"}[vtype]
+        return struct.pack("<" + fmt, v)
+
+    def bytes(self, align=32):
+        out = b"GGUF" + struct.pack("<IQQ", 3, len(self.tensors), len(self.kv))
+        for k, t, v in self.kv:
+            out += gstr(k) + struct.pack("<I", t) + self.value(t, v)
+        data = b""
+        for name, dims, ttype, blob in self.tensors:
+            data += b"\0" * (-len(data) % align)
+            out += gstr(name) + struct.pack("<I", len(dims))
+            out += b"".join(struct.pack("<Q", d) for d in dims)
+            out += struct.pack("<IQ", ttype, len(data))
+            data += blob
+        out += b"\0" * (-len(out) % align)
+        return out + data
+
+
+ROLES = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+         "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
+
+
+def model(V=64, d=8, F=16, H=2, Hkv=1, hd=4, prelude=0, n_rec=1, K=2, coda=0, sharing="none",
+          router="none", arch="linear", func="sigmoid", alpha=0.1, kv_shared=None, bias=False,
+          wtype=T_F32, untied=False, role_map=None, tokenizer=None, ctx=64, gating=None):
+    g = Gguf()
+    L = prelude + n_rec * K + coda
+    g.add("general.architecture", STR, "mor")
+    g.add("mor.format_version", U32, 1)
+    g.add("mor.vocab_size", U32, V)
+    g.add("mor.context_length", U32, ctx)
+    g.add("mor.embedding_length", U32, d)
+    g.add("mor.feed_forward_length", U32, F)
+    g.add("mor.attention.head_count", U32, H)
+    g.add("mor.attention.head_count_kv", U32, Hkv)
+    g.add("mor.attention.key_length", U32, hd)
+    g.add("mor.attention.layer_norm_rms_epsilon", F32, 1e-5)
+    g.add("mor.rope.freq_base", F32, 10000.0)
+    g.add("mor.layer_count", U32, L)
+    g.add("mor.recursion.count", U32, n_rec)
+    g.add("mor.recursion.base_depth", U32, K)
+    g.add("mor.recursion.prelude", U32, prelude)
+    g.add("mor.recursion.coda", U32, coda)
+    g.add("mor.recursion.sharing", STR, sharing)
+    if sharing in ("cycle", "middle_cycle"):
+        lmap = list(range(prelude)) + [prelude + j for _ in range(n_rec) for j in range(K)] + \
+            [prelude + K + c for c in range(coda)]
+    else:
+        lmap = list(range(L))
+    g.add("mor.layer_map", ARR, (I32, lmap))
+    if role_map:
+        role, m = role_map
+        g.add("mor.layer_map." + role, ARR, (I32, m))
+    g.add("mor.router.type", STR, router)
+    if router != "none":
+        g.add("mor.router.arch", STR, arch)
+        g.add("mor.router.func", STR, func)
+        g.add("mor.router.alpha", F32, alpha)
+        g.add("mor.router.temp", F32, 1.0)
+        if gating:
+            g.add("mor.router.gating", STR, gating)
+        g.add("mor.router.capacity", ARR, (F64, [(n_rec - r) / n_rec for r in range(n_rec)]))
+        g.add("mor.router.threshold", ARR, (F32, [0.5] * n_rec))
+    if kv_shared is not None:
+        g.add("mor.kv.shared", BOOL, kv_shared)
+    if tokenizer:
+        tokenizer(g)
+    seed = [1]
+
+    def t(name, dims, ttype=T_F32, **kw):
+        seed[0] += 1
+        g.tensor(name, dims, ttype, seed=seed[0], **kw)
+
+    t("token_embd.weight", [d, V], wtype, scale=1.0)
+    t("output_norm.weight", [d], const=1.0)
+    if untied:
+        t("output.weight", [d, V], wtype)
+    stored = sorted(set(lmap) | (set(role_map[1]) if role_map else set()))
+    shapes = {"attn_norm": [d], "attn_q": [d, H * hd], "attn_k": [d, Hkv * hd], "attn_v": [d, Hkv * hd],
+              "attn_output": [H * hd, d], "ffn_norm": [d], "ffn_gate": [d, F], "ffn_up": [d, F],
+              "ffn_down": [F, d]}
+    for b in stored:
+        for role in ROLES:
+            used = role_map[1] if role_map and role == role_map[0] else lmap
+            if b not in used:
+                continue
+            norm = role.endswith("norm")
+            t("blk.%d.%s.weight" % (b, role), shapes[role], T_F32 if norm else wtype,
+              **({"const": 1.0} if norm else {}))
+    if router == "expert":
+        for r in range(n_rec):
+            if arch == "linear":
+                t("rtr.%d.weight" % r, [d, 1], scale=1.0)
+            else:
+                t("rtr.%d.fc1.weight" % r, [d, 2 * d], scale=1.0)
+                t("rtr.%d.fc2.weight" % r, [2 * d, 1], scale=1.0)
+    elif router == "token":
+        if arch == "linear":
+            t("rtr.weight", [d, n_rec], scale=1.0)
+        else:
+            t("rtr.fc1.weight", [d, 2 * d], scale=1.0)
+            t("rtr.fc2.weight", [2 * d, n_rec], scale=1.0)
+        if bias:
+            t("rtr.bias", [n_rec], scale=0.1)
+    return g.bytes()
+
+
+# ---------------------------------------------------------------------------
+# A byte-level BPE vocabulary: GPT-2's bytes and its first merges
+# ---------------------------------------------------------------------------
+def byte_chars():
+    bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for c in cs]        # in GPT-2's id order
+
+
+def gpt2_tokenizer(pre, n_merges=2000):
+    tokens = byte_chars()
+    merges = []
+    with open(os.path.join(ROOT, "tests", "data", "tokenizer", "gpt2-merges.txt"), encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("#version") or not line:
+                continue
+            a, b = line.split(" ")
+            if a + b in tokens:         # a later merge making the same token: keep the vocab unique
+                continue
+            merges.append(line)
+            tokens.append(a + b)
+            if len(merges) == n_merges:
+                break
+    types = [1] * len(tokens)
+    specials = [("<|endoftext|>", 3), ("<|im_start|>", 3), ("<|im_end|>", 3), ("<custom>", 4)]
+    for s, ty in specials:
+        tokens.append(s)
+        types.append(ty)
+
+    def write(g):
+        g.add("tokenizer.ggml.model", STR, "gpt2")
+        g.add("tokenizer.ggml.pre", STR, pre)
+        g.add("tokenizer.ggml.tokens", ARR, (STR, tokens))
+        g.add("tokenizer.ggml.token_type", ARR, (I32, types))
+        g.add("tokenizer.ggml.merges", ARR, (STR, merges))
+        g.add("tokenizer.ggml.bos_token_id", U32, len(tokens) - 4)
+        g.add("tokenizer.ggml.eos_token_id", U32, len(tokens) - 4)
+        g.add("tokenizer.ggml.add_bos_token", BOOL, False)
+    return write, len(tokens)
+
+
+def vocab_only(pre):
+    write, n = gpt2_tokenizer(pre)
+    g = Gguf()
+    g.add("general.architecture", STR, "mor")
+    g.add("mor.format_version", U32, 1)
+    g.add("mor.vocab_size", U32, n + 8)      # padded, as models often are
+    write(g)
+    return g.bytes()
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints: safetensors, torch zip, pickle
+# ---------------------------------------------------------------------------
+def tiny_state_dict():
+    """(name, dtype, shape, bytes) of a small Llama-like state dict."""
+    out = []
+    for name, shape in [("model.embed_tokens.weight", [16, 4]), ("model.norm.weight", [4]),
+                        ("model.layers.0.self_attn.q_proj.weight", [4, 4]),
+                        ("lm_head.weight", [16, 4])]:
+        n = 1
+        for s in shape:
+            n *= s
+        out.append((name, "F32", shape, struct.pack("<%df" % n, *[(i % 7) * 0.125 for i in range(n)])))
+    out.append(("model.layers.0.mlp.up_proj.weight", "F16", [2, 4], struct.pack("<8e", *[0.5] * 8)))
+    out.append(("model.layers.0.mlp.down_proj.weight", "BF16", [4, 2], b"\x80\x3f" * 8))
+    return out
+
+
+def safetensors_bytes(sd):
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for name, dt, shape, blob in sd:
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(data), len(data) + len(blob)]}
+        data += blob
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def pickle_bytes(sd):
+    """data.pkl as torch.save (protocol 2) writes it, opcode by opcode."""
+    storage_cls = {"F32": "FloatStorage", "F16": "HalfStorage", "BF16": "BFloat16Storage"}
+    memo = {}
+    out = bytearray(b"\x80\x02}q\x00(")
+    nxt = [1]
+
+    def put():
+        out.extend(b"q" + bytes([nxt[0]]))
+        nxt[0] += 1
+        return nxt[0] - 1
+
+    def uni(s):
+        b = s.encode()
+        out.extend(b"X" + struct.pack("<I", len(b)) + b)
+
+    def glob(mod, name):
+        key = (mod, name)
+        if key in memo:
+            out.extend(b"h" + bytes([memo[key]]))
+        else:
+            out.extend(b"c" + ("%s\n%s\n" % (mod, name)).encode())
+            memo[key] = put()
+
+    def integer(v):
+        if v < 256:
+            out.extend(b"K" + bytes([v]))
+        elif v < 65536:
+            out.extend(b"M" + struct.pack("<H", v))
+        else:
+            out.extend(b"J" + struct.pack("<i", v))
+
+    def tup(vals):
+        out.extend(b"(")
+        for v in vals:
+            integer(v)
+        out.extend(b"t")
+
+    for i, (name, dt, shape, blob) in enumerate(sd):
+        uni(name)
+        put()
+        glob("torch._utils", "_rebuild_tensor_v2")
+        out.extend(b"((")
+        uni("storage")
+        glob("torch", storage_cls[dt])
+        uni(str(i))
+        uni("cpu")
+        n = 1
+        for s in shape:
+            n *= s
+        integer(n)
+        out.extend(b"tQ")          # TUPLE, BINPERSID
+        integer(0)
+        tup(shape)
+        strides, acc = [], 1
+        for s in reversed(shape):
+            strides.insert(0, acc)
+            acc *= s
+        tup(strides)
+        out.extend(b"\x89")        # NEWFALSE
+        glob("collections", "OrderedDict")
+        out.extend(b")R")          # EMPTY_TUPLE, REDUCE
+        out.extend(b"tR")          # TUPLE, REDUCE
+        put()
+    out.extend(b"u.")              # SETITEMS, STOP
+    return bytes(out)
+
+
+def torch_zip_bytes(sd):
+    bio = io.BytesIO()
+    with zipfile.ZipFile(bio, "w", compression=zipfile.ZIP_STORED) as z:
+        def add(name, data):
+            zi = zipfile.ZipInfo("tiny/" + name, date_time=(2024, 1, 1, 0, 0, 0))
+            z.writestr(zi, data)
+        add("data.pkl", pickle_bytes(sd))
+        add("byteorder", b"little")
+        for i, (_, _, _, blob) in enumerate(sd):
+            add("data/%d" % i, blob)
+        add("version", b"3\n")
+    return bio.getvalue()
+
+
+# ---------------------------------------------------------------------------
+# Text seeds
+# ---------------------------------------------------------------------------
+TOKENIZER_JSON = {
+    "version": "1.0",
+    "added_tokens": [{"id": 0, "content": "<|endoftext|>", "special": True}],
+    "normalizer": None,
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+              "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+              "vocab": None, "merges": ["h e", ["l", "l"], "he ll"]},
+}
+
+
+def tokenizer_json(pre_seq):
+    tj = json.loads(json.dumps(TOKENIZER_JSON))
+    vocab = {"<|endoftext|>": 0}
+    for c in byte_chars():
+        vocab[c] = len(vocab)
+    for t in ["he", "ll", "hell"]:
+        vocab[t] = len(vocab)
+    tj["model"]["vocab"] = vocab
+    if pre_seq:
+        tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True}, TOKENIZER_JSON["pre_tokenizer"]]}
+    return json.dumps(tj, ensure_ascii=False).encode()
+
+
+def decode_seed(model, kvmode, ops):
+    """A decode-fuzzer input (the op encoding is described in fuzz_decode.c)."""
+    return bytes([model, kvmode, 30, 0x2F]) + bytes(ops)
+
+
+def add(tok, seq=0, posmode=0):
+    return [(posmode << 2) | seq, tok * 2 + 1]      # odd token byte: with logits
+
+
+DECODE = [0x20]
+
+
+def main():
+    models = {
+        "plain.gguf": model(V=300, d=8, F=16, K=2, tokenizer=gpt2_tokenizer("gpt2", 36)[0]),
+        "plain_f16.gguf": model(V=64, d=8, F=16, K=2, wtype=T_F16, untied=True,
+                                role_map=("ffn_up", [0, 0])),
+        "plain_bf16.gguf": model(V=64, d=8, F=16, K=1, n_rec=1, wtype=T_BF16),
+        "expert_mc.gguf": model(prelude=1, n_rec=3, K=1, coda=1, sharing="middle_cycle", router="expert"),
+        "expert_kvshare.gguf": model(prelude=1, n_rec=3, K=1, coda=1, sharing="middle_cycle", router="expert",
+                                     arch="mlp", func="tanh", kv_shared=True, gating="additive"),
+        "expert_cycle.gguf": model(n_rec=2, K=2, sharing="cycle", router="expert", func="none", alpha=1.0),
+        "token_mc.gguf": model(prelude=1, n_rec=3, K=1, coda=1, sharing="middle_cycle", router="token",
+                               arch="mlp", func="softmax", alpha=1.0, bias=True),
+        "vocab_gpt2.gguf": vocab_only("gpt2"),
+        "vocab_smollm.gguf": vocab_only("smollm"),
+    }
+    sd = tiny_state_dict()
+    corpus = {
+        "gguf": {k: v for k, v in models.items() if not k.startswith("vocab_")},
+        "safetensors": {"tiny.safetensors": safetensors_bytes(sd),
+                        "empty.safetensors": safetensors_bytes([])},
+        "torch_zip": {"tiny.bin": torch_zip_bytes(sd)},
+        "pickle": {"tiny.pkl": pickle_bytes(sd), "one.pkl": pickle_bytes(sd[:1])},
+        "json": {"config.json": open(os.path.join(
+            ROOT, "tests/data/fixtures/expert_mc3_fix_perturbed/hf_safetensors/config.json"), "rb").read(),
+                 "mor_config.json": open(os.path.join(
+                     ROOT, "tests/data/fixtures/token_mc3_perturbed/mor_config.json"), "rb").read(),
+                 "values.json": b'[1, -2.5e-3, "a\\u00e9\\ud83d\\ude00\\n", true, false, null, {"k": {}}, []]'},
+        "yaml": {"mor_cfg.yaml": open(os.path.join(
+            ROOT, "tests/data/fixtures/expert_mc3_fix_perturbed/mor_cfg.yaml"), "rb").read(),
+                 "kv.yaml": open(os.path.join(
+                     ROOT, "tests/data/fixtures/expert_mc3_kvshare_fix_perturbed/mor_cfg.yaml"), "rb").read(),
+                 "flow.yaml": b"---\na: [1, 2.5, 'x', \"y\\n\"]\nb: {c: ~, d: yes}\nlist:\n- one\n- two: 2\n  three: 3\nplain: a\n  continued\n"},
+        "hf_tokenizer": {"gpt2.json": tokenizer_json(False), "smollm.json": tokenizer_json(True)},
+        "tokenize": {"ascii.txt": b"\x00Hello world, it's 2024! I'm   here.\n\tdef f(x): return x**2",
+                     "special.txt": b"\x03<|im_start|>user\nhi<|im_end|><custom> <|endoftext|>",
+                     "utf8.txt": "\x01Caf\u00e9 \u4f60\u597d\u3002 \U0001F600 \u0661\u0662 na\u00efve".encode()
+                     + b" \xff\xc0\x80 bad"},
+        "detokenize": {"ids.bin": bytes([0]) + struct.pack("<8i", 0, 1, 255, 256, 2000, 2256, 2259, 2263),
+                       "small.bin": bytes([1 | 6]) + struct.pack("<4i", 2259, 2256, 300, 2263)},
+        "decode": {
+            "prefill.bin": decode_seed(1, 0, add(1) + add(2) + add(3, 1) + add(4) + DECODE + add(5) + add(6, 1) + DECODE),
+            "seqops.bin": decode_seed(0, 1, add(7) + add(8) + add(9, 1) + DECODE + [0x31, 1, 2, 0] + add(10, 2) +
+                                      DECODE + [0x30, 2, 1, 0] + add(11) + DECODE + [0x32, 1, 0, 0] + add(12, 1) + DECODE),
+            "token.bin": decode_seed(3, 0, add(1) + add(2) + add(3) + DECODE + [0x50, 2] + add(4) + DECODE),
+            "abort.bin": decode_seed(2, 2, add(1) + add(2) + [0x70, 2] + DECODE + [0x70, 0] + DECODE +
+                                     [0x40, 3, 2] + add(3) + DECODE),
+            "full.bin": decode_seed(4, 1, sum((add(i) for i in range(16)), []) + DECODE +
+                                    sum((add(i) for i in range(16)), []) + DECODE + add(1) + DECODE),
+        },
+    }
+    os.makedirs(os.path.join(FUZZ, "models"), exist_ok=True)
+    for name, blob in models.items():
+        with open(os.path.join(FUZZ, "models", name), "wb") as f:
+            f.write(blob)
+    for target, files in corpus.items():
+        d = os.path.join(FUZZ, "corpus", target)
+        os.makedirs(d, exist_ok=True)
+        for name, blob in files.items():
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(blob)
+    print("wrote %d models and %d seeds" % (len(models), sum(len(v) for v in corpus.values())))
+
+
+if __name__ == "__main__":
+    main()
