@@ -13,6 +13,7 @@ change and commit what changed):
                              smollm)
   tests/fuzz/corpus/<target>/  small valid inputs of each fuzz target
 Everything is small (a few KB per file) so that mutations reach the headers.
+*.gguf is in .gitignore: add new .gguf outputs with `git add -f`.
 """
 import io
 import json
