@@ -724,6 +724,20 @@ static void test_readers(void)
             pk_state_dict_free(&sd);
     }
     {
+        /* ZIP64 records (central-directory extra fields, ZIP64 end record) and
+         * a compressed entry, written by Python's zipfile */
+        checkpoint c;
+        int rc = ckpt_open(&c, "tests/data/convert/torch_zip64.bin", err, sizeof err);
+        uint16_t want[6] = {0x3f80, 0x3f81, 0x3f82, 0x3f83, 0x3f84, 0x3f85};
+        CHECK(rc == 0 && c.n == 1 && c.t[0].dtype == CV_BF16 && c.t[0].ndim == 2 && c.t[0].shape[0] == 2 &&
+                  c.t[0].shape[1] == 3 && c.t[0].nbytes == 12 && memcmp(c.t[0].data, want, 12) == 0,
+              "torch zip: a ZIP64 archive is read (%s)", rc ? err : "ok");
+        if (rc == 0) ckpt_free(&c);
+        rc = ckpt_open(&c, "tests/data/convert/torch_deflated.bin", err, sizeof err);
+        CHECK(rc != 0 && strstr(err, "compressed"), "torch zip: a compressed entry is refused clearly (%s)", err);
+        if (rc == 0) ckpt_free(&c);
+    }
+    {
         checkpoint c;
         static const uint8_t legacy[] = "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.";
         CHECK(ckpt_parse(&c, legacy, sizeof legacy - 1, err, sizeof err) != 0 && strstr(err, "legacy"),
