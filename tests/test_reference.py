@@ -1,0 +1,198 @@
+"""test_reference.py - converter + runtime against an independent reference.
+
+tests/mor_ref.py is a plain-Python forward written from the spec. First it is
+checked against the official fixtures (so it can be trusted); then it is the
+oracle for configurations no official fixture covers: synthetic checkpoints in
+the official key grammar are written here, converted with bin/mor-convert
+(MoR settings given as command-line flags) and run with bin/mor-run; logits
+must agree within 1e-4 and per-token depths exactly.
+"""
+import json
+import os
+import random
+import subprocess
+import tempfile
+
+import mor_ref
+import testlib as t
+from test_fixtures import npy, f32, maxdiff
+
+FIX = os.path.join(t.ROOT, "tests", "data", "fixtures")
+CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
+RUN = os.path.join(t.OUT, "bin", "mor-run")
+TOL = 1e-4
+
+
+def fixture_settings(mc):
+    sub = mc["expert"] if mc["mor_type"] == "expert" else mc["token"]
+    return dict(type=mc["mor_type"], sharing=mc["sharing"], num_recursion=mc["num_recursion"],
+                capacity=mc["capacity"], router_type=mc["router_type"], router_func=sub["router_func"],
+                alpha=sub["alpha"], temp=mc["temp"], gating=sub["gating"], kv_sharing=mc["kv_sharing"]["enable"])
+
+
+def check_oracle_on_fixtures():
+    for v in ("expert_mc3_fix_perturbed", "expert_mc3_perturbed", "token_mc3_perturbed",
+              "expert_mc3_kvshare_fix_perturbed", "expert_cycle2_alpha1_perturbed"):
+        d = os.path.join(FIX, v)
+        with open(os.path.join(d, "hf_safetensors", "config.json")) as f:
+            cfg = json.load(f)
+        with open(os.path.join(d, "mor_config.json")) as f:
+            mc = json.load(f)
+        with open(os.path.join(d, "reference.json")) as f:
+            ref = json.load(f)
+        m = mor_ref.Model(os.path.join(d, "hf_safetensors", "model.safetensors"), cfg, fixture_settings(mc))
+        logits, depth = m.forward(ref["input_ids"])
+        _, want = npy(os.path.join(d, "logits.npy"))
+        diff = maxdiff([x for r in logits for x in r], want)
+        t.check(diff <= TOL and depth == ref["forward"]["routing"]["depth"],
+                "oracle reproduces the official %s (logits %.2g, depths equal)" % (v, diff))
+
+
+# ------------------------------------------------------------ synthetic models
+
+D, H, HKV, HD, F, V = 32, 4, 2, 8, 64, 97
+
+
+def rand_mat(rng, r, c, scale):
+    return ([r, c], [rng.gauss(0, scale) for _ in range(r * c)])
+
+
+def decoder_layer(rng):
+    w = {}
+    for name, (r, c) in (("self_attn.q_proj", (H * HD, D)), ("self_attn.k_proj", (HKV * HD, D)),
+                         ("self_attn.v_proj", (HKV * HD, D)), ("self_attn.o_proj", (D, H * HD)),
+                         ("mlp.gate_proj", (F, D)), ("mlp.up_proj", (F, D)), ("mlp.down_proj", (D, F))):
+        w[name + ".weight"] = rand_mat(rng, r, c, 0.25)
+    for name in ("input_layernorm", "post_attention_layernorm"):
+        w[name + ".weight"] = ([D], [1.0 + rng.gauss(0, 0.1) for _ in range(D)])
+    return w
+
+
+def put(dst, prefix, layer):
+    for k, v in layer.items():
+        dst[prefix + k] = v
+
+
+def make_checkpoint(case, rng):
+    """Weights in the official key grammar for one synthetic case."""
+    typ, nr, K, P = case["type"], case.get("num_recursion", 1), case["K"], case.get("P", 0)
+    w = {"model.embed_tokens.weight": rand_mat(rng, V, D, 1.0),
+         "model.norm.weight": ([D], [1.0 + rng.gauss(0, 0.1) for _ in range(D)])}
+    shared = [decoder_layer(rng) for _ in range(K)]
+    if typ == "none":
+        L = case["L"]
+        for l, j in enumerate(case["map"]):   # unrolled layer -> shared slot (duplicated keys)
+            put(w, "model.layers.%d." % l, shared[j] if j >= 0 else decoder_layer(rng))
+    else:
+        if P:
+            put(w, "model.layers.0.", decoder_layer(rng))
+        if typ == "expert":
+            for r in range(nr):
+                for j in range(K):
+                    put(w, "model.layers.%d.block.%d." % (P + r, j), shared[j])
+                pfx = "model.layers.%d.mor_router.router." % (P + r)
+                if case.get("router_type") == "mlp":
+                    w[pfx + "0.weight"] = rand_mat(rng, 2 * D, D, 0.3)
+                    w[pfx + "2.weight"] = rand_mat(rng, 1, 2 * D, 0.3)
+                else:
+                    w[pfx + "weight"] = rand_mat(rng, 1, D, 0.5)
+            last = P + nr
+        else:
+            for r in range(nr):
+                for j in range(K):
+                    put(w, "model.layers.%d.block_list.%d.%d." % (P, r, j), shared[j])
+            w["model.layers.%d.mor_router.router.weight" % P] = rand_mat(rng, nr, D, case.get("router_scale", 0.5))
+            if case.get("bias"):   # small: it shifts, but does not decide, the choice
+                w["model.layers.%d.router_bias" % P] = ([nr], [rng.gauss(0, 0.02) for _ in range(nr)])
+            last = P + 1
+        if P:
+            put(w, "model.layers.%d." % last, decoder_layer(rng))
+    w["lm_head.weight"] = w["model.embed_tokens.weight"] if case.get("tied", True) else rand_mat(rng, V, D, 0.3)
+    return w
+
+
+CASES = [
+    dict(name="expert middle-cycle, MLP routers", type="expert", num_recursion=3, K=2, P=1, router_type="mlp",
+         router_func="sigmoid", alpha=0.1, flags=["--router-type", "mlp", "--router-func", "sigmoid", "--alpha", "0.1"]),
+    dict(name="expert cycle, tanh, additive, temp 2, bf16", type="expert", num_recursion=2, K=2, P=0,
+         router_func="tanh", alpha=0.5, temp=2.0, gating="additive", capacity=[1.0, 0.5], dtype="BF16",
+         flags=["--router-func", "tanh", "--alpha", "0.5", "--temp", "2", "--gating", "additive", "--capacity", "1.0,0.5"]),
+    dict(name="expert middle-cycle, raw-logit router (func none)", type="expert", num_recursion=2, K=1, P=1,
+         router_func="none", alpha=1.0, flags=["--router-func", "none", "--alpha", "1"]),
+    dict(name="token-choice, sigmoid, loss-free bias, KV sharing", type="token", num_recursion=3, K=2, P=1,
+         router_func="sigmoid", alpha=0.1, bias=True, kv_sharing=True, router_scale=2.0,
+         flags=["--router-func", "sigmoid", "--alpha", "0.1", "--bias-balancing", "--kv-sharing", "1"]),
+    dict(name="token-choice, softmax, fp16", type="token", num_recursion=2, K=2, P=1, router_func="softmax",
+         alpha=1.0, dtype="F16", flags=["--router-func", "softmax", "--alpha", "1"]),
+    dict(name="plain Llama, untied output, fp16", type="none", K=3, L=3, map=[0, 1, 2], tied=False, dtype="F16",
+         plain=True, flags=[]),
+    dict(name="recursive, sequence sharing, no router", type="none", num_recursion=2, K=2, L=4, map=[0, 0, 1, 1],
+         sharing="sequence", flags=["--sharing", "sequence"]),
+    dict(name="recursive, middle-cycle, no router", type="none", num_recursion=2, K=2, L=6, map=[-1, 0, 1, 0, 1, -1],
+         sharing="middle_cycle", flags=["--sharing", "middle_cycle"]),
+]
+
+
+def run_case(case, tmp, seed):
+    rng = random.Random(seed)
+    d = os.path.join(tmp, "case%d" % seed, "ckpt")
+    os.makedirs(d)
+    typ, nr, K, P = case["type"], case.get("num_recursion", 1), case["K"], case.get("P", 0)
+    L = case.get("L") or (2 * P + nr * K)
+    cfg = {"architectures": ["LlamaForCausalLM" if case.get("plain") else "MoRLlamaForCausalLM"],
+           "model_type": "llama", "hidden_size": D, "intermediate_size": F, "num_attention_heads": H,
+           "num_key_value_heads": HKV, "head_dim": HD, "num_hidden_layers": L, "vocab_size": V,
+           "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "tie_word_embeddings": case.get("tied", True), "hidden_act": "silu", "bos_token_id": 0, "eos_token_id": 0}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    w = make_checkpoint(case, rng)
+    dtype = case.get("dtype", "F32")
+    mor_ref.write_safetensors(os.path.join(d, "model.safetensors"), w, dtype)
+    flags = list(case["flags"])
+    if not case.get("plain"):
+        flags = ["--mor-type", typ, "--num-recursion", str(nr)] + \
+                (["--sharing", "middle_cycle" if P else "cycle"] if typ != "none" else []) + flags
+    out = os.path.join(tmp, "case%d.gguf" % seed)
+    p = subprocess.run([CONVERT, d, "-o", out] + flags, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not t.check(p.returncode == 0, "%s: converts (%s)" % (case["name"], p.stderr.strip()[:300])):
+        return
+    mor = dict(type=typ, sharing=case.get("sharing", "middle_cycle" if P else "cycle"), num_recursion=nr,
+               capacity=case.get("capacity", [(nr - r) / nr for r in range(nr)]), router_type=case.get("router_type", "linear"),
+               router_func=case.get("router_func", "sigmoid"), alpha=case.get("alpha", 0.1), temp=case.get("temp", 1.0),
+               gating=case.get("gating", "weighted"), kv_sharing=case.get("kv_sharing", False))
+    model = mor_ref.Model(os.path.join(d, "model.safetensors"), cfg, mor)
+    ids = [rng.randrange(V) for _ in range(12)]
+    want, depth = model.forward(ids)
+    L_, R = os.path.join(tmp, "L.f32"), os.path.join(tmp, "R.json")
+    mode = ["--routing", "topk"] if typ == "expert" else []
+    p = subprocess.run([RUN, "-q", "-m", out, "--ids", ",".join(map(str, ids)), "--dump-logits", L_,
+                        "--dump-routing", R] + mode, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not t.check(p.returncode == 0, "%s: runs (%s)" % (case["name"], p.stderr.strip()[:300])):
+        return
+    diff = maxdiff(f32(L_), [x for r in want for x in r])
+    t.check(diff <= TOL, "%s: logits match the reference (max abs diff %.2g)" % (case["name"], diff))
+    if typ != "none":
+        with open(R) as f:
+            got = json.load(f)["depth"]
+        t.check(got == depth and len(set(depth)) > 1,
+                "%s: depths %s equal the reference and vary" % (case["name"], got))
+    if case.get("bias"):   # the bias must matter: without it some token chooses differently
+        bias_key = "model.layers.%d.router_bias" % P
+        shape, vals = model.t[bias_key]
+        model.t[bias_key] = (shape, [0.0] * len(vals))
+        _, unbiased = model.forward(ids)
+        t.check(unbiased != depth, "%s: the bias changes %d of %d choices" %
+                (case["name"], sum(a != b for a, b in zip(unbiased, depth)), len(depth)))
+
+
+def main():
+    check_oracle_on_fixtures()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, case in enumerate(CASES):
+            run_case(case, tmp, 1000 + i)
+    t.finish()
+
+
+if __name__ == "__main__":
+    main()
