@@ -169,12 +169,14 @@ static int make_plan(plan *p, const mor_settings *s, const mor_layout *lo, const
         if (!(p->temp > 0) || !isfinite(p->temp) || fabs(p->alpha) > 3.0e38 || fabs(p->temp) > 3.0e38)
             return cv_fail(err, errcap, "bad router alpha or temp");
         p->gating = s->gating >= 0 ? s->gating : GATE_WEIGHTED;
-        if (s->n_capacity) {
-            if (s->n_capacity != p->n_rec)
-                return cv_fail(err, errcap, "%d capacities for %d recursions", s->n_capacity, p->n_rec);
+        if (s->n_capacity && s->n_capacity != p->n_rec && lo->kind == ROUTE_EXPERT)
+            return cv_fail(err, errcap, "%d capacities for %d recursions", s->n_capacity, p->n_rec);
+        if (s->n_capacity == p->n_rec) {
             memcpy(p->capacity, s->capacity, sizeof p->capacity);
         } else {
-            /* the official default (N_r - r) / N_r, as a Python float division */
+            /* the official default (N_r - r) / N_r, as a Python float division;
+             * also when a token-choice config lists a wrong number (token-choice
+             * does not use capacities, so that is not worth refusing) */
             for (int r = 0; r < p->n_rec; r++) p->capacity[r] = (double)(p->n_rec - r) / (double)p->n_rec;
         }
         for (int r = 1; lo->kind == ROUTE_EXPERT && r < p->n_rec; r++)
