@@ -159,7 +159,11 @@ typedef struct mor_model_params {
     uint32_t size;   /* sizeof(mor_model_params) as compiled by the caller */
     uint32_t flags;  /* MOR_MODEL_* bits; default 0                        */
     /* Optional: called during loading with progress in [0,1]; return
-     * non-zero to cancel (the load then fails with MOR_E_ABORTED). */
+     * non-zero to cancel (the load then fails with MOR_E_ABORTED, having
+     * freed everything). Called at every stage: 0 first, while the file is
+     * read (MOR_MODEL_NO_MMAP, every 1/16 of it), after parsing, for each
+     * of the nine weight roles, after the tokenizer, and 1 last; the values
+     * never decrease. */
     int32_t (*progress)(float progress, void *user_data);
     void     *progress_user_data;
 } mor_model_params;
@@ -244,6 +248,13 @@ typedef struct mor_context_params {
      * was before the call. */
     int32_t (*abort_callback)(void *user_data);
     void     *abort_user_data;
+    /* The maximum context: every position must be < max_pos, else mor_decode
+     * fails with MOR_E_POSITION (and changes nothing). 0 (default): the
+     * model's training context, mor_model_n_ctx_train(), past which RoPE
+     * positions were never trained; < 0: no limit (positions up to
+     * INT32_MAX - 1). Independent of n_ctx, the number of cells, which
+     * bounds how many tokens are cached at once (MOR_E_KV_FULL). */
+    int32_t   max_pos;
 } mor_context_params;
 
 MOR_API void mor_context_params_init(mor_context_params *p, size_t size);

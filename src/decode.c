@@ -169,6 +169,8 @@ static mor_status validate(mor_context *c, const mor_batch *b)
 {
     const mor_model *m = c->model;
     const int32_t ns = (int32_t)c->params.n_seq_max;
+    const int32_t max_pos = c->params.max_pos > 0 ? c->params.max_pos
+                          : c->params.max_pos < 0 ? INT32_MAX : m->n_ctx_train;
     if (b->n <= 0) return mor_err(MOR_E_INVALID_ARG, "mor_decode: empty batch");
     if (b->n > (int32_t)c->params.n_batch)
         return mor_err(MOR_E_INVALID_ARG, "mor_decode: %d tokens exceed n_batch %u", b->n, c->params.n_batch);
@@ -181,6 +183,9 @@ static mor_status validate(mor_context *c, const mor_batch *b)
             return mor_err(MOR_E_OUT_OF_RANGE, "mor_decode: sequence %d at row %d is out of range [0, %d)",
                            b->seq[i], i, ns);
         if (b->pos[i] < 0) return mor_err(MOR_E_POSITION, "mor_decode: negative position at row %d", i);
+        if (b->pos[i] >= max_pos)
+            return mor_err(MOR_E_POSITION, "mor_decode: position %d at row %d is past the maximum context %d "
+                           "(mor_context_params.max_pos)", b->pos[i], i, max_pos);
         c->seq_rows[b->seq[i]]++;
     }
     /* positions strictly increase within each sequence, after what is cached */

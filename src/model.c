@@ -228,7 +228,16 @@ static mor_status load_arch(const gguf_file *g, mor_model *m)
     return MOR_OK;
 }
 
-static mor_status load_weights(const gguf_file *g, mor_model *m)
+/* Report load progress f in [0,1] to the user's callback; a non-zero return
+ * cancels the load. Called at every stage, so a cancel takes effect soon. */
+static mor_status report(const mor_model_params *p, float f)
+{
+    if (p->progress && p->progress(f, p->progress_user_data))
+        return mor_err(MOR_E_ABORTED, "model load cancelled by the progress callback");
+    return MOR_OK;
+}
+
+static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model_params *p)
 {
     mor_status st;
     loader ld = { g, calloc(g->n_tensors ? g->n_tensors : 1, 1) };
@@ -256,6 +265,7 @@ static mor_status load_weights(const gguf_file *g, mor_model *m)
     };
     for (int role = 0; role < ROLE_COUNT; role++) {
         char key[64], name[96];
+        if ((st = report(p, 0.6f + 0.3f * (float)role / ROLE_COUNT))) goto done;
         int32_t *rm = map + (size_t)L * role;
         snprintf(key, sizeof key, "mor.layer_map.%s", mor_role_names[role]);
         st = gguf_get_arr_i32(g, key, rm, (uint64_t)L);
@@ -345,23 +355,22 @@ void mor_model_free(mor_model *m)
     free(m);
 }
 
+/* Progress: 0 at the start, up to 0.5 while a file is read (NO_MMAP), 0.55
+ * after parsing, 0.6 after the hyperparameters, 0.6-0.9 over the nine weight
+ * roles, 0.95 after the tokenizer, 1 at the end. */
 static mor_status load_image(const void *buf, size_t size, const mor_model_params *p, mor_model *m)
 {
     mor_status st;
-    if (p->progress && p->progress(0.0f, p->progress_user_data))
-        return mor_err(MOR_E_ABORTED, "model load cancelled by the progress callback");
-    if ((st = gguf_parse(buf, size, &m->gguf))) return st;
-    if ((st = load_hparams(m->gguf, m))) return st;
+    if ((st = gguf_parse(buf, size, &m->gguf)) || (st = report(p, 0.55f))) return st;
+    if ((st = load_hparams(m->gguf, m)) || (st = report(p, 0.6f))) return st;
     if (!(p->flags & MOR_MODEL_VOCAB_ONLY)) {
         if ((st = load_arch(m->gguf, m))) return st;
-        if ((st = load_weights(m->gguf, m))) return st;
+        if ((st = load_weights(m->gguf, m, p)) || (st = report(p, 0.9f))) return st;
     }
-    if ((st = mor_tokenizer_load(m->gguf, m->n_vocab, &m->tok))) return st;
+    if ((st = mor_tokenizer_load(m->gguf, m->n_vocab, &m->tok)) || (st = report(p, 0.95f))) return st;
     if ((p->flags & MOR_MODEL_VOCAB_ONLY) && !m->tok)
         return mor_err(MOR_E_FORMAT, "vocab-only load of a file without tokenizer");
-    if (p->progress && p->progress(1.0f, p->progress_user_data))
-        return mor_err(MOR_E_ABORTED, "model load cancelled by the progress callback");
-    return MOR_OK;
+    return report(p, 1.0f);
 }
 
 mor_status mor_model_load_memory(const void *data, size_t size, const mor_model_params *params, mor_model **out)
@@ -371,7 +380,7 @@ mor_status mor_model_load_memory(const void *data, size_t size, const mor_model_
     if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_memory: out is NULL");
     *out = NULL;
     if (!data) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_memory: data is NULL");
-    if ((st = model_params_read(params, &p))) return st;
+    if ((st = model_params_read(params, &p)) || (st = report(&p, 0.0f))) return st;
     mor_model *m = calloc(1, sizeof *m);
     if (!m) return mor_err(MOR_E_NOMEM, "out of memory");
     if ((st = load_image(data, size, &p, m))) { mor_model_free(m); return st; }
@@ -386,7 +395,7 @@ mor_status mor_model_load_file(const char *path, const mor_model_params *params,
     if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_file: out is NULL");
     *out = NULL;
     if (!path) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_file: path is NULL");
-    if ((st = model_params_read(params, &p))) return st;
+    if ((st = model_params_read(params, &p)) || (st = report(&p, 0.0f))) return st;
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return mor_err(MOR_E_IO, "cannot open '%s': %s", path, strerror(errno));
@@ -407,12 +416,14 @@ mor_status mor_model_load_file(const char *path, const mor_model_params *params,
     if (!m->map) {   /* NO_MMAP, or mmap unavailable: read the file */
         m->map = malloc(size);
         if (!m->map) { close(fd); free(m); return mor_err(MOR_E_NOMEM, "cannot allocate %zu bytes for '%s'", size, path); }
-        size_t got = 0;
+        /* in chunks of 1/16 of the file (at least 1 MiB), reporting each */
+        size_t got = 0, chunk = size / 16 > (1u << 20) ? size / 16 : (1u << 20);
         while (got < size) {
-            ssize_t n = read(fd, (char *)m->map + got, size - got);
+            ssize_t n = read(fd, (char *)m->map + got, size - got < chunk ? size - got : chunk);
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) { close(fd); mor_model_free(m); return mor_err(MOR_E_IO, "read error on '%s'", path); }
             got += (size_t)n;
+            if ((st = report(&p, 0.5f * (float)got / (float)size))) { close(fd); mor_model_free(m); return st; }
         }
     }
     close(fd);
