@@ -135,11 +135,10 @@ static void layer_prefix(const mor_layout *lo, int first_moe, int l, char *buf, 
     }
 }
 
-static int set_router(lo_router *rt, const keyinfo *k)
+static void set_router(lo_router *rt, const keyinfo *k)
 {
     const ckpt_tensor **slot = k->role == P_W ? &rt->w : k->role == P_FC1 ? &rt->fc1 : &rt->fc2;
     *slot = k->t;
-    return 0;
 }
 
 /* A router must be either linear or a complete MLP; returns its arch or -1. */
