@@ -9,7 +9,7 @@
  * Input: 4 header bytes, then operations.
  *   [0] model (tests/fuzz/models, in the order of model_names)
  *   [1] bits 0-1 kv mode (default, recursion-wise, shared), bit 2 capture
- *       hidden states
+ *       hidden states, bit 3 no maximum context (max_pos -1)
  *   [2] n_ctx = 2 + [2] % 40        [3] n_batch = 1 + [3] % 16,
  *                                       n_seq_max = 1 + ([3] >> 4) % 4
  *   ops (high nibble % 8):
@@ -108,6 +108,7 @@ static int fuzz_run(const uint8_t *data, size_t size)
     MOR_CONTEXT_PARAMS_INIT(&cp);
     cp.kv_mode = kv_modes[data[1] & 3];
     cp.flags = data[1] & 4 ? MOR_CTX_CAPTURE_HIDDEN : 0;
+    cp.max_pos = data[1] & 8 ? -1 : 0;
     cp.n_ctx = 2 + data[2] % 40;
     cp.n_batch = 1 + data[3] % 16;
     cp.n_seq_max = 1 + (data[3] >> 4) % 4;
@@ -141,7 +142,8 @@ static int fuzz_run(const uint8_t *data, size_t size)
             i++;
             int32_t s = op & 3, pm = (op >> 2) & 3;
             mor_token t = a0 >= 0xF8 ? V - 4 + (a0 - 0xF8) : (a0 == 0xF7 ? -1 : a0 % V);
-            mor_pos p = pm == 0 ? next[s] : pm == 1 ? next[s] - 1 : pm == 2 ? next[s] + 3 : next[s] + 1000;
+            mor_pos p = pm == 0 ? next[s] : pm == 1 ? next[s] - 1 : pm == 2 ? next[s] + 3
+                      : next[s] + (a0 & 2 ? 1000 : INT32_MAX / 2);   /* past n_ctx_train: needs max_pos -1 */
             if (mor_batch_add(b, t, p, s, a0 & 1) == MOR_OK && pm != 1) next[s] = p + 1;
             if (trace) fprintf(stderr, "add token %d pos %d seq %d\n", t, p, s);
             break;

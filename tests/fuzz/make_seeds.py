@@ -438,6 +438,7 @@ def main():
             "token.bin": decode_seed(3, 0, add(1) + add(2) + add(3) + DECODE + [0x50, 2] + add(4) + DECODE),
             "abort.bin": decode_seed(2, 2, add(1) + add(2) + [0x70, 2] + DECODE + [0x70, 0] + DECODE +
                                      [0x40, 3, 2] + add(3) + DECODE),
+            "farpos.bin": decode_seed(1, 8, add(1) + add(2, 0, 3) + add(3, 1, 3) + DECODE + add(4) + DECODE),
             "full.bin": decode_seed(4, 1, sum((add(i) for i in range(16)), []) + DECODE +
                                     sum((add(i) for i in range(16)), []) + DECODE + add(1) + DECODE),
         },

@@ -4,7 +4,7 @@
  * For every target: every seed of tests/fuzz/corpus/<target>/ must be
  * accepted; every input of tests/fuzz/regress/<target>/ (each a crash or a
  * broken invariant the fuzzer once found, since fixed) must run through;
- * and MUTATIONS deterministic mutants of each seed (bit flips, byte writes,
+ * and MUTATIONS (200) deterministic mutants of each seed (bit flips, byte writes,
  * cuts, duplicated spans; a fixed PRNG) must run through, so that even
  * without clang's libFuzzer every build re-checks a little of the fuzzing.
  * A broken invariant aborts (FUZZ_ASSERT): the program then ends without its
@@ -25,7 +25,7 @@ TARGETS(DECLARE)
 static const struct { const char *name; int (*run)(const uint8_t *, size_t); } targets[] = { TARGETS(ENTRY) };
 #define N_TARGETS (sizeof targets / sizeof targets[0])
 
-enum { MUTATIONS = 60 };
+enum { MUTATIONS = 200 };
 
 static uint8_t *read_all(const char *path, size_t *n)
 {
