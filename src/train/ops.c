@@ -100,19 +100,37 @@ void tr_rope_apply(const tr_rope *r, real *v, int n, int n_heads, int head_dim, 
     }
 }
 
-void tr_swiglu_fwd(real *act, const real *g, const real *u, size_t n)
+typedef struct { real *a, *b; const real *x, *y, *z; size_t n; int bwd; } swiglu_job;
+
+#define SWIGLU_CHUNK 16384
+
+static void swiglu_task(void *ctx, int task, int thread)
 {
-    for (size_t i = 0; i < n; i++) act[i] = g[i] / ((real)1 + TR_EXP(-g[i])) * u[i];
+    const swiglu_job *j = ctx;
+    size_t i0 = (size_t)task * SWIGLU_CHUNK, i1 = i0 + SWIGLU_CHUNK < j->n ? i0 + SWIGLU_CHUNK : j->n;
+    (void)thread;
+    if (!j->bwd) {   /* a = act; x = g, y = u */
+        for (size_t i = i0; i < i1; i++) j->a[i] = j->x[i] / ((real)1 + TR_EXP(-j->x[i])) * j->y[i];
+        return;
+    }
+    /* a = dg, b = du; x = dact, y = g, z = u.  silu'(g) = s (1 + g (1 - s)) */
+    for (size_t i = i0; i < i1; i++) {
+        real g = j->y[i], s = (real)1 / ((real)1 + TR_EXP(-g));
+        j->b[i] = j->x[i] * g * s;
+        j->a[i] = j->x[i] * j->z[i] * s * ((real)1 + g * ((real)1 - s));
+    }
 }
 
-/* silu'(g) = s (1 + g (1 - s)), s = sigmoid(g) */
+void tr_swiglu_fwd(real *act, const real *g, const real *u, size_t n)
+{
+    swiglu_job j = { act, NULL, g, u, NULL, n, 0 };
+    tr_parallel((int)((n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK), swiglu_task, &j);
+}
+
 void tr_swiglu_bwd(real *dg, real *du, const real *dact, const real *g, const real *u, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        real s = (real)1 / ((real)1 + TR_EXP(-g[i]));
-        du[i] = dact[i] * g[i] * s;
-        dg[i] = dact[i] * u[i] * s * ((real)1 + g[i] * ((real)1 - s));
-    }
+    swiglu_job j = { dg, du, dact, g, u, n, 1 };
+    tr_parallel((int)((n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK), swiglu_task, &j);
 }
 
 /* Per head: S = scale Q K^T (n x n, products on the calling thread), causal
@@ -165,26 +183,43 @@ void tr_attn_bwd(real *dq, real *dk, real *dv, const real *dout, const real *pro
     }
 }
 
+typedef struct { real *dl; const real *l; const int32_t *tg; int n, V, count; double scale, *loss; } xent_job;
+
+static void xent_task(void *ctx, int task, int thread)
+{
+    const xent_job *j = ctx;
+    (void)thread;
+    int per = (j->n + 63) / 64, i0 = task * per, i1 = i0 + per < j->n ? i0 + per : j->n;
+    for (int i = i0; i < i1; i++) {
+        const real *l = j->l + (size_t)i * j->V;
+        real *dl = j->dl ? j->dl + (size_t)i * j->V : NULL;
+        j->loss[i] = 0;
+        if (j->tg[i] < 0) { if (dl) memset(dl, 0, sizeof(real) * (size_t)j->V); continue; }
+        real mx = -INFINITY;
+        for (int c = 0; c < j->V; c++) if (l[c] > mx) mx = l[c];
+        double sum = 0;
+        if (dl) for (int c = 0; c < j->V; c++) { dl[c] = TR_EXP(l[c] - mx); sum += dl[c]; }
+        else    for (int c = 0; c < j->V; c++) sum += TR_EXP(l[c] - mx);
+        j->loss[i] = mx + log(sum) - l[j->tg[i]];
+        if (dl) {
+            real f = (real)(j->scale / j->count), inv = (real)(1.0 / sum) * f;
+            for (int c = 0; c < j->V; c++) dl[c] *= inv;
+            dl[j->tg[i]] -= f;
+        }
+    }
+}
+
+/* Rows in parallel; the per-row losses are summed in row order afterwards. */
 double tr_xent(real *dlogits, const real *logits, const int32_t *targets, int n, int V, double scale)
 {
     int count = 0;
     for (int i = 0; i < n; i++) count += targets[i] >= 0;
-    double loss = 0;
-    for (int i = 0; i < n; i++) {
-        const real *l = logits + (size_t)i * V;
-        real *dl = dlogits ? dlogits + (size_t)i * V : NULL;
-        if (targets[i] < 0) { if (dl) memset(dl, 0, sizeof(real) * (size_t)V); continue; }
-        real mx = -INFINITY;
-        for (int c = 0; c < V; c++) if (l[c] > mx) mx = l[c];
-        double sum = 0;
-        for (int c = 0; c < V; c++) sum += exp((double)(l[c] - mx));
-        double lse = mx + log(sum);
-        loss += lse - l[targets[i]];
-        if (dl) {
-            double f = scale / count;
-            for (int c = 0; c < V; c++) dl[c] = (real)(exp((double)l[c] - lse) * f);
-            dl[targets[i]] -= (real)f;
-        }
-    }
-    return count ? loss / count : 0;
+    double *loss = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)), total = 0;
+    if (!loss) abort();   /* tools only */
+    xent_job j = { dlogits, logits, targets, n, V, count, scale, loss };
+    int per = (n + 63) / 64;   /* 64 tasks at most */
+    tr_parallel(per ? (n + per - 1) / per : 0, xent_task, &j);
+    for (int i = 0; i < n; i++) total += loss[i];
+    free(loss);
+    return count ? total / count : 0;
 }
