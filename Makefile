@@ -308,8 +308,8 @@ MODEL_DIR    := $(OUT)/build/model
 MODEL_RESUME ?=
 MODEL_ARGS   := --d 256 --ff 640 --heads 4 --kv-heads 2 --recursions 3 --block 2 --sharing middle_cycle \
                 --router expert --capacity 1,0.6666666666666666,0.3333333333333333 --aux-coef 0.01 \
-                --steps 700 --batch 16 --seq 256 --lr 3e-3 --warmup 60 --schedule cosine --seed 1 \
-                --threads 2 --eval-every 100 --eval-tokens 65536 --save-every 50
+                --steps 560 --batch 16 --seq 256 --lr 3e-3 --warmup 50 --schedule cosine --seed 1 \
+                --threads 2 --eval-every 140 --eval-tokens 32768 --save-every 40
 .PHONY: model data
 data: $(DATA_DIR)/brown-train.txt
 $(DATA_DIR)/brown-train.txt $(DATA_DIR)/brown-val.txt:

@@ -39,7 +39,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: mor-train --data TRAIN.txt --vocab VOCAB.gguf -o MODEL.gguf [options]\n"
-        "data:   --val VAL.txt (held-out text)  --eval-every N (250)  --eval-tokens N (65536)\n"
+        "data:   --val VAL.txt (held-out text)  --eval-every N (250)  --eval-tokens N (65536; the final\n"
+        "        evaluation reads all of VAL)\n"
         "shape:  --d N (256)  --ff N (768)  --heads N (4)  --kv-heads N (=heads)  --head-dim N (d/heads)\n"
         "        --ctx N (context written to the file; default --seq)\n"
         "        --layers L               vanilla Llama of L layers (no sharing)\n"
@@ -418,7 +419,8 @@ int main(int argc, char **argv)
             fflush(stderr);
         }
         if (val && n_val > o.T + 1 && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last)) {
-            evaluate(&m, s, val, n_val, o.B, o.T, o.eval_tokens, &ev);
+            /* the last evaluation reads the whole held-out text */
+            evaluate(&m, s, val, n_val, o.B, o.T, last ? INT64_MAX : o.eval_tokens, &ev);
             char h[128];
             hist_str(h, sizeof h, ev.hist, c->n_rec);
             fprintf(stderr, "\n  eval step %lld: held-out loss %.4f (ppl %.1f) over %lld tokens", (long long)step + 1,
