@@ -341,3 +341,60 @@ uninstall:
 
 clean:
 	rm -rf build bin lib/libmor.* lib/pkgconfig
+
+# ---- Bindings, ABI and packaging (issue 7) ---------------------------------
+#   make check-abi        src/libmor.sym (the recorded ABI) still holds for
+#                         include/mor.h and the built libmor.so
+#   make update-abi       append new API entries to src/libmor.sym (never
+#                         rewrites one; see docs/ABI.md)
+#   make api-doc          regenerate docs/API.md from include/mor.h
+#   make rust-bindings    regenerate bindings/rust/mor-sys/src/bindings.rs
+#                         (Debian: bindgen)
+#   make rust-test        cargo test --offline of bindings/rust
+#   make python-test      the Python bindings' tests (bindings/python)
+#   make cross-test ARCH=aarch64|armv7
+#                         cross-compile the library and the C tests (Debian:
+#                         gcc-aarch64-linux-gnu / gcc-arm-linux-gnueabihf) into
+#                         build/cross/ARCH and run them under qemu-user
+# make test runs tests/test_abi.sh, tests/test_rust.sh and
+# tests/test_python_bindings.py.
+.PHONY: check-abi update-abi api-doc rust-bindings rust-test python-test cross-test
+check-abi: $(SHARED)
+	python3 docs/tools/mor_api.py check-abi --sym src/libmor.sym --header include/mor.h --lib $(SHARED)
+
+update-abi:
+	python3 docs/tools/mor_api.py update-abi --sym src/libmor.sym --header include/mor.h
+
+api-doc:
+	python3 docs/tools/mor_api.py markdown include/mor.h > docs/API.md.tmp
+	mv -f docs/API.md.tmp docs/API.md
+
+rust-bindings:
+	sh bindings/rust/gen-bindings.sh bindings/rust/mor-sys/src/bindings.rs
+
+rust-test: lib fixtures
+	@OUT="$(OUT)" CC="$(CC)" TEST_FILTER=test_rust sh tests/run.sh
+
+python-test: lib fixtures
+	@OUT="$(OUT)" CC="$(CC)" TEST_FILTER=test_python sh tests/run.sh
+
+# Cross builds: another OUT, the cross compiler's own binutils, no OpenMP.
+# The fixtures are the host's (GGUF is little-endian on every target).
+ARCH ?= aarch64
+CROSS_aarch64 := aarch64-linux-gnu
+CROSS_armv7   := arm-linux-gnueabihf
+CROSS_QEMU_aarch64 := qemu-aarch64
+CROSS_QEMU_armv7   := qemu-arm
+# 32-bit ARM: 64-bit file offsets and inode numbers (without them stat and
+# readdir fail with EOVERFLOW on today's file systems), and NEON compiled in
+# (Debian's armhf default is VFPv3-D16 without NEON; qemu-arm emulates it).
+CROSS_CFLAGS_armv7 := -D_FILE_OFFSET_BITS=64 -mfpu=neon-vfpv4
+CROSS_PREFIX := $(CROSS_$(ARCH))
+CROSS_OUT    := build/cross/$(ARCH)
+cross-test: fixtures
+	@test -n "$(CROSS_PREFIX)" || { echo "cross-test: ARCH=$(ARCH)? (aarch64 or armv7)"; exit 2; }
+	$(MAKE) OUT=$(CROSS_OUT) CC=$(CROSS_PREFIX)-gcc OBJCOPY=$(CROSS_PREFIX)-objcopy OMP=0 \
+	    CFLAGS="$(CROSS_CFLAGS_$(ARCH)) $(CFLAGS)" lib tests
+	@mkdir -p $(CROSS_OUT)/build/fixtures
+	cp $(FIXTURE_GGUF) $(CROSS_OUT)/build/fixtures/
+	@OUT=$(CROSS_OUT) QEMU="$(CROSS_QEMU_$(ARCH)) -L /usr/$(CROSS_PREFIX)" sh tests/cross-test.sh
