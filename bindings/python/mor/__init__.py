@@ -1,0 +1,673 @@
+"""mor - Python bindings of libmor (Mixture-of-Recursions language models on CPUs).
+
+Pure ctypes and the standard library. The library is found through
+$MOR_LIB_PATH (the file or its directory), then next to this package, then the
+system's loader path; importing refuses a library of another ABI version or
+whose params structs differ in size from the mirror here.
+
+    import mor
+    with mor.Model("model.gguf") as model:
+        for tok in model.generate("The capital of France is", max_tokens=16):
+            print(tok.text, tok.depth)
+
+Every failing call raises a MorError subclass carrying the status and the
+library's message (mor_last_error()). Every handle has close() and works as a
+context manager; a handle that is never closed is freed when it is collected.
+A Model may be shared by threads; a Context (with its kv cache and router), a
+Batch and a Sampler are used by one thread at a time.
+"""
+import array
+import codecs
+import collections
+import ctypes
+import threading
+import weakref
+
+from . import _capi
+from ._capi import ABI_VERSION, LibraryError
+
+_lib = _capi.lib
+
+__all__ = [
+    "Model", "Context", "Batch", "Sampler", "Router", "KVCache", "Token", "RouterStats",
+    "MorError", "LibraryError", "version", "build_info", "set_log", "max_recursions", "ABI_VERSION",
+]
+
+# ---------------------------------------------------------------------------
+# constants of mor.h
+# ---------------------------------------------------------------------------
+OK = 0
+LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
+MODEL_NO_MMAP, MODEL_VOCAB_ONLY, MODEL_FOLD_LORA = 1, 2, 4
+ROUTER_TYPE_NONE, ROUTER_TYPE_EXPERT, ROUTER_TYPE_TOKEN = 0, 1, 2
+CTX_CAPTURE_HIDDEN = 1
+KV_MODEL_DEFAULT, KV_RECURSION_WISE, KV_SHARED = 0, 1, 2
+ROUTE_DEFAULT, ROUTE_TOPK, ROUTE_THRESHOLD, ROUTE_FORCED, ROUTE_TOKEN = 0, 1, 2, 3, 4
+TOKENIZE_ADD_BOS, TOKENIZE_PARSE_SPECIAL = 1, 2
+KV_UNIQUE_LAYERS, KV_ALL = -1, -2
+
+
+# ---------------------------------------------------------------------------
+# errors
+# ---------------------------------------------------------------------------
+class MorError(Exception):
+    """A libmor call failed: .status (the negative mor_status), .name
+    ("MOR_E_..."), .message (mor_last_error() of the failing call)."""
+
+    def __init__(self, status, message):
+        self.status = status
+        self.name = _lib.mor_status_str(status).decode()
+        self.message = message
+        Exception.__init__(self, "%s: %s" % (self.name, message) if message else self.name)
+
+
+class InvalidArgError(MorError, ValueError): pass          # noqa: E701
+class NoMemError(MorError, MemoryError): pass              # noqa: E701
+class IOFailedError(MorError, OSError): pass               # noqa: E701
+class FormatError(MorError): pass                          # noqa: E701
+class UnsupportedError(MorError): pass                     # noqa: E701
+class KVFullError(MorError): pass                          # noqa: E701
+class AbortedError(MorError): pass                         # noqa: E701
+class ABIError(MorError): pass                             # noqa: E701
+class OutOfRangeError(MorError, IndexError): pass          # noqa: E701
+class PositionError(MorError, ValueError): pass            # noqa: E701
+class BufferTooSmallError(MorError): pass                  # noqa: E701
+class InternalError(MorError): pass                        # noqa: E701
+
+
+ERRORS = {-1: InvalidArgError, -2: NoMemError, -3: IOFailedError, -4: FormatError, -5: UnsupportedError,
+          -6: KVFullError, -7: AbortedError, -8: ABIError, -9: OutOfRangeError, -10: PositionError,
+          -11: BufferTooSmallError, -12: InternalError}
+
+
+def _error(status):
+    msg = (_lib.mor_last_error() or b"").decode("utf-8", "replace")
+    return ERRORS.get(status, MorError)(status, msg)   # an unknown status is a plain MorError
+
+
+def _check(status):
+    if status < 0:
+        raise _error(status)
+    return status
+
+
+class ClosedError(ValueError):
+    """A handle was used after close()."""
+
+
+# ---------------------------------------------------------------------------
+# library-wide functions
+# ---------------------------------------------------------------------------
+def version():
+    """The linked library's "MAJOR.MINOR.PATCH"."""
+    return _lib.mor_version_string().decode()
+
+
+def version_number():
+    return _lib.mor_version_number()
+
+
+def build_info():
+    return _lib.mor_build_info().decode()
+
+
+def status_str(status):
+    return _lib.mor_status_str(status).decode()
+
+
+def last_error():
+    return (_lib.mor_last_error() or b"").decode("utf-8", "replace")
+
+
+def max_recursions():
+    return _lib.mor_max_recursions()
+
+
+_log_lock = threading.Lock()
+_log_keep = [None]   # the ctypes callback must outlive its registration
+
+
+def set_log(fn, max_level=LOG_INFO):
+    """Send libmor's log messages of level <= max_level to fn(level, message);
+    fn=None silences the library (the default). An exception raised by fn is
+    swallowed: the log must never break a call into the library."""
+    with _log_lock:
+        if fn is None:
+            _lib.mor_log_set(_capi.LOG_FN(), None, 0)
+            _log_keep[0] = None
+            return
+
+        def trampoline(level, msg, _user):
+            try:
+                fn(level, msg.decode("utf-8", "replace"))
+            except Exception:   # noqa: BLE001 - a log sink must not unwind into C
+                pass
+        cb = _capi.LOG_FN(trampoline)
+        _lib.mor_log_set(cb, None, max_level)
+        _log_keep[0] = cb
+
+
+# ---------------------------------------------------------------------------
+# ownership: one C pointer, freed once; a parent frees its live children first
+# ---------------------------------------------------------------------------
+class _Owned(object):
+    __slots__ = ("ptr", "free", "children", "keep", "__weakref__")
+
+    def __init__(self, ptr, free, parent=None, keep=None):
+        self.ptr = ptr
+        self.free = free
+        self.children = weakref.WeakSet()
+        self.keep = keep          # objects C borrows from (a model's buffer, callbacks)
+        if parent is not None:
+            parent.children.add(self)
+
+    def release(self):
+        for c in list(self.children):
+            c.release()
+        p, self.ptr = self.ptr, None
+        if p:
+            self.free(p)
+        self.keep = None
+
+
+class _Handle(object):
+    """close(), with, and a finalizer for a handle that owns a C pointer."""
+    _kind = "handle"
+
+    def _own(self, ptr, free, parent=None, keep=None):
+        self._h = _Owned(ptr, free, parent, keep)
+        self._fin = weakref.finalize(self, self._h.release)
+
+    @property
+    def _p(self):
+        h = getattr(self, "_h", None)
+        if h is None or not h.ptr:
+            raise ClosedError("this %s is closed" % self._kind)
+        return h.ptr
+
+    @property
+    def closed(self):
+        h = getattr(self, "_h", None)
+        return h is None or not h.ptr
+
+    def close(self):
+        """Free the C object now (and, for a model, its contexts). Idempotent."""
+        h = getattr(self, "_h", None)
+        if h is not None:
+            h.release()
+
+    def __enter__(self):
+        self._p   # raises if closed
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+# ---------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------
+class Model(_Handle):
+    """An immutable model loaded from a GGUF file (path) or from bytes (data).
+    Thread-safe. Closing it closes every Context made from it first."""
+    _kind = "model"
+
+    def __init__(self, path=None, data=None, no_mmap=False, vocab_only=False, progress=None):
+        if (path is None) == (data is None):
+            raise TypeError("Model() takes a path or data=, not both")
+        mp = _capi.ModelParams()
+        _lib.mor_model_params_init(ctypes.byref(mp), ctypes.sizeof(mp))
+        mp.flags |= (MODEL_NO_MMAP if no_mmap else 0) | (MODEL_VOCAB_ONLY if vocab_only else 0)
+        raised = []
+        if progress is not None:
+            def cb(frac, _user):
+                try:
+                    return 1 if progress(frac) is False else 0
+                except BaseException as e:   # noqa: BLE001 - re-raised after the load
+                    raised.append(e)
+                    return 1
+            mp.progress = _capi.PROGRESS_FN(cb)
+        out = ctypes.c_void_p()
+        keep = None
+        if path is not None:
+            st = _lib.mor_model_load_file(_fsencode(path), ctypes.byref(mp), ctypes.byref(out))
+        else:
+            # the library borrows the buffer until mor_model_free: keep a private copy alive
+            keep = ctypes.create_string_buffer(bytes(data), len(data))
+            st = _lib.mor_model_load_memory(keep, len(data), ctypes.byref(mp), ctypes.byref(out))
+        if raised:
+            raise raised[0]
+        _check(st)
+        self._own(out.value, _lib.mor_model_free, keep=keep)
+
+    @classmethod
+    def from_bytes(cls, data, **kw):
+        return cls(data=data, **kw)
+
+    def _get(f):             # noqa: N805 - a property factory
+        return property(lambda self: f(self._p), doc=f.__name__ + "()")
+
+    n_vocab = _get(_lib.mor_model_n_vocab)
+    n_embd = _get(_lib.mor_model_n_embd)
+    n_layer = _get(_lib.mor_model_n_layer)
+    n_recursion = _get(_lib.mor_model_n_recursion)
+    n_head = _get(_lib.mor_model_n_head)
+    n_head_kv = _get(_lib.mor_model_n_head_kv)
+    head_dim = _get(_lib.mor_model_head_dim)
+    n_ctx_train = _get(_lib.mor_model_n_ctx_train)
+    router_type = _get(_lib.mor_model_router_type)
+    n_boundaries = _get(_lib.mor_model_n_boundaries)
+    size_bytes = _get(_lib.mor_model_size_bytes)
+    token_bos = _get(_lib.mor_model_token_bos)
+    token_eos = _get(_lib.mor_model_token_eos)
+    del _get
+
+    def meta(self, key, default=KeyError):
+        """A metadata value as text; KeyError (or default) if the key is absent."""
+        n = ctypes.c_size_t()
+        cap = 256
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            st = _lib.mor_model_meta_str(self._p, key.encode(), buf, cap, ctypes.byref(n))
+            if st == -9:   # MOR_E_OUT_OF_RANGE: no such key
+                if default is KeyError:
+                    raise KeyError(key)
+                return default
+            if st == -11 and n.value + 1 > cap:
+                cap = n.value + 1
+                continue
+            _check(st)
+            return buf.raw[:n.value].decode("utf-8", "replace")
+
+    def tokenize(self, text, add_bos=False, parse_special=False):
+        """Token ids of text (str, or bytes taken as they are)."""
+        b = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        flags = (TOKENIZE_ADD_BOS if add_bos else 0) | (TOKENIZE_PARSE_SPECIAL if parse_special else 0)
+        n = ctypes.c_int32()
+        cap = len(b) + 2
+        while True:
+            out = (ctypes.c_int32 * cap)()
+            st = _lib.mor_tokenize(self._p, b, len(b), flags, out, cap, ctypes.byref(n))
+            if st == -11 and n.value > cap:
+                cap = n.value
+                continue
+            _check(st)
+            return list(out[:n.value])
+
+    def detokenize(self, tokens):
+        """The bytes of the tokens, concatenated (bytes: a token may end inside
+        a UTF-8 character; decode the whole, or use generate())."""
+        toks = list(tokens)
+        arr = (ctypes.c_int32 * max(1, len(toks)))(*toks)
+        n = ctypes.c_size_t()
+        cap = 16 * len(toks) + 16
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            st = _lib.mor_detokenize(self._p, arr, len(toks), buf, cap, ctypes.byref(n))
+            if st == -11 and n.value > cap:
+                cap = n.value
+                continue
+            _check(st)
+            return buf.raw[:n.value]
+
+    def context(self, **params):
+        """A new Context on this model (see Context for the parameters)."""
+        return Context(self, **params)
+
+    def generate(self, prompt, max_tokens=64, n_ctx=None, n_threads=None, routing=None, forced_depth=0,
+                 **sampling):
+        """Stream Token(id, text, depth) for a prompt (str or token ids) in a
+        fresh context that is closed at the end. See Context.generate."""
+        ids = self.tokenize(prompt, add_bos=True, parse_special=True) if isinstance(prompt, str) else list(prompt)
+        need = len(ids) + max_tokens
+        ctx = Context(self, n_ctx=n_ctx or (need if need > min(self.n_ctx_train, 4096) else None),
+                      n_batch=max(1, min(len(ids), 512)), n_threads=n_threads)
+        try:
+            if routing is not None:
+                ctx.router.set_mode(routing, forced_depth)
+            for tok in ctx.generate(ids, max_tokens=max_tokens, **sampling):
+                yield tok
+        finally:
+            ctx.close()
+
+
+def _fsencode(path):
+    import os
+    return os.fsencode(path)
+
+
+# ---------------------------------------------------------------------------
+# Batch, Sampler
+# ---------------------------------------------------------------------------
+class Batch(_Handle):
+    """Up to `capacity` tokens, each with its position and sequence."""
+    _kind = "batch"
+
+    def __init__(self, capacity):
+        out = ctypes.c_void_p()
+        _check(_lib.mor_batch_create(capacity, ctypes.byref(out)))
+        self._own(out.value, _lib.mor_batch_free)
+        self.capacity = capacity
+
+    def add(self, token, pos, seq=0, logits=False):
+        _check(_lib.mor_batch_add(self._p, token, pos, seq, 1 if logits else 0))
+
+    def clear(self):
+        _lib.mor_batch_clear(self._p)
+
+    def __len__(self):
+        return _lib.mor_batch_size(self._p)
+
+
+class Sampler(_Handle):
+    """A seeded sampler: repetition penalty, then greedy (temperature <= 0) or
+    temperature, top-k, top-p, min-p and a draw. None keeps libmor's default."""
+    _kind = "sampler"
+
+    def __init__(self, seed=None, temperature=None, top_k=None, top_p=None, min_p=None,
+                 repeat_penalty=None, repeat_last_n=None):
+        sp = _capi.SamplerParams()
+        _lib.mor_sampler_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
+        for k, v in (("seed", seed), ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
+                     ("min_p", min_p), ("repeat_penalty", repeat_penalty), ("repeat_last_n", repeat_last_n)):
+            if v is not None:
+                setattr(sp, k, v)
+        out = ctypes.c_void_p()
+        _check(_lib.mor_sampler_create(ctypes.byref(sp), ctypes.byref(out)))
+        self._own(out.value, _lib.mor_sampler_free)
+        self.params = sp
+
+    @classmethod
+    def greedy(cls):
+        return cls(temperature=0.0)
+
+    def sample(self, logits):
+        """A token from logits: a sequence of floats, or (context, row) to
+        sample the row of the last decode without copying it."""
+        if isinstance(logits, tuple):
+            ctx, row = logits
+            ptr = _lib.mor_get_logits(ctx._p, row)
+            if not ptr:
+                raise InvalidArgError(-1, "row %d of the last decode has no logits" % row)
+            n = ctx.model.n_vocab
+        else:
+            a = array.array("f", logits)
+            n = len(a)
+            ptr = (ctypes.c_float * n).from_buffer(a)
+        t = ctypes.c_int32()
+        _check(_lib.mor_sampler_sample(self._p, ptr, n, ctypes.byref(t)))
+        return t.value
+
+    def accept(self, token):
+        _lib.mor_sampler_accept(self._p, token)
+
+    def reset(self):
+        _lib.mor_sampler_reset(self._p)
+
+
+# ---------------------------------------------------------------------------
+# Context, with its Router and KVCache
+# ---------------------------------------------------------------------------
+Token = collections.namedtuple("Token", "id text depth")
+Token.__doc__ = """One generated token: id, its text (str; "" while a UTF-8
+character is incomplete; None if the model has no tokenizer) and its depth
+(the number of recursions it ran)."""
+
+RouterStats = collections.namedtuple("RouterStats", "n_tokens mean_depth n_at_depth")
+
+
+class Context(_Handle):
+    """Scratch, outputs, a KV cache and a router on a model; one thread at a
+    time. Parameters left None keep libmor's defaults (mor_context_params):
+    n_ctx (KV cells), n_batch (tokens per decode), n_seq_max, kv_mode
+    (KV_*), n_threads, max_pos (positions must stay below it; 0: the
+    model's training context, < 0: no limit); capture_hidden keeps hidden
+    states for hidden(); abort() returning true stops a decode."""
+    _kind = "context"
+
+    def __init__(self, model, n_ctx=None, n_batch=None, n_seq_max=None, kv_mode=None, n_threads=None,
+                 max_pos=None, capture_hidden=False, abort=None):
+        cp = _capi.ContextParams()
+        _lib.mor_context_params_init(ctypes.byref(cp), ctypes.sizeof(cp))
+        for k, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_seq_max", n_seq_max), ("kv_mode", kv_mode),
+                     ("n_threads", n_threads), ("max_pos", max_pos)):
+            if v is not None:
+                setattr(cp, k, v)
+        if capture_hidden:
+            cp.flags |= CTX_CAPTURE_HIDDEN
+        cb = None
+        if abort is not None:
+            # an exception in the callback stops the decode (MOR_E_ABORTED)
+            def trampoline(_user):
+                try:
+                    return 1 if abort() else 0
+                except Exception:   # noqa: BLE001
+                    return 1
+            cb = cp.abort_callback = _capi.ABORT_FN(trampoline)
+        out = ctypes.c_void_p()
+        _check(_lib.mor_context_create(model._p, ctypes.byref(cp), ctypes.byref(out)))
+        self._own(out.value, _lib.mor_context_free, parent=model._h, keep=cb)
+        self.model = model          # keeps the model alive as long as the context
+        self.n_batch = cp.n_batch
+        self.n_ctx = cp.n_ctx
+        self._router = Router(self)
+        self._kv = KVCache(self)
+
+    @property
+    def router(self):
+        return self._router
+
+    @property
+    def kv(self):
+        return self._kv
+
+    def decode(self, batch):
+        """Run the model over a Batch, appending to the KV cache."""
+        _check(_lib.mor_decode(self._p, batch._p))
+
+    def logits(self, row):
+        """A copy (array of float32) of row's logits from the last decode."""
+        ptr = _lib.mor_get_logits(self._p, row)
+        if not ptr:
+            raise OutOfRangeError(-9, "row %d of the last decode has no logits" % row)
+        n = self.model.n_vocab
+        return array.array("f", ctypes.string_at(ptr, 4 * n))
+
+    def hidden(self, boundary, row):
+        """A copy of row's hidden state at a capture point (capture_hidden=True)."""
+        ptr = _lib.mor_get_hidden(self._p, boundary, row)
+        if not ptr:
+            raise OutOfRangeError(-9, "no hidden state for boundary %d row %d" % (boundary, row))
+        return array.array("f", ctypes.string_at(ptr, 4 * self.model.n_embd))
+
+    def decode_tokens(self, tokens, pos=0, seq=0, batch=None):
+        """Decode tokens at positions pos, pos+1, ... of seq in chunks of
+        n_batch; only the last row asks for logits (row index returned)."""
+        tokens = list(tokens)
+        if not tokens:
+            raise InvalidArgError(-1, "decode_tokens: no tokens")
+        own = batch is None
+        b = batch or Batch(self.n_batch)
+        try:
+            last = 0
+            for i in range(0, len(tokens), self.n_batch):
+                chunk = tokens[i:i + self.n_batch]
+                b.clear()
+                for j, t in enumerate(chunk):
+                    b.add(t, pos + i + j, seq, i + j == len(tokens) - 1)
+                self.decode(b)
+                last = len(chunk) - 1
+            return last
+        finally:
+            if own:
+                b.close()
+
+    def generate(self, prompt, max_tokens=64, sampler=None, seq=0, stop_at_eos=True, **sampling):
+        """Stream Token(id, text, depth): decode the prompt (token ids) after
+        what seq already holds in the cache, then sample and decode one token
+        at a time. sampler: a Sampler (default greedy, or one built from the
+        keyword arguments: seed, temperature, top_k, ...)."""
+        m = self.model
+        ids = m.tokenize(prompt, add_bos=True, parse_special=True) if isinstance(prompt, str) else list(prompt)
+        own = sampler is None
+        s = sampler or Sampler(**(sampling or {"temperature": 0.0}))
+        b = Batch(max(1, self.n_batch))
+        text = _TextStream(m)
+        try:
+            for t in ids:
+                s.accept(t)
+            pos = self.kv.seq_pos_max(seq) + 1
+            row = self.decode_tokens(ids, pos, seq, b)
+            pos += len(ids)
+            eos = m.token_eos
+            for _ in range(max_tokens):
+                t = s.sample((self, row))
+                b.clear()
+                b.add(t, pos, seq, True)
+                self.decode(b)
+                pos += 1
+                row = 0
+                depth = self.router.depths()[0]
+                yield Token(t, text.push(t), depth)
+                if stop_at_eos and eos >= 0 and t == eos:
+                    break
+        finally:
+            b.close()
+            if own:
+                s.close()
+
+
+class _TextStream(object):
+    """Token bytes to text, holding back an incomplete UTF-8 character."""
+
+    def __init__(self, model):
+        self.model = model
+        self.dec = codecs.getincrementaldecoder("utf-8")("replace")
+        self.ok = True
+
+    def push(self, token):
+        if not self.ok:
+            return None
+        try:
+            return self.dec.decode(self.model.detokenize([token]))
+        except UnsupportedError:   # a model without a tokenizer
+            self.ok = False
+            return None
+
+
+class _Borrowed(object):
+    """A handle owned by a Context (its router or cache): valid while the
+    context is open. close() only detaches this Python object."""
+
+    def __init__(self, ctx):
+        self._ctx = weakref.ref(ctx)
+
+    @property
+    def _p(self):
+        ctx = self._ctx() if self._ctx is not None else None
+        if ctx is None or ctx.closed:
+            raise ClosedError("the context of this %s is closed" % self._kind)
+        return self._get(ctx._p)
+
+    def close(self):
+        self._ctx = None
+
+    def __enter__(self):
+        self._p
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class Router(_Borrowed):
+    """How deep each token goes (mor_router): mode, thresholds, depth cap, and
+    what the last decode decided."""
+    _kind = "router"
+    _get = staticmethod(_lib.mor_context_router)
+
+    def set_mode(self, mode, forced_depth=0):
+        _check(_lib.mor_router_set_mode(self._p, mode, forced_depth))
+
+    @property
+    def mode(self):
+        return _lib.mor_router_get_mode(self._p)
+
+    def set_threshold(self, recursion, threshold):
+        _check(_lib.mor_router_set_threshold(self._p, recursion, threshold))
+
+    def threshold(self, recursion):
+        return _lib.mor_router_get_threshold(self._p, recursion)
+
+    def set_max_depth(self, max_depth):
+        _check(_lib.mor_router_set_max_depth(self._p, max_depth))
+
+    def depths(self):
+        """The number of recursions each row of the last decode ran."""
+        p = self._p
+        n = _check(_lib.mor_router_get_depths(p, None, 0))
+        out = (ctypes.c_int32 * max(1, n))()
+        _check(_lib.mor_router_get_depths(p, out, n))
+        return list(out[:n])
+
+    def _per_recursion(self, fn, row):
+        p = self._p
+        n = self._ctx().model.n_recursion
+        out = (ctypes.c_float * max(1, n))()
+        got = _check(fn(p, row, out, n))
+        return list(out[:min(got, n)])
+
+    def scores(self, row):
+        """Row's router output per recursion (NaN where it was no candidate)."""
+        return self._per_recursion(_lib.mor_router_get_scores, row)
+
+    def logits(self, row):
+        """Row's raw router logits per recursion."""
+        return self._per_recursion(_lib.mor_router_get_logits, row)
+
+    def stats(self):
+        st = _capi.RouterStats()
+        st.size = ctypes.sizeof(st)
+        _check(_lib.mor_router_get_stats(self._p, ctypes.byref(st)))
+        return RouterStats(st.n_tokens, st.mean_depth, list(st.n_at_depth))
+
+    def reset_stats(self):
+        _lib.mor_router_reset_stats(self._p)
+
+
+class KVCache(_Borrowed):
+    """The context's KV cache (mor_kv_cache): llama.cpp-style sequence
+    operations on [p0, p1) (negative: open end), and byte accounting."""
+    _kind = "kv cache"
+    _get = staticmethod(_lib.mor_context_kv)
+
+    def clear(self):
+        _lib.mor_kv_clear(self._p)
+
+    def seq_rm(self, seq, p0=-1, p1=-1):
+        _check(_lib.mor_kv_seq_rm(self._p, seq, p0, p1))
+
+    def seq_cp(self, src, dst, p0=-1, p1=-1):
+        _check(_lib.mor_kv_seq_cp(self._p, src, dst, p0, p1))
+
+    def seq_keep(self, seq):
+        _check(_lib.mor_kv_seq_keep(self._p, seq))
+
+    def seq_pos_max(self, seq):
+        return _lib.mor_kv_seq_pos_max(self._p, seq)
+
+    def bytes(self, recursion=KV_ALL):
+        """(allocated, used) bytes of K/V storage of a recursion, or of
+        KV_UNIQUE_LAYERS, or KV_ALL."""
+        a, u = ctypes.c_uint64(), ctypes.c_uint64()
+        _check(_lib.mor_kv_bytes(self._p, recursion, ctypes.byref(a), ctypes.byref(u)))
+        return a.value, u.value
+
+    def n_cells_used(self, recursion=KV_ALL):
+        return _check(_lib.mor_kv_n_cells_used(self._p, recursion))
+
+    @property
+    def mode(self):
+        return _lib.mor_kv_mode(self._p)

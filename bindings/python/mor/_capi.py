@@ -1,0 +1,227 @@
+"""mor._capi - the raw C API of libmor through ctypes: loading, prototypes, structs.
+
+Everything here mirrors include/mor.h by hand. Three guards keep the mirror
+honest: on load, the library's version must be the one these bindings were
+written for and every params struct must have the size the library reports
+(mor_sizeof_*()); tests/test_python_bindings.py checks that every MOR_API
+function of mor.h has a prototype here whose types match the header.
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+import sys
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, c_int32, c_int64,
+                    c_size_t, c_uint32, c_uint64, c_void_p)
+
+# The ABI these bindings mirror: while libmor is at 0.x a minor release may
+# break the ABI (SONAME libmor.so.0.MINOR), so major and minor must match.
+ABI_VERSION = (0, 1)
+SONAME = "libmor.so.%d.%d" % ABI_VERSION
+
+mor_status = c_int32
+mor_token = c_int32
+mor_pos = c_int32
+mor_seq_id = c_int32
+handle = c_void_p          # every opaque handle: mor_model *, mor_context *, ...
+handle_out = POINTER(c_void_p)
+
+LOG_FN = CFUNCTYPE(None, c_int32, c_char_p, c_void_p)
+PROGRESS_FN = CFUNCTYPE(c_int32, c_float, c_void_p)
+ABORT_FN = CFUNCTYPE(c_int32, c_void_p)
+
+
+class ModelParams(Structure):
+    _fields_ = [("size", c_uint32), ("flags", c_uint32),
+                ("progress", PROGRESS_FN), ("progress_user_data", c_void_p)]
+
+
+class ContextParams(Structure):
+    _fields_ = [("size", c_uint32), ("flags", c_uint32), ("n_ctx", c_uint32), ("n_batch", c_uint32),
+                ("n_seq_max", c_uint32), ("kv_mode", c_int32), ("n_threads", c_int32),
+                ("abort_callback", ABORT_FN), ("abort_user_data", c_void_p), ("max_pos", c_int32)]
+
+
+class SamplerParams(Structure):
+    _fields_ = [("size", c_uint32), ("seed", c_uint64), ("temperature", c_float), ("top_k", c_int32),
+                ("top_p", c_float), ("min_p", c_float), ("repeat_penalty", c_float),
+                ("repeat_last_n", c_int32)]
+
+
+class RouterStats(Structure):
+    _fields_ = [("size", c_uint32), ("n_tokens", c_uint64), ("mean_depth", c_double),
+                ("n_at_depth", c_uint64 * 17)]
+
+
+# struct -> the function that reports its size in the library
+STRUCTS = {
+    "mor_model_params": (ModelParams, "mor_sizeof_model_params"),
+    "mor_context_params": (ContextParams, "mor_sizeof_context_params"),
+    "mor_sampler_params": (SamplerParams, "mor_sizeof_sampler_params"),
+    "mor_router_stats": (RouterStats, "mor_sizeof_router_stats"),
+}
+
+P_i32 = POINTER(c_int32)
+P_f32 = POINTER(c_float)
+P_size = POINTER(c_size_t)
+P_u64 = POINTER(c_uint64)
+
+# name: (restype, argtypes), in the order of mor.h
+PROTOTYPES = {
+    "mor_version_number": (c_uint32, []),
+    "mor_version_string": (c_char_p, []),
+    "mor_build_info": (c_char_p, []),
+    "mor_status_str": (c_char_p, [mor_status]),
+    "mor_last_error": (c_char_p, []),
+    "mor_log_set": (None, [LOG_FN, c_void_p, c_int32]),
+    "mor_model_params_init": (None, [POINTER(ModelParams), c_size_t]),
+    "mor_model_load_file": (mor_status, [c_char_p, POINTER(ModelParams), handle_out]),
+    "mor_model_load_memory": (mor_status, [c_void_p, c_size_t, POINTER(ModelParams), handle_out]),
+    "mor_model_free": (None, [handle]),
+    "mor_model_n_vocab": (c_int32, [handle]),
+    "mor_model_n_embd": (c_int32, [handle]),
+    "mor_model_n_layer": (c_int32, [handle]),
+    "mor_model_n_recursion": (c_int32, [handle]),
+    "mor_model_n_head": (c_int32, [handle]),
+    "mor_model_n_head_kv": (c_int32, [handle]),
+    "mor_model_head_dim": (c_int32, [handle]),
+    "mor_model_n_ctx_train": (c_int32, [handle]),
+    "mor_model_router_type": (c_int32, [handle]),
+    "mor_model_n_boundaries": (c_int32, [handle]),
+    "mor_model_size_bytes": (c_uint64, [handle]),
+    "mor_model_token_bos": (mor_token, [handle]),
+    "mor_model_token_eos": (mor_token, [handle]),
+    "mor_model_meta_str": (mor_status, [handle, c_char_p, c_void_p, c_size_t, P_size]),
+    "mor_context_params_init": (None, [POINTER(ContextParams), c_size_t]),
+    "mor_context_create": (mor_status, [handle, POINTER(ContextParams), handle_out]),
+    "mor_context_free": (None, [handle]),
+    "mor_context_model": (handle, [handle]),
+    "mor_batch_create": (mor_status, [c_int32, handle_out]),
+    "mor_batch_free": (None, [handle]),
+    "mor_batch_clear": (None, [handle]),
+    "mor_batch_size": (c_int32, [handle]),
+    "mor_batch_add": (mor_status, [handle, mor_token, mor_pos, mor_seq_id, c_int32]),
+    "mor_decode": (mor_status, [handle, handle]),
+    "mor_get_logits": (P_f32, [handle, c_int32]),
+    "mor_get_hidden": (P_f32, [handle, c_int32, c_int32]),
+    "mor_context_router": (handle, [handle]),
+    "mor_router_set_mode": (mor_status, [handle, c_int32, c_int32]),
+    "mor_router_get_mode": (c_int32, [handle]),
+    "mor_router_set_threshold": (mor_status, [handle, c_int32, c_float]),
+    "mor_router_get_threshold": (c_float, [handle, c_int32]),
+    "mor_router_set_max_depth": (mor_status, [handle, c_int32]),
+    "mor_router_get_depths": (c_int32, [handle, P_i32, c_int32]),
+    "mor_router_get_scores": (c_int32, [handle, c_int32, P_f32, c_int32]),
+    "mor_router_get_logits": (c_int32, [handle, c_int32, P_f32, c_int32]),
+    "mor_router_get_stats": (mor_status, [handle, POINTER(RouterStats)]),
+    "mor_router_reset_stats": (None, [handle]),
+    "mor_context_kv": (handle, [handle]),
+    "mor_kv_clear": (None, [handle]),
+    "mor_kv_seq_rm": (mor_status, [handle, mor_seq_id, mor_pos, mor_pos]),
+    "mor_kv_seq_cp": (mor_status, [handle, mor_seq_id, mor_seq_id, mor_pos, mor_pos]),
+    "mor_kv_seq_keep": (mor_status, [handle, mor_seq_id]),
+    "mor_kv_seq_pos_max": (mor_pos, [handle, mor_seq_id]),
+    "mor_kv_bytes": (mor_status, [handle, c_int32, P_u64, P_u64]),
+    "mor_kv_n_cells_used": (c_int64, [handle, c_int32]),
+    "mor_kv_mode": (c_int32, [handle]),
+    "mor_sampler_params_init": (None, [POINTER(SamplerParams), c_size_t]),
+    "mor_sampler_create": (mor_status, [POINTER(SamplerParams), handle_out]),
+    "mor_sampler_free": (None, [handle]),
+    "mor_sampler_sample": (mor_status, [handle, P_f32, c_int32, POINTER(mor_token)]),
+    "mor_sampler_accept": (None, [handle, mor_token]),
+    "mor_sampler_reset": (None, [handle]),
+    "mor_tokenize": (mor_status, [handle, c_char_p, c_size_t, c_uint32, POINTER(mor_token), c_int32, P_i32]),
+    "mor_detokenize": (mor_status, [handle, POINTER(mor_token), c_int32, c_void_p, c_size_t, P_size]),
+    "mor_sizeof_model_params": (c_size_t, []),
+    "mor_sizeof_context_params": (c_size_t, []),
+    "mor_sizeof_sampler_params": (c_size_t, []),
+    "mor_sizeof_router_stats": (c_size_t, []),
+    "mor_max_recursions": (c_int32, []),
+}
+
+
+# Bound, but with no method of their own in the package: why.
+RAW_ONLY = {
+    "mor_context_model": "Context.model is the Python Model the context was made from",
+    "mor_sizeof_model_params": "the import-time struct check",
+    "mor_sizeof_context_params": "the import-time struct check",
+    "mor_sizeof_sampler_params": "the import-time struct check",
+    "mor_sizeof_router_stats": "the import-time struct check",
+}
+
+
+class LibraryError(ImportError):
+    """libmor could not be found, or is not the library these bindings mirror."""
+
+
+def _candidates():
+    """Where to look, in order: $MOR_LIB_PATH (a file or a directory), next to
+    the package, then the system's loader path."""
+    names = [SONAME, "libmor.so", "libmor.dylib", "libmor.%d.%d.dylib" % ABI_VERSION, "mor.dll", "libmor.dll"]
+    env = os.environ.get("MOR_LIB_PATH")
+    if env:
+        if os.path.isdir(env):
+            found = [os.path.join(env, n) for n in names if os.path.exists(os.path.join(env, n))]
+            if not found:
+                raise LibraryError("MOR_LIB_PATH=%s is a directory without %s" % (env, " or ".join(names[:2])))
+            return found[:1]
+        if not os.path.exists(env):
+            raise LibraryError("MOR_LIB_PATH=%s does not exist" % env)
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    for d in (here, os.path.dirname(here)):
+        out += [os.path.join(d, n) for n in names if os.path.exists(os.path.join(d, n))]
+        out += sorted(glob.glob(os.path.join(d, "libmor.so.*")))
+    out.append(SONAME)     # the dynamic loader's own search (LD_LIBRARY_PATH, ld.so.cache)
+    sys_name = ctypes.util.find_library("mor")
+    if sys_name:
+        out.append(sys_name)
+    return out
+
+
+def _declare(lib):
+    missing = []
+    for name, (res, args) in PROTOTYPES.items():
+        try:
+            f = getattr(lib, name)
+        except AttributeError:
+            missing.append(name)
+            continue
+        f.restype = res
+        f.argtypes = args
+    if missing:
+        raise LibraryError("%s does not export %s" % (lib._name, ", ".join(missing)))
+
+
+def _verify(lib):
+    """Refuse a library whose version or struct sizes differ from the mirror."""
+    v = lib.mor_version_number()
+    got = (v // 10000, v // 100 % 100)
+    if got != ABI_VERSION:
+        raise LibraryError("%s is libmor %s; these bindings are for libmor %d.%d.x (ABI mismatch)"
+                           % (lib._name, lib.mor_version_string().decode(), ABI_VERSION[0], ABI_VERSION[1]))
+    for cname, (struct, fn) in STRUCTS.items():
+        want = getattr(lib, fn)()
+        if ctypes.sizeof(struct) != want:
+            raise LibraryError("struct skew: %s is %d bytes in %s but %d bytes in the Python mirror "
+                               "(bindings/python/mor/_capi.py must be updated with mor.h)"
+                               % (cname, want, lib._name, ctypes.sizeof(struct)))
+
+
+def load():
+    errors = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append("%s: %s" % (path, e))
+            continue
+        _declare(lib)
+        _verify(lib)
+        return lib
+    raise LibraryError("libmor not found (set MOR_LIB_PATH to the library or its directory): "
+                       + "; ".join(errors))
+
+
+lib = load()

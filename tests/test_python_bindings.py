@@ -1,0 +1,502 @@
+"""test_python_bindings.py - the Python package bindings/python/mor (ctypes).
+
+A stdlib unittest suite, each test one check of tests/testlib.py:
+  - every MOR_API function of include/mor.h has a prototype in mor._capi whose
+    ctypes types match the header's, and the package uses it; every mirrored
+    struct has the header's fields in order and the library's size;
+  - the import refuses a library of another version, a struct of another size,
+    and a MOR_LIB_PATH that does not exist, with a clear message;
+  - every converted fp32 fixture ($OUT/build/fixtures/*.st.gguf) reproduces the
+    official code's greedy tokens (reference.json generation.greedy_cached),
+    from a file and from bytes;
+  - statuses become exceptions with the library's message; close(), `with`
+    and the finalizers free every handle, children before their model;
+  - tokenize / detokenize / streamed text on a vocab-only model written here.
+The library is $OUT/lib/libmor.so.VERSION, given through MOR_LIB_PATH.
+Under SANITIZE=1 the interpreter is re-run with the ASan runtime preloaded.
+"""
+import ctypes
+import re
+import gc
+import json
+import os
+import struct
+import subprocess
+import sys
+import unittest
+
+import testlib as t
+
+sys.path.insert(0, os.path.join(t.ROOT, "bindings", "python"))
+sys.path.insert(0, os.path.join(t.ROOT, "docs", "tools"))
+import mor_api  # noqa: E402
+
+HEADER_TEXT = mor_api.read(os.path.join(t.ROOT, "include", "mor.h"))
+MAJOR, MINOR = (int(x) for x in re.search(
+    r"MOR_VERSION_MAJOR (\d+)\n#define MOR_VERSION_MINOR (\d+)", HEADER_TEXT).groups())
+PATCH = int(re.search(r"MOR_VERSION_PATCH (\d+)", HEADER_TEXT).group(1))
+LIB = os.path.join(t.OUT, "lib", "libmor.so.%d.%d.%d" % (MAJOR, MINOR, PATCH))
+FIXTURES = os.path.join(t.OUT, "build", "fixtures")
+FIXDATA = os.path.join(t.ROOT, "tests", "data", "fixtures")
+
+
+def reexec_under_asan():
+    """A sanitized libmor.so needs the ASan runtime loaded first."""
+    if os.environ.get("SANITIZE") != "1" or os.environ.get("MOR_PY_ASAN"):
+        return
+    cc = os.environ.get("CC", "cc")
+    rt = []
+    for name in ("libasan.so", "libubsan.so"):
+        p = subprocess.run([cc, "-print-file-name=" + name], stdout=subprocess.PIPE, universal_newlines=True)
+        path = p.stdout.strip()
+        if p.returncode == 0 and os.path.isabs(path):
+            rt.append(path)
+    env = dict(os.environ, MOR_PY_ASAN="1", LD_PRELOAD=" ".join(rt),
+               # the interpreter itself is not built for leak checking
+               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0")
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+reexec_under_asan()
+os.environ["MOR_LIB_PATH"] = LIB
+import mor  # noqa: E402
+from mor import _capi  # noqa: E402
+
+
+# ---------------------------------------------------------------------------
+# header type -> the ctypes type a prototype must use
+# ---------------------------------------------------------------------------
+SCALARS = {"int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32, "int64_t": ctypes.c_int64,
+           "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t, "float": ctypes.c_float,
+           "double": ctypes.c_double, "mor_status": ctypes.c_int32, "mor_token": ctypes.c_int32,
+           "mor_pos": ctypes.c_int32, "mor_seq_id": ctypes.c_int32, "void": None,
+           "mor_log_fn": _capi.LOG_FN}
+HANDLES = {"mor_model", "mor_context", "mor_kv_cache", "mor_router", "mor_batch", "mor_sampler"}
+STRUCT_TYPES = {name: s for name, (s, _) in _capi.STRUCTS.items()}
+
+
+def expected_ctypes(ctype, is_return):
+    """The ctypes types acceptable for a C type of mor.h."""
+    c = ctype.replace("const ", "").strip()
+    if c in SCALARS:
+        return [SCALARS[c]]
+    if c == "char *":
+        # a string in, or a buffer the library writes into
+        return [ctypes.c_char_p] if is_return else [ctypes.c_char_p, ctypes.c_void_p]
+    if c == "void *":
+        return [ctypes.c_void_p]
+    m = re.match(r"^(\w+) (\*+)$", c)
+    if m:
+        base, stars = m.group(1), len(m.group(2))
+        if base in HANDLES:
+            return [ctypes.c_void_p] if stars == 1 else [ctypes.POINTER(ctypes.c_void_p)]
+        if stars == 1 and base in STRUCT_TYPES:
+            return [ctypes.POINTER(STRUCT_TYPES[base])]
+        if stars == 1 and base in SCALARS and SCALARS[base] is not None:
+            return [ctypes.POINTER(SCALARS[base])]
+    return ["no mapping for %r" % ctype]
+
+
+def field_ctype(decl):
+    """`uint32_t size` -> (name, ctypes type) for a struct field of mor.h."""
+    fp = re.match(r"^(\w+) \(\*(\w+)\)\((.*)\)$", decl)
+    if fp:
+        return fp.group(2), ("fnptr", SCALARS[fp.group(1)])
+    arr = re.match(r"^(\w+) (\w+)\[(\d+)\]$", decl)
+    if arr:
+        return arr.group(2), SCALARS[arr.group(1)] * int(arr.group(3))
+    m = re.match(r"^(.*?) ?\b(\w+)$", decl)
+    ty = m.group(1).replace("const ", "").strip()
+    return m.group(2), (ctypes.c_void_p if ty == "void *" else SCALARS[ty])
+
+
+class Bound(unittest.TestCase):
+    def test_every_api_function_has_a_matching_prototype(self):
+        funcs = mor_api.functions(HEADER_TEXT)
+        self.assertGreater(len(funcs), 60)
+        bad = []
+        for name, ret, params, _ in funcs:
+            if name not in _capi.PROTOTYPES:
+                bad.append("%s: no prototype" % name)
+                continue
+            res, args = _capi.PROTOTYPES[name]
+            if res not in expected_ctypes(ret, True):
+                bad.append("%s: returns %s, header %s" % (name, res, ret))
+            ptypes = [mor_api.param_type(p) for p in params if p != "void"]
+            if len(args) != len(ptypes):
+                bad.append("%s: %d arguments, header %d" % (name, len(args), len(ptypes)))
+                continue
+            for i, (a, p) in enumerate(zip(args, ptypes)):
+                if a not in expected_ctypes(p, False):
+                    bad.append("%s: argument %d is %s, header %s" % (name, i, a, p))
+        self.assertEqual(bad, [])
+
+    def test_no_prototype_outside_the_header(self):
+        names = {f[0] for f in mor_api.functions(HEADER_TEXT)}
+        self.assertEqual(sorted(set(_capi.PROTOTYPES) - names), [])
+
+    def test_every_function_is_used_by_the_package(self):
+        with open(os.path.join(t.ROOT, "bindings", "python", "mor", "__init__.py")) as f:
+            src = f.read()
+        unused = [n for n in _capi.PROTOTYPES
+                  if not re.search(r"\b%s\b" % n, src) and n not in _capi.RAW_ONLY]
+        self.assertEqual(unused, [], "functions bound but not reachable from the package")
+
+    def test_struct_mirrors_match_the_header(self):
+        structs = mor_api.structs(HEADER_TEXT)
+        self.assertEqual(sorted(structs), sorted(_capi.STRUCTS))
+        for name, fields in structs.items():
+            mirror = _capi.STRUCTS[name][0]._fields_
+            want = [field_ctype(f) for f in fields]
+            got = []
+            for fname, fty in mirror:
+                if hasattr(fty, "_restype_"):       # a CFUNCTYPE
+                    fty = ("fnptr", fty._restype_)
+                got.append((fname, fty))
+            self.assertEqual(len(got), len(want), name)
+            for (gn, gt), (wn, wt) in zip(got, want):
+                self.assertEqual(gn, wn, name)
+                if isinstance(wt, tuple) or isinstance(gt, tuple):
+                    self.assertEqual(gt, wt, "%s.%s" % (name, gn))
+                else:
+                    self.assertEqual((ctypes.sizeof(gt), getattr(gt, "_type_", None)),
+                                     (ctypes.sizeof(wt), getattr(wt, "_type_", None)), "%s.%s" % (name, gn))
+            lib_size = getattr(_capi.lib, _capi.STRUCTS[name][1])()
+            self.assertEqual(ctypes.sizeof(_capi.STRUCTS[name][0]), lib_size, name)
+
+    def test_abi_version_is_the_headers(self):
+        self.assertEqual(mor.ABI_VERSION, (MAJOR, MINOR))
+        self.assertEqual(mor.version(), "%d.%d.%d" % (MAJOR, MINOR, PATCH))
+
+    def test_constants_match_the_header(self):
+        consts = mor_api.constants(HEADER_TEXT)
+        bad = []
+        for cname, val in consts.items():
+            py = cname[4:]   # MOR_ROUTE_TOPK -> ROUTE_TOPK
+            if cname.startswith("MOR_E_"):
+                cls = mor.ERRORS.get(val)
+                if cls is None or _capi.lib.mor_status_str(val).decode() != cname:
+                    bad.append(cname)
+            elif getattr(mor, py, None) != val:
+                bad.append("%s (mor.%s = %r, header %d)" % (cname, py, getattr(mor, py, None), val))
+        self.assertEqual(bad, [])
+
+
+class FakeLib(object):
+    """Stands in for a libmor of another build, for the import-time guard."""
+    _name = "fake-libmor.so"
+
+    def __init__(self, version, sizes):
+        self.v, self.sizes = version, sizes
+
+    def mor_version_number(self):
+        return self.v
+
+    def mor_version_string(self):
+        return b"%d.%d.%d" % (self.v // 10000, self.v // 100 % 100, self.v % 100)
+
+    def __getattr__(self, name):
+        if name.startswith("mor_sizeof_"):
+            return lambda: self.sizes[name]
+        raise AttributeError(name)
+
+
+class Guard(unittest.TestCase):
+    def sizes(self):
+        return {fn: ctypes.sizeof(s) for s, fn in _capi.STRUCTS.values()}
+
+    def test_the_real_library_passes(self):
+        _capi._verify(_capi.lib)
+
+    def test_another_minor_version_is_refused(self):
+        with self.assertRaisesRegex(mor.LibraryError, "ABI mismatch"):
+            _capi._verify(FakeLib(MAJOR * 10000 + (MINOR + 1) * 100, self.sizes()))
+
+    def test_a_patch_release_is_accepted(self):
+        _capi._verify(FakeLib(MAJOR * 10000 + MINOR * 100 + PATCH + 1, self.sizes()))
+
+    def test_struct_skew_is_refused(self):
+        for fn in self.sizes():
+            s = self.sizes()
+            s[fn] += 8
+            with self.assertRaisesRegex(mor.LibraryError, "struct skew: mor_\\w+ is %d bytes" % s[fn]):
+                _capi._verify(FakeLib(MAJOR * 10000 + MINOR * 100, s))
+
+    def test_missing_library_path_is_a_clear_import_error(self):
+        env = dict(os.environ, MOR_LIB_PATH="/nonexistent/libmor.so", LD_PRELOAD="")
+        p = subprocess.run([sys.executable, "-c", "import mor"], cwd=os.path.join(t.ROOT, "bindings", "python"),
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("LibraryError: MOR_LIB_PATH=/nonexistent/libmor.so does not exist", p.stderr)
+
+    def test_library_found_through_a_directory(self):
+        env = dict(os.environ, MOR_LIB_PATH=os.path.dirname(LIB))
+        p = subprocess.run([sys.executable, "-c", "import mor; print(mor.version(), mor._capi.lib._name)"],
+                           cwd=os.path.join(t.ROOT, "bindings", "python"), env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(p.stdout.startswith("%d.%d.%d " % (MAJOR, MINOR, PATCH)), p.stdout)
+
+
+def fixtures():
+    out = []
+    for v in sorted(os.listdir(FIXDATA)):
+        ref = os.path.join(FIXDATA, v, "reference.json")
+        if os.path.isfile(ref):
+            with open(ref) as f:
+                r = json.load(f)
+            out.append((v, r))
+    return out
+
+
+class Fixtures(unittest.TestCase):
+    def test_greedy_tokens_of_every_fp32_fixture(self):
+        done = 0
+        for v, ref in fixtures():
+            if ref["spec"]["precision"] != "fp32":
+                continue   # bf16 has an exact argmax tie; test_fixtures.py handles it
+            path = os.path.join(FIXTURES, v + ".st.gguf")
+            with self.subTest(fixture=v):
+                self.assertTrue(os.path.isfile(path), "%s (make fixtures)" % path)
+                want = ref["generation"]["greedy_cached"]["tokens"]
+                routing = mor.ROUTE_TOPK if ref["forward"]["routing"]["type"] == "expert" else None
+                with mor.Model(path) as m:
+                    got = [tok.id for tok in m.generate(ref["input_ids"], max_tokens=len(want), routing=routing)]
+                    self.assertEqual(got, want)
+                with open(path, "rb") as f:
+                    m2 = mor.Model.from_bytes(f.read())
+                ctx = m2.context(n_threads=2)
+                if routing is not None:
+                    ctx.router.set_mode(routing)
+                toks = list(ctx.generate(ref["input_ids"], max_tokens=len(want)))
+                self.assertEqual([x.id for x in toks], want, "from bytes")
+                n_r = m2.n_recursion
+                self.assertTrue(all(0 <= x.depth <= n_r for x in toks), [x.depth for x in toks])
+                self.assertTrue(all(x.text is None for x in toks), "no tokenizer: no text")
+                self.assertEqual(ctx.kv.seq_pos_max(0), len(ref["input_ids"]) + len(want) - 1)
+                m2.close()
+                self.assertTrue(ctx.closed, "closing the model closed its context")
+                done += 1
+        self.assertGreaterEqual(done, 5)
+
+    def test_depths_and_logits_of_a_forward(self):
+        v, ref = [f for f in fixtures() if f[0] == "expert_mc3_fix_perturbed"][0]
+        ids = ref["input_ids"]
+        with mor.Model(os.path.join(FIXTURES, v + ".st.gguf")) as m, m.context() as ctx:
+            ctx.router.set_mode(mor.ROUTE_TOPK)
+            with mor.Batch(len(ids)) as b:
+                for i, tok in enumerate(ids):
+                    b.add(tok, i, 0, True)
+                self.assertEqual(len(b), len(ids))
+                ctx.decode(b)
+            self.assertEqual(ctx.router.depths(), ref["forward"]["routing"]["depth"])
+            lg = ctx.logits(len(ids) - 1)
+            self.assertEqual(len(lg), m.n_vocab)
+            with open(os.path.join(FIXDATA, v, "logits.npy"), "rb") as f:
+                raw = f.read()
+            hl = struct.unpack("<H", raw[8:10])[0]
+            flat = struct.unpack("<%df" % (len(raw[10 + hl:]) // 4), raw[10 + hl:])
+            last = flat[(len(ids) - 1) * m.n_vocab:len(ids) * m.n_vocab]
+            self.assertLess(max(abs(a - b) for a, b in zip(lg, last)), 1e-4)
+            st = ctx.router.stats()
+            self.assertEqual(st.n_tokens, len(ids))
+            self.assertEqual(sum(st.n_at_depth), len(ids))
+            alloc, used = ctx.kv.bytes()
+            self.assertGreater(used, 0)
+            self.assertGreaterEqual(alloc, used)
+            self.assertEqual(ctx.kv.mode, mor.KV_RECURSION_WISE)
+            self.assertEqual(len(ctx.router.scores(0)), m.n_recursion)
+
+
+class Errors(unittest.TestCase):
+    def model(self):
+        return mor.Model(os.path.join(FIXTURES, "token_mc3_perturbed.st.gguf"))
+
+    def test_missing_file(self):
+        with self.assertRaises(mor.IOFailedError) as cm:
+            mor.Model("/nonexistent/model.gguf")
+        e = cm.exception
+        self.assertEqual((e.status, e.name), (-3, "MOR_E_IO"))
+        self.assertIn("/nonexistent/model.gguf", e.message)
+        self.assertIsInstance(e, OSError)
+
+    def test_corrupt_bytes(self):
+        with self.assertRaises(mor.FormatError) as cm:
+            mor.Model.from_bytes(b"GGUF" + b"\0" * 60)
+        self.assertTrue(cm.exception.message)
+
+    def test_status_of_a_wrong_routing_mode(self):
+        with self.model() as m, m.context() as ctx:
+            with self.assertRaises(mor.UnsupportedError) as cm:
+                ctx.router.set_mode(mor.ROUTE_TOPK)
+            self.assertEqual(cm.exception.status, -5)
+            self.assertTrue(cm.exception.message)
+            with self.assertRaises(mor.UnsupportedError):
+                m.tokenize("no tokenizer")
+            with self.assertRaises(mor.OutOfRangeError):
+                with mor.Batch(1) as b:
+                    b.add(m.n_vocab + 5, 0)
+                    ctx.decode(b)
+            with self.assertRaises(mor.BufferTooSmallError):
+                with mor.Batch(1) as b:
+                    b.add(1, 0)
+                    b.add(2, 1)
+            with self.assertRaises(KeyError):
+                m.meta("no.such.key")
+
+    def test_unknown_status_maps_to_the_base_class(self):
+        e = mor._error(-999)
+        self.assertIs(type(e), mor.MorError)
+        self.assertEqual((e.status, e.name), (-999, "MOR_E_UNKNOWN"))
+
+
+class Lifetimes(unittest.TestCase):
+    def path(self):
+        return os.path.join(FIXTURES, "expert_mc3_fix_perturbed.st.gguf")
+
+    def test_close_and_with(self):
+        m = mor.Model(self.path())
+        ctx = m.context()
+        r, kv = ctx.router, ctx.kv
+        with mor.Sampler.greedy() as s:
+            pass
+        self.assertTrue(s.closed)
+        ctx.close()
+        ctx.close()   # idempotent
+        self.assertRaises(mor.ClosedError, lambda: r.mode)
+        self.assertRaises(mor.ClosedError, kv.clear)
+        self.assertRaises(mor.ClosedError, lambda: ctx.logits(0))
+        m.close()
+        self.assertRaises(mor.ClosedError, lambda: m.n_vocab)
+        with self.assertRaises(mor.ClosedError):
+            with m:
+                pass
+
+    def test_finalizers_free_what_is_dropped(self):
+        fins = []
+        for _ in range(20):
+            m = mor.Model(self.path())
+            ctx = m.context(n_ctx=64)
+            b = mor.Batch(4)
+            fins += [m._fin, ctx._fin, b._fin]
+            del m, ctx, b
+        gc.collect()
+        self.assertEqual([f for f in fins if f.alive], [])
+
+    def test_model_freed_after_its_context_in_a_cycle(self):
+        # a cycle holding both: the collector may finalize the model first,
+        # which must free the context before the model
+        m = mor.Model(self.path())
+        ctx = m.context(n_ctx=64)
+        ctx_h = ctx._h
+        m.cycle = ctx
+        ctx.cycle = m
+        del m, ctx
+        gc.collect()
+        self.assertIsNone(ctx_h.ptr)
+
+    def test_context_keeps_its_model_alive(self):
+        ctx = mor.Model(self.path()).context(n_ctx=64)
+        gc.collect()
+        self.assertFalse(ctx.model.closed)
+        self.assertEqual(len(list(ctx.generate([1, 2, 3], max_tokens=2))), 2)
+        ctx.close()
+
+
+# ---------------------------------------------------------------------------
+# a vocab-only model with a tokenizer: 256 byte tokens, two merges, an EOS
+# ---------------------------------------------------------------------------
+def byte_alphabet():
+    """GPT-2's bytes_to_unicode."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def gguf_vocab_only():
+    alpha = byte_alphabet()
+    tokens = [alpha[b] for b in range(256)] + ["he", "ll", "<|end|>"]
+    types = [1] * 258 + [3]
+    merges = ["h e", "l l"]
+
+    def s(x):
+        b = x.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+
+    kv = [("general.architecture", 8, s("mor")), ("mor.format_version", 4, struct.pack("<I", 1)),
+          ("mor.vocab_size", 4, struct.pack("<I", len(tokens))),
+          ("tokenizer.ggml.model", 8, s("gpt2")), ("tokenizer.ggml.pre", 8, s("gpt2")),
+          ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, len(tokens)) + b"".join(s(x) for x in tokens)),
+          ("tokenizer.ggml.token_type", 9, struct.pack("<IQ", 5, len(types)) + struct.pack("<%di" % len(types), *types)),
+          ("tokenizer.ggml.merges", 9, struct.pack("<IQ", 8, len(merges)) + b"".join(s(x) for x in merges)),
+          ("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 258))]
+    out = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv))
+    for k, ty, v in kv:
+        out += s(k) + struct.pack("<I", ty) + v
+    return out + b"\0" * (-len(out) % 32)
+
+
+class Tokenizer(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.m = mor.Model.from_bytes(gguf_vocab_only(), vocab_only=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.m.close()
+
+    def test_tokenize_merges_and_round_trips(self):
+        ids = self.m.tokenize("hello")
+        self.assertEqual(ids, [256, 257, ord("o")])     # "he" "ll" "o"
+        self.assertEqual(self.m.detokenize(ids), b"hello")
+        text = "caf\u00e9 \u2603 <|end|>"
+        self.assertEqual(self.m.detokenize(self.m.tokenize(text)).decode(), text)
+        self.assertEqual(self.m.tokenize("<|end|>", parse_special=True), [258])
+        self.assertEqual(self.m.token_eos, 258)
+        self.assertEqual(self.m.meta("tokenizer.ggml.model"), "gpt2")
+
+    def test_long_text_grows_the_buffers(self):
+        text = "x\u00e9" * 5000
+        ids = self.m.tokenize(text)
+        self.assertEqual(len(ids), 15000)
+        self.assertEqual(self.m.detokenize(ids).decode(), text)
+
+    def test_streamed_text_holds_back_a_split_character(self):
+        ids = self.m.tokenize("\u00e9!")
+        self.assertEqual(len(ids), 3)      # two byte tokens for the e-acute
+        ts = mor._TextStream(self.m)
+        self.assertEqual([ts.push(i) for i in ids], ["", "\u00e9", "!"])
+
+    def test_out_of_range_id(self):
+        with self.assertRaises(mor.OutOfRangeError):
+            self.m.detokenize([100000])
+
+
+class Checks(unittest.TestResult):
+    """Each test is one check of testlib."""
+
+    def addSuccess(self, test):
+        t.check(True, test.id())
+
+    def addFailure(self, test, err):
+        t.check(False, "%s\n%s" % (test.id(), self._exc_info_to_string(err, test)))
+
+    def addError(self, test, err):
+        self.addFailure(test, err)
+
+    def addSubTest(self, test, sub, err):
+        if err is not None:
+            self.addFailure(sub, err)
+
+
+if __name__ == "__main__":
+    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
+    t.check(suite.countTestCases() > 20, "found %d tests" % suite.countTestCases())
+    suite.run(Checks())
+    t.finish()
