@@ -1,0 +1,72 @@
+#!/bin/sh
+# tests/cross-test.sh - run the C test programs of a cross build under an
+# emulator (make cross-test ARCH=aarch64|armv7 builds them and calls this).
+#
+#   OUT=build/cross/aarch64 QEMU="qemu-aarch64 -L /usr/aarch64-linux-gnu" sh tests/cross-test.sh
+#
+# The programs run with `$QEMU prog` (no binfmt needed), from the repository
+# root, with OUT set so that they find $OUT/build/fixtures. Like tests/run.sh
+# it reads each program's "# checks: P passed, F failed" line (a program that
+# dies or exits non-zero without one counts as one failed check), prints a
+# line per program and ends with "N passed, N failed". Not part of make test:
+# the emulated suite takes minutes. Shell and Python tests are host tests and
+# are not run here. TEST_FILTER and TEST_TIMEOUT (seconds, default 1800) as
+# in tests/run.sh.
+cd "$(dirname "$0")/.." || exit 1
+OUT=${OUT:?set OUT to the cross build}
+QEMU=${QEMU:?set QEMU, e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu"}
+case $OUT in /*) ;; *) OUT=$(pwd)/$OUT ;; esac
+export OUT
+TEST_TIMEOUT=${TEST_TIMEOUT:-1800}
+TEST_FILTER=${TEST_FILTER:-}
+LOGDIR=$OUT/build/test-logs
+mkdir -p "$LOGDIR" || exit 1
+set -- $QEMU
+if ! command -v "$1" >/dev/null 2>&1; then
+    echo "FAIL $1 not found (Debian: apt-get install qemu-user)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+TIMEOUT=
+command -v timeout >/dev/null 2>&1 && TIMEOUT="timeout $TEST_TIMEOUT"
+
+echo "# cross tests: OUT=$OUT under $QEMU"
+total_pass=0
+total_fail=0
+n=0
+for prog in "$OUT"/build/tests/*; do
+    [ -f "$prog" ] && [ -x "$prog" ] || continue
+    name=$(basename "$prog")
+    case $name in *"$TEST_FILTER"*) ;; *) continue ;; esac
+    n=$((n + 1))
+    log=$LOGDIR/$name.log
+    start=$(date +%s)
+    $TIMEOUT $QEMU "$prog" </dev/null >"$log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    line=$(grep -E '^# checks: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+    note=
+    if [ -n "$line" ]; then
+        p=$(echo "$line" | sed 's/^# checks: \([0-9]*\) passed.*/\1/')
+        f=$(echo "$line" | sed 's/.*passed, \([0-9]*\) failed$/\1/')
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; note=" (exit status $rc after its checks)"; fi
+    else
+        p=0
+        f=1
+        note=" (exit status $rc, no checks line)"
+    fi
+    total_pass=$((total_pass + p))
+    total_fail=$((total_fail + f))
+    if [ "$f" -eq 0 ]; then st=PASS; else st=FAIL; fi
+    printf '%-4s %-28s %5d passed %4d failed %5ss%s\n' "$st" "$name" "$p" "$f" "$secs" "$note"
+    if [ "$f" -ne 0 ]; then
+        grep -E '^FAIL' "$log" | head -n 40 | sed 's/^/    /'
+        [ -n "$note" ] && tail -n 15 "$log" | sed 's/^/    /'
+    fi
+done
+if [ "$n" = 0 ]; then
+    echo "FAIL no test programs in $OUT/build/tests"
+    total_fail=$((total_fail + 1))
+fi
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]
