@@ -86,6 +86,7 @@ int main(int argc, char **argv)
     mor_context_params cp;
     MOR_CONTEXT_PARAMS_INIT(&cp);
     cp.n_ctx = (uint32_t)n + 8; cp.n_batch = (uint32_t)n; cp.n_threads = 2;
+    cp.max_pos = -1;   /* a picture of a whole paragraph, even past the training context */
     mor_context *ctx;
     mor_batch *b;
     if (mor_context_create(m, &cp, &ctx) || mor_batch_create(n, &b)) { fprintf(stderr, "mor-depth-svg: %s\n", mor_last_error()); return 1; }
