@@ -15,6 +15,13 @@
 cd "$(dirname "$0")/../.." || exit 1
 FUZZ_DIR=${FUZZ_DIR:-build/fuzz}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+# FUZZ_RUNS=N: a fixed number of inputs from a fixed seed instead of a time
+# budget, so that CI explores the same inputs on every run (no flaky findings)
+if [ -n "${FUZZ_RUNS:-}" ]; then
+    LIMIT="-runs=$FUZZ_RUNS -seed=1"
+else
+    LIMIT="-max_total_time=$FUZZ_SECONDS"
+fi
 mkdir -p "$FUZZ_DIR/logs" "$FUZZ_DIR/crashes"
 pass=0
 fail=0
@@ -28,7 +35,8 @@ for name in "$@"; do
     start=$(date +%s)
     # -rss_limit_mb: a parser that allocates what a corrupt header claims is a
     # finding; -timeout: so is one input taking 10 s; leaks are reported too.
-    "$bin" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+    # shellcheck disable=SC2086
+    "$bin" $LIMIT -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
         -print_final_stats=1 -detect_leaks=1 -artifact_prefix="$FUZZ_DIR/crashes/$name-" \
         "$work" "tests/fuzz/corpus/$name" >"$log" 2>&1 </dev/null
     rc=$?
