@@ -237,6 +237,20 @@ class Guard(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertTrue(p.stdout.startswith("%d.%d.%d " % (MAJOR, MINOR, PATCH)), p.stdout)
 
+    def test_library_found_next_to_the_package(self):
+        import shutil
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copytree(os.path.join(t.ROOT, "bindings", "python", "mor"), os.path.join(d, "mor"))
+            shutil.copy(LIB, os.path.join(d, "mor", _capi.SONAME))
+            env = dict(os.environ)
+            env.pop("MOR_LIB_PATH", None)
+            env.pop("LD_LIBRARY_PATH", None)
+            p = subprocess.run([sys.executable, "-c", "import mor; print(mor._capi.lib._name)"], cwd=d, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.strip(), os.path.join(d, "mor", _capi.SONAME))
+
 
 def fixtures():
     out = []

@@ -180,9 +180,10 @@ def _candidates():
     return out
 
 
-def _declare(lib):
+def _declare(lib, names):
     missing = []
-    for name, (res, args) in PROTOTYPES.items():
+    for name in names:
+        res, args = PROTOTYPES[name]
         try:
             f = getattr(lib, name)
         except AttributeError:
@@ -194,13 +195,17 @@ def _declare(lib):
         raise LibraryError("%s does not export %s" % (lib._name, ", ".join(missing)))
 
 
-def _verify(lib):
-    """Refuse a library whose version or struct sizes differ from the mirror."""
+def _verify_version(lib):
     v = lib.mor_version_number()
     got = (v // 10000, v // 100 % 100)
     if got != ABI_VERSION:
         raise LibraryError("%s is libmor %s; these bindings are for libmor %d.%d.x (ABI mismatch)"
                            % (lib._name, lib.mor_version_string().decode(), ABI_VERSION[0], ABI_VERSION[1]))
+
+
+def _verify(lib):
+    """Refuse a library whose version or struct sizes differ from the mirror."""
+    _verify_version(lib)
     for cname, (struct, fn) in STRUCTS.items():
         want = getattr(lib, fn)()
         if ctypes.sizeof(struct) != want:
@@ -217,7 +222,10 @@ def load():
         except OSError as e:
             errors.append("%s: %s" % (path, e))
             continue
-        _declare(lib)
+        # the version first: an older or newer library may lack or add functions
+        _declare(lib, ["mor_version_number", "mor_version_string"])
+        _verify_version(lib)
+        _declare(lib, PROTOTYPES)
         _verify(lib)
         return lib
     raise LibraryError("libmor not found (set MOR_LIB_PATH to the library or its directory): "
