@@ -152,7 +152,14 @@ typedef struct mor_sampler  mor_sampler;   /* picks the next token from logits  
 
 enum {
     MOR_MODEL_NO_MMAP    = 1u << 0, /* read the file into memory instead of mmap */
-    MOR_MODEL_VOCAB_ONLY = 1u << 1  /* load only the tokenizer (no weights)       */
+    MOR_MODEL_VOCAB_ONLY = 1u << 1, /* load only the tokenizer (no weights)       */
+    /* Relaxed models (depth-wise LoRA, docs/FORMAT.md): fold each layer's
+     * delta into a weight of its own, W + s*B*A in F32, at load, instead of
+     * applying it per row after the shared weight at every decode. Faster
+     * per token; costs one F32 matrix per relaxed projection and layer
+     * (a quantized or F16 shared weight is dequantized for it). Logits agree
+     * with the unfolded model to rounding. No effect without LoRA. */
+    MOR_MODEL_FOLD_LORA  = 1u << 2
 };
 
 typedef struct mor_model_params {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "kernels.h"
 #include "layer.h"
+#include "lora.h"
 #include "status.h"
 
 /* Attention of one row over the visible cells of its sequence. */
@@ -46,12 +47,16 @@ mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_
     for (int32_t i = 0; i < n; i++)
         mor_rms_norm(s->xn + (int64_t)i * d, x + (int64_t)i * d, w->w[ROLE_ATTN_NORM].data, d, m->eps);
     mor_matmul(&w->w[ROLE_ATTN_Q], s->xn, s->q, n);
+    /* depth-wise LoRA (lora.h): y += s B (A x) per row, after the shared weight; no-op without */
+    lora_apply(m, l, ROLE_ATTN_Q, s->xn, d, s->q, qd, n);
     for (int32_t i = 0; i < n; i++) mor_rope(s->q + (int64_t)i * qd, m->n_head, hd, pos[i], m->rope_theta);
 
     if (stores) {   /* under KV sharing, recursions >= 1 skip the K/V projections entirely */
         kv_layer *L = &kv->layers[l];
         mor_matmul(&w->w[ROLE_ATTN_K], s->xn, s->k, n);
         mor_matmul(&w->w[ROLE_ATTN_V], s->xn, s->v, n);
+        lora_apply(m, l, ROLE_ATTN_K, s->xn, d, s->k, kvd, n);
+        lora_apply(m, l, ROLE_ATTN_V, s->xn, d, s->v, kvd, n);
         for (int32_t i = 0; i < n; i++) {
             mor_rope(s->k + (int64_t)i * kvd, m->n_head_kv, hd, pos[i], m->rope_theta);
             int32_t c = kv_append(kv, l, seq[i], pos[i]);
@@ -64,14 +69,18 @@ mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_
     for (int32_t i = 0; i < n; i++)
         attend(m, R, s, s->q + (int64_t)i * qd, seq[i], pos[i], s->att + (int64_t)i * qd);
     mor_matmul(&w->w[ROLE_ATTN_OUT], s->att, s->o, n);
+    lora_apply(m, l, ROLE_ATTN_OUT, s->att, qd, s->o, d, n);
     for (int64_t i = 0; i < (int64_t)n * d; i++) x[i] += s->o[i];
 
     for (int32_t i = 0; i < n; i++)
         mor_rms_norm(s->xn + (int64_t)i * d, x + (int64_t)i * d, w->w[ROLE_FFN_NORM].data, d, m->eps);
     mor_matmul(&w->w[ROLE_FFN_GATE], s->xn, s->gate, n);
     mor_matmul(&w->w[ROLE_FFN_UP], s->xn, s->up, n);
+    lora_apply(m, l, ROLE_FFN_GATE, s->xn, d, s->gate, F, n);   /* before SwiGLU */
+    lora_apply(m, l, ROLE_FFN_UP, s->xn, d, s->up, F, n);
     for (int64_t i = 0; i < (int64_t)n * F; i++) s->gate[i] = mor_silu(s->gate[i]) * s->up[i];
     mor_matmul(&w->w[ROLE_FFN_DOWN], s->gate, s->o, n);
+    lora_apply(m, l, ROLE_FFN_DOWN, s->gate, F, s->o, d, n);
     for (int64_t i = 0; i < (int64_t)n * d; i++) x[i] += s->o[i];
     return MOR_OK;
 }

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "lora.h"
 #include "model.h"
 #include "status.h"
 
@@ -21,7 +22,7 @@ const char *const mor_role_names[ROLE_COUNT] = {
     "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"
 };
 
-#define MOR_FORMAT_VERSION 1
+#define MOR_FORMAT_VERSION 2   /* 2 adds the depth-wise LoRA tensors and keys */
 
 /* Every key under "mor." this version understands (plus mor.layer_map.<role>). */
 static const char *const known_keys[] = {
@@ -32,7 +33,7 @@ static const char *const known_keys[] = {
     "mor.recursion.coda", "mor.recursion.sharing", "mor.layer_map", "mor.router.type",
     "mor.router.arch", "mor.router.func", "mor.router.alpha", "mor.router.temp",
     "mor.router.gating", "mor.router.capacity", "mor.router.threshold", "mor.router.sampling",
-    "mor.kv.shared", "mor.attention.tied_across_recursions", NULL
+    "mor.kv.shared", "mor.attention.tied_across_recursions", "mor.lora.scale", NULL
 };
 
 static int key_known(gguf_str k)
@@ -44,6 +45,12 @@ static int key_known(gguf_str k)
         for (int r = 0; r < ROLE_COUNT; r++) {
             gguf_str tail = { k.p + sizeof pfx - 1, k.n - (sizeof pfx - 1) };
             if (gguf_str_eq(tail, mor_role_names[r])) return 1;
+        }
+    static const char lpfx[] = "mor.lora.scale.";   /* per-projection LoRA scale */
+    if (k.n > sizeof lpfx - 1 && memcmp(k.p, lpfx, sizeof lpfx - 1) == 0)
+        for (int r = 0; r < ROLE_COUNT; r++) {
+            gguf_str tail = { k.p + sizeof lpfx - 1, k.n - (sizeof lpfx - 1) };
+            if (r != ROLE_ATTN_NORM && r != ROLE_FFN_NORM && gguf_str_eq(tail, mor_role_names[r])) return 1;
         }
     return 0;
 }
@@ -300,6 +307,7 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
         }
     }
 
+    if ((st = lora_load(g, m, ld.used))) goto done;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         if (!ld.used[i]) {
             st = mor_err(MOR_E_FORMAT, "tensor '%.*s' is not used by the model (unknown name or wrong map)",
@@ -312,6 +320,7 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
      * when the image itself is aligned, which mmap and malloc ensure; a borrowed buffer may not be. */
     for (uint64_t i = 0; i < g->n_tensors; i++)
         if ((uintptr_t)g->tensors[i].data % 4) { st = mor_err(MOR_E_INVALID_ARG, "model buffer is not 4-byte aligned"); goto done; }
+    if ((p->flags & MOR_MODEL_FOLD_LORA) && (st = lora_fold(m))) goto done;
     st = MOR_OK;
 done:
     free(map);
@@ -346,6 +355,7 @@ void mor_model_free(mor_model *m)
 {
     if (!m) return;
     mor_tokenizer_free(m->tok);
+    lora_free(m->lora);
     gguf_free(m->gguf);
     free(m->layers);
     if (m->map) {

@@ -61,6 +61,8 @@ struct mor_model {
     size_t      map_size;
     int         map_is_mmap;
     uint64_t    weight_bytes;
+    /* depth-wise LoRA deltas (lora.h), or NULL when the file has none */
+    struct mor_lora *lora;
 };
 
 /* Borrowed view of the model's tokenizer (NULL if it has none). */

@@ -35,6 +35,7 @@ HT_STATIC_ASSERT(MOR_E_OUT_OF_RANGE < 0 && MOR_E_POSITION < 0 && MOR_E_BUFFER_TO
 HT_STATIC_ASSERT(MOR_E_INTERNAL < 0);
 /* Flags are distinct single bits. */
 HT_STATIC_ASSERT((MOR_MODEL_NO_MMAP & MOR_MODEL_VOCAB_ONLY) == 0);
+HT_STATIC_ASSERT(((MOR_MODEL_NO_MMAP | MOR_MODEL_VOCAB_ONLY) & MOR_MODEL_FOLD_LORA) == 0);
 HT_STATIC_ASSERT((MOR_TOKENIZE_ADD_BOS & MOR_TOKENIZE_PARSE_SPECIAL) == 0);
 HT_STATIC_ASSERT(MOR_CTX_CAPTURE_HIDDEN != 0);
 /* Recursion selectors cannot be confused with a recursion index. */
@@ -71,7 +72,7 @@ static int other_enums_unique(int32_t v)
     default: break;
     }
     switch (v) {
-    case MOR_MODEL_NO_MMAP: case MOR_MODEL_VOCAB_ONLY: n++; break;
+    case MOR_MODEL_NO_MMAP: case MOR_MODEL_VOCAB_ONLY: case MOR_MODEL_FOLD_LORA: n++; break;
     default: break;
     }
     switch (v) {

@@ -1,0 +1,55 @@
+/* lora.h - depth-wise LoRA (Relaxed Recursive Transformers): the projection
+ * `role` of unrolled layer l computes
+ *     y = W x + s * B (A x)
+ * where W is the weight its layer map points to (shared across recursions)
+ * and A [r x in], B [out x r] belong to layer l alone (docs/FORMAT.md,
+ * "Depth-wise LoRA"). Applied either unfolded, one small product per row
+ * right after the shared matmul (layer.c), so that rows of any depth share
+ * the one pass over W, whatever W's type (F32, F16, BF16, Q8_0, Q4_0); or
+ * folded at load (MOR_MODEL_FOLD_LORA) into a per-layer F32 weight
+ * W + s B A, which costs memory and dequantizes quantized shared weights. */
+#ifndef MOR_LORA_H
+#define MOR_LORA_H
+#include "model.h"
+
+typedef struct {
+    const float *a, *b;   /* a: r rows of `in`, b: `out` rows of r (in the file); NULL: no delta */
+    int32_t      r;
+    float        s;
+} mor_lora_delta;
+
+struct mor_lora {
+    int32_t          n_layer;
+    int              folded;          /* the deltas live in m->layers (folded), not applied at run time */
+    mor_lora_delta (*d)[ROLE_COUNT];  /* [n_layer][role] */
+    float          **own;             /* folded weights, owned; [n_own] */
+    int32_t          n_own;
+};
+
+/* Read the lora.* tensors and mor.lora.* keys of g, checking every name,
+ * shape and type against the model, and mark the tensors in used[]. m->lora
+ * stays NULL when the file has no deltas. MOR_E_FORMAT, MOR_E_NOMEM. */
+mor_status lora_load(const gguf_file *g, mor_model *m, unsigned char *used);
+/* Fold every delta: layer l's weight becomes an owned F32 copy of
+ * W + s B A (computed in double), and m->weight_bytes counts what the model
+ * now reads. MOR_E_NOMEM leaves the model unfolded. */
+mor_status lora_fold(mor_model *m);
+void       lora_free(struct mor_lora *lo);
+
+/* Does unrolled layer l carry a delta on role that layer_forward must apply? */
+static inline int lora_on(const mor_model *m, int32_t l, int role)
+{
+    return m->lora && !m->lora->folded && m->lora->d[l][role].a;
+}
+
+/* y[i] += s B (A x[i]) for the n rows of x (rows ldx floats apart) into y
+ * (rows ldy apart), if unrolled layer l has an unfolded delta on role (a
+ * no-op otherwise). Row by row on the calling thread: each row's result is
+ * the same whatever the batch. */
+void lora_apply(const mor_model *m, int32_t l, int role, const float *x, int64_t ldx, float *y, int64_t ldy,
+                int32_t n);
+/* The same for rows at different unrolled layers (depth-wise batching): row
+ * i takes the delta of layer[i]; the layers must share role's weight. */
+void lora_apply_rows(const mor_model *m, const int32_t *layer, int role, const float *x, int64_t ldx, float *y,
+                     int64_t ldy, int32_t n);
+#endif
