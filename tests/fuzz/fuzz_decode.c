@@ -142,9 +142,11 @@ static int fuzz_run(const uint8_t *data, size_t size)
             i++;
             int32_t s = op & 3, pm = (op >> 2) & 3;
             mor_token t = a0 >= 0xF8 ? V - 4 + (a0 - 0xF8) : (a0 == 0xF7 ? -1 : a0 % V);
-            mor_pos p = pm == 0 ? next[s] : pm == 1 ? next[s] - 1 : pm == 2 ? next[s] + 3
-                      : next[s] + (a0 & 2 ? 1000 : INT32_MAX / 2);   /* past n_ctx_train: needs max_pos -1 */
-            if (mor_batch_add(b, t, p, s, a0 & 1) == MOR_OK && pm != 1) next[s] = p + 1;
+            /* in 64 bits, saturated: the harness itself must not overflow */
+            int64_t p64 = pm == 0 ? next[s] : pm == 1 ? (int64_t)next[s] - 1 : pm == 2 ? (int64_t)next[s] + 3
+                        : (int64_t)next[s] + (a0 & 2 ? 1000 : INT32_MAX / 2);   /* past n_ctx_train: needs max_pos -1 */
+            mor_pos p = (mor_pos)(p64 > INT32_MAX ? INT32_MAX : p64);
+            if (mor_batch_add(b, t, p, s, a0 & 1) == MOR_OK && pm != 1) next[s] = p < INT32_MAX ? p + 1 : p;
             if (trace) fprintf(stderr, "add token %d pos %d seq %d\n", t, p, s);
             break;
         }
