@@ -10,6 +10,12 @@ It reads checkpoints in the official key grammar (HF names) from a
 model.safetensors file, computes in float64, and returns logits and depths
 for one forward over a token list with the official expert-choice top-k
 (or token-choice) routing.
+
+Relaxed (PEFT LoRA) checkpoints: a projection stored as
+<proj>.base_layer.weight with <proj>.lora_A.default.weight [r, in] and
+<proj>.lora_B.default.weight [out, r] is used as W = base + s * B @ A, s
+being mor["lora_scale"] (a number, or {"q_proj": s, ...}), as PEFT computes
+it (scale = lora_alpha / r).
 """
 import json
 import math
@@ -143,8 +149,29 @@ class Model:
 
     def W(self, name):
         if name not in self.cache:
-            self.cache[name] = rows(self.t[name])
+            base = name[:-len("weight")] + "base_layer.weight"
+            if name not in self.t and base in self.t:
+                self.cache[name] = self._relaxed(name[:-len(".weight")])
+            else:
+                self.cache[name] = rows(self.t[name])
         return self.cache[name]
+
+    def _relaxed(self, module):
+        """base + s * B @ A of a PEFT LoRA projection (or base alone without factors)"""
+        W = [list(r) for r in rows(self.t[module + ".base_layer.weight"])]
+        ka, kb = module + ".lora_A.default.weight", module + ".lora_B.default.weight"
+        if ka not in self.t:
+            return W
+        A, B = rows(self.t[ka]), rows(self.t[kb])
+        sc = self.m.get("lora_scale", 1.0)
+        if isinstance(sc, dict):
+            sc = sc[module.rsplit(".", 1)[-1]]
+        for o, brow in enumerate(B):
+            for q, bq in enumerate(brow):
+                f = sc * bq
+                if f:
+                    W[o] = [w + f * a for w, a in zip(W[o], A[q])]
+        return W
 
     def v(self, name):
         return self.t[name][1]

@@ -538,11 +538,19 @@ static void test_settings(void)
     mor_settings_load(&y, FIX "/expert_mc3_kvshare_fix_perturbed/mor_cfg.yaml", err, sizeof err);
     CHECK(y.kv_shared == 1, "settings: kv_sharing.enable read");
     {
-        static const char relaxed[] = "recursive:\n  enable: true\nrelaxation:\n  enable: true\n";
+        static const char dora[] = "recursive:\n  enable: true\nrelaxation:\n  enable: true\n  method: dora\n";
+        static const char lora[] = "recursive:\n  enable: true\nrelaxation:\n  enable: true\n  method: lora\n"
+                                   "  lora:\n    r: 16\n    alpha: 32\n    target_modules: ['q_proj', 'mlp']\n"
+                                   "    rank_pattern: {self_attn: 8, ffn: 4}\n    alpha_pattern: 2.0\n";
         mor_settings_init(&y);
-        CHECK(mor_settings_parse(&y, relaxed, strlen(relaxed), err, sizeof err) != 0 &&
-                  strstr(err, "relaxed (LoRA) checkpoints are not supported yet"),
-              "settings: relaxation.enable true is refused (%s)", err);
+        CHECK(mor_settings_parse(&y, dora, strlen(dora), err, sizeof err) != 0 && strstr(err, "dora"),
+              "settings: relaxation.method dora is refused (%s)", err);
+        mor_settings_init(&y);
+        CHECK(mor_settings_parse(&y, lora, strlen(lora), err, sizeof err) == 0 && y.relax == 1 &&
+                  y.relax_method == RELAX_LORA && y.lora_r == 16 && y.have_lora_alpha && y.lora_alpha == 32 &&
+                  y.have_lora_alpha_pattern && y.lora_alpha_pattern == 2.0 && y.lora_rank_attn == 8 && y.lora_rank_ffn == 4 &&
+                  y.lora_targets == (1u << MS_PROJ_Q | 1u << MS_PROJ_GATE | 1u << MS_PROJ_UP | 1u << MS_PROJ_DOWN),
+              "settings: relaxation.lora read (r, alpha, alpha_pattern, rank_pattern, target_modules by substring)");
     }
     {
         static const char s[] = "recursive: {enable: true, num_recursion: 2, sharing: cycle}\n"
@@ -1235,7 +1243,7 @@ static void test_synthetic(void)
     st_add(&l, "model.layers.0.self_attn.q_proj.lora_A.default.weight", 2, 2, SD, 1);
     write_model(dir, &l, 6, NULL);
     img = convert_opts_img(&o, err, sizeof err, &n);
-    CHECK(!img && strstr(err, "LoRA"), "synthetic: LoRA keys -> relaxed checkpoints are not supported (%s)", err);
+    CHECK(!img && strstr(err, "lora_B"), "synthetic: a lora_A without its lora_B is refused (%s)", err);
     free(img);
     l.n--;
     l.e[3].shape[0] = 7;   /* model.layers.0.self_attn.q_proj */

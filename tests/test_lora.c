@@ -18,7 +18,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <unistd.h>
+
 #include "check.h"
+#include "convert.h"
 #include "gguf.h"
 #include "gguf_write.h"
 #include "dtype.h"
@@ -26,6 +29,7 @@
 #include "lora.h"
 #include "model.h"
 #include "mor.h"
+#include "relax.h"
 
 /* ---- small helpers --------------------------------------------------------- */
 
@@ -361,9 +365,240 @@ static void test_format_errors(void)
     }
 }
 
+/* ---- the conversion ---------------------------------------------------------- */
+
+static char tmpdir[64];
+
+/* A vanilla checkpoint: config.json and model.safetensors (F32) of n tensors. */
+typedef struct { char name[96]; int64_t shape[2]; int nd; const float *data; } st_tensor;
+
+static int write_checkpoint(const st_tensor *t, int n, int n_layer)
+{
+    char path[160], hdr[65536];
+    size_t len = 0, off = 0;
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "{");
+    for (int i = 0; i < n; i++) {
+        size_t nb = (size_t)(t[i].shape[0] * (t[i].nd == 2 ? t[i].shape[1] : 1)) * 4;
+        if (t[i].nd == 2)
+            len += (size_t)snprintf(hdr + len, sizeof hdr - len, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
+                                    i ? "," : "", t[i].name, (long long)t[i].shape[0], (long long)t[i].shape[1], off, off + nb);
+        else
+            len += (size_t)snprintf(hdr + len, sizeof hdr - len, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],\"data_offsets\":[%zu,%zu]}",
+                                    i ? "," : "", t[i].name, (long long)t[i].shape[0], off, off + nb);
+        off += nb;
+    }
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
+    while (len % 8) hdr[len++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    uint64_t hl = len;
+    fwrite(&hl, 8, 1, f);
+    fwrite(hdr, 1, len, f);
+    for (int i = 0; i < n; i++)
+        fwrite(t[i].data, 4, (size_t)(t[i].shape[0] * (t[i].nd == 2 ? t[i].shape[1] : 1)), f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/config.json", tmpdir);
+    if (!(f = fopen(path, "w"))) return -1;
+    fprintf(f, "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": %d, \"intermediate_size\": %d, "
+               "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, \"num_hidden_layers\": %d, "
+               "\"vocab_size\": %d, \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, "
+               "\"tie_word_embeddings\": true}\n", D, F, H, HKV, HD, n_layer, V);
+    fclose(f);
+    return 0;
+}
+
+/* Convert tmpdir with o into a GGUF image in memory. */
+static uint8_t *convert_img(convert_opts *o, size_t *n, char *err, size_t errcap)
+{
+    FILE *f = tmpfile();
+    uint8_t *buf = NULL;
+    o->dir = tmpdir;
+    if (f && convert_model(o, f, NULL, 0, err, errcap) == 0) {
+        long sz = ftell(f);
+        rewind(f);
+        if ((buf = malloc((size_t)sz)) && fread(buf, 1, (size_t)sz, f) != (size_t)sz) { free(buf); buf = NULL; }
+        *n = (size_t)sz;
+    }
+    if (f) fclose(f);
+    return buf;
+}
+
+/* Columns of an m x k matrix (column-major) with orthonormal columns, by
+ * modified Gram-Schmidt (twice) of Gaussian-ish columns. */
+static void orthonormal(double *q, int m, int k)
+{
+    for (int i = 0; i < m * k; i++) q[i] = urand() * 2 - 1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < k; j++) {
+            double *c = q + j * m, nn = 0;
+            for (int o = 0; o < j; o++) {
+                double d = 0;
+                for (int i = 0; i < m; i++) d += c[i] * q[o * m + i];
+                for (int i = 0; i < m; i++) c[i] -= d * q[o * m + i];
+            }
+            for (int i = 0; i < m; i++) nn += c[i] * c[i];
+            for (int i = 0; i < m; i++) c[i] /= sqrt(nn);
+        }
+}
+
+enum { RANK = 3 };
+
+static void test_conversion(void)
+{
+    /* Layers l and l+2 of a 4-layer model are S + D and S - D per
+     * projection, D = P diag(sigma) Q^T of a known spectrum: Average tying
+     * (cycle, N_r = 2) leaves exactly +-D to the LoRA, whose rank-3
+     * truncation must leave sqrt(sum_{t >= 3} sigma_t^2). */
+    static float w[L][ROLE_COUNT][F * F], emb[V * D], onorm[D];
+    static double sig[K][ROLE_COUNT][F];
+    static st_tensor t[2 + L * ROLE_COUNT];
+    double *P = malloc(sizeof(double) * F * F), *Q = malloc(sizeof(double) * F * F);
+    int n = 0;
+    for (int i = 0; i < V * D; i++) emb[i] = frand(1.0f);
+    for (int i = 0; i < D; i++) onorm[i] = 1.0f + frand(0.1f);
+    for (int j = 0; j < K; j++)
+        for (int role = 0; role < ROLE_COUNT; role++) {
+            const int out = (int)role_out[role], in = (int)role_in[role], k = out < in ? out : in;
+            if (is_norm(role)) {
+                for (int i = 0; i < D; i++) w[j][role][i] = w[j + K][role][i] = 1.0f + frand(0.1f);
+                continue;
+            }
+            orthonormal(P, out, k);
+            orthonormal(Q, in, k);
+            for (int q = 0; q < k; q++) sig[j][role][q] = 0.8 * pow(0.7, q) * (j + 1);
+            for (int o = 0; o < out; o++)
+                for (int c = 0; c < in; c++) {
+                    double dd = 0, sv = frand(0.3f);
+                    for (int q = 0; q < k; q++) dd += P[q * out + o] * sig[j][role][q] * Q[q * in + c];
+                    w[j][role][o * in + c] = (float)(sv + dd);
+                    w[j + K][role][o * in + c] = (float)(sv - dd);
+                }
+        }
+    t[n++] = (st_tensor){ "model.embed_tokens.weight", { V, D }, 2, emb };
+    t[n++] = (st_tensor){ "model.norm.weight", { D, 0 }, 1, onorm };
+    static const char *const hf[ROLE_COUNT] = {
+        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+        "mlp.down_proj.weight" };
+    for (int l = 0; l < L; l++)
+        for (int role = 0; role < ROLE_COUNT; role++) {
+            st_tensor *x = &t[n++];
+            snprintf(x->name, sizeof x->name, "model.layers.%d.%s", l, hf[role]);
+            x->nd = is_norm(role) ? 1 : 2;
+            x->shape[0] = is_norm(role) ? D : role_out[role];
+            x->shape[1] = is_norm(role) ? 0 : role_in[role];
+            x->data = w[l][role];
+        }
+    free(P);
+    free(Q);
+    if (!CHECK(write_checkpoint(t, n, L) == 0, "conversion: the vanilla checkpoint is written")) return;
+
+    char err[512] = "";
+    convert_opts o;
+    size_t nimg;
+    mor_status st;
+    convert_opts_init(&o);
+    o.flags.num_recursion = NR;
+    o.flags.sharing = SHARE_CYCLE;
+    o.init = INIT_AVERAGE;
+    for (int role = 0; role < ROLE_COUNT; role++) o.lora_rank[role] = is_norm(role) ? 0 : RANK;
+    o.threads = 2;
+    uint8_t *img = convert_img(&o, &nimg, err, sizeof err);
+    mor_model *m = img ? load_img(img, nimg, 0, &st) : NULL;
+    if (!CHECK(m && m->lora, "conversion: average, cycle x2, rank %d converts and loads (%s%s)", RANK, err,
+               m ? "" : mor_last_error()))
+        goto out;
+    double worst = 0, worst_rel = 0;
+    int shared_ok = 1;
+    for (int l = 0; l < L; l++)
+        for (int role = 0; role < ROLE_COUNT; role++) {
+            if (is_norm(role)) continue;
+            const mor_weight *sw = &m->layers[l].w[role];
+            const mor_lora_delta *d = &m->lora->d[l][role];
+            const int out = (int)role_out[role], in = (int)role_in[role], k = out < in ? out : in;
+            double e2 = 0, tail2 = 0;
+            shared_ok &= sw->data == m->layers[l % K].w[role].data && d->r == RANK && d->s == 1.0f;
+            for (int o2 = 0; o2 < out; o2++)
+                for (int c = 0; c < in; c++) {
+                    double r = (double)w[l][role][o2 * in + c] - ((const float *)sw->data)[o2 * in + c];
+                    for (int q = 0; q < d->r; q++) r -= (double)d->b[o2 * d->r + q] * d->a[q * in + c];
+                    e2 += r * r;
+                }
+            for (int q = RANK; q < k; q++) tail2 += sig[l % K][role][q] * sig[l % K][role][q];
+            double tl = sqrt(tail2), e = sqrt(e2);
+            if (fabs(e - tl) > worst) worst = fabs(e - tl);
+            if (fabs(e - tl) / tl > worst_rel) worst_rel = fabs(e - tl) / tl;
+        }
+    CHECK(shared_ok, "conversion: every looped layer reads its slot's shared weight, with a rank-%d delta of scale 1", RANK);
+    CHECK(worst <= 1e-5, "conversion: ||W_l - (W_shared + B A)||_F = the SVD tail sqrt(sum_{t>=%d} sigma_t^2) "
+                         "(max abs err %.2g, rel %.2g)", RANK, worst, worst_rel);
+    {   /* the converted model: folded = unfolded */
+        static float lu[T * V], lf[T * V];
+        mor_model *mf = load_img(img, nimg, MOR_MODEL_FOLD_LORA, &st);
+        int ok = mf && logits_of(m, 1, 0, lu) && logits_of(mf, 1, 0, lf);
+        double dd = ok ? check_maxdiff(lu, lf, T * V) : INFINITY;
+        CHECK(ok && dd <= 1e-4, "conversion: folded and unfolded runs of the converted model agree (%.2g)", dd);
+        mor_model_free(mf);
+    }
+    mor_model_free(m);
+    m = NULL;
+    free(img);
+
+    /* Stepwise: the source layers (0 and 3 here) lose nothing; their deltas
+     * get the standard init, B = 0 and A ~ N(0, 1/r^2) */
+    o.init = INIT_STEPWISE;
+    img = convert_img(&o, &nimg, err, sizeof err);
+    m = img ? load_img(img, nimg, 0, &st) : NULL;
+    if (!CHECK(m && m->lora, "conversion: stepwise converts (%s)", err)) goto out;
+    {
+        int zero_b = 1, nonzero_svd = 1;
+        double a2 = 0;
+        long na = 0;
+        for (int l = 0; l < L; l++)
+            for (int role = 0; role < ROLE_COUNT; role++) {
+                const mor_lora_delta *d = &m->lora->d[l][role];
+                if (is_norm(role)) continue;
+                double b2 = 0;
+                for (int64_t i = 0; i < role_out[role] * d->r; i++) b2 += (double)d->b[i] * d->b[i];
+                if (l == 0 || l == 3) {
+                    zero_b &= b2 == 0;
+                    for (int64_t i = 0; i < role_in[role] * d->r; i++) { a2 += (double)d->a[i] * d->a[i]; na++; }
+                } else {
+                    nonzero_svd &= b2 > 0;
+                }
+            }
+        double sd = sqrt(a2 / (double)na) * RANK;
+        CHECK(zero_b && nonzero_svd && sd > 0.9 && sd < 1.1,
+              "conversion: stepwise source layers get B = 0 and Gaussian A of std 1/r (measured %.3g/r); the others SVD", sd);
+    }
+    {   /* B = 0: those layers compute exactly the shared weight's product */
+        static float lu[T * V], lf[T * V];
+        mor_model *mf = load_img(img, nimg, MOR_MODEL_FOLD_LORA, &st);
+        int ok = mf && logits_of(m, 1, 0, lu) && logits_of(mf, 1, 0, lf);
+        CHECK(ok && mf->layers[0].w[ROLE_ATTN_Q].type == GGML_F32 &&
+                  memcmp(mf->layers[0].w[ROLE_ATTN_Q].data, m->layers[0].w[ROLE_ATTN_Q].data, sizeof(float) * H * HD * D) == 0,
+              "conversion: folding a zero-B delta leaves the shared weight bit for bit");
+        mor_model_free(mf);
+    }
+out:
+    mor_model_free(m);
+    free(img);
+    char path[160];
+    snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
+    remove(path);
+    snprintf(path, sizeof path, "%s/config.json", tmpdir);
+    remove(path);
+}
+
 int main(void)
 {
     test_runtime();
     test_format_errors();
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mor_test_lora_XXXXXX");
+    if (CHECK(mkdtemp(tmpdir) != NULL, "a temporary directory")) {
+        test_conversion();
+        rmdir(tmpdir);
+    }
     return check_done();
 }

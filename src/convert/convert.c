@@ -15,16 +15,19 @@
 
 #include "checkpoint.h"
 #include "dtype.h"
+#include "gguf_input.h"
 #include "gguf_write.h"
 #include "hf_config.h"
 #include "hf_tokenizer.h"
 #include "layout.h"
+#include "relax.h"
 #include "util.h"
 
 void convert_opts_init(convert_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->outtype = OUTTYPE_AUTO;
+    o->init = INIT_NONE;
     mor_settings_init(&o->flags);
 }
 
@@ -74,6 +77,21 @@ static int tensor_bytes(const ckpt_tensor *t, int to, owned_list *own, const voi
     *data = buf;
     *nbytes = t->numel * es;
     return 0;
+}
+
+/* Keep p (malloc'd) until the file is written; NULL if p is NULL or on no memory. */
+static void *owned_push(owned_list *own, void *p)
+{
+    if (!p) return NULL;
+    if (own->n == own->cap) {
+        size_t cap = own->cap ? own->cap * 2 : 64;
+        void **n = realloc(own->p, cap * sizeof *n);
+        if (!n) { free(p); return NULL; }
+        own->p = n;
+        own->cap = cap;
+    }
+    own->p[own->n++] = p;
+    return p;
 }
 
 /* Drop the most recent converted copy (a duplicate that will not be stored). */
@@ -361,6 +379,75 @@ done:
     return rc;
 }
 
+/* A recursive baseline's layers must be tied: every looped layer's
+ * projections equal those of the first layer of its slot (norms may differ). */
+static int check_tied(const blocks *b, const plan *p, char *err, size_t errcap)
+{
+    int seq = p->sharing == SHARE_SEQUENCE || p->sharing == SHARE_MIDDLE_SEQUENCE;
+    for (int l = p->prelude; l < p->n_layer - p->coda; l++) {
+        int i = l - p->prelude, slot = seq ? i / p->n_rec : i % p->base_depth;
+        int lead = p->prelude + (seq ? slot * p->n_rec : slot);
+        for (int role = 0; role < CV_ROLE_COUNT; role++)
+            if (!is_norm(role) && b->map[role][l] != b->map[role][lead])
+                return cv_fail(err, errcap, "the checkpoint's layers are not tied under %s sharing (layer %d's %s differs "
+                                            "from layer %d's); to make a vanilla model recursive, pass --init "
+                                            "stepwise|average|lower|upper", ms_sharing_names[p->sharing], l,
+                               cv_role_gguf[role], lead);
+    }
+    return 0;
+}
+
+/* The LoRA deltas: mor.lora.scale (the first relaxed projection's scale) and
+ * mor.lora.scale.<proj> where a projection's differs; a projection whose
+ * deltas do not share one scale gets each scale multiplied into its B. */
+static int add_deltas(gguf_writer *w, relax_state *rs, const mor_layout *lo, owned_list *own, char *err, size_t errcap)
+{
+    float scale[CV_ROLE_COUNT], global = 0;
+    int has[CV_ROLE_COUNT] = {0}, mixed[CV_ROLE_COUNT] = {0}, any = 0;
+    char name[96];
+    for (int l = 0; l < lo->n_layer; l++)
+        for (int role = 0; role < CV_ROLE_COUNT; role++) {
+            const cv_delta *d = &rs->delta[l][role];
+            if (!d->r) continue;
+            if (!has[role]) { has[role] = 1; scale[role] = d->scale; }
+            else if (d->scale != scale[role]) mixed[role] = 1;
+        }
+    for (int role = 0; role < CV_ROLE_COUNT; role++) {
+        if (mixed[role]) {
+            for (int l = 0; l < lo->n_layer; l++) {
+                cv_delta *d = &rs->delta[l][role];
+                size_t n = (size_t)d->r * lo->role[l][role]->shape[0];
+                float *bb;
+                if (!d->r) continue;
+                if (!(bb = owned_push(own, malloc(sizeof(float) * n)))) return cv_fail(err, errcap, "out of memory");
+                for (size_t i = 0; i < n; i++) bb[i] = d->b[i] * d->scale;
+                d->b = bb;
+                d->scale = 1;
+            }
+            scale[role] = 1;
+        }
+        if (has[role] && !any++) global = scale[role];
+    }
+    gguf_writer_add_f32(w, "mor.lora.scale", global);
+    for (int role = 0; role < CV_ROLE_COUNT; role++)
+        if (has[role] && scale[role] != global) {
+            snprintf(name, sizeof name, "mor.lora.scale.%s", cv_role_gguf[role]);
+            gguf_writer_add_f32(w, name, scale[role]);
+        }
+    for (int l = 0; l < lo->n_layer; l++)
+        for (int role = 0; role < CV_ROLE_COUNT; role++) {
+            const cv_delta *d = &rs->delta[l][role];
+            uint64_t out = lo->role[l][role]->shape[0], in = lo->role[l][role]->shape[1], r = (uint64_t)d->r;
+            uint64_t da[2] = {in, r}, db[2] = {r, out};
+            if (!d->r) continue;
+            snprintf(name, sizeof name, "lora.%d.%s.a", l, cv_role_gguf[role]);
+            gguf_writer_add_tensor(w, name, CV_F32, 2, da, d->a, in * r * 4);
+            snprintf(name, sizeof name, "lora.%d.%s.b", l, cv_role_gguf[role]);
+            gguf_writer_add_tensor(w, name, CV_F32, 2, db, d->b, r * out * 4);
+        }
+    return 0;
+}
+
 /* The weights file: --weights (a path, or a name inside dir), else
  * model.safetensors, else pytorch_model.bin. */
 static char *weights_path(const convert_opts *o, char *err, size_t errcap)
@@ -394,29 +481,63 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     owned_list own = {0};
     hf_tokenizer tok;
     gguf_writer *w = NULL;
-    char *path = NULL;
-    int have_tok = 0, rc = -1, types[CV_ROLE_COUNT], tied = 1, n_tensors = 0, max_blocks = 0;
+    gguf_input gi;
+    relax_state rs;
+    char *path = NULL, lora_desc[160] = "";
+    int have_tok = 0, rc = -1, types[CV_ROLE_COUNT], tied = 1, n_tensors = 0, max_blocks = 0, any_rank = 0;
+    const int from_gguf = gguf_input_is_gguf(o->dir);
     const void *emb_d, *head_d = NULL;
+    const void **shared = NULL;
     uint64_t emb_n, head_n = 0;
 
     memset(&ck, 0, sizeof ck);
     memset(&lo, 0, sizeof lo);
     memset(&b, 0, sizeof b);
     memset(&tok, 0, sizeof tok);
-    if (!(path = cv_path_join(o->dir, "config.json"))) return cv_fail(err, errcap, "out of memory");
-    if (hf_config_load(&cfg, path, err, errcap)) goto done;
-    if (gather_settings(o, &cfg, &s, err, errcap)) goto done;
-    free(path);
-    if (!(path = weights_path(o, err, errcap))) goto done;
-    if (ckpt_open(&ck, path, err, errcap)) goto done;
+    memset(&gi, 0, sizeof gi);
+    memset(&rs, 0, sizeof rs);
+    for (int role = 0; role < CV_ROLE_COUNT; role++) any_rank |= !is_norm(role) && o->lora_rank[role] > 0;
+    if (from_gguf) {
+        if (gguf_input_open(&gi, o->dir, &ck, &cfg, err, errcap) || gather_settings(o, &cfg, &s, err, errcap)) goto done;
+    } else {
+        if (!(path = cv_path_join(o->dir, "config.json"))) return cv_fail(err, errcap, "out of memory");
+        if (hf_config_load(&cfg, path, err, errcap)) goto done;
+        if (gather_settings(o, &cfg, &s, err, errcap)) goto done;
+        free(path);
+        if (!(path = weights_path(o, err, errcap))) goto done;
+        if (ckpt_open(&ck, path, err, errcap)) goto done;
+    }
     if (layout_build(&lo, &ck, err, errcap) || layout_check_shapes(&lo, &cfg, err, errcap)) goto done;
+    if (o->init != INIT_NONE) {
+        if (lo.lora) { cv_fail(err, errcap, "--init converts a vanilla checkpoint; this one already has LoRA factors"); goto done; }
+        if (relax_tie(&rs, &lo, &cfg, s.sharing, s.num_recursion, o->init, o->keep_norms, err, errcap)) goto done;
+    } else if (any_rank || o->keep_norms) {
+        cv_fail(err, errcap, "%s needs --init (it relaxes a vanilla model being made recursive)",
+                any_rank ? "--lora-rank" : "--keep-norms");
+        goto done;
+    }
     if (make_plan(&p, &s, &lo, &cfg, err, errcap)) goto done;
-    if (load_tokenizer(o, &cfg, &tok, &have_tok, err, errcap)) goto done;
+    if (!from_gguf || o->tokenizer) {
+        if (load_tokenizer(o, &cfg, &tok, &have_tok, err, errcap)) goto done;
+    }
     if (have_tok && tok.n_tokens > cfg.vocab) {
         cv_fail(err, errcap, "the tokenizer has %zu tokens but the model's vocabulary is %u", tok.n_tokens, cfg.vocab);
         goto done;
     }
     if (dedup(&b, o, &lo, &own, types, err, errcap)) goto done;
+    if (p.route == ROUTE_NONE && p.n_rec > 1 && check_tied(&b, &p, err, errcap)) goto done;
+    if (any_rank) {   /* SVD deltas against the shared weights as they will be stored */
+        if (!(shared = malloc(sizeof *shared * (size_t)p.n_layer * CV_ROLE_COUNT))) { cv_fail(err, errcap, "out of memory"); goto done; }
+        for (int l = 0; l < p.n_layer; l++)
+            for (int role = 0; role < CV_ROLE_COUNT; role++) shared[l * CV_ROLE_COUNT + role] = b.data[role][b.map[role][l]];
+        if (relax_svd(&rs, &lo, p.prelude, p.n_layer - p.coda, o->lora_rank, shared, types, o->svd_exact, o->threads, err,
+                      errcap))
+            goto done;
+        snprintf(lora_desc, sizeof lora_desc, "; LoRA: %d deltas keep %.1f%% of the tying residual (%d zero: standard init)",
+                 rs.n_delta, rs.residual2 > 0 ? 100.0 * rs.captured2 / rs.residual2 : 100.0, rs.n_zero);
+    }
+    if (relax_peft(&rs, &lo, &s, err, errcap)) goto done;
+    if (lo.lora) snprintf(lora_desc, sizeof lora_desc, "; LoRA: %d deltas", rs.n_delta);
 
     /* attention weights repeat across recursions when every block position
      * maps to the same block in every recursion */
@@ -447,7 +568,7 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     gguf_writer_add_str(w, "general.architecture", "mor");
     gguf_writer_add_u32(w, "general.alignment", GGUF_WRITE_ALIGNMENT);
     if (o->name) gguf_writer_add_str(w, "general.name", o->name);
-    gguf_writer_add_u32(w, "mor.format_version", 1);
+    gguf_writer_add_u32(w, "mor.format_version", rs.n_delta ? 2 : 1);   /* 2: depth-wise LoRA */
     gguf_writer_add_u32(w, "mor.vocab_size", cfg.vocab);
     gguf_writer_add_u32(w, "mor.context_length", cfg.ctx);
     gguf_writer_add_u32(w, "mor.embedding_length", cfg.hidden);
@@ -487,6 +608,8 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     gguf_writer_add_bool(w, "mor.kv.shared", p.kv_shared);
     gguf_writer_add_bool(w, "mor.attention.tied_across_recursions", tied);
     if (have_tok) hf_tokenizer_write(&tok, w);
+    else if (from_gguf && gi.has_tokenizer && gguf_input_copy_keys(&gi, w, 0, err, errcap)) goto done;
+    if (rs.n_delta && add_deltas(w, &rs, &lo, &own, err, errcap)) goto done;
 
     /* tensors, in an order that depends only on the model */
     add_tensor(w, "token_embd.weight", lo.embed, matrix_type(o, lo.embed), emb_d, emb_n);
@@ -520,18 +643,22 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     rc = gguf_writer_write(w, out, err, errcap);
     if (rc == 0 && summary && sumcap) {
         for (int role = 0; role < CV_ROLE_COUNT; role++) n_tensors += b.n_blocks[role];
-        snprintf(summary, sumcap, "%s, %s sharing, N_r=%d, K=%d, L=%d; %d stored blocks (attention: %d), %d layer tensors%s%s",
+        snprintf(summary, sumcap, "%s, %s sharing, N_r=%d, K=%d, L=%d; %d stored blocks (attention: %d), %d layer tensors%s%s%s%s",
                  route_desc(p.route), ms_sharing_names[p.sharing], p.n_rec, p.base_depth, p.n_layer,
                  b.n_blocks[CV_ROLE_FFN_GATE], b.n_blocks[CV_ROLE_ATTN_Q], n_tensors, head_d ? ", untied output" : "",
-                 have_tok ? ", tokenizer" : "");
+                 have_tok || (from_gguf && gi.has_tokenizer) ? ", tokenizer" : "",
+                 rs.n_orig && rs.n_orig != p.n_layer ? ", layers selected by linspace" : "", lora_desc);
     }
 done:
     gguf_writer_free(w);
     blocks_free(&b);
     owned_free(&own);
     if (have_tok) hf_tokenizer_free(&tok);
+    relax_free(&rs);
     layout_free(&lo);
     ckpt_free(&ck);
+    gguf_input_close(&gi);
+    free(shared);
     free(path);
     return rc;
 }

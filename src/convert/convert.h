@@ -1,6 +1,8 @@
 /* convert.h - turn a Hugging Face MoR / recursive / Llama checkpoint directory
- * into a `mor` GGUF file (docs/FORMAT.md), or a tokenizer into a vocab-only
- * GGUF. The command-line tool src/tools/mor-convert.c is a thin wrapper. */
+ * (or a plain `mor` GGUF file) into a `mor` GGUF file (docs/FORMAT.md), or a
+ * tokenizer into a vocab-only GGUF. A vanilla model can be made recursive
+ * on the way, with depth-wise LoRA deltas (relax.h; docs/RELAXED.md). The
+ * command-line tool src/tools/mor-convert.c is a thin wrapper. */
 #ifndef CV_CONVERT_H
 #define CV_CONVERT_H
 #include <stddef.h>
@@ -10,13 +12,19 @@
 enum { OUTTYPE_AUTO = -1 };   /* else a dtype.h value: CV_F32, CV_F16, CV_BF16 */
 
 typedef struct {
-    const char *dir;          /* holds config.json and the weights */
+    const char *dir;          /* holds config.json and the weights; or a GGUF file (gguf_input.h) */
     const char *weights;      /* a path, or a file name in dir; NULL: model.safetensors, else pytorch_model.bin */
     const char *mor_config;   /* mor_cfg.yaml or mor_config.json; NULL: dir/mor_cfg.yaml, else dir/../mor_cfg.yaml, if present */
     const char *tokenizer;    /* tokenizer.json; NULL: dir/tokenizer.json if present */
     const char *name;         /* general.name, or NULL for none */
     int outtype;              /* OUTTYPE_AUTO: each matrix keeps its checkpoint dtype */
     mor_settings flags;       /* command-line overrides of the MoR config */
+    /* Relaxed Recursive Transformer conversion of a vanilla model (relax.h) */
+    int init;                 /* INIT_NONE (-1), or INIT_*: tie the layers (needs flags.num_recursion, .sharing) */
+    int keep_norms;           /* with init: every layer keeps its own RMSNorm weights */
+    int lora_rank[9];         /* per CV role (norms ignored): SVD LoRA rank, 0 = not relaxed */
+    int svd_exact;            /* full Jacobi SVD even for small ranks */
+    int threads;              /* SVDs in parallel; <= 0: 1 */
 } convert_opts;
 
 void convert_opts_init(convert_opts *o);

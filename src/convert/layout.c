@@ -26,16 +26,33 @@ enum { P_W, P_FC1, P_FC2 };
 
 typedef struct {
     int what, layer, r, j, role;   /* role: CV_ROLE_* or router part P_* */
+    int part;                      /* of a layer role: PART_WEIGHT, PART_LORA_A, PART_LORA_B */
     const ckpt_tensor *t;
 } keyinfo;
+
+enum { PART_WEIGHT, PART_LORA_A, PART_LORA_B };
 
 /* per model.layers.{i}: what kind of layer it is */
 enum { L_UNSEEN, L_PLAIN, L_EXPERT, L_TOKEN, L_ROUTER_ONLY };
 
-static int role_of(const char *s)
+/* A layer role "<module>.weight", or for a projection its PEFT forms
+ * "<module>.base_layer.weight", "<module>.lora_A.default.weight",
+ * "<module>.lora_B.default.weight". */
+static int role_of(const char *s, int *part)
 {
-    for (int i = 0; i < CV_ROLE_COUNT; i++)
+    static const char *const peft[3] = {"base_layer.weight", "lora_A.default.weight", "lora_B.default.weight"};
+    static const int parts[3] = {PART_WEIGHT, PART_LORA_A, PART_LORA_B};
+    *part = PART_WEIGHT;
+    for (int i = 0; i < CV_ROLE_COUNT; i++) {
+        size_t n = strlen(cv_role_hf[i]) - 6;   /* the module, without "weight" */
         if (strcmp(s, cv_role_hf[i]) == 0) return i;
+        if (i == CV_ROLE_ATTN_NORM || i == CV_ROLE_FFN_NORM || strncmp(s, cv_role_hf[i], n) != 0) continue;
+        for (int k = 0; k < 3; k++)
+            if (strcmp(s + n, peft[k]) == 0) {
+                *part = parts[k];
+                return i;
+            }
+    }
     return -1;
 }
 
@@ -87,13 +104,13 @@ static int classify(const ckpt_tensor *t, keyinfo *k, char *err, size_t errcap)
     if (strncmp(s, "model.layers.", 13) == 0) {
         s += 13;
         if (take_index(&s, &k->layer)) {
-            if ((k->role = role_of(s)) >= 0) { k->what = K_PLAIN; return 0; }
+            if ((k->role = role_of(s, &k->part)) >= 0) { k->what = K_PLAIN; return 0; }
             if (strncmp(s, "block.", 6) == 0) {
                 s += 6;
-                if (take_index(&s, &k->j) && (k->role = role_of(s)) >= 0) { k->what = K_EXPERT; return 0; }
+                if (take_index(&s, &k->j) && (k->role = role_of(s, &k->part)) >= 0) { k->what = K_EXPERT; return 0; }
             } else if (strncmp(s, "block_list.", 11) == 0) {
                 s += 11;
-                if (take_index(&s, &k->r) && take_index(&s, &k->j) && (k->role = role_of(s)) >= 0) {
+                if (take_index(&s, &k->r) && take_index(&s, &k->j) && (k->role = role_of(s, &k->part)) >= 0) {
                     k->what = K_TOKEN;
                     return 0;
                 }
@@ -109,13 +126,17 @@ static int classify(const ckpt_tensor *t, keyinfo *k, char *err, size_t errcap)
             }
         }
     }
+    if (strstr(t->name, "lora_magnitude_vector"))
+        return cv_fail(err, errcap, "DoRA checkpoints are not supported (key '%.200s'); LoRA ones are", t->name);
     if (strstr(t->name, "lora_") || strstr(t->name, "base_layer"))
-        return cv_fail(err, errcap, "relaxed (LoRA) checkpoints are not supported yet (key '%.200s')", t->name);
+        return cv_fail(err, errcap, "unexpected LoRA key '%.200s' (expected <proj>.base_layer.weight, "
+                                    "<proj>.lora_A.default.weight, <proj>.lora_B.default.weight)", t->name);
     return cv_fail(err, errcap, "unexpected key '%.200s': not part of the MoR / Llama state-dict grammar", t->name);
 }
 
 void layout_free(mor_layout *lo)
 {
+    free(lo->lora);
     free(lo->role);
     free(lo->router);
     free(lo->aux);
@@ -237,18 +258,17 @@ int layout_build(mor_layout *lo, const checkpoint *ck, char *err, size_t errcap)
     /* pass 2: place every tensor */
     for (size_t i = 0; i < ck->n; i++) {
         const keyinfo *k = &keys[i];
-        int l;
+        int l = -1;
         switch (k->what) {
         case K_PLAIN:
             if (lo->kind == ROUTE_NONE || k->layer < first) l = k->layer;
             else l = lo->prelude + lo->n_rec * lo->base_depth + (k->layer - last - 1);
-            lo->role[l][k->role] = k->t;
             break;
         case K_EXPERT:
-            lo->role[lo->prelude + (k->layer - first) * lo->base_depth + k->j][k->role] = k->t;
+            l = lo->prelude + (k->layer - first) * lo->base_depth + k->j;
             break;
         case K_TOKEN:
-            lo->role[lo->prelude + k->r * lo->base_depth + k->j][k->role] = k->t;
+            l = lo->prelude + k->r * lo->base_depth + k->j;
             break;
         case K_ROUTER:
             if (kind[k->layer] != L_EXPERT && kind[k->layer] != L_TOKEN) {
@@ -278,6 +298,23 @@ int layout_build(mor_layout *lo, const checkpoint *ck, char *err, size_t errcap)
         default:
             break;
         }
+        if (l < 0) continue;
+        /* a layer role, or one of its LoRA factors */
+        const ckpt_tensor **slot;
+        if (k->part == PART_WEIGHT) {
+            slot = &lo->role[l][k->role];
+        } else {
+            if (!lo->lora && !(lo->lora = calloc((size_t)lo->n_layer, sizeof *lo->lora))) {
+                cv_fail(err, errcap, "out of memory");
+                goto done;
+            }
+            slot = &lo->lora[l][k->role][k->part == PART_LORA_B];
+        }
+        if (*slot) {
+            cv_fail(err, errcap, "'%.200s' and '%.200s' are the same weight", (*slot)->name, k->t->name);
+            goto done;
+        }
+        *slot = k->t;
     }
 
     /* completeness */
@@ -287,6 +324,13 @@ int layout_build(mor_layout *lo, const checkpoint *ck, char *err, size_t errcap)
                 char pre[128];
                 layer_prefix(lo, first, l, pre, sizeof pre);
                 cv_fail(err, errcap, "%s%s is missing", pre, cv_role_hf[r]);
+                goto done;
+            }
+    for (int l = 0; lo->lora && l < lo->n_layer; l++)
+        for (int r = 0; r < CV_ROLE_COUNT; r++)
+            if (!lo->lora[l][r][0] != !lo->lora[l][r][1]) {
+                cv_fail(err, errcap, "'%.200s' has no lora_%s partner", (lo->lora[l][r][0] ? lo->lora[l][r][0] : lo->lora[l][r][1])->name,
+                        lo->lora[l][r][0] ? "B" : "A");
                 goto done;
             }
     if (lo->kind != ROUTE_NONE) {
@@ -347,6 +391,16 @@ int layout_check_shapes(const mor_layout *lo, const hf_config *c, char *err, siz
             shape_is(t[CV_ROLE_FFN_GATE], 2, f, d, err, errcap) || shape_is(t[CV_ROLE_FFN_UP], 2, f, d, err, errcap) ||
             shape_is(t[CV_ROLE_FFN_DOWN], 2, d, f, err, errcap))
             return -1;
+        for (int r = 0; lo->lora && r < CV_ROLE_COUNT; r++) {
+            const ckpt_tensor *a = lo->lora[l][r][0], *b = lo->lora[l][r][1];
+            uint64_t out = t[r]->shape[0], in = t[r]->shape[1], rk;
+            if (!a) continue;
+            rk = a->ndim == 2 ? a->shape[0] : 0;
+            if (shape_is(a, 2, rk, in, err, errcap) || shape_is(b, 2, out, rk, err, errcap)) return -1;
+            if (rk < 1 || rk > (in < out ? in : out))
+                return cv_fail(err, errcap, "'%.200s': LoRA rank %llu is outside [1, min(in, out) = %llu]", a->name,
+                               (unsigned long long)rk, (unsigned long long)(in < out ? in : out));
+        }
     }
     if (lo->kind == ROUTE_EXPERT) {
         for (int r = 0; r < lo->n_rec; r++)

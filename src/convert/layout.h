@@ -11,6 +11,9 @@
  *   model.layers.{i}.router_bias                  token-choice selection bias [N_r]
  * where <role> is input_layernorm.weight, self_attn.{q,k,v,o}_proj.weight,
  * post_attention_layernorm.weight or mlp.{gate,up,down}_proj.weight.
+ * A relaxed (PEFT LoRA) checkpoint names a projection's weight
+ * <proj>.base_layer.weight instead and adds <proj>.lora_A.default.weight
+ * [r, in] and <proj>.lora_B.default.weight [out, r] (adapter "default").
  * The MoR layers must be consecutive, with either no plain layer around them
  * (cycle sharing) or exactly one before and one after (middle_cycle). N_r and
  * K come from the keys. Unrolled layer l = P + r*K + j, as in FORMAT.md.
@@ -46,6 +49,9 @@ typedef struct {
     lo_router *router;        /* expert: [n_rec]; token: [1] */
     lo_router *aux;           /* expert with mlp_router: [n_rec]; else NULL */
     const ckpt_tensor *bias;  /* token: router_bias, or NULL */
+    /* PEFT LoRA factors per unrolled layer and role: [n_layer][role][0 = A, 1 = B],
+     * NULL where absent; the array is NULL when the checkpoint has none */
+    const ckpt_tensor *(*lora)[CV_ROLE_COUNT][2];
 } mor_layout;
 
 int  layout_build(mor_layout *lo, const checkpoint *ck, char *err, size_t errcap);

@@ -18,6 +18,8 @@ const char *const ms_func_names[] = {"sigmoid", "tanh", "softmax", "none", NULL}
 const char *const ms_gating_names[] = {"weighted", "additive", NULL};
 const char *const ms_sampling_names[] = {"aux_loss", "aux_router", "none", NULL};
 const char *const ms_balancing_names[] = {"loss", "loss_free", NULL};
+const char *const ms_relax_names[] = {"lora", "dora", "adaption_prompt", "recursion_encoding", NULL};
+const char *const ms_proj_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", NULL};
 
 int ms_lookup(const char *const *names, const char *s)
 {
@@ -31,6 +33,7 @@ void mor_settings_init(mor_settings *s)
 {
     memset(s, 0, sizeof *s);
     s->type = s->sharing = s->arch = s->func = s->gating = s->sampling = s->balancing = s->kv_shared = -1;
+    s->relax = s->relax_method = -1;
 }
 
 void mor_settings_merge(mor_settings *d, const mor_settings *s)
@@ -51,6 +54,14 @@ void mor_settings_merge(mor_settings *d, const mor_settings *s)
     if (s->sampling >= 0) d->sampling = s->sampling;
     if (s->balancing >= 0) d->balancing = s->balancing;
     if (s->kv_shared >= 0) d->kv_shared = s->kv_shared;
+    if (s->relax >= 0) d->relax = s->relax;
+    if (s->relax_method >= 0) d->relax_method = s->relax_method;
+    if (s->lora_r) d->lora_r = s->lora_r;
+    if (s->lora_rank_attn) d->lora_rank_attn = s->lora_rank_attn;
+    if (s->lora_rank_ffn) d->lora_rank_ffn = s->lora_rank_ffn;
+    if (s->have_lora_alpha) { d->have_lora_alpha = 1; d->lora_alpha = s->lora_alpha; }
+    if (s->have_lora_alpha_pattern) { d->have_lora_alpha_pattern = 1; d->lora_alpha_pattern = s->lora_alpha_pattern; }
+    if (s->lora_targets) d->lora_targets = s->lora_targets;
 }
 
 int mor_settings_parse_capacity(mor_settings *s, const char *str, char *err, size_t errcap)
@@ -176,12 +187,60 @@ static int get_type_block(const json *b, int type, mor_settings *s, char *err, s
     return get_enum(json_get(b, "balancing"), "token.balancing", ms_balancing_names, -1, &s->balancing, err, errcap);
 }
 
+/* The relaxation block: relaxation.{enable, method, lora.{r, alpha,
+ * alpha_pattern, rank_pattern.{self_attn, ffn}, target_modules}}. Only LoRA
+ * relaxations are supported (DoRA, adaption prompts and recursion encodings
+ * change the forward pass). */
+static int get_relaxation(const json *rx, mor_settings *s, char *err, size_t errcap)
+{
+    const json *lora = json_get(rx, "lora"), *rp, *tm, *ap;
+    int relax = 0;
+    if (!rx || rx->type == JSON_NULL) return 0;
+    if (get_bool(json_get(rx, "enable"), "relaxation.enable", &relax, err, errcap) ||
+        get_enum(json_get(rx, "method"), "relaxation.method", ms_relax_names, -1, &s->relax_method, err, errcap))
+        return -1;
+    s->relax = relax;
+    if (!relax) return 0;
+    if (s->relax_method >= 0 && s->relax_method != RELAX_LORA)
+        return cv_fail(err, errcap, "MoR config: relaxation.method %s is not supported (lora is)", ms_relax_names[s->relax_method]);
+    if (!lora || lora->type != JSON_OBJECT) return 0;
+    if (get_int(json_get(lora, "r"), "relaxation.lora.r", &s->lora_r, err, errcap) ||
+        get_num(json_get(lora, "alpha"), "relaxation.lora.alpha", &s->have_lora_alpha, &s->lora_alpha, err, errcap))
+        return -1;
+    ap = json_get(lora, "alpha_pattern");   /* a float, or a mapping PEFT would take (not the official form) */
+    if (ap && ap->type != JSON_NULL && ap->type != JSON_NUMBER)
+        return cv_fail(err, errcap, "MoR config: relaxation.lora.alpha_pattern must be a number (alpha = r * alpha_pattern)");
+    if (get_num(ap, "relaxation.lora.alpha_pattern", &s->have_lora_alpha_pattern, &s->lora_alpha_pattern, err, errcap))
+        return -1;
+    rp = json_get(lora, "rank_pattern");
+    if (rp && rp->type != JSON_NULL) {
+        if (rp->type != JSON_OBJECT) return cv_fail(err, errcap, "MoR config: relaxation.lora.rank_pattern is not a mapping");
+        if (get_int(json_get(rp, "self_attn"), "rank_pattern.self_attn", &s->lora_rank_attn, err, errcap) ||
+            get_int(json_get(rp, "ffn"), "rank_pattern.ffn", &s->lora_rank_ffn, err, errcap))
+            return -1;
+    }
+    tm = json_get(lora, "target_modules");
+    if (tm && tm->type != JSON_NULL) {
+        /* PEFT-style substring match of each name against the module path, as
+         * the official check_name() does */
+        static const char *const path_of[MS_PROJ_COUNT] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                           "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+        if (tm->type != JSON_ARRAY) return cv_fail(err, errcap, "MoR config: relaxation.lora.target_modules is not a list");
+        for (size_t i = 0; i < tm->n; i++) {
+            const char *t = json_as_str(tm->items[i]);
+            if (!t) return cv_fail(err, errcap, "MoR config: relaxation.lora.target_modules holds a non-string");
+            for (int p = 0; p < MS_PROJ_COUNT; p++)
+                if (t[0] && strstr(path_of[p], t)) s->lora_targets |= 1u << p;
+        }
+    }
+    return 0;
+}
+
 static int from_hydra(mor_settings *s, const json *doc, char *err, size_t errcap)
 {
-    int rec = 0, mor = 0, relax = 0, rand_router = 0, kv = -1;
+    int rec = 0, mor = 0, rand_router = 0, kv = -1;
     const json *m = json_get(doc, "mor");
-    if (get_bool(path(doc, "relaxation", "enable", NULL), "relaxation.enable", &relax, err, errcap)) return -1;
-    if (relax) return cv_fail(err, errcap, "relaxed (LoRA) checkpoints are not supported yet");
+    if (get_relaxation(json_get(doc, "relaxation"), s, err, errcap)) return -1;
     if (get_bool(path(doc, "recursive", "enable", NULL), "recursive.enable", &rec, err, errcap) ||
         get_bool(json_get(m, "enable"), "mor.enable", &mor, err, errcap) ||
         get_bool(path(doc, "kv_sharing", "enable", NULL), "kv_sharing.enable", &kv, err, errcap))
@@ -227,8 +286,7 @@ static int from_compact(mor_settings *s, const json *doc, char *err, size_t errc
         return -1;
     if (kv >= 0) s->kv_shared = kv;
     if (rand_router) return cv_fail(err, errcap, "MoR config: rand_router checkpoints are not supported");
-    if (get_bool(path(doc, "relaxation", "enable", NULL), "relaxation.enable", &rand_router, err, errcap)) return -1;
-    if (rand_router) return cv_fail(err, errcap, "relaxed (LoRA) checkpoints are not supported yet");
+    if (get_relaxation(json_get(doc, "relaxation"), s, err, errcap)) return -1;
     if (s->type == ROUTE_NONE) return 0;
     if (get_capacity(json_get(doc, "capacity"), s, err, errcap)) return -1;
     if (!s->n_capacity && get_capacity(json_get(doc, "capacity_string"), s, err, errcap)) return -1;

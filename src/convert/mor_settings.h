@@ -19,6 +19,9 @@ enum { FUNC_SIGMOID, FUNC_TANH, FUNC_SOFTMAX, FUNC_NONE };
 enum { GATE_WEIGHTED, GATE_ADDITIVE };
 enum { SAMPLE_AUX_LOSS, SAMPLE_AUX_ROUTER, SAMPLE_NONE };
 enum { BAL_LOSS, BAL_LOSS_FREE };
+enum { RELAX_LORA, RELAX_DORA, RELAX_ADAPTION_PROMPT, RELAX_RECURSION_ENCODING };
+/* the seven projections, as PEFT's target_modules names them */
+enum { MS_PROJ_Q, MS_PROJ_K, MS_PROJ_V, MS_PROJ_O, MS_PROJ_GATE, MS_PROJ_UP, MS_PROJ_DOWN, MS_PROJ_COUNT };
 
 /* Names as written in configs and in the GGUF (index = enum value), NULL-terminated. */
 extern const char *const ms_route_names[];     /* "none", "expert", "token" */
@@ -28,6 +31,8 @@ extern const char *const ms_func_names[];      /* "sigmoid", "tanh", "softmax", 
 extern const char *const ms_gating_names[];    /* "weighted", "additive" */
 extern const char *const ms_sampling_names[];  /* "aux_loss", "aux_router", "none" */
 extern const char *const ms_balancing_names[]; /* "loss", "loss_free" */
+extern const char *const ms_relax_names[];     /* "lora", "dora", "adaption_prompt", "recursion_encoding" */
+extern const char *const ms_proj_names[];      /* "q_proj", ..., "down_proj" */
 
 /* Index of s in a NULL-terminated name table, or -1. */
 int ms_lookup(const char *const *names, const char *s);
@@ -49,6 +54,19 @@ typedef struct {
     int sampling;        /* SAMPLE_*, -1 unset */
     int balancing;       /* BAL_*, -1 unset */
     int kv_shared;       /* 0/1, -1 unset */
+    /* relaxation (relaxation.* of the official config): how a relaxed (PEFT
+     * LoRA) checkpoint's deltas are scaled. PEFT multiplies B A by
+     * alpha / r per module; the official code sets alpha = r * alpha_pattern
+     * when alpha_pattern is given, so the scale is then alpha_pattern. */
+    int relax;                      /* relaxation.enable: 0/1, -1 unset */
+    int relax_method;               /* RELAX_*, -1 unset */
+    int lora_r;                     /* relaxation.lora.r, 0 unset */
+    int lora_rank_attn, lora_rank_ffn;   /* rank_pattern.self_attn (q, k, v) / .ffn, 0 unset */
+    int have_lora_alpha;
+    double lora_alpha;              /* relaxation.lora.alpha */
+    int have_lora_alpha_pattern;
+    double lora_alpha_pattern;      /* relaxation.lora.alpha_pattern */
+    unsigned lora_targets;          /* bit MS_PROJ_* per projection target_modules selects; 0 unset */
 } mor_settings;
 
 void mor_settings_init(mor_settings *s);

@@ -1,7 +1,10 @@
 /* mor-convert - convert a Hugging Face MoR / recursive / Llama checkpoint to
- * a `mor` GGUF file (docs/FORMAT.md), or a tokenizer to a vocab-only GGUF.
+ * a `mor` GGUF file (docs/FORMAT.md), or a tokenizer to a vocab-only GGUF;
+ * optionally make a vanilla model recursive with depth-wise LoRA deltas
+ * (Relaxed Recursive Transformers, docs/RELAXED.md).
  *
  *   mor-convert DIR -o OUT.gguf [options]
+ *   mor-convert MODEL.gguf -o OUT.gguf --num-recursion 2 --sharing cycle --init average --lora-rank 16
  *   mor-convert --vocab-only DIR -o V.gguf [--tokenizer FILE]
  *
  * Errors: one line on stderr, exit code 1. The output is written to a
@@ -14,14 +17,18 @@
 
 #include "convert.h"
 #include "dtype.h"
+#include "layout.h"
 #include "mor_settings.h"
+#include "relax.h"
 
 static const char usage[] =
     "usage: mor-convert DIR -o OUT.gguf [options]\n"
+    "       mor-convert MODEL.gguf -o OUT.gguf [options]\n"
     "       mor-convert --vocab-only DIR -o OUT.gguf [--tokenizer FILE]\n"
     "\n"
     "DIR holds config.json and model.safetensors or pytorch_model.bin (model.safetensors\n"
-    "is used when both exist, unless --weights says otherwise).\n"
+    "is used when both exist, unless --weights says otherwise). MODEL.gguf is a libmor\n"
+    "model without routers (e.g. from mor-train), read as a plain Llama.\n"
     "\n"
     "options:\n"
     "  -o, --output FILE       the GGUF file to write (required)\n"
@@ -40,6 +47,19 @@ static const char usage[] =
     "  --router-func sigmoid|tanh|softmax|none                --alpha X   --temp X\n"
     "  --gating weighted|additive       --sampling aux_loss|aux_router\n"
     "  --kv-sharing 0|1                 --bias-balancing (token-choice loss-free bias)\n"
+    "Relaxed recursive conversion of a vanilla model (with --num-recursion N --sharing S):\n"
+    "  --init stepwise|average|lower|upper   how the shared block is made from the layers\n"
+    "  --lora-rank R | q=R,k=R,v=R,o=R,gate=R,up=R,down=R\n"
+    "                          a LoRA delta per looped layer and projection, the truncated SVD\n"
+    "                          of what tying lost (0 or omitted: not relaxed; capped at min(in, out))\n"
+    "  --keep-norms            keep every layer's own RMSNorm weights (then full rank reproduces\n"
+    "                          the original exactly; the official code ties them)\n"
+    "  --svd exact|fast        exact: Jacobi on the whole residual; fast (default): subspace\n"
+    "                          iteration first when the rank is small next to the matrix\n"
+    "  --threads N             SVDs in parallel (default 2)\n"
+    "Relaxed (PEFT LoRA) checkpoints of the official code (scale alpha/r; override the config):\n"
+    "  --lora-alpha A          relaxation.lora.alpha (scale A / r)\n"
+    "  --lora-alpha-pattern P  relaxation.lora.alpha_pattern (scale P)\n"
     "  -h, --help\n";
 
 static void die(const char *fmt, const char *a)
@@ -82,6 +102,30 @@ static int parse_int(const char *v, int lo, int hi)
     return (int)x;
 }
 
+/* "8" (every projection) or "q=8,k=8,v=8,o=8,gate=16,up=16,down=16" */
+static void parse_ranks(const char *v, int *rank)
+{
+    static const char *const names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    static const int roles[] = {CV_ROLE_ATTN_Q, CV_ROLE_ATTN_K, CV_ROLE_ATTN_V, CV_ROLE_ATTN_OUT,
+                                CV_ROLE_FFN_GATE, CV_ROLE_FFN_UP, CV_ROLE_FFN_DOWN};
+    if (!strchr(v, '=')) {
+        int r = parse_int(v, 0, 1 << 20);
+        for (int i = 0; i < 7; i++) rank[roles[i]] = r;
+        return;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *eq = strchr(tok, '=');
+        int i;
+        if (!eq) die("bad --lora-rank item '%s' (want NAME=RANK)", tok);
+        *eq = 0;
+        for (i = 0; i < 7 && strcmp(tok, names[i]); i++) {}
+        if (i == 7) die("bad --lora-rank projection '%s' (q, k, v, o, gate, up, down)", tok);
+        rank[roles[i]] = parse_int(eq + 1, 0, 1 << 20);
+    }
+}
+
 int main(int argc, char **argv)
 {
     convert_opts o;
@@ -91,13 +135,15 @@ int main(int argc, char **argv)
     FILE *f;
 
     convert_opts_init(&o);
+    o.threads = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         /* flags that take a value */
         static const char *const valued[] = {
             "-o", "--output", "--weights", "--mor-config", "--tokenizer", "--outtype", "--name", "--mor-type",
             "--num-recursion", "--base-depth", "--sharing", "--capacity", "--router-type", "--router-func", "--alpha",
-            "--temp", "--gating", "--sampling", "--kv-sharing", NULL};
+            "--temp", "--gating", "--sampling", "--kv-sharing", "--init", "--lora-rank", "--svd", "--threads",
+            "--lora-alpha", "--lora-alpha-pattern", NULL};
         const char *v = NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(usage, stdout);
@@ -105,6 +151,7 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--vocab-only") == 0) { vocab_only = 1; continue; }
         if (strcmp(a, "--bias-balancing") == 0) { o.flags.balancing = BAL_LOSS_FREE; continue; }
+        if (strcmp(a, "--keep-norms") == 0) { o.keep_norms = 1; continue; }
         for (int k = 0; valued[k]; k++)
             if (strcmp(a, valued[k]) == 0) {
                 if (i + 1 >= argc) die("%s needs a value", a);
@@ -140,6 +187,19 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--gating")) o.flags.gating = parse_enum(ms_gating_names, a, v);
         else if (!strcmp(a, "--sampling")) o.flags.sampling = parse_enum(ms_sampling_names, a, v);
         else if (!strcmp(a, "--kv-sharing")) o.flags.kv_shared = parse_int(v, 0, 1);
+        else if (!strcmp(a, "--init")) o.init = parse_enum(relax_init_names, a, v);
+        else if (!strcmp(a, "--lora-rank")) parse_ranks(v, o.lora_rank);
+        else if (!strcmp(a, "--svd")) {
+            static const char *const modes[] = {"fast", "exact", NULL};
+            o.svd_exact = parse_enum(modes, a, v);
+        } else if (!strcmp(a, "--threads")) o.threads = parse_int(v, 1, 64);
+        else if (!strcmp(a, "--lora-alpha")) {
+            o.flags.lora_alpha = parse_double(a, v);
+            o.flags.have_lora_alpha = 1;
+        } else if (!strcmp(a, "--lora-alpha-pattern")) {
+            o.flags.lora_alpha_pattern = parse_double(a, v);
+            o.flags.have_lora_alpha_pattern = 1;
+        }
     }
     if (!dir) die("%s", "no model directory given (see --help)");
     if (!out) die("%s", "no output file given (-o OUT.gguf)");
