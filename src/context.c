@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "context.h"
+#include "kernels.h"
 #include "status.h"
 
 void mor_context_params_init(mor_context_params *p, size_t size)
@@ -24,12 +25,13 @@ void mor_context_free(mor_context *c)
     router_free(c->router);
     layer_scratch *s = &c->ls;
     free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att); free(s->o);
-    free(s->gate); free(s->up); free(s->probs); free(s->vis);
+    free(s->gate); free(s->up); free(s->inv_freq); free(s->cs_own);
+    exec_free(&s->exec);
     free(c->x); free(c->y); free(c->h1); free(c->rtmp);
     free(c->z); free(c->g); free(c->p);
     free(c->idx); free(c->pos); free(c->seq); free(c->depth); free(c->seq_rows);
     free(c->active); free(c->sel); free(c->done); free(c->rank);
-    free(c->st_scores);
+    free(c->st_scores); free(c->cs);
     free(c->logits); free(c->logit_row); free(c->hidden); free(c->st_hidden);
     free(c);
 }
@@ -84,8 +86,9 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     s->o = alloc_n(n * d, sizeof(float), &ok);
     s->gate = alloc_n(n * (size_t)m->n_ff, sizeof(float), &ok);
     s->up = alloc_n(n * (size_t)m->n_ff, sizeof(float), &ok);
-    s->probs = alloc_n(p.n_ctx, sizeof(float), &ok);
-    s->vis = alloc_n(p.n_ctx, sizeof(int32_t), &ok);
+    s->inv_freq = alloc_n((size_t)m->head_dim / 2, sizeof(float), &ok);
+    s->cs_own = alloc_n(n * (size_t)m->head_dim, sizeof(float), &ok);
+    if (s->inv_freq) mor_rope_inv_freq(s->inv_freq, m->head_dim, m->rope_theta);
     c->x = alloc_n(n * d, sizeof(float), &ok);
     c->y = alloc_n(n * d, sizeof(float), &ok);
     c->h1 = alloc_n(n * d, sizeof(float), &ok);
@@ -103,6 +106,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     c->done = alloc_n(n, 1, &ok);
     c->rank = alloc_n(n, sizeof(router_rank), &ok);
     c->st_scores = alloc_n(n * nr, sizeof(float), &ok);
+    c->cs = alloc_n(n * (size_t)m->head_dim, sizeof(float), &ok);
     c->logit_row = alloc_n(n, sizeof(int32_t), &ok);
     c->n_boundaries = mor_model_n_boundaries(m);
     if (p.flags & MOR_CTX_CAPTURE_HIDDEN) {
@@ -110,6 +114,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
         c->st_hidden = alloc_n((size_t)c->n_boundaries * n * d, sizeof(float), &ok);
     }
     if (!ok) { mor_context_free(c); return mor_err(MOR_E_NOMEM, "cannot allocate context scratch for n_batch %u", p.n_batch); }
+    if ((st = exec_init(&s->exec, m, p.n_threads, p.n_batch, p.n_ctx))) { mor_context_free(c); return st; }
     if ((st = kv_create(m, mode, (int32_t)p.n_ctx, (int32_t)p.n_seq_max, (int32_t)p.n_batch, &c->kv)) ||
         (st = router_create(m, (int32_t)p.n_batch, &c->router))) {
         mor_context_free(c);

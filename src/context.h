@@ -1,14 +1,20 @@
 /* context.h - a context: scratch and output memory, the KV cache and the router. */
 #ifndef MOR_CONTEXT_H
 #define MOR_CONTEXT_H
+#include "kernels_threads.h"
 #include "kv_cache.h"
 #include "router.h"
 
 /* Scratch for one decoder layer over up to n_batch rows (see layer.c). */
 typedef struct {
     float   *xn, *q, *k, *v, *att, *o, *gate, *up;
-    float   *probs;            /* [n_ctx]: attention weights of one query head */
-    int32_t *vis;              /* [n_ctx]: visible cells of one query */
+    mor_exec exec;             /* kernels, threads and their per-thread scratch */
+    float   *inv_freq;         /* [head_dim/2]: RoPE frequencies */
+    /* [n][head_dim] cos | sin of each row's RoPE angles for the next
+     * layer_forward only (it resets this to NULL), set by its caller
+     * (layer_rope_cs), or NULL: computed there into cs_own */
+    const float *rope_cs;
+    float   *cs_own;           /* [n_batch][head_dim] */
 } layer_scratch;
 
 struct mor_batch {
@@ -32,6 +38,7 @@ struct mor_context {
     uint8_t *active, *sel, *done;
     router_rank *rank;
     float   *st_scores;                  /* staged router scores, rows x n_rec */
+    float   *cs;                         /* [n_batch][head_dim]: RoPE cos|sin of each batch row */
     /* outputs */
     float   *logits;                     /* [cap_logits][n_vocab] */
     int32_t  cap_logits, n_rows;

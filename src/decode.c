@@ -38,12 +38,14 @@ static mor_status check_abort(mor_context *c)
     return MOR_OK;
 }
 
-/* Gather rows idx of src into c->y with their positions and sequences. */
+/* Gather rows idx of src into c->y with their positions, sequences and RoPE
+ * cos/sin (into ls.cs_own, for run_block). */
 static void gather(mor_context *c, const mor_batch *b, const float *src, const int32_t *idx, int32_t n)
 {
-    const int32_t d = c->model->n_embd;
+    const int32_t d = c->model->n_embd, hd = c->model->head_dim;
     for (int32_t i = 0; i < n; i++) {
         memcpy(c->y + (size_t)i * d, src + (size_t)idx[i] * d, sizeof(float) * (size_t)d);
+        memcpy(c->ls.cs_own + (size_t)i * hd, c->cs + (size_t)idx[i] * hd, sizeof(float) * (size_t)hd);
         c->pos[i] = b->pos[idx[i]];
         c->seq[i] = b->seq[idx[i]];
     }
@@ -54,6 +56,7 @@ static mor_status run_block(mor_context *c, int32_t r, int32_t n)
 {
     const mor_model *m = c->model;
     for (int32_t j = 0; j < m->base_depth; j++) {
+        c->ls.rope_cs = c->ls.cs_own;
         mor_status st = layer_forward(m, model_layer_of(m, r, j), c->kv, &c->ls, c->y, c->pos, c->seq, n);
         if (st) return st;
     }
@@ -62,6 +65,7 @@ static mor_status run_block(mor_context *c, int32_t r, int32_t n)
 
 static mor_status run_all_rows(mor_context *c, const mor_batch *b, int32_t l)
 {
+    c->ls.rope_cs = c->cs;
     return layer_forward(c->model, l, c->kv, &c->ls, c->x, b->pos, b->seq, b->n);
 }
 
@@ -224,6 +228,7 @@ static mor_status forward(mor_context *c, const mor_batch *b)
             c->st_scores[(size_t)i * nr + r] = NAN;
         }
     }
+    layer_rope_cs(m, &c->ls, b->pos, n, c->cs);   /* once per decode, for every layer */
     for (int32_t l = 0; l < m->prelude; l++) {
         capture(c, &bnd, n);
         if ((st = run_all_rows(c, b, l))) return st;
@@ -243,11 +248,13 @@ static mor_status forward(mor_context *c, const mor_batch *b)
     for (int32_t i = 0; i < n; i++)
         mor_rms_norm(c->x + (size_t)i * d, c->x + (size_t)i * d, m->output_norm.data, d, m->eps);
     capture(c, &bnd, n);
+    /* the rows that want logits, packed, through one pass over the output matrix */
     int32_t slot = 0;
     for (int32_t i = 0; i < n; i++) {
         c->logit_row[i] = b->want[i] ? slot : -1;
-        if (b->want[i]) mor_matmul(&m->output, c->x + (size_t)i * d, c->logits + (size_t)slot++ * m->n_vocab, 1);
+        if (b->want[i]) memcpy(c->y + (size_t)slot++ * d, c->x + (size_t)i * d, sizeof(float) * (size_t)d);
     }
+    if (slot) exec_matmul(&c->ls.exec, &m->output, c->y, d, c->logits, m->n_vocab, slot, 0);
     return MOR_OK;
 }
 

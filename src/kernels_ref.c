@@ -1,7 +1,9 @@
-/* kernels_ref.c - portable C reference kernels (see kernels.h). */
+/* kernels_ref.c - portable C reference kernels (see kernels.h): plain loops in
+ * the order the maths is written, the oracle of every fast kernel. */
 #include <math.h>
 #include <string.h>
 #include "kernels.h"
+#include "quant.h"
 
 float mor_bf16_to_f32(uint16_t h)
 {
@@ -31,6 +33,8 @@ float mor_f16_to_f32(uint16_t h)
     return f;
 }
 
+int mor_act_is_q8(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0; }
+
 static float dot_f32(const float *w, const float *x, int64_t n)
 {
     float s = 0;
@@ -52,34 +56,125 @@ static float dot_f16(const uint16_t *w, const float *x, int64_t n)
     return s;
 }
 
-/* Weight rows outermost: each weight row is read once for all n inputs. */
-void mor_matmul(const mor_weight *w, const float *x, float *y, int32_t n)
+/* Quantized weights against Q8_0 activations, as ggml's vec_dot_q8_0_q8_0 /
+ * q4_0_q8_0: an exact integer sum per block, scaled by d_w * d_x. */
+static float dot_q8_0(const mor_block_q8_0 *w, const void *xrow, int64_t n)
 {
-    const int64_t R = w->rows, C = w->cols;
-    for (int64_t o = 0; o < R; o++) {
+    const int8_t *xq = mor_act_q8_qs(xrow);
+    const float *xd = mor_act_q8_d(xrow, n);
+    float s = 0;
+    for (int64_t b = 0; b < n / MOR_QK; b++) {
+        int32_t sumi = 0;
+        for (int j = 0; j < MOR_QK; j++) sumi += (int32_t)w[b].qs[j] * xq[b * MOR_QK + j];
+        s += (float)sumi * (mor_f16_to_f32(w[b].d) * xd[b]);
+    }
+    return s;
+}
+
+static float dot_q4_0(const mor_block_q4_0 *w, const void *xrow, int64_t n)
+{
+    const int8_t *xq = mor_act_q8_qs(xrow);
+    const float *xd = mor_act_q8_d(xrow, n);
+    float s = 0;
+    for (int64_t b = 0; b < n / MOR_QK; b++) {
+        int32_t sumi = 0;
+        for (int j = 0; j < MOR_QK / 2; j++) {
+            sumi += ((w[b].qs[j] & 15) - 8) * xq[b * MOR_QK + j];
+            sumi += ((w[b].qs[j] >> 4) - 8) * xq[b * MOR_QK + j + MOR_QK / 2];
+        }
+        s += (float)sumi * (mor_f16_to_f32(w[b].d) * xd[b]);
+    }
+    return s;
+}
+
+/* Weight rows outermost: each weight row is read once for all n inputs. */
+void mor_matmul_ref_range(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy,
+                          int32_t n, int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    (void)scratch;
+    const int64_t C = w->cols;
+    const size_t rb = mor_row_bytes(w->type, C);
+    for (int64_t o = o0; o < o1; o++) {
+        const void *row = (const char *)w->data + (size_t)o * rb;
         for (int32_t i = 0; i < n; i++) {
-            const float *xi = x + (int64_t)i * C;
+            const void *xi = (const char *)x + (size_t)i * xs;
             float s;
             switch (w->type) {
-            case 1:  s = dot_f16((const uint16_t *)w->data + o * C, xi, C); break;   /* F16 */
-            case 30: s = dot_bf16((const uint16_t *)w->data + o * C, xi, C); break;  /* BF16 */
-            default: s = dot_f32((const float *)w->data + o * C, xi, C); break;
+            case GGML_F16:  s = dot_f16(row, xi, C); break;
+            case GGML_BF16: s = dot_bf16(row, xi, C); break;
+            case GGML_Q8_0: s = dot_q8_0(row, xi, C); break;
+            case GGML_Q4_0: s = dot_q4_0(row, xi, C); break;
+            default:        s = dot_f32(row, xi, C); break;
             }
-            y[(int64_t)i * R + o] = s;
+            float *yo = y + (int64_t)i * ldy + o;
+            *yo = acc ? *yo + s : s;
         }
     }
+}
+
+size_t mor_act_stride(uint32_t wtype, int64_t k)
+{
+    return mor_act_is_q8(wtype) ? mor_act_q8_stride(k) : sizeof(float) * (size_t)k;
+}
+
+void mor_act_prepare(const mor_kernels *ks, uint32_t wtype, const float *x, void *out, int64_t k)
+{
+    if (mor_act_is_q8(wtype)) ks->act_q8(x, out, k);
+    else memcpy(out, x, sizeof(float) * (size_t)k);
+}
+
+/* A matmul on the calling thread with kernel set ks. Quantized weights need
+ * their activations quantized: done a segment of columns at a time into a
+ * stack buffer, so this never allocates. */
+#define SEG 4096
+static void matmul_here(const mor_kernels *ks, const mor_weight *w, const float *x, float *y, int32_t n)
+{
+    const int64_t K = w->cols;
+    if (!mor_act_is_q8(w->type)) {
+        ks->matmul(w, x, sizeof(float) * (size_t)K, y, w->rows, n, 0, w->rows, 0, NULL);
+        return;
+    }
+    _Alignas(64) unsigned char buf[SEG + SEG / MOR_QK * sizeof(float) + 64];
+    for (int32_t i = 0; i < n; i++) {
+        const float *xi = x + (int64_t)i * K;
+        float *yi = y + (int64_t)i * w->rows;
+        if (K <= SEG) {
+            ks->act_q8(xi, buf, K);
+            ks->matmul(w, buf, 0, yi, w->rows, 1, 0, w->rows, 0, NULL);
+            continue;
+        }
+        /* wider rows: column segments of the weight, accumulated */
+        const size_t rb = mor_row_bytes(w->type, K);
+        for (int64_t c0 = 0; c0 < K; c0 += SEG) {
+            int64_t kc = K - c0 < SEG ? K - c0 : SEG;
+            mor_weight part = *w;
+            part.cols = kc;
+            part.data = (const char *)w->data + mor_row_bytes(w->type, c0);
+            ks->act_q8(xi + c0, buf, kc);
+            for (int64_t o = 0; o < w->rows; o++) {   /* rows keep their full stride */
+                mor_weight row = part;
+                row.rows = 1;
+                row.data = (const char *)part.data + (size_t)o * rb;
+                ks->matmul(&row, buf, 0, yi + o, 1, 1, 0, 1, c0 > 0, NULL);
+            }
+        }
+    }
+}
+
+void mor_matmul(const mor_weight *w, const float *x, float *y, int32_t n)
+{
+    matmul_here(mor_kernels_best(), w, x, y, n);
+}
+
+void mor_matmul_ref(const mor_weight *w, const float *x, float *y, int32_t n)
+{
+    matmul_here(&mor_kernels_ref, w, x, y, n);
 }
 
 void mor_embed_row(const mor_weight *w, int32_t row, float *out)
 {
     const int64_t C = w->cols;
-    for (int64_t c = 0; c < C; c++) {
-        switch (w->type) {
-        case 1:  out[c] = mor_f16_to_f32(((const uint16_t *)w->data)[row * C + c]); break;
-        case 30: out[c] = mor_bf16_to_f32(((const uint16_t *)w->data)[row * C + c]); break;
-        default: out[c] = ((const float *)w->data)[row * C + c]; break;
-        }
-    }
+    mor_dequantize_row(w->type, (const char *)w->data + (size_t)row * mor_row_bytes(w->type, C), out, C);
 }
 
 void mor_rms_norm(float *out, const float *x, const float *w, int32_t n, float eps)
@@ -90,18 +185,37 @@ void mor_rms_norm(float *out, const float *x, const float *w, int32_t n, float e
     for (int32_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * r);
 }
 
+void mor_rope_inv_freq(float *inv_freq, int32_t head_dim, float theta)
+{
+    /* as HF computes it in fp32: inv_freq = 1 / theta^(2i/d) */
+    for (int32_t i = 0; i < head_dim / 2; i++)
+        inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+}
+
+void mor_rope_cs(float *v, int32_t n_heads, int32_t head_dim, const float *cs)
+{
+    const int32_t half = head_dim / 2;
+    for (int32_t h = 0; h < n_heads; h++) {
+        float *q = v + (int64_t)h * head_dim;
+        for (int32_t i = 0; i < half; i++) {
+            float a = q[i], b = q[i + half], c = cs[i], s = cs[half + i];
+            q[i] = a * c - b * s;          /* q*cos + rotate_half(q)*sin */
+            q[i + half] = b * c + a * s;
+        }
+    }
+}
+
 void mor_rope(float *v, int32_t n_heads, int32_t head_dim, int32_t pos, float theta)
 {
     const int32_t half = head_dim / 2;
     for (int32_t i = 0; i < half; i++) {
-        /* as HF computes it in fp32: inv_freq = 1 / theta^(2i/d), angle = pos * inv_freq */
         float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
         float ang = (float)pos * inv_freq;
         float c = cosf(ang), s = sinf(ang);
         for (int32_t h = 0; h < n_heads; h++) {
             float *q = v + (int64_t)h * head_dim;
             float a = q[i], b = q[i + half];
-            q[i] = a * c - b * s;          /* q*cos + rotate_half(q)*sin */
+            q[i] = a * c - b * s;
             q[i + half] = b * c + a * s;
         }
     }
@@ -118,3 +232,48 @@ void mor_softmax(float *x, int32_t n)
     for (int32_t i = 0; i < n; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
     for (int32_t i = 0; i < n; i++) x[i] /= sum;
 }
+
+/* Element i of a cache row of type t (F32, F16, Q8_0). */
+static float kv_at(const void *row, uint32_t t, int32_t i)
+{
+    switch (t) {
+    case GGML_F16: return mor_f16_to_f32(((const uint16_t *)row)[i]);
+    case GGML_Q8_0: {
+        const mor_block_q8_0 *b = (const mor_block_q8_0 *)row + i / MOR_QK;
+        return mor_f16_to_f32(b->d) * (float)b->qs[i % MOR_QK];
+    }
+    default: return ((const float *)row)[i];
+    }
+}
+
+void mor_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
+                    size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
+                    float scale, float *probs, float *out)
+{
+    for (int32_t g = 0; g < group; g++) {
+        const float *qh = q + (int64_t)g * hd;
+        float *p = probs + (int64_t)g * nv;
+        for (int32_t t = 0; t < nv; t++) {
+            const void *kr = (const char *)k + (size_t)cells[t] * stride;
+            float d = 0;
+            for (int32_t i = 0; i < hd; i++) d += qh[i] * kv_at(kr, kv_type, i);
+            p[t] = d * scale;
+        }
+        mor_softmax(p, nv);
+        float *oh = out + (int64_t)g * hd;
+        memset(oh, 0, sizeof(float) * (size_t)hd);
+        for (int32_t t = 0; t < nv; t++) {
+            const void *vr = (const char *)v + (size_t)cells[t] * stride;
+            for (int32_t i = 0; i < hd; i++) oh[i] += p[t] * kv_at(vr, kv_type, i);
+        }
+    }
+}
+
+static void swiglu_ref(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) g[i] = mor_silu(g[i]) * u[i];
+}
+
+const mor_kernels mor_kernels_ref = {
+    "ref", mor_quantize_act_q8_ref, mor_matmul_ref_range, mor_attend_ref, mor_rms_norm, swiglu_ref
+};

@@ -100,6 +100,7 @@ int32_t kv_append(mor_kv_cache *kv, int32_t l, mor_seq_id seq, mor_pos pos)
     int32_t c = L->hint;
     while (L->seq[c] >= 0) c = (c + 1) % L->n_cells;
     L->seq[c] = seq; L->pos[c] = pos; L->n_used++;
+    if (c >= L->n_hi) L->n_hi = c + 1;
     L->hint = (c + 1) % L->n_cells;
     kv->undo[kv->n_undo++] = l;
     kv->undo[kv->n_undo++] = c;
@@ -143,6 +144,7 @@ static void layer_rm(kv_layer *L, mor_seq_id seq, mor_pos p0, mor_pos p1)
         if (L->seq[c] >= 0 && (seq < 0 || L->seq[c] == seq) && in_range(L->pos[c], p0, p1)) {
             L->seq[c] = -1; L->n_used--;
         }
+    if (L->n_used == 0) L->n_hi = 0;
 }
 
 static void for_each_layer_rm(mor_kv_cache *kv, mor_seq_id seq, mor_pos p0, mor_pos p1)
@@ -197,6 +199,7 @@ static void layer_cp(kv_layer *L, int32_t kv_dim, mor_seq_id src, mor_seq_id dst
         if (L->seq[c] != src || !in_range(L->pos[c], p0, p1)) continue;
         while (L->seq[free_c] >= 0) free_c++;   /* room was checked by the caller */
         L->seq[free_c] = dst; L->pos[free_c] = L->pos[c]; L->n_used++;
+        if (free_c >= L->n_hi) L->n_hi = free_c + 1;
         if (kv_dim) {
             memcpy(L->k + (size_t)free_c * kv_dim, L->k + (size_t)c * kv_dim, sizeof(float) * (size_t)kv_dim);
             memcpy(L->v + (size_t)free_c * kv_dim, L->v + (size_t)c * kv_dim, sizeof(float) * (size_t)kv_dim);

@@ -8,6 +8,7 @@
  * cell. K is stored after RoPE, as HF caches it. */
 typedef struct {
     int32_t  n_cells, n_used, hint;
+    int32_t  n_hi;             /* no cell at or above n_hi is in use: scans stop here */
     int32_t *pos, *seq;
     float   *k, *v;            /* [n_cells][kv_dim] */
 } kv_layer;

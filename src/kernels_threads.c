@@ -1,0 +1,227 @@
+/* kernels_threads.c - matmuls and attention split across the thread pool. */
+#include <math.h>
+#include <string.h>
+#include "kernels_threads.h"
+#include <stdlib.h>
+#include "quant.h"
+#include "status.h"
+
+#define ROW_ALIGN 16   /* output rows per unit of work: whole tiles for every kernel set */
+
+#define MAX_THREADS 512
+/* Below this many multiply-adds a job runs on the calling thread alone:
+ * waking the workers would cost more than it saves (results are the same
+ * either way). */
+#define MIN_PARALLEL_MACS 65536
+
+static void run(mor_exec *e, mor_task_fn fn, void *arg, int64_t macs)
+{
+    if (e->nth > 1 && macs >= MIN_PARALLEL_MACS) pool_run(e->pool, fn, arg);
+    else fn(arg, 0, 1);
+}
+
+void exec_free(mor_exec *e)
+{
+    pool_free(e->pool);
+    for (int32_t t = 0; t < e->nth; t++) {
+        if (e->mm_scratch) free(e->mm_scratch[t]);
+        if (e->probs) free(e->probs[t]);
+        if (e->vis) free(e->vis[t]);
+    }
+    free(e->mm_scratch); free(e->probs); free(e->vis); free(e->act_mem);
+    memset(e, 0, sizeof *e);
+}
+
+mor_status exec_init(mor_exec *e, const mor_model *m, int32_t n_threads, uint32_t n_batch, uint32_t n_ctx)
+{
+    memset(e, 0, sizeof *e);
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+    e->k = mor_kernels_best();
+    int64_t kmax = m->n_embd;   /* the widest matmul input: n_embd, H*hd or n_ff */
+    if ((int64_t)m->n_head * m->head_dim > kmax) kmax = (int64_t)m->n_head * m->head_dim;
+    if (m->n_ff > kmax) kmax = m->n_ff;
+    const size_t group = (size_t)(m->n_head / m->n_head_kv);
+    e->nth = n_threads;
+    e->mm_scratch = calloc((size_t)n_threads, sizeof(float *));
+    e->probs = calloc((size_t)n_threads, sizeof(float *));
+    e->vis = calloc((size_t)n_threads, sizeof(int32_t *));
+    /* malloc + manual alignment: the one allocator users and tests can hook */
+    e->act_mem = malloc(n_batch * mor_act_q8_stride(kmax) + 64);
+    if (e->act_mem) e->act = (void *)(((uintptr_t)e->act_mem + 63) & ~(uintptr_t)63);
+    int ok = e->mm_scratch && e->probs && e->vis && e->act;
+    for (int32_t t = 0; ok && t < n_threads; t++) {
+        e->mm_scratch[t] = malloc(sizeof(float) * MOR_MM_SCRATCH_FLOATS(kmax));
+        e->probs[t] = malloc(sizeof(float) * group * (n_ctx ? n_ctx : 1));
+        e->vis[t] = malloc(sizeof(int32_t) * (n_ctx ? n_ctx : 1));
+        ok = e->mm_scratch[t] && e->probs[t] && e->vis[t];
+    }
+    if (!ok) { exec_free(e); return mor_err(MOR_E_NOMEM, "cannot allocate per-thread scratch for %d threads", n_threads); }
+    mor_status st = pool_create(n_threads, &e->pool);
+    if (st) { exec_free(e); return st; }
+    e->nth = pool_size(e->pool);
+    return MOR_OK;
+}
+
+/* ---- activation preparation (Q8_0 for quantized weights) ---- */
+
+typedef struct { mor_exec *e; const float *x; int64_t ldx, k; int32_t n; size_t stride; } prep_job;
+
+static void prep_task(void *arg, int32_t ith, int32_t nth)
+{
+    prep_job *j = arg;
+    int64_t b, end;
+    pool_split(j->n, 1, ith, nth, &b, &end);
+    for (int64_t i = b; i < end; i++)
+        j->e->k->act_q8(j->x + i * j->ldx, (char *)j->e->act + (size_t)i * j->stride, j->k);
+}
+
+/* The activations a matmul with weights of type t reads: x itself for float
+ * types, else x quantized into e->act. Returns the pointer and row stride. */
+static const void *prepare(mor_exec *e, uint32_t t, const float *x, int64_t ldx, int64_t k, int32_t n, size_t *xs)
+{
+    if (!mor_act_is_q8(t)) { *xs = sizeof(float) * (size_t)ldx; return x; }
+    prep_job j = { e, x, ldx, k, n, mor_act_q8_stride(k) };
+    *xs = j.stride;
+    run(e, prep_task, &j, (int64_t)n * k / 4);
+    return e->act;
+}
+
+/* ---- matmul ---- */
+
+typedef struct {
+    mor_exec *e;
+    int32_t nw, n, acc;
+    const mor_weight *w[3];
+    const void *x[3];
+    size_t xs[3];
+    float *y[3];
+    int64_t ldy[3];
+} mm_job;
+
+static void mm_task(void *arg, int32_t ith, int32_t nth)
+{
+    mm_job *j = arg;
+    int64_t total = 0, b, end;
+    for (int32_t q = 0; q < j->nw; q++) total += j->w[q]->rows;
+    pool_split(total, ROW_ALIGN, ith, nth, &b, &end);
+    int64_t base = 0;
+    for (int32_t q = 0; q < j->nw; q++) {   /* the concatenated rows of all matrices */
+        const int64_t rows = j->w[q]->rows, o0 = b - base, o1 = end - base;
+        if (o1 > 0 && o0 < rows)
+            j->e->k->matmul(j->w[q], j->x[q], j->xs[q], j->y[q], j->ldy[q], j->n,
+                            o0 < 0 ? 0 : o0, o1 > rows ? rows : o1, j->acc, j->e->mm_scratch[ith]);
+        base += rows;
+    }
+}
+
+void exec_matmul(mor_exec *e, const mor_weight *w, const float *x, int64_t ldx, float *y, int64_t ldy,
+                 int32_t n, int acc)
+{
+    mm_job j = { .e = e, .nw = 1, .n = n, .acc = acc };
+    j.w[0] = w; j.y[0] = y; j.ldy[0] = ldy;
+    j.x[0] = prepare(e, w->type, x, ldx, w->cols, n, &j.xs[0]);
+    run(e, mm_task, &j, (int64_t)n * w->rows * w->cols);
+}
+
+void exec_matmul_multi(mor_exec *e, int32_t nw, const mor_weight *const *w, const float *x, int64_t ldx,
+                       float *const *y, int32_t n)
+{
+    mm_job j = { .e = e, .nw = nw, .n = n, .acc = 0 };
+    const void *q8 = NULL;
+    size_t q8s = 0;
+    for (int32_t q = 0; q < nw; q++) {
+        j.w[q] = w[q]; j.y[q] = y[q]; j.ldy[q] = w[q]->rows;
+        if (mor_act_is_q8(w[q]->type)) {   /* one quantization serves every quantized matrix */
+            if (!q8) q8 = prepare(e, w[q]->type, x, ldx, w[q]->cols, n, &q8s);
+            j.x[q] = q8; j.xs[q] = q8s;
+        } else {
+            j.x[q] = x; j.xs[q] = sizeof(float) * (size_t)ldx;
+        }
+    }
+    int64_t macs = 0;
+    for (int32_t q = 0; q < nw; q++) macs += (int64_t)n * w[q]->rows * w[q]->cols;
+    run(e, mm_task, &j, macs);
+}
+
+/* ---- gate/up + SwiGLU ---- */
+
+typedef struct {
+    mor_exec *e;
+    const mor_weight *wg, *wu;
+    const void *xg, *xu;
+    size_t xgs, xus;
+    float *g, *u;
+    int32_t n;
+} ffn_job;
+
+static void ffn_task(void *arg, int32_t ith, int32_t nth)
+{
+    ffn_job *j = arg;
+    const int64_t F = j->wg->rows;
+    int64_t b, end;
+    pool_split(F, ROW_ALIGN, ith, nth, &b, &end);
+    if (b >= end) return;
+    const mor_kernels *k = j->e->k;
+    k->matmul(j->wg, j->xg, j->xgs, j->g, F, j->n, b, end, 0, j->e->mm_scratch[ith]);
+    k->matmul(j->wu, j->xu, j->xus, j->u, F, j->n, b, end, 0, j->e->mm_scratch[ith]);
+    for (int32_t i = 0; i < j->n; i++) k->swiglu(j->g + i * F + b, j->u + i * F + b, end - b);
+}
+
+void exec_ffn_up(mor_exec *e, const mor_weight *wg, const mor_weight *wu, const float *x, int64_t ldx,
+                 float *g, float *u, int32_t n)
+{
+    ffn_job j = { .e = e, .wg = wg, .wu = wu, .g = g, .u = u, .n = n };
+    j.xg = prepare(e, wg->type, x, ldx, wg->cols, n, &j.xgs);
+    if (mor_act_is_q8(wu->type) && mor_act_is_q8(wg->type)) { j.xu = j.xg; j.xus = j.xgs; }
+    else if (mor_act_is_q8(wu->type)) j.xu = prepare(e, wu->type, x, ldx, wu->cols, n, &j.xus);
+    else { j.xu = x; j.xus = sizeof(float) * (size_t)ldx; }
+    run(e, ffn_task, &j, 2 * (int64_t)n * wg->rows * wg->cols);
+}
+
+/* ---- attention ---- */
+
+typedef struct {
+    mor_exec *e;
+    const mor_model *m;
+    const kv_layer *L;
+    uint32_t kv_type;
+    size_t kv_row;
+    const float *q;
+    const int32_t *pos, *seq;
+    float *out;
+    int32_t n;
+} att_job;
+
+static void att_task(void *arg, int32_t ith, int32_t nth)
+{
+    att_job *j = arg;
+    const mor_model *m = j->m;
+    const int32_t hd = m->head_dim, nkv = m->n_head_kv, group = m->n_head / nkv, qd = m->n_head * hd;
+    const size_t head_bytes = j->kv_row / (size_t)nkv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    int64_t b, end;
+    pool_split((int64_t)j->n * nkv, 1, ith, nth, &b, &end);   /* units: (row, KV head) */
+    int32_t *vis = j->e->vis[ith], nv = 0, vis_row = -1;
+    const kv_layer *L = j->L;
+    for (int64_t u = b; u < end; u++) {
+        const int32_t i = (int32_t)(u / nkv), h = (int32_t)(u % nkv);
+        if (i != vis_row) {   /* the visible cells of row i, shared by its heads */
+            nv = 0;
+            for (int32_t c = 0; c < L->n_hi; c++)
+                if (L->seq[c] == j->seq[i] && L->pos[c] <= j->pos[i]) vis[nv++] = c;
+            vis_row = i;
+        }
+        const size_t off = (size_t)h * head_bytes;
+        j->e->k->attend(j->q + (int64_t)i * qd + (int64_t)h * group * hd, group, hd,
+                        (const char *)L->k + off, (const char *)L->v + off, j->kv_row, j->kv_type,
+                        vis, nv, scale, j->e->probs[ith], j->out + (int64_t)i * qd + (int64_t)h * group * hd);
+    }
+}
+
+void exec_attention(mor_exec *e, const mor_model *m, const kv_layer *L, uint32_t kv_type, size_t kv_row_bytes,
+                    const float *q, const int32_t *pos, const int32_t *seq, float *out, int32_t n)
+{
+    att_job j = { e, m, L, kv_type, kv_row_bytes, q, pos, seq, out, n };
+    run(e, att_task, &j, 2 * (int64_t)n * m->n_head * m->head_dim * L->n_hi);
+}

@@ -1,0 +1,220 @@
+/* test_kernels.c - every kernel set this CPU runs against the reference
+ * kernels (kernels_ref.c), forced one set at a time:
+ *  - matmul for F32, F16, BF16, Q8_0 and Q4_0 weights on random shapes,
+ *    odd sizes included: close to the reference, and bitwise the same
+ *    whatever the number of rows, the output range a thread is given, or
+ *    whether the strip-conversion scratch is used;
+ *  - the Q8_0 activation quantizer bitwise the reference (ties included);
+ *  - attention over F32, F16 and Q8_0 caches, RMSNorm and SwiGLU;
+ *  - decode through a context with each kernel set, n_threads 1, 2 and 3:
+ *    bitwise the same logits per set, and close to the reference set.
+ * Sets the CPU lacks are reported as skipped. */
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "context.h"
+#include "kernels.h"
+#include "mor.h"
+#include "quant.h"
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t next_u32(void)
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float frand(void) { return (float)((next_u32() & 0xffffff) / 16777216.0) * 2.0f - 1.0f; }
+
+static const char *tname(uint32_t t)
+{
+    switch (t) { case 0: return "F32"; case 1: return "F16"; case 30: return "BF16"; case 8: return "Q8_0"; case 2: return "Q4_0"; }
+    return "?";
+}
+
+/* A random weight of type t: rows x cols (made from floats, quantized). */
+static void *make_weight(uint32_t t, int64_t rows, int64_t cols, mor_weight *w)
+{
+    size_t rb = mor_row_bytes(t, cols);
+    unsigned char *data = malloc(rb * (size_t)rows + 1);
+    float *tmp = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t o = 0; o < rows; o++) {
+        for (int64_t c = 0; c < cols; c++) tmp[c] = frand();
+        mor_quantize_row(t, tmp, data + (size_t)o * rb, cols);
+    }
+    free(tmp);
+    w->data = data; w->type = t; w->rows = rows; w->cols = cols;
+    return data;
+}
+
+/* sum_c |W[o][c] * x[i][c]|: the scale a rounding difference is measured against */
+static double abs_dot(const mor_weight *w, const float *x, int64_t o)
+{
+    float *row = malloc(sizeof(float) * (size_t)w->cols);
+    mor_dequantize_row(w->type, (const char *)w->data + (size_t)o * mor_row_bytes(w->type, w->cols), row, w->cols);
+    double s = 0;
+    for (int64_t c = 0; c < w->cols; c++) s += fabs((double)row[c] * x[c]);
+    free(row);
+    return s;
+}
+
+static void test_matmul(const mor_kernels *ks, uint32_t t, int64_t rows, int64_t cols, int32_t n)
+{
+    mor_weight w;
+    void *wd = make_weight(t, rows, cols, &w);
+    float *x = malloc(sizeof(float) * (size_t)(n * cols));
+    for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
+    /* prepared activations: the reference's (the quantizer is tested on its own) */
+    size_t xs = mor_act_stride(t, cols);
+    unsigned char *xp = aligned_alloc(64, ((size_t)n * xs + 63) & ~(size_t)63);
+    for (int32_t i = 0; i < n; i++) mor_act_prepare(&mor_kernels_ref, t, x + i * cols, xp + (size_t)i * xs, cols);
+    size_t ny = (size_t)n * (size_t)rows;
+    float *ref = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny), *y1 = malloc(sizeof(float) * ny);
+    float *y2 = malloc(sizeof(float) * ny), *scr = malloc(sizeof(float) * MOR_MM_SCRATCH_FLOATS(cols));
+    mor_matmul_ref_range(&w, xp, xs, ref, rows, n, 0, rows, 0, NULL);
+    ks->matmul(&w, xp, xs, y, rows, n, 0, rows, 0, scr);
+    double worst = 0;
+    for (int32_t i = 0; i < n; i++)
+        for (int64_t o = 0; o < rows; o++) {
+            double scale = abs_dot(&w, x + i * cols, o) + 1e-30;
+            /* rounding of a reordered float sum: a few ulp of the sum of |terms| */
+            double e = fabs((double)y[i * rows + o] - ref[i * rows + o]) / scale;
+            if (e > worst || e != e) worst = e != e ? INFINITY : e;
+        }
+    /* the same outputs one row at a time, from split output ranges, without scratch */
+    for (int32_t i = 0; i < n; i++) {
+        int64_t cut = rows > 2 ? (int64_t)(next_u32() % (uint32_t)rows) : 0;
+        ks->matmul(&w, xp + (size_t)i * xs, xs, y1 + i * rows, rows, 1, 0, cut, 0, NULL);
+        ks->matmul(&w, xp + (size_t)i * xs, xs, y1 + i * rows, rows, 1, cut, rows, 0, scr);
+    }
+    int64_t cut = (int64_t)(next_u32() % (uint32_t)(rows + 1));
+    ks->matmul(&w, xp, xs, y2, rows, n, 0, cut, 0, NULL);
+    ks->matmul(&w, xp, xs, y2, rows, n, cut, rows, 0, NULL);
+    int same1 = !memcmp(y, y1, sizeof(float) * ny), same2 = !memcmp(y, y2, sizeof(float) * ny);
+    /* acc: y + dot */
+    for (size_t i = 0; i < ny; i++) y1[i] = 0.25f * (float)i;
+    ks->matmul(&w, xp, xs, y1, rows, n, 0, rows, 1, scr);
+    int acc_ok = 1;
+    for (size_t i = 0; i < ny; i++) acc_ok &= y1[i] == 0.25f * (float)i + y[i];
+    CHECK(worst < 1e-5 && same1 && same2 && acc_ok,
+          "%s matmul %s %lldx%lld, %d rows: max err %.2g (of sum |w x|); rows one at a time %s, split ranges %s, acc %s",
+          ks->name, tname(t), (long long)rows, (long long)cols, n, worst, same1 ? "bitwise" : "DIFFER",
+          same2 ? "bitwise" : "DIFFER", acc_ok ? "ok" : "WRONG");
+    free(wd); free(x); free(xp); free(ref); free(y); free(y1); free(y2); free(scr);
+}
+
+static void test_act_q8(const mor_kernels *ks)
+{
+    enum { K = 32 * 9 };
+    float x[K];
+    for (int i = 0; i < K; i++) x[i] = frand() * (i < 64 ? 1.0f : 100.0f);
+    /* block 2: amax 127 so d = 1 and x/d lands on exact halves (roundf ties go away from 0) */
+    for (int j = 0; j < 32; j++) x[64 + j] = j == 0 ? 127.0f : (float)(j - 16) + 0.5f;
+    /* block 3: all zero; block 4: one tiny value */
+    for (int j = 0; j < 32; j++) { x[96 + j] = 0.0f; x[128 + j] = j == 5 ? -1e-30f : 0.0f; }
+    size_t st = mor_act_q8_stride(K);
+    unsigned char *a = aligned_alloc(64, st), *b = aligned_alloc(64, st);
+    memset(a, 0, st); memset(b, 0, st);
+    mor_kernels_ref.act_q8(x, a, K);
+    ks->act_q8(x, b, K);
+    CHECK(!memcmp(a, b, K + sizeof(float) * (K / 32)), "%s Q8_0 activation quantizer bitwise the reference (ties, zeros, tiny)", ks->name);
+    free(a); free(b);
+}
+
+static void test_attend(const mor_kernels *ks, uint32_t kvt, int32_t hd, int32_t group, int32_t nv)
+{
+    const int32_t ncell = nv + 7;
+    size_t rb = mor_row_bytes(kvt, hd);
+    unsigned char *k = malloc(rb * (size_t)ncell), *v = malloc(rb * (size_t)ncell);
+    float *tmp = malloc(sizeof(float) * (size_t)hd), *q = malloc(sizeof(float) * (size_t)(group * hd));
+    for (int32_t c = 0; c < ncell; c++) {
+        for (int32_t i = 0; i < hd; i++) tmp[i] = 2 * frand();
+        mor_quantize_row(kvt, tmp, k + (size_t)c * rb, hd);
+        for (int32_t i = 0; i < hd; i++) tmp[i] = frand();
+        mor_quantize_row(kvt, tmp, v + (size_t)c * rb, hd);
+    }
+    for (int32_t i = 0; i < group * hd; i++) q[i] = frand();
+    int32_t *cells = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
+    for (int32_t t = 0; t < nv; t++) cells[t] = (t * 5 + 3) % ncell;   /* not in order, as a ragged cache */
+    float *p1 = malloc(sizeof(float) * (size_t)(group * nv + 1)), *p2 = malloc(sizeof(float) * (size_t)(group * nv + 1));
+    float *o1 = malloc(sizeof(float) * (size_t)(group * hd)), *o2 = malloc(sizeof(float) * (size_t)(group * hd));
+    const float scale = 1.0f / sqrtf((float)hd);
+    mor_attend_ref(q, group, hd, k, v, rb, kvt, cells, nv, scale, p1, o1);
+    ks->attend(q, group, hd, k, v, rb, kvt, cells, nv, scale, p2, o2);
+    double e = check_maxdiff(o1, o2, group * hd);
+    CHECK(e < 2e-6, "%s attention %s cache, head_dim %d, group %d, %d cells: max diff %.2g", ks->name, tname(kvt), hd, group, nv, e);
+    free(k); free(v); free(tmp); free(q); free(cells); free(p1); free(p2); free(o1); free(o2);
+}
+
+static void test_norm_swiglu(const mor_kernels *ks, int32_t n)
+{
+    float *x = malloc(sizeof(float) * (size_t)n), *w = malloc(sizeof(float) * (size_t)n);
+    float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+    for (int32_t i = 0; i < n; i++) { x[i] = 3 * frand(); w[i] = 1 + frand(); }
+    mor_rms_norm(a, x, w, n, 1e-5f);
+    ks->rms_norm(b, x, w, n, 1e-5f);
+    double e = check_maxdiff(a, b, n);
+    CHECK(e <= 1e-6, "%s RMSNorm of %d: max diff %.2g", ks->name, n, e);
+    /* SwiGLU: a wide range of gate values, +-0, and saturating ones */
+    float *g1 = malloc(sizeof(float) * (size_t)n), *g2 = malloc(sizeof(float) * (size_t)n);
+    for (int32_t i = 0; i < n; i++) {
+        g1[i] = frand() * (i % 3 == 0 ? 20.0f : 4.0f);
+        if (i == 1) g1[i] = -0.0f;
+        if (i == 2) g1[i] = 100.0f;
+        if (i == 3) g1[i] = -100.0f;
+        g2[i] = g1[i];
+    }
+    for (int32_t i = 0; i < n; i++) w[i] = frand();
+    ks->swiglu(g2, w, n);
+    for (int32_t i = 0; i < n; i++) g1[i] = mor_silu(g1[i]) * w[i];
+    double rel = 0;
+    for (int32_t i = 0; i < n; i++) {
+        double d = fabs((double)g1[i] - g2[i]) / (fabs((double)g1[i]) + 1e-30);
+        if (g1[i] == g2[i]) d = 0;
+        if (d > rel || d != d) rel = d != d ? INFINITY : d;
+    }
+    CHECK(rel < 4e-7, "%s SwiGLU of %d: max relative diff %.2g", ks->name, n, rel);
+    free(x); free(w); free(a); free(b); free(g1); free(g2);
+}
+
+static void test_set(const mor_kernels *ks)
+{
+    static const uint32_t ftypes[] = { GGML_F32, GGML_F16, GGML_BF16 };
+    static const int64_t fcols[] = { 1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 576 };
+    static const int64_t frows[] = { 1, 2, 3, 5, 8, 9, 13, 17, 40 };
+    static const int32_t ns[] = { 1, 2, 3, 4, 5, 7, 9, 70 };
+    for (size_t t = 0; t < 3; t++)
+        for (size_t c = 0; c < sizeof fcols / sizeof *fcols; c++)
+            test_matmul(ks, ftypes[t], frows[(c + t) % 9], fcols[c], ns[(c * 3 + t) % 8]);
+    static const uint32_t qtypes[] = { GGML_Q8_0, GGML_Q4_0 };
+    static const int64_t qcols[] = { 32, 64, 96, 576 };
+    for (size_t t = 0; t < 2; t++)
+        for (size_t c = 0; c < 4; c++)
+            for (size_t r = 0; r < 3; r++)
+                test_matmul(ks, qtypes[t], frows[(c + 3 * r + t) % 9], qcols[c], ns[(c + 2 * r + t) % 8]);
+    test_act_q8(ks);
+    static const uint32_t kvt[] = { GGML_F32, GGML_F16, GGML_Q8_0 };
+    for (size_t t = 0; t < 3; t++) {
+        test_attend(ks, kvt[t], 64, 3, 37);
+        test_attend(ks, kvt[t], 128, 1, 5);
+        test_attend(ks, kvt[t], 96, 2, 1);
+    }
+    test_attend(ks, GGML_F32, 16, 2, 9);
+    test_attend(ks, GGML_F16, 8, 4, 20);
+    test_attend(ks, GGML_F32, 6, 1, 3);
+    test_attend(ks, GGML_F32, 64, 1, 0);
+    test_norm_swiglu(ks, 576);
+    test_norm_swiglu(ks, 13);
+}
+
+int main(void)
+{
+    static const char *const names[MOR_ISA_COUNT] = { "ref", "avx2", "avx512", "neon" };
+    const mor_kernels *best = mor_kernels_best();
+    CHECK(best != NULL, "best kernel set here: %s (compiled in: %s)", best ? best->name : "none", mor_kernels_compiled());
+    for (int isa = MOR_ISA_REF + 1; isa < MOR_ISA_COUNT; isa++) {
+        const mor_kernels *ks = mor_kernels_get(isa);
+        if (!ks) { printf("# skip %s: not compiled in or not supported by this CPU\n", names[isa]); continue; }
+        test_set(ks);
+    }
+    return check_done();
+}
