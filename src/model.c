@@ -91,7 +91,12 @@ typedef struct {
     unsigned char   *used;     /* per tensor: referenced by the model */
 } loader;
 
-static int is_matrix_type(uint32_t t) { return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16; }
+/* Q8_0 and Q4_0 are ggml's blocks of 32 along a row (quant.h); the GGUF
+ * reader already rejects a row that is not a whole number of blocks. */
+static int is_matrix_type(uint32_t t)
+{
+    return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q4_0;
+}
 
 /* Find tensor `name` with GGUF dims [ne0, ne1] (ne1 = 0 for a vector); F32
  * only when f32_only. Marks it used. */
@@ -105,9 +110,8 @@ static mor_status get_tensor(loader *ld, const char *name, int64_t ne0, int64_t 
         return mor_err(MOR_E_FORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
                        name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)ne0, (long long)ne1);
     if (f32_only ? t->type != GGML_F32 : !is_matrix_type(t->type))
-        return mor_err(t->type == GGML_Q8_0 || t->type == GGML_Q4_0 ? MOR_E_UNSUPPORTED : MOR_E_FORMAT,
-                       "tensor '%s' has type %s; %s", name, gguf_type_name(t->type),
-                       f32_only ? "must be F32" : "this version supports F32, F16 and BF16 weights");
+        return mor_err(MOR_E_FORMAT, "tensor '%s' has type %s; %s", name, gguf_type_name(t->type),
+                       f32_only ? "must be F32" : "weights must be F32, F16, BF16, Q8_0 or Q4_0");
     ld->used[t - ld->g->tensors] = 1;
     w->data = t->data; w->type = t->type; w->cols = ne0; w->rows = ne1 ? ne1 : 1;
     return MOR_OK;

@@ -16,7 +16,8 @@ enum { ROLE_ATTN_NORM, ROLE_ATTN_Q, ROLE_ATTN_K, ROLE_ATTN_V, ROLE_ATTN_OUT,
 extern const char *const mor_role_names[ROLE_COUNT];
 
 /* A view of a stored matrix: `rows` outputs of `cols` inputs each, row-major,
- * in the file's type (F32, F16 or BF16), pointing into the mapped file. */
+ * in the file's type (F32, F16, BF16, Q8_0 or Q4_0; quant.h), pointing into the
+ * mapped file. */
 typedef struct {
     const void *data;
     uint32_t    type;

@@ -6,8 +6,10 @@
  *    whether the strip-conversion scratch is used;
  *  - the Q8_0 activation quantizer bitwise the reference (ties included);
  *  - attention over F32, F16 and Q8_0 caches, RMSNorm and SwiGLU;
- *  - decode through a context with each kernel set, n_threads 1, 2 and 3:
- *    bitwise the same logits per set, and close to the reference set.
+ *  - decode through a context (a random-weight MoR model large enough for
+ *    the work to be split, in each weight type) with each kernel set and
+ *    n_threads 1, 2 and 3: bitwise the same logits and depths per set
+ *    whatever the thread count, and close to the reference set's.
  * Sets the CPU lacks are reported as skipped. */
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #include "kernels.h"
 #include "mor.h"
 #include "quant.h"
+#include "tools/synth_model.h"
 
 static uint64_t rng = 88172645463325252ull;
 static uint32_t next_u32(void)
@@ -206,6 +209,76 @@ static void test_set(const mor_kernels *ks)
     test_norm_swiglu(ks, 13);
 }
 
+/* Two sequences: a 24-token prefill (interleaved), then 3 one-token steps
+ * each; every row's logits and the depths are recorded. */
+enum { PRE = 24, STEPS = 3, ROWS = 2 * (PRE + STEPS) };
+static int run_decode(mor_model *m, const mor_kernels *ks, int32_t nt, int32_t mode, float *logits, int32_t *depth)
+{
+    const int32_t V = mor_model_n_vocab(m);
+    mor_context_params cp;
+    MOR_CONTEXT_PARAMS_INIT(&cp);
+    cp.n_ctx = 160; cp.n_batch = 64; cp.n_seq_max = 2; cp.n_threads = nt;
+    mor_context *c = NULL;
+    mor_batch *b = NULL;
+    int ok = mor_context_create(m, &cp, &c) == MOR_OK && mor_batch_create(64, &b) == MOR_OK;
+    if (ok) c->ls.exec.k = ks;
+    if (ok && mode) ok = mor_router_set_mode(mor_context_router(c), mode, 2) == MOR_OK;
+    int row = 0;
+    for (int step = 0; ok && step <= STEPS; step++) {
+        mor_batch_clear(b);
+        int32_t p0 = step ? PRE + step - 1 : 0, p1 = step ? p0 + 1 : PRE;
+        for (int32_t p = p0; p < p1; p++)
+            for (int32_t sq = 0; sq < 2; sq++) mor_batch_add(b, (mor_token)((p * 31 + sq * 977 + 5) % V), p, sq, 1);
+        ok = mor_decode(c, b) == MOR_OK;
+        int32_t n = mor_batch_size(b);
+        for (int32_t i = 0; ok && i < n; i++, row++)
+            memcpy(logits + (size_t)row * V, mor_get_logits(c, i), sizeof(float) * (size_t)V);
+        if (ok) mor_router_get_depths(mor_context_router(c), depth + row - n, n);
+    }
+    mor_batch_free(b);
+    mor_context_free(c);
+    return ok;
+}
+
+static void test_decode_threads(const char *dir)
+{
+    static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0 };
+    for (size_t ti = 0; ti < 5; ti++) {
+        /* d 256, 6 layers (1 + 2 x 2 + 1), heads 4/2 of 64, ffn 768, vocab 1024 */
+        synth_spec sp = { 256, 6, 4, 2, 64, 768, 1024, 512, 2, types[ti], types[ti], 3 };
+        char path[700];
+        snprintf(path, sizeof path, "%s/kernels-synth-%s.gguf", dir, tname(types[ti]));
+        mor_model *m = NULL;
+        if (!CHECK(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK,
+                   "random-weight MoR model in %s", tname(types[ti]))) continue;
+        const size_t V = 1024, n = (size_t)ROWS * V;
+        float *ref = malloc(sizeof(float) * n), *l1 = malloc(sizeof(float) * n), *l2 = malloc(sizeof(float) * n);
+        int32_t dref[ROWS], d1[ROWS], d2[ROWS];
+        /* the reference set, forced full depth: the yardstick of the others */
+        int ok_ref = run_decode(m, &mor_kernels_ref, 1, MOR_ROUTE_FORCED, ref, dref);
+        for (int isa = 0; isa < MOR_ISA_COUNT; isa++) {
+            const mor_kernels *ks = mor_kernels_get(isa);
+            if (!ks) continue;
+            int ok = run_decode(m, ks, 1, 0, l1, d1), same = ok;
+            for (int32_t nt = 2; nt <= 3 && same; nt++)
+                same = run_decode(m, ks, nt, 0, l2, d2) && !memcmp(l1, l2, sizeof(float) * n) && !memcmp(d1, d2, sizeof d1);
+            CHECK(same, "%s %s: decode (2 sequences, prefill + steps, TOPK) with n_threads 1, 2, 3: bitwise the same "
+                  "logits and depths", ks->name, tname(types[ti]));
+            double e = INFINITY, scale = 0;
+            if (ok_ref && run_decode(m, ks, 2, MOR_ROUTE_FORCED, l1, d1)) e = check_maxdiff(ref, l1, (long)n);
+            for (size_t i = 0; i < n; i++) if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+            /* quantized weights: the activations are re-quantized at every matmul, so a rounding
+             * difference upstream can move a value to the next Q8_0 step (1/127 of its block) */
+            const double tol = mor_act_is_q8(types[ti]) ? 0.02 * scale : 1e-4;
+            CHECK(e < tol, "%s %s: logits (forced full depth) within %.2g of the reference kernels' (max diff %.2g; "
+                  "largest logit %.2g)", ks->name, tname(types[ti]), tol, e, scale);
+        }
+        free(ref); free(l1); free(l2);
+        mor_model_free(m);
+        remove(path);
+    }
+}
+
 int main(void)
 {
     static const char *const names[MOR_ISA_COUNT] = { "ref", "avx2", "avx512", "neon" };
@@ -216,5 +289,10 @@ int main(void)
         if (!ks) { printf("# skip %s: not compiled in or not supported by this CPU\n", names[isa]); continue; }
         test_set(ks);
     }
+    const char *out = getenv("OUT");
+    char dir[600], cmd[700];
+    snprintf(dir, sizeof dir, "%s/build/tmp", out ? out : ".");
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    if (CHECK(system(cmd) == 0, "scratch directory %s", dir)) test_decode_threads(dir);
     return check_done();
 }

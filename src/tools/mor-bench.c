@@ -1,0 +1,494 @@
+/* mor-bench - prompt processing and generation speed of libmor, in the
+ * manner of llama-bench, on random-weight models of the SmolLM-135M and -360M
+ * shapes that it writes itself (dense Llama, the dense model of the MoR's
+ * unrolled depth, and MoR middle-cycle with N_r = 3), so nothing is
+ * downloaded. It also measures this machine's memory read bandwidth and peak
+ * FMA rate and prints every result as a fraction of the roofline:
+ *   tg: tok/s x (weight + KV bytes a token must read) / read bandwidth
+ *   pp: tok/s x (FLOPs per token) / peak FMA rate
+ * Variants of one shape, type and thread count are measured interleaved
+ * (rep by rep), so that their ratios are fair on a noisy machine.
+ *
+ *   mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]
+ *             [-p 128] [-n 64] [-r 5] [--dir build/bench] [--json FILE] [--kernels auto|ref|avx2|avx512]
+ *             [--no-probe] [--quick]
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "context.h"
+#include "cpu.h"
+#include "kernels.h"
+#include "mor.h"
+#include "quant.h"
+#include "tools/synth_model.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---------------- machine probes ---------------- */
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static float sum_avx2(const float *p, size_t n)
+{
+    __m256 a[8];
+    for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    for (size_t i = 0; i + 64 <= n; i += 64)
+        for (int j = 0; j < 8; j++) a[j] = _mm256_add_ps(a[j], _mm256_loadu_ps(p + i + 8 * j));
+    for (int j = 1; j < 8; j++) a[0] = _mm256_add_ps(a[0], a[j]);
+    float t[8];
+    _mm256_storeu_ps(t, a[0]);
+    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+__attribute__((target("avx2,fma"))) static float fma_avx2(long iters)
+{
+    __m256 a[12];
+    const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    for (int i = 1; i < 12; i++) a[0] = _mm256_add_ps(a[0], a[i]);
+    float t[8];
+    _mm256_storeu_ps(t, a[0]);
+    return t[0];
+}
+#endif
+
+static float sum_plain(const float *p, size_t n)
+{
+    float s[8] = { 0 };
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += p[i + j];
+    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+static int have_avx2(void) { return (mor_cpu_features() & MOR_CPU_AVX2) != 0; }
+
+typedef struct {
+    pthread_barrier_t *bar;
+    const float *p;
+    size_t n;
+    long iters;
+    int fma;
+    volatile float sink;
+} probe_arg;
+
+static void *probe_thread(void *v)
+{
+    probe_arg *a = v;
+    pthread_barrier_wait(a->bar);
+#if defined(__x86_64__)
+    if (have_avx2()) a->sink = a->fma ? fma_avx2(a->iters) : sum_avx2(a->p, a->n);
+    else
+#endif
+    if (!a->fma) a->sink = sum_plain(a->p, a->n);
+    pthread_barrier_wait(a->bar);
+    return NULL;
+}
+
+/* One timed run on nt threads: read n floats split among them, or iters FMA loops each. */
+static double probe_once(int nt, const float *p, size_t n, long iters, int fma)
+{
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)nt + 1);
+    pthread_t th[64];
+    probe_arg a[64];
+    for (int i = 0; i < nt; i++) {
+        size_t b = n / (size_t)nt * (size_t)i, e = i == nt - 1 ? n : n / (size_t)nt * (size_t)(i + 1);
+        a[i] = (probe_arg){ &bar, p + b, e - b, iters, fma, 0 };
+        pthread_create(&th[i], NULL, probe_thread, &a[i]);
+    }
+    pthread_barrier_wait(&bar);
+    double t0 = now();
+    pthread_barrier_wait(&bar);
+    double t = now() - t0;
+    for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&bar);
+    return t;
+}
+
+typedef struct { double bw_med, bw_best, fma_med, fma_best; } probe_result;
+
+static probe_result probe(int nt, int reps)
+{
+    probe_result r = { 0, 0, 0, 0 };
+    const size_t n = (size_t)512 << 20 >> 2;   /* 512 MiB of floats: far beyond any cache */
+    float *p = malloc(n * sizeof(float));
+    if (!p) return r;
+    for (size_t i = 0; i < n; i++) p[i] = 1.0f;
+    double bw[16], fl[16];
+    const long iters = 20000000;
+    for (int i = 0; i < reps && i < 16; i++) {
+        bw[i] = (double)n * sizeof(float) / probe_once(nt, p, n, 0, 0) / 1e9;
+        fl[i] = have_avx2() ? (double)iters * 12 * 8 * 2 * nt / probe_once(nt, NULL, 0, iters, 1) / 1e9 : 0;
+    }
+    free(p);
+    for (int i = 0; i < reps; i++) { if (bw[i] > r.bw_best) r.bw_best = bw[i]; if (fl[i] > r.fma_best) r.fma_best = fl[i]; }
+    r.bw_med = median(bw, reps);
+    r.fma_med = median(fl, reps);
+    return r;
+}
+
+/* ---------------- models ---------------- */
+
+typedef struct { const char *name; int32_t d, L, H, Hkv, hd, F, V, L_mor; } shape;
+static const shape shapes[] = {
+    { "135m", 576, 30, 9, 3, 64, 1536, 49152, 29 },    /* SmolLM-135M; MoR: K = (30-2)/3 = 9, 29 layers */
+    { "360m", 960, 32, 15, 5, 64, 2560, 49152, 32 },   /* SmolLM-360M; MoR: K = 10 */
+};
+static const struct { const char *name; uint32_t type; } wtypes[] = {
+    { "f32", GGML_F32 }, { "f16", GGML_F16 }, { "bf16", GGML_BF16 }, { "q8_0", GGML_Q8_0 }, { "q4_0", GGML_Q4_0 },
+};
+enum { ARCH_DENSE, ARCH_DENSE_EQ, ARCH_MOR, N_ARCH };
+static const char *const arch_names[N_ARCH] = { "dense", "dense-eq", "mor" };
+
+static int file_ok(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && st.st_size > 0;
+}
+
+/* The model file for (shape, arch, type), written when missing. */
+static int model_path(const char *dir, const shape *sh, int arch, int ti, char *path, size_t cap)
+{
+    int32_t L = arch == ARCH_DENSE ? sh->L : sh->L_mor;
+    snprintf(path, cap, "%s/%s-%s-L%d-%s.gguf", dir, sh->name, arch == ARCH_MOR ? "mor3" : "dense", L, wtypes[ti].name);
+    if (file_ok(path)) return 0;
+    synth_spec sp = { sh->d, L, sh->H, sh->Hkv, sh->hd, sh->F, sh->V, 2048, arch == ARCH_MOR ? 3 : 1,
+                      wtypes[ti].type, wtypes[ti].type, 1234 };
+    /* as llama.cpp's Q4_0 file: the tied embedding stays Q8_0 */
+    if (sp.type == GGML_Q4_0) sp.embd_type = GGML_Q8_0;
+    fprintf(stderr, "writing %s ...\n", path);
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (synth_write(&sp, tmp) || rename(tmp, path)) { fprintf(stderr, "cannot write %s\n", path); return -1; }
+    return 0;
+}
+
+/* Bytes of a matrix as stored. */
+static double wbytes(const mor_weight *w) { return (double)mor_row_bytes(w->type, w->cols) * (double)w->rows; }
+
+static double layer_bytes(const mor_model *m, int32_t l)
+{
+    double b = 0;
+    for (int r = 0; r < ROLE_COUNT; r++) b += wbytes(&m->layers[l].w[r]);
+    return b;
+}
+
+static double layer_macs(const mor_model *m, int32_t l)
+{
+    double b = 0;
+    for (int r = 0; r < ROLE_COUNT; r++)
+        if (r != ROLE_ATTN_NORM && r != ROLE_FFN_NORM) b += (double)m->layers[l].w[r].rows * (double)m->layers[l].w[r].cols;
+    return b;
+}
+
+/* ---------------- measurements ---------------- */
+
+typedef struct {
+    int arch, routing;           /* routing: 0 dense, 1 MoR forced full depth, 2 MoR threshold */
+    mor_model *m;
+    mor_context *c;
+    double pp[64], tg[64];       /* tok/s per rep */
+    double cpu[128];             /* per rep: this process's CPU time / (wall time x threads) */
+    int    n_cpu, nt;
+    double depth_pp, depth_tg;   /* mean recursions per token */
+    int ok;
+} variant;
+
+static uint64_t tok_rng = 42;
+static mor_token rand_tok(int32_t V)
+{
+    tok_rng ^= tok_rng << 13; tok_rng ^= tok_rng >> 7; tok_rng ^= tok_rng << 17;
+    return (mor_token)(tok_rng % (uint64_t)V);
+}
+
+static double run_pp(variant *v, mor_batch *b, int np)
+{
+    const int32_t V = mor_model_n_vocab(v->m);
+    mor_kv_clear(mor_context_kv(v->c));
+    mor_batch_clear(b);
+    for (int i = 0; i < np; i++) mor_batch_add(b, rand_tok(V), i, 0, i == np - 1);
+    double t0 = now(), c0 = cpu_now();
+    if (mor_decode(v->c, b) != MOR_OK) { fprintf(stderr, "decode: %s\n", mor_last_error()); v->ok = 0; }
+    double t = now() - t0;
+    if (v->n_cpu < 128) v->cpu[v->n_cpu++] = (cpu_now() - c0) / (t * v->nt);
+    return np / t;
+}
+
+static double run_tg(variant *v, mor_batch *b, int ng)
+{
+    const int32_t V = mor_model_n_vocab(v->m);
+    mor_kv_clear(mor_context_kv(v->c));
+    double t0 = now(), c0 = cpu_now();
+    for (int i = 0; i < ng && v->ok; i++) {
+        mor_batch_clear(b);
+        mor_batch_add(b, rand_tok(V), i, 0, 1);
+        if (mor_decode(v->c, b) != MOR_OK) { fprintf(stderr, "decode: %s\n", mor_last_error()); v->ok = 0; }
+    }
+    double t = now() - t0;
+    if (v->n_cpu < 128) v->cpu[v->n_cpu++] = (cpu_now() - c0) / (t * v->nt);
+    return ng / t;
+}
+
+/* THRESHOLD mode with thresholds that give a mean depth near 2 of 3 on
+ * random tokens: from a forced full-depth prefill, recursion 1 passes 2/3
+ * of the tokens and recursion 2 half of those (as the capacities 2/3, 1/3
+ * of top-k routing would). */
+static void calibrate(variant *v, mor_batch *b, int np)
+{
+    mor_router *r = mor_context_router(v->c);
+    mor_router_set_mode(r, MOR_ROUTE_FORCED, 3);
+    run_pp(v, b, np);
+    float *s1 = malloc(sizeof(float) * (size_t)np), *s2 = malloc(sizeof(float) * (size_t)np);
+    int n1 = 0;
+    for (int i = 0; i < np; i++) {
+        float sc[3];
+        mor_router_get_scores(r, i, sc, 3);
+        s1[i] = sc[1];
+    }
+    float *sorted = malloc(sizeof(float) * (size_t)np);
+    memcpy(sorted, s1, sizeof(float) * (size_t)np);
+    for (int i = 1; i < np; i++)
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) { float t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t; }
+    float t1 = sorted[np / 3];
+    for (int i = 0; i < np; i++) {
+        float sc[3];
+        mor_router_get_scores(r, i, sc, 3);
+        if (s1[i] >= t1) s2[n1++] = sc[2];
+    }
+    for (int i = 1; i < n1; i++)
+        for (int j = i; j > 0 && s2[j - 1] > s2[j]; j--) { float t = s2[j]; s2[j] = s2[j - 1]; s2[j - 1] = t; }
+    float t2 = n1 ? s2[n1 / 2] : 0.5f;
+    mor_router_set_mode(r, MOR_ROUTE_THRESHOLD, 0);
+    mor_router_set_threshold(r, 1, t1);
+    mor_router_set_threshold(r, 2, t2);
+    free(s1); free(s2); free(sorted);
+}
+
+static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" : "thr"; }
+
+int main(int argc, char **argv)
+{
+    const char *shape_list = "135m", *type_list = "f32,f16,bf16,q8_0,q4_0", *thread_list = "1,2";
+    const char *arch_list = "dense,dense-eq,mor", *dir = "build/bench", *json = NULL, *kern = "auto";
+    int np = 128, ng = 64, reps = 5, do_probe = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-s") && v) { shape_list = v; i++; }
+        else if (!strcmp(a, "-w") && v) { type_list = v; i++; }
+        else if (!strcmp(a, "-t") && v) { thread_list = v; i++; }
+        else if (!strcmp(a, "-a") && v) { arch_list = v; i++; }
+        else if (!strcmp(a, "-p") && v) { np = atoi(v); i++; }
+        else if (!strcmp(a, "-n") && v) { ng = atoi(v); i++; }
+        else if (!strcmp(a, "-r") && v) { reps = atoi(v); i++; }
+        else if (!strcmp(a, "--dir") && v) { dir = v; i++; }
+        else if (!strcmp(a, "--json") && v) { json = v; i++; }
+        else if (!strcmp(a, "--kernels") && v) { kern = v; i++; }
+        else if (!strcmp(a, "--no-probe")) do_probe = 0;
+        else if (!strcmp(a, "--quick")) { reps = 2; np = 32; ng = 8; }
+        else {
+            fprintf(stderr, "usage: mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]\n"
+                            "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512]\n"
+                            "                 [--no-probe] [--quick]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 64 || np < 1 || ng < 1 || np + ng > 2048) { fprintf(stderr, "bad -r/-p/-n\n"); return 2; }
+    const mor_kernels *ks = mor_kernels_best();
+    if (strcmp(kern, "auto")) {
+        static const char *const isa[] = { "ref", "avx2", "avx512", "neon" };
+        ks = NULL;
+        for (int i = 0; i < MOR_ISA_COUNT; i++) if (!strcmp(kern, isa[i])) ks = mor_kernels_get(i);
+        if (!ks) { fprintf(stderr, "kernel set '%s' is not available here\n", kern); return 2; }
+    }
+    mkdir("build", 0755);
+    mkdir(dir, 0755);
+
+    int threads[8], n_threads = 0;
+    for (const char *p = thread_list; *p && n_threads < 8; ) { threads[n_threads++] = atoi(p); p = strchr(p, ','); if (!p) break; p++; }
+    printf("# libmor %s, kernels %s, %s\n", mor_version_string(), ks->name, mor_build_info());
+    probe_result pr[8];
+    memset(pr, 0, sizeof pr);
+    if (do_probe)
+        for (int i = 0; i < n_threads; i++) {
+            pr[i] = probe(threads[i], 5);
+            printf("# machine, %d thread%s: DRAM read %.1f GB/s (best %.1f), FMA peak %.0f GFLOP/s (best %.0f)%s\n",
+                   threads[i], threads[i] > 1 ? "s" : "", pr[i].bw_med, pr[i].bw_best, pr[i].fma_med, pr[i].fma_best,
+                   have_avx2() ? " (AVX2 FMA probe)" : " (no AVX2: no FMA probe)");
+        }
+    FILE *jf = json ? fopen(json, "w") : NULL;
+    if (json && !jf) { fprintf(stderr, "cannot write %s\n", json); return 1; }
+    if (jf) fprintf(jf, "[\n");
+    int first_json = 1;
+    printf("\n(cpu: this process's CPU time / (wall time x threads), median over reps; well below 100%%\n"
+           " means the threads waited, for each other or for other processes on the machine)\n");
+    printf("\n| model | arch | layers | routing | type | thr | test | tok/s median [min-max] | depth | cpu | roofline |\n");
+    printf("|---|---|---:|---|---|---:|---|---|---:|---:|---|\n");
+    mor_batch *b = NULL;
+    mor_batch_create(np > 1 ? np : 1, &b);
+
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        if (!strstr(shape_list, shapes[si].name)) continue;
+        const shape *sh = &shapes[si];
+        for (size_t ti = 0; ti < sizeof wtypes / sizeof *wtypes; ti++) {
+            char want[32];
+            snprintf(want, sizeof want, ",%s,", wtypes[ti].name);
+            char list[256];
+            snprintf(list, sizeof list, ",%s,", type_list);
+            if (!strstr(list, want)) continue;
+            /* load the variants' models */
+            variant var[4];
+            int nv = 0;
+            mor_model *models[N_ARCH] = { 0 };
+            for (int a = 0; a < N_ARCH; a++) {
+                snprintf(list, sizeof list, ",%s,", arch_list);
+                snprintf(want, sizeof want, ",%s,", arch_names[a]);
+                if (!strstr(list, want)) continue;
+                if (a == ARCH_DENSE_EQ && sh->L_mor == sh->L) continue;   /* same as dense */
+                char path[1024];
+                if (model_path(dir, sh, a, (int)ti, path, sizeof path)) return 1;
+                if (mor_model_load_file(path, NULL, &models[a])) { fprintf(stderr, "%s: %s\n", path, mor_last_error()); return 1; }
+                if (a == ARCH_MOR) {
+                    var[nv++] = (variant){ .arch = a, .routing = 1, .m = models[a] };
+                    var[nv++] = (variant){ .arch = a, .routing = 2, .m = models[a] };
+                } else {
+                    var[nv++] = (variant){ .arch = a, .routing = 0, .m = models[a] };
+                }
+            }
+            for (int ti2 = 0; ti2 < n_threads; ti2++) {
+                const int nt = threads[ti2];
+                for (int k = 0; k < nv; k++) {
+                    mor_context_params cp;
+                    MOR_CONTEXT_PARAMS_INIT(&cp);
+                    cp.n_ctx = (uint32_t)(np > ng ? np : ng) + 8;
+                    cp.n_batch = (uint32_t)np;
+                    cp.n_threads = nt;
+                    var[k].ok = mor_context_create(var[k].m, &cp, &var[k].c) == MOR_OK;
+                    var[k].nt = nt;
+                    if (!var[k].ok) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }
+                    var[k].c->ls.exec.k = ks;
+                    if (var[k].routing == 1) mor_router_set_mode(mor_context_router(var[k].c), MOR_ROUTE_FORCED, 3);
+                    if (var[k].routing == 2) calibrate(&var[k], b, np);
+                    run_pp(&var[k], b, np);   /* warm-up: page in the weights */
+                    run_tg(&var[k], b, ng < 8 ? ng : 8);
+                }
+                for (int k = 0; k < nv; k++) var[k].n_cpu = 0;
+                for (int r = 0; r < reps; r++)   /* interleaved: rep r of every variant in turn */
+                    for (int k = 0; k < nv; k++) {
+                        mor_router *rt = mor_context_router(var[k].c);
+                        mor_router_stats st = { .size = sizeof st };
+                        mor_router_reset_stats(rt);
+                        var[k].pp[r] = run_pp(&var[k], b, np);
+                        mor_router_get_stats(rt, &st);
+                        var[k].depth_pp = st.mean_depth;
+                        mor_router_reset_stats(rt);
+                        var[k].tg[r] = run_tg(&var[k], b, ng);
+                        mor_router_get_stats(rt, &st);
+                        var[k].depth_tg = st.mean_depth;
+                    }
+                for (int k = 0; k < nv; k++) {
+                    variant *v = &var[k];
+                    const mor_model *m = v->m;
+                    /* per-token work: layers run (MoR: prelude + coda + depth x block) */
+                    for (int test = 0; test < 2; test++) {
+                        double *s = test == 0 ? v->pp : v->tg;
+                        double mn = s[0], mx = s[0];
+                        for (int r = 0; r < reps; r++) { if (s[r] < mn) mn = s[r]; if (s[r] > mx) mx = s[r]; }
+                        double med = median(s, reps);
+                        double depth = m->router_type == MOR_ROUTER_TYPE_NONE ? m->n_rec : test == 0 ? v->depth_pp : v->depth_tg;
+                        double lb = 0, lm = 0, unique = 0;
+                        for (int32_t l = 0; l < m->prelude; l++) { lb += layer_bytes(m, l); lm += layer_macs(m, l); }
+                        for (int32_t l = m->n_layer - m->coda; l < m->n_layer; l++) { lb += layer_bytes(m, l); lm += layer_macs(m, l); }
+                        unique = lb;
+                        for (int32_t j = 0; j < m->base_depth; j++) {
+                            int32_t l = model_layer_of(m, 0, j);
+                            lb += depth * layer_bytes(m, l);
+                            lm += depth * layer_macs(m, l);
+                            unique += layer_bytes(m, l);
+                        }
+                        const double head = wbytes(&m->output);
+                        const int ntok = test == 0 ? np : ng;
+                        const double layers_run = m->prelude + m->coda + depth * m->base_depth;
+                        /* attention: average position ntok/2, K and V rows of kv_dim floats per layer run */
+                        const double kvd = (double)m->n_head_kv * m->head_dim, qd = (double)m->n_head * m->head_dim;
+                        double roof = 0;
+                        char roofs[96] = "-";
+                        if (test == 1) {
+                            double bytes = lb + head + layers_run * (ntok / 2.0) * 2 * kvd * 4;
+                            double ub = unique + head;
+                            if (pr[ti2].bw_med > 0) {
+                                roof = med * bytes / (pr[ti2].bw_med * 1e9);
+                                snprintf(roofs, sizeof roofs, "%.0f%% of %.0f (%.0f MB/tok; unique %.0f MB)",
+                                         100 * roof, pr[ti2].bw_med * 1e9 / bytes, bytes / 1e6, ub / 1e6);
+                            }
+                        } else {
+                            double flops = 2 * (lm + (double)m->output.rows * m->output.cols / ntok +
+                                                layers_run * (ntok / 2.0) * 2 * qd);
+                            if (pr[ti2].fma_med > 0) {
+                                roof = med * flops / (pr[ti2].fma_med * 1e9);
+                                snprintf(roofs, sizeof roofs, "%.0f%% of %.0f (%.0f MFLOP/tok)", 100 * roof,
+                                         pr[ti2].fma_med * 1e9 / flops, flops / 1e6);
+                            }
+                        }
+                        char name[16];
+                        snprintf(name, sizeof name, "%s%d", test == 0 ? "pp" : "tg", ntok);
+                        double cpus[64];
+                        int nc = 0;
+                        for (int r = test; r < v->n_cpu && nc < 64; r += 2) cpus[nc++] = v->cpu[r];
+                        double busy = nc ? median(cpus, nc) : 0;
+                        printf("| %s | %s | %d | %s | %s | %d | %s | %.1f [%.1f-%.1f] | %.2f | %.0f%% | %s |\n", sh->name,
+                               arch_names[v->arch], m->n_layer, routing_name(v->routing), wtypes[ti].name, nt, name,
+                               med, mn, mx, depth, 100 * busy, roofs);
+                        if (jf) {
+                            fprintf(jf, "%s  {\"model\": \"%s\", \"arch\": \"%s\", \"layers\": %d, \"routing\": \"%s\", "
+                                        "\"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"test\": \"%s\", "
+                                        "\"tok_s\": %.3f, \"tok_s_min\": %.3f, \"tok_s_max\": %.3f, \"reps\": %d, "
+                                        "\"mean_depth\": %.4f, \"cpu\": %.3f, \"roofline_fraction\": %.4f, \"bw_gbs\": %.2f, \"fma_gflops\": %.1f}",
+                                    first_json ? "" : ",\n", sh->name, arch_names[v->arch], m->n_layer,
+                                    routing_name(v->routing), wtypes[ti].name, nt, ks->name, name, med, mn, mx, reps,
+                                    depth, busy, roof, pr[ti2].bw_med, pr[ti2].fma_med);
+                            first_json = 0;
+                        }
+                    }
+                    fflush(stdout);
+                }
+                for (int k = 0; k < nv; k++) { mor_context_free(var[k].c); var[k].c = NULL; }
+            }
+            for (int a = 0; a < N_ARCH; a++) mor_model_free(models[a]);
+        }
+    }
+    mor_batch_free(b);
+    if (jf) { fprintf(jf, "\n]\n"); fclose(jf); }
+    return 0;
+}

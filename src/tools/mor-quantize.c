@@ -1,0 +1,112 @@
+/* mor-quantize - re-type the weight matrices of a `mor` GGUF file:
+ *
+ *   mor-quantize IN.gguf OUT.gguf TYPE [--embd-type TYPE] [--drift N]
+ *
+ * TYPE is f32, f16, bf16, q8_0 or q4_0. Every layer matrix becomes TYPE, in
+ * ggml's block layout for Q8_0 and Q4_0 (what llama-quantize writes from the
+ * same floats); norms, routers and LoRA factors stay F32. The embedding (and
+ * an untied output matrix) becomes --embd-type, by default TYPE, except for
+ * q4_0, where it is q8_0 as llama.cpp's Q4_0 files keep it (the output
+ * projection is the most sensitive matrix). Keys are copied unchanged.
+ * --drift N then loads both files and reports, over N random tokens (or the
+ * model's own text when it has a tokenizer), the mean KL divergence and
+ * top-1 agreement of OUT's logits against IN's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gguf.h"
+#include "mor.h"
+#include "quant.h"
+#include "tools/drift.h"
+#include "tools/gguf_build.h"
+
+static int parse_type(const char *s, uint32_t *t)
+{
+    static const struct { const char *n; uint32_t t; } types[] = {
+        { "f32", GGML_F32 }, { "f16", GGML_F16 }, { "bf16", GGML_BF16 }, { "q8_0", GGML_Q8_0 }, { "q4_0", GGML_Q4_0 },
+    };
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (!strcmp(s, types[i].n)) { *t = types[i].t; return 1; }
+    return 0;
+}
+
+static void *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) || ftell(f) <= 0) { fclose(f); return NULL; }
+    long n = ftell(f);
+    rewind(f);
+    void *buf = malloc((size_t)n);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+    fclose(f);
+    *size = (size_t)n;
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *ts = NULL, *es = NULL;
+    int drift_n = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--embd-type") && i + 1 < argc) es = argv[++i];
+        else if (!strcmp(argv[i], "--drift") && i + 1 < argc) drift_n = atoi(argv[++i]);
+        else if (!in) in = argv[i];
+        else if (!out) out = argv[i];
+        else if (!ts) ts = argv[i];
+        else { in = NULL; break; }
+    }
+    uint32_t type, embd;
+    if (!in || !out || !ts || !parse_type(ts, &type) || (es && !parse_type(es, &embd)) || drift_n < 0) {
+        fprintf(stderr, "usage: mor-quantize IN.gguf OUT.gguf f32|f16|bf16|q8_0|q4_0 [--embd-type TYPE] [--drift N]\n");
+        return 2;
+    }
+    if (!es) embd = type == GGML_Q4_0 ? GGML_Q8_0 : type;
+    size_t size;
+    void *buf = read_file(in, &size);
+    if (!buf) { fprintf(stderr, "mor-quantize: cannot read %s\n", in); return 1; }
+    gguf_file *g = NULL;
+    if (gguf_parse(buf, size, &g)) { fprintf(stderr, "mor-quantize: %s: %s\n", in, mor_last_error()); free(buf); return 1; }
+    /* the input must be a model libmor loads, so the output is one too */
+    mor_model *check = NULL;
+    if (mor_model_load_memory(buf, size, NULL, &check)) {
+        fprintf(stderr, "mor-quantize: %s: %s\n", in, mor_last_error());
+        gguf_free(g); free(buf); return 1;
+    }
+    mor_model_free(check);
+    int quantized_in = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        quantized_in |= g->tensors[i].type == GGML_Q8_0 || g->tensors[i].type == GGML_Q4_0;
+    if (quantized_in && type != GGML_F32)
+        fprintf(stderr, "mor-quantize: note: %s is already quantized; re-quantizing loses precision twice\n", in);
+    gguf_build b;
+    gb_init(&b);
+    int fallback = 0;
+    gb_retype(&b, g, type, embd, &fallback);
+    int rc = gb_write_file(&b, out);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < b.n_t; i++) bytes += b.t[i].nbytes;
+    gb_free(&b);
+    gguf_free(g);
+    free(buf);
+    if (rc) { fprintf(stderr, "mor-quantize: cannot write %s\n", out); remove(out); return 1; }
+    mor_model *mo = NULL;
+    if (mor_model_load_file(out, NULL, &mo)) {
+        fprintf(stderr, "mor-quantize: the output does not load: %s\n", mor_last_error());
+        return 1;
+    }
+    printf("%s: %s, embedding %s, %.1f MB of tensors%s\n", out, ts, es ? es : (embd == type ? ts : "q8_0"), bytes / 1e6,
+           fallback ? " (some rows not a multiple of 32: kept as f16)" : "");
+    if (drift_n > 0) {
+        mor_model *mi = NULL;
+        if (mor_model_load_file(in, NULL, &mi)) { fprintf(stderr, "%s\n", mor_last_error()); mor_model_free(mo); return 1; }
+        drift_result d;
+        if (drift_measure(mi, mo, drift_n, 7, &d)) { fprintf(stderr, "drift: %s\n", mor_last_error()); rc = 1; }
+        else printf("drift over %d tokens (%s): mean KL %.3g nats (max %.3g), top-1 agreement %.4f, mean depth %.3f vs %.3f\n",
+                    d.n, d.text ? "model's tokenizer, sample text" : "random tokens", d.mean_kl, d.max_kl,
+                    d.top1, d.depth_a, d.depth_b);
+        mor_model_free(mi);
+    }
+    mor_model_free(mo);
+    return rc;
+}
