@@ -14,12 +14,21 @@ float64) is the oracle:
     a plain model;
   - misuse is refused with a message.
 Logits must agree within 1e-4.
+
+Also a measuring tool (docs/RELAXED.md), not run by the suite:
+    python3 tests/test_relaxed.py --heldout MODEL.gguf VAL.txt [T] [TOKENS]
+prints the held-out cross-entropy of MODEL (which must embed its tokenizer)
+on the first TOKENS tokens (default 32768) of VAL.txt in windows of T
+(default 128), tokenized and windowed as bin/mor-train evaluates (documents
+split at blank lines, each ending with <|endoftext|>), computed by bin/mor-run.
 """
 import json
+import math
 import os
 import random
 import struct
 import subprocess
+import sys
 import tempfile
 
 import mor_ref
@@ -305,7 +314,47 @@ def check_misuse(tmp, rng):
         t.check(not ok and want in msg, "refused: %s (%s)" % (what, msg[-140:]))
 
 
+def heldout(model, val, T=128, max_tokens=32768):
+    """Mean next-token cross-entropy, as mor-train's evaluate() windows it."""
+    with open(val, "rb") as f:
+        text = f.read()
+    parts, i = [], 0
+    while i < len(text):   # mor-train's tokenize_file(): a document, its newline, then <|endoftext|>
+        end = text.find(b"\n\n", i)
+        e = end + 1 if end >= 0 else len(text)
+        if e > i:
+            parts.append(text[i:e] + b"<|endoftext|>")
+        i = e + 1 if end >= 0 else len(text)
+        while i < len(text) and text[i:i + 1] == b"\n":
+            i += 1
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "val.txt")
+        with open(src, "wb") as f:
+            f.write(b"".join(parts))
+        p = subprocess.run([RUN, "-m", model, "--tokenize-file", src], stdout=subprocess.PIPE, text=True, check=True)
+        toks = [int(x) for x in p.stdout.split()]
+        windows = (len(toks) - 1) // T
+        if windows * T > max_tokens:
+            windows = max_tokens // T
+        total, n = 0.0, 0
+        for w in range(windows):
+            ids, tgt = toks[w * T:w * T + T], toks[w * T + 1:w * T + T + 1]
+            lg = logits(model, ids, tmp)
+            Vm = len(lg) // T
+            for r in range(T):
+                row = lg[r * Vm:(r + 1) * Vm]
+                m = max(row)
+                total += m + math.log(sum(math.exp(x - m) for x in row)) - row[tgt[r]]
+                n += 1
+    return total / n, n
+
+
 def main():
+    if len(sys.argv) >= 4 and sys.argv[1] == "--heldout":
+        args = sys.argv[2:]
+        ce, n = heldout(args[0], args[1], *(int(a) for a in args[2:4]))
+        print("heldout_loss=%.4f tokens=%d model=%s" % (ce, n, args[0]))
+        return
     rng = random.Random(20240611)
     with tempfile.TemporaryDirectory() as tmp:
         check_ties(tmp, rng)
