@@ -9,6 +9,8 @@
 #
 #   sh scripts/compare.sh            (after `make data build/data/brown-vocab.gguf`)
 #   BUDGET=8e12 THREADS=1 OUTD=build/compare sh scripts/compare.sh
+#   ONLY=mor ...                     one of the runs (to run them side by side);
+#                                    the table lists the runs whose results exist
 set -eu
 BIN=${BIN:-bin}
 DATA=${DATA:-build/data}
@@ -22,6 +24,7 @@ TRAIN="--data $DATA/brown-train.txt --vocab $DATA/brown-vocab.gguf --threads $TH
 run() {
     name=$1
     shift
+    case " ${ONLY:-vanilla recursive mor} " in *" $name "*) ;; *) return 0 ;; esac
     if [ -f "$OUTD/$name.result" ]; then return 0; fi
     one=$("$BIN/mor-train" $TRAIN $SHAPE "$@" -o "$OUTD/$name-probe.gguf" --steps 1 --save-every 0 2>/dev/null |
           sed -n 's/.*train_flops=\([^ ]*\).*/\1/p')
@@ -41,6 +44,7 @@ run mor       --recursions 3 --block 2 --sharing middle_cycle --router expert \
 echo "| model | parameters | unrolled layers | steps | tokens | training FLOPs | held-out loss | held-out loss, THRESHOLD routing |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for name in vanilla recursive mor; do
+    [ -f "$OUTD/$name.result" ] || continue
     params=$(sed -n 's/^mor-train: \([0-9]*\) parameters.*/\1/p' "$OUTD/$name.log")
     sed -n 's/^RESULT //p' "$OUTD/$name.result" | awk -v n="$name" -v p="$params" '{
         for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
