@@ -189,8 +189,8 @@ static void orth(double *q, int64_t M, int64_t k)
 int cv_svd_top(const double *a, int64_t m, int64_t n, int64_t r, int exact, uint64_t seed,
                double *u, double *s, double *v)
 {
-    const int64_t kmin = m < n ? m : n, k = r + 16;
-    const int power = 4;
+    const int64_t kmin = m < n ? m : n, k = r + (r / 2 > 16 ? r / 2 : 16);   /* oversampled */
+    const int power = 6;
     if (r < 0 || r > kmin) return -1;
     if (r == 0) return 0;
     if (exact || 2 * k >= kmin) {
