@@ -241,6 +241,15 @@ enum {
     MOR_KV_SHARED         = 2  /* recursions >= 1 reuse recursion 0's K/V; no store */
 };
 
+/* How keys and values are stored (mor_context_params.kv_type); the values are
+ * ggml's type numbers. Attention always computes in float. */
+enum {
+    MOR_KV_TYPE_F32  = 0,  /* exact                                              */
+    MOR_KV_TYPE_F16  = 1,  /* half the bytes                                     */
+    MOR_KV_TYPE_Q8_0 = 8   /* about a quarter: blocks of 32 values with an F16
+                              scale (ggml Q8_0); needs a head_dim multiple of 32 */
+};
+
 typedef struct mor_context_params {
     uint32_t size;       /* sizeof(mor_context_params) as compiled by the caller   */
     uint32_t flags;      /* MOR_CTX_* bits; default 0                              */
@@ -262,6 +271,9 @@ typedef struct mor_context_params {
      * INT32_MAX - 1). Independent of n_ctx, the number of cells, which
      * bounds how many tokens are cached at once (MOR_E_KV_FULL). */
     int32_t   max_pos;
+    /* MOR_KV_TYPE_*: how the cache stores keys and values; default F32.
+     * MOR_E_UNSUPPORTED for Q8_0 when head_dim is not a multiple of 32. */
+    int32_t   kv_type;
 } mor_context_params;
 
 MOR_API void mor_context_params_init(mor_context_params *p, size_t size);

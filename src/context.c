@@ -68,6 +68,10 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     if (mode == MOR_KV_MODEL_DEFAULT) mode = m->kv_shared ? MOR_KV_SHARED : MOR_KV_RECURSION_WISE;
     if (mode != MOR_KV_RECURSION_WISE && mode != MOR_KV_SHARED)
         return mor_err(MOR_E_INVALID_ARG, "mor_context_create: unknown kv_mode %d", p.kv_mode);
+    if (p.kv_type != MOR_KV_TYPE_F32 && p.kv_type != MOR_KV_TYPE_F16 && p.kv_type != MOR_KV_TYPE_Q8_0)
+        return mor_err(MOR_E_INVALID_ARG, "mor_context_create: unknown kv_type %d", p.kv_type);
+    if (p.kv_type == MOR_KV_TYPE_Q8_0 && m->head_dim % 32)
+        return mor_err(MOR_E_UNSUPPORTED, "a Q8_0 KV cache needs head_dim %d to be a multiple of 32", m->head_dim);
     if (mode == MOR_KV_SHARED && m->n_rec < 2)
         return mor_err(MOR_E_UNSUPPORTED, "KV sharing needs a model with at least 2 recursions");
 
@@ -115,7 +119,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     }
     if (!ok) { mor_context_free(c); return mor_err(MOR_E_NOMEM, "cannot allocate context scratch for n_batch %u", p.n_batch); }
     if ((st = exec_init(&s->exec, m, p.n_threads, p.n_batch, p.n_ctx))) { mor_context_free(c); return st; }
-    if ((st = kv_create(m, mode, (int32_t)p.n_ctx, (int32_t)p.n_seq_max, (int32_t)p.n_batch, &c->kv)) ||
+    if ((st = kv_create(m, mode, (uint32_t)p.kv_type, (int32_t)p.n_ctx, (int32_t)p.n_seq_max, (int32_t)p.n_batch, &c->kv)) ||
         (st = router_create(m, (int32_t)p.n_batch, &c->router))) {
         mor_context_free(c);
         return st;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kv_cache.h"
+#include "quant.h"
 #include "status.h"
 
 static int layer_recursion(const mor_model *m, int32_t l)
@@ -32,17 +33,17 @@ kv_layer *kv_read_layer(mor_kv_cache *kv, int32_t l)
     return &kv->layers[l];
 }
 
-static int layer_alloc(kv_layer *L, int32_t n_cells, int32_t kv_dim)
+static int layer_alloc(kv_layer *L, int32_t n_cells, size_t row_bytes)
 {
     L->n_cells = n_cells;
     L->pos = malloc(sizeof(int32_t) * (size_t)(n_cells ? n_cells : 1));
     L->seq = malloc(sizeof(int32_t) * (size_t)(n_cells ? n_cells : 1));
     if (!L->pos || !L->seq) return 0;
     for (int32_t i = 0; i < n_cells; i++) L->seq[i] = -1;
-    if (kv_dim && n_cells) {
+    if (row_bytes && n_cells) {
         /* calloc: pages are committed only when cells are first used */
-        L->k = calloc((size_t)n_cells * kv_dim, sizeof(float));
-        L->v = calloc((size_t)n_cells * kv_dim, sizeof(float));
+        L->k = calloc((size_t)n_cells, row_bytes);
+        L->v = calloc((size_t)n_cells, row_bytes);
         if (!L->k || !L->v) return 0;
     }
     return 1;
@@ -65,7 +66,7 @@ void kv_free(mor_kv_cache *kv)
     free(kv);
 }
 
-mor_status kv_create(const mor_model *m, int32_t mode, int32_t n_ctx, int32_t n_seq_max,
+mor_status kv_create(const mor_model *m, int32_t mode, uint32_t type, int32_t n_ctx, int32_t n_seq_max,
                      int32_t max_batch, mor_kv_cache **out)
 {
     *out = NULL;
@@ -73,13 +74,15 @@ mor_status kv_create(const mor_model *m, int32_t mode, int32_t n_ctx, int32_t n_
     if (!kv) return mor_err(MOR_E_NOMEM, "out of memory");
     kv->m = m; kv->mode = mode; kv->n_ctx = n_ctx; kv->n_seq_max = n_seq_max;
     kv->kv_dim = m->n_head_kv * m->head_dim;
+    kv->type = type;
+    kv->row_bytes = mor_row_bytes(type, kv->kv_dim);
     kv->layers = calloc((size_t)m->n_layer, sizeof(kv_layer));
     kv->seq_pos_max = malloc(sizeof(int32_t) * (size_t)n_seq_max);
     kv->cap_undo = 2 * max_batch * (m->n_layer + 1);
     kv->undo = malloc(sizeof(int32_t) * (size_t)kv->cap_undo);
     int ok = kv->layers && kv->seq_pos_max && kv->undo && layer_alloc(&kv->tokens, n_ctx, 0);
     for (int32_t l = 0; ok && l < m->n_layer; l++)
-        ok = layer_alloc(&kv->layers[l], kv_layer_stores(kv, l) ? n_ctx : 0, kv->kv_dim);
+        ok = layer_alloc(&kv->layers[l], kv_layer_stores(kv, l) ? n_ctx : 0, kv->row_bytes);
     if (!ok) {
         kv_free(kv);
         return mor_err(MOR_E_NOMEM, "cannot allocate the KV cache (%d cells x %d layers)", n_ctx, m->n_layer);
@@ -192,7 +195,7 @@ static int32_t layer_count(const kv_layer *L, mor_seq_id seq, mor_pos p0, mor_po
     return n;
 }
 
-static void layer_cp(kv_layer *L, int32_t kv_dim, mor_seq_id src, mor_seq_id dst, mor_pos p0, mor_pos p1)
+static void layer_cp(kv_layer *L, size_t row_bytes, mor_seq_id src, mor_seq_id dst, mor_pos p0, mor_pos p1)
 {
     int32_t n = L->n_cells, free_c = 0;
     for (int32_t c = 0; c < n; c++) {
@@ -200,9 +203,9 @@ static void layer_cp(kv_layer *L, int32_t kv_dim, mor_seq_id src, mor_seq_id dst
         while (L->seq[free_c] >= 0) free_c++;   /* room was checked by the caller */
         L->seq[free_c] = dst; L->pos[free_c] = L->pos[c]; L->n_used++;
         if (free_c >= L->n_hi) L->n_hi = free_c + 1;
-        if (kv_dim) {
-            memcpy(L->k + (size_t)free_c * kv_dim, L->k + (size_t)c * kv_dim, sizeof(float) * (size_t)kv_dim);
-            memcpy(L->v + (size_t)free_c * kv_dim, L->v + (size_t)c * kv_dim, sizeof(float) * (size_t)kv_dim);
+        if (row_bytes) {
+            memcpy(L->k + (size_t)free_c * row_bytes, L->k + (size_t)c * row_bytes, row_bytes);
+            memcpy(L->v + (size_t)free_c * row_bytes, L->v + (size_t)c * row_bytes, row_bytes);
         }
     }
 }
@@ -223,7 +226,7 @@ mor_status mor_kv_seq_cp(mor_kv_cache *kv, mor_seq_id src, mor_seq_id dst, mor_p
     for (int32_t l = -1; l < kv->m->n_layer; l++) {
         kv_layer *L = layer_at(kv, l);
         layer_rm(L, dst, p0, p1);
-        layer_cp(L, l < 0 ? 0 : kv->kv_dim, src, dst, p0, p1);
+        layer_cp(L, l < 0 ? 0 : kv->row_bytes, src, dst, p0, p1);
     }
     recompute_pos_max(kv);
     return MOR_OK;
@@ -255,7 +258,7 @@ mor_status mor_kv_bytes(const mor_kv_cache *kv, int32_t r, uint64_t *allocated, 
 {
     mor_status st = check_selector(kv, r, "mor_kv_bytes");
     if (st) return st;
-    uint64_t a = 0, u = 0, cell = 2ull * (uint64_t)kv->kv_dim * sizeof(float);
+    uint64_t a = 0, u = 0, cell = 2ull * (uint64_t)kv->row_bytes;
     for (int32_t l = 0; l < kv->m->n_layer; l++)
         if (layer_selected(kv, l, r)) {
             a += (uint64_t)kv->layers[l].n_cells * cell;

@@ -5,18 +5,21 @@
 #include "model.h"
 
 /* One cached layer: cells hold (seq, pos, K row, V row); seq < 0 marks a free
- * cell. K is stored after RoPE, as HF caches it. */
+ * cell. K is stored after RoPE, as HF caches it. Rows are in the cache's
+ * type (F32, F16 or Q8_0 blocks along the row; quant.h). */
 typedef struct {
     int32_t  n_cells, n_used, hint;
     int32_t  n_hi;             /* no cell at or above n_hi is in use: scans stop here */
     int32_t *pos, *seq;
-    float   *k, *v;            /* [n_cells][kv_dim] */
+    unsigned char *k, *v;      /* [n_cells][row_bytes] */
 } kv_layer;
 
 struct mor_kv_cache {
     const mor_model *m;
     int32_t  mode;             /* MOR_KV_RECURSION_WISE or MOR_KV_SHARED */
     int32_t  kv_dim, n_ctx, n_seq_max;
+    uint32_t type;             /* MOR_KV_TYPE_*, a ggml type number */
+    size_t   row_bytes;        /* one K (or V) row of kv_dim values in that type */
     kv_layer *layers;          /* [n_layer]; under sharing, recursions >= 1 have no cells */
     kv_layer tokens;           /* every decoded token's (seq, pos), no K/V: sequence bookkeeping */
     int32_t *seq_pos_max;      /* [n_seq_max], -1 when empty */
@@ -24,7 +27,8 @@ struct mor_kv_cache {
     int32_t *undo, n_undo, cap_undo;
 };
 
-mor_status kv_create(const mor_model *m, int32_t mode, int32_t n_ctx, int32_t n_seq_max,
+/* type: MOR_KV_TYPE_F32, _F16 or _Q8_0 (checked by the caller). */
+mor_status kv_create(const mor_model *m, int32_t mode, uint32_t type, int32_t n_ctx, int32_t n_seq_max,
                      int32_t max_batch, mor_kv_cache **out);
 void       kv_free(mor_kv_cache *kv);
 

@@ -60,12 +60,13 @@ mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_
             mor_rope_cs(s->k + (int64_t)i * kvd, m->n_head_kv, hd, cs + (int64_t)i * hd);
             int32_t c = kv_append(kv, l, seq[i], pos[i]);
             if (c < 0) return mor_err(MOR_E_KV_FULL, "KV cache full at layer %d (%d cells)", l, L->n_cells);
-            memcpy(L->k + (int64_t)c * kvd, s->k + (int64_t)i * kvd, sizeof(float) * (size_t)kvd);
-            memcpy(L->v + (int64_t)c * kvd, s->v + (int64_t)i * kvd, sizeof(float) * (size_t)kvd);
+            /* into the cache's type (F32: a copy) */
+            mor_quantize_row(kv->type, s->k + (int64_t)i * kvd, L->k + (size_t)c * kv->row_bytes, kvd);
+            mor_quantize_row(kv->type, s->v + (int64_t)i * kvd, L->v + (size_t)c * kv->row_bytes, kvd);
         }
     }
     const kv_layer *R = kv_read_layer(kv, l);
-    exec_attention(e, m, R, GGML_F32, sizeof(float) * (size_t)kvd, s->q, pos, seq, s->att, n);
+    exec_attention(e, m, R, kv->type, kv->row_bytes, s->q, pos, seq, s->att, n);
     exec_matmul(e, &w->w[ROLE_ATTN_OUT], s->att, qd, x, d, n, 1);   /* x += o(att) */
     lora_apply(m, l, ROLE_ATTN_OUT, s->att, qd, x, d, n);
 

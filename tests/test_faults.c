@@ -417,7 +417,7 @@ static void test_truncation(void)
 
 /* ---- the whole KV cache, cell by cell ---- */
 
-typedef struct { int32_t n_layers; int32_t *used; int32_t **seq, **pos; float **k, **v; int32_t *pos_max; } kv_snap;
+typedef struct { int32_t n_layers; int32_t *used; int32_t **seq, **pos; unsigned char **k, **v; int32_t *pos_max; } kv_snap;
 
 static kv_layer *snap_layer(mor_kv_cache *kv, int32_t l) { return l < 0 ? &kv->tokens : &kv->layers[l]; }
 
@@ -430,13 +430,13 @@ static void kv_take(mor_kv_cache *kv, kv_snap *s)
     s->k = calloc((size_t)L, sizeof *s->k); s->v = calloc((size_t)L, sizeof *s->v);
     for (int32_t l = -1; l < L - 1; l++) {
         kv_layer *K = snap_layer(kv, l);
-        size_t nc = (size_t)K->n_cells, row = l < 0 ? 0 : (size_t)kv->kv_dim;
+        size_t nc = (size_t)K->n_cells, row = l < 0 ? 0 : kv->row_bytes;   /* bytes of a K or V row */
         s->used[l + 1] = K->n_used;
         s->seq[l + 1] = malloc(sizeof(int32_t) * (nc + 1)); memcpy(s->seq[l + 1], K->seq, sizeof(int32_t) * nc);
         s->pos[l + 1] = malloc(sizeof(int32_t) * (nc + 1)); memcpy(s->pos[l + 1], K->pos, sizeof(int32_t) * nc);
         if (row && K->k) {
-            s->k[l + 1] = malloc(sizeof(float) * nc * row); memcpy(s->k[l + 1], K->k, sizeof(float) * nc * row);
-            s->v[l + 1] = malloc(sizeof(float) * nc * row); memcpy(s->v[l + 1], K->v, sizeof(float) * nc * row);
+            s->k[l + 1] = malloc(nc * row); memcpy(s->k[l + 1], K->k, nc * row);
+            s->v[l + 1] = malloc(nc * row); memcpy(s->v[l + 1], K->v, nc * row);
         }
     }
     s->pos_max = malloc(sizeof(int32_t) * (size_t)kv->n_seq_max);
@@ -448,14 +448,14 @@ static int kv_same(mor_kv_cache *kv, const kv_snap *s)
 {
     for (int32_t l = -1; l < s->n_layers - 1; l++) {
         kv_layer *K = snap_layer(kv, l);
-        size_t row = l < 0 ? 0 : (size_t)kv->kv_dim;
+        size_t row = l < 0 ? 0 : kv->row_bytes;
         if (K->n_used != s->used[l + 1]) return 0;
         for (int32_t c = 0; c < K->n_cells; c++) {
             if (K->seq[c] != s->seq[l + 1][c]) return 0;
             if (K->seq[c] < 0) continue;
             if (K->pos[c] != s->pos[l + 1][c]) return 0;
-            if (row && K->k && (memcmp(K->k + c * row, s->k[l + 1] + c * row, sizeof(float) * row) ||
-                                memcmp(K->v + c * row, s->v[l + 1] + c * row, sizeof(float) * row)))
+            if (row && K->k && (memcmp(K->k + c * row, s->k[l + 1] + c * row, row) ||
+                                memcmp(K->v + c * row, s->v[l + 1] + c * row, row)))
                 return 0;
         }
     }

@@ -88,6 +88,10 @@ static int other_enums_unique(int32_t v)
     default: break;
     }
     switch (v) {
+    case MOR_KV_TYPE_F32: case MOR_KV_TYPE_F16: case MOR_KV_TYPE_Q8_0: n++; break;
+    default: break;
+    }
+    switch (v) {
     case MOR_KV_UNIQUE_LAYERS: case MOR_KV_ALL: n++; break;
     default: break;
     }

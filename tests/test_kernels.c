@@ -13,6 +13,7 @@
  * Sets the CPU lacks are reported as skipped. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "check.h"
 #include "context.h"
 #include "kernels.h"
@@ -247,7 +248,8 @@ static void test_decode_threads(const char *dir)
         /* d 256, 6 layers (1 + 2 x 2 + 1), heads 4/2 of 64, ffn 768, vocab 1024 */
         synth_spec sp = { 256, 6, 4, 2, 64, 768, 1024, 512, 2, types[ti], types[ti], 3 };
         char path[700];
-        snprintf(path, sizeof path, "%s/kernels-synth-%s.gguf", dir, tname(types[ti]));
+        /* the pid: other test runs may share the build tree and would rewrite a mapped file */
+        snprintf(path, sizeof path, "%s/kernels-synth-%s-%ld.gguf", dir, tname(types[ti]), (long)getpid());
         mor_model *m = NULL;
         if (!CHECK(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK,
                    "random-weight MoR model in %s", tname(types[ti]))) continue;

@@ -8,7 +8,10 @@
  *    (Q4_0, whose top code is clipped);
  *  - drift: a fixture model re-typed by mor-quantize's code to F16, BF16,
  *    Q8_0 and Q4_0 stays within a bound of the F32 model's logits (mean KL
- *    and top-1 agreement, printed), and so does a larger random-weight model.
+ *    and top-1 agreement, printed), and so does a larger random-weight model;
+ *  - KV caches in F16 and Q8_0: logits close to the F32 cache's, bytes as
+ *    the type says (mor_kv_bytes), Q8_0 refused for a head_dim that is not a
+ *    multiple of 32, an unknown kv_type refused.
  * Models come from $OUT/build/fixtures (make test). */
 #include <stdlib.h>
 #include <string.h>
@@ -162,7 +165,7 @@ static void test_drift(const char *label, const char *f32path, int n)
     if (!CHECK(mor_model_load_file(f32path, NULL, &ref) == MOR_OK, "%s: load %s", label, f32path)) return;
     for (size_t i = 0; i < sizeof bounds / sizeof *bounds; i++) {
         char path[700];
-        snprintf(path, sizeof path, "%s/drift-%s-%s.gguf", outdir, label, bounds[i].name);
+        snprintf(path, sizeof path, "%s/drift-%s-%s-%ld.gguf", outdir, label, bounds[i].name, (long)getpid());
         mor_model *q = NULL;
         drift_result d;
         int ok = retype_file(f32path, path, bounds[i].type) == 0 && mor_model_load_file(path, NULL, &q) == MOR_OK &&
@@ -175,6 +178,72 @@ static void test_drift(const char *label, const char *f32path, int n)
         remove(path);
     }
     mor_model_free(ref);
+}
+
+/* Logits of a 40-token prefill and 8 single-token steps with a kv_type cache. */
+static int kv_run(mor_model *m, int32_t kv_type, float *logits, uint64_t *bytes, mor_status *st_out)
+{
+    const int32_t V = mor_model_n_vocab(m);
+    mor_context_params cp;
+    MOR_CONTEXT_PARAMS_INIT(&cp);
+    cp.n_ctx = 64; cp.n_batch = 48; cp.kv_type = kv_type;
+    mor_context *c = NULL;
+    mor_batch *b = NULL;
+    mor_status st = mor_context_create(m, &cp, &c);
+    if (st_out) *st_out = st;
+    if (st) return 0;
+    int ok = mor_batch_create(48, &b) == MOR_OK && mor_router_set_mode(mor_context_router(c), MOR_ROUTE_FORCED, 2) == MOR_OK;
+    for (int32_t i = 0; ok && i < 40; i++) mor_batch_add(b, (i * 37 + 3) % V, i, 0, i == 39);
+    ok = ok && mor_decode(c, b) == MOR_OK;
+    if (ok) memcpy(logits, mor_get_logits(c, 39), sizeof(float) * (size_t)V);
+    for (int32_t p = 40; ok && p < 48; p++) {
+        mor_batch_clear(b);
+        mor_batch_add(b, (p * 37 + 3) % V, p, 0, 1);
+        ok = mor_decode(c, b) == MOR_OK;
+        if (ok) memcpy(logits + (size_t)(p - 39) * V, mor_get_logits(c, 0), sizeof(float) * (size_t)V);
+    }
+    if (ok && bytes) mor_kv_bytes(mor_context_kv(c), MOR_KV_ALL, bytes, NULL);
+    mor_batch_free(b);
+    mor_context_free(c);
+    return ok;
+}
+
+static void test_kv_types(const char *synth, const char *fixture)
+{
+    mor_model *m = NULL;
+    if (!CHECK(mor_model_load_file(synth, NULL, &m) == MOR_OK, "load the random MoR model for the KV types")) return;
+    const int32_t V = mor_model_n_vocab(m);
+    float *ref = malloc(sizeof(float) * 9 * (size_t)V), *l = malloc(sizeof(float) * 9 * (size_t)V);
+    uint64_t b32 = 0, b = 0;
+    int ok32 = kv_run(m, MOR_KV_TYPE_F32, ref, &b32, NULL);
+    double scale = 0;
+    for (size_t i = 0; i < 9 * (size_t)V; i++) if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    static const struct { int32_t t; const char *name; double tol, bytes; } kt[] = {
+        { MOR_KV_TYPE_F16, "F16", 1e-3, 0.5 }, { MOR_KV_TYPE_Q8_0, "Q8_0", 2e-2, 34.0 / 128 },
+    };
+    for (size_t i = 0; i < 2; i++) {
+        int ok = ok32 && kv_run(m, kt[i].t, l, &b, NULL);
+        double e = ok ? check_maxdiff(ref, l, 9 * (long)V) : INFINITY;
+        CHECK(ok && e <= kt[i].tol * scale, "%s KV cache: prefill + 8 steps, logits within %.0e of the largest (max diff %.2g of %.2g)",
+              kt[i].name, kt[i].tol, e, scale);
+        CHECK(ok && (double)b == kt[i].bytes * (double)b32, "%s KV cache: %llu bytes allocated, %.4f of F32's %llu",
+              kt[i].name, (unsigned long long)b, kt[i].bytes, (unsigned long long)b32);
+    }
+    mor_status st = MOR_OK;
+    kv_run(m, 2, l, NULL, &st);
+    CHECK(st == MOR_E_INVALID_ARG, "kv_type 2 (not a cache type) is MOR_E_INVALID_ARG: %s", mor_status_str(st));
+    free(ref); free(l);
+    mor_model_free(m);
+    mor_model *f = NULL;
+    if (mor_model_load_file(fixture, NULL, &f) == MOR_OK) {
+        float *fl = malloc(sizeof(float) * 9 * (size_t)mor_model_n_vocab(f));
+        st = MOR_OK;
+        kv_run(f, MOR_KV_TYPE_Q8_0, fl, NULL, &st);
+        CHECK(st == MOR_E_UNSUPPORTED, "Q8_0 KV cache with head_dim %d is MOR_E_UNSUPPORTED: %s", mor_model_head_dim(f), mor_status_str(st));
+        CHECK(kv_run(f, MOR_KV_TYPE_F16, fl, NULL, NULL), "F16 KV cache with head_dim %d decodes", mor_model_head_dim(f));
+        free(fl);
+        mor_model_free(f);
+    }
 }
 
 int main(void)
@@ -192,9 +261,11 @@ int main(void)
     /* a larger random-weight MoR model: d 256, 6 layers (1 + 2 x 2 + 1), vocab 2048 */
     synth_spec sp = { 256, 6, 4, 2, 64, 768, 2048, 512, 2, GGML_F32, GGML_F32, 5 };
     char synth[700];
-    snprintf(synth, sizeof synth, "%s/drift-synth-f32.gguf", outdir);
-    if (CHECK(synth_write(&sp, synth) == 0, "write a random-weight MoR model (d 256, 6 layers, vocab 2048)"))
+    snprintf(synth, sizeof synth, "%s/drift-synth-f32-%ld.gguf", outdir, (long)getpid());   /* other runs may share the tree */
+    if (CHECK(synth_write(&sp, synth) == 0, "write a random-weight MoR model (d 256, 6 layers, vocab 2048)")) {
         test_drift("synthetic MoR", synth, 128);
+        test_kv_types(synth, fix);
+    }
     remove(synth);
     return check_done();
 }

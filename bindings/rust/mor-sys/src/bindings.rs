@@ -263,6 +263,10 @@ pub const MOR_KV_MODEL_DEFAULT: _bindgen_ty_6 = 0;
 pub const MOR_KV_RECURSION_WISE: _bindgen_ty_6 = 1;
 pub const MOR_KV_SHARED: _bindgen_ty_6 = 2;
 pub type _bindgen_ty_6 = u32;
+pub const MOR_KV_TYPE_F32: _bindgen_ty_7 = 0;
+pub const MOR_KV_TYPE_F16: _bindgen_ty_7 = 1;
+pub const MOR_KV_TYPE_Q8_0: _bindgen_ty_7 = 8;
+pub type _bindgen_ty_7 = u32;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct mor_context_params {
@@ -277,6 +281,7 @@ pub struct mor_context_params {
         ::std::option::Option<unsafe extern "C" fn(user_data: *mut ::std::os::raw::c_void) -> i32>,
     pub abort_user_data: *mut ::std::os::raw::c_void,
     pub max_pos: i32,
+    pub kv_type: i32,
 }
 #[test]
 fn bindgen_test_layout_mor_context_params() {
@@ -460,6 +465,23 @@ fn bindgen_test_layout_mor_context_params() {
         );
     }
     test_field_max_pos();
+    fn test_field_kv_type() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_context_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kv_type) as usize - ptr as usize
+            },
+            52usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_context_params),
+                "::",
+                stringify!(kv_type)
+            )
+        );
+    }
+    test_field_kv_type();
 }
 extern "C" {
     pub fn mor_context_params_init(p: *mut mor_context_params, size: usize);
@@ -507,12 +529,12 @@ extern "C" {
 extern "C" {
     pub fn mor_get_hidden(ctx: *mut mor_context, b: i32, i: i32) -> *const f32;
 }
-pub const MOR_ROUTE_DEFAULT: _bindgen_ty_7 = 0;
-pub const MOR_ROUTE_TOPK: _bindgen_ty_7 = 1;
-pub const MOR_ROUTE_THRESHOLD: _bindgen_ty_7 = 2;
-pub const MOR_ROUTE_FORCED: _bindgen_ty_7 = 3;
-pub const MOR_ROUTE_TOKEN: _bindgen_ty_7 = 4;
-pub type _bindgen_ty_7 = u32;
+pub const MOR_ROUTE_DEFAULT: _bindgen_ty_8 = 0;
+pub const MOR_ROUTE_TOPK: _bindgen_ty_8 = 1;
+pub const MOR_ROUTE_THRESHOLD: _bindgen_ty_8 = 2;
+pub const MOR_ROUTE_FORCED: _bindgen_ty_8 = 3;
+pub const MOR_ROUTE_TOKEN: _bindgen_ty_8 = 4;
+pub type _bindgen_ty_8 = u32;
 extern "C" {
     pub fn mor_context_router(ctx: *mut mor_context) -> *mut mor_router;
 }
@@ -869,9 +891,9 @@ extern "C" {
 extern "C" {
     pub fn mor_sampler_reset(s: *mut mor_sampler);
 }
-pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_8 = 1;
-pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_8 = 2;
-pub type _bindgen_ty_8 = u32;
+pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_9 = 1;
+pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_9 = 2;
+pub type _bindgen_ty_9 = u32;
 extern "C" {
     pub fn mor_tokenize(
         model: *const mor_model,
