@@ -31,9 +31,21 @@ void layer_rope_cs(const mor_model *m, const layer_scratch *s, const int32_t *po
 mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_scratch *s,
                          float *x, const int32_t *pos, const int32_t *seq, int32_t n)
 {
+    return layer_forward_rows(m, l, NULL, kv, s, x, pos, seq, n);
+}
+
+/* Row i's cache and LoRA layer: row_layer[i], or l for every row. */
+#define ROW_LAYER(i) (row_layer ? row_layer[i] : l)
+#define LORA(role, xin, ldx, y, ldy) \
+    (row_layer ? lora_apply_rows(m, row_layer, role, xin, ldx, y, ldy, n) : lora_apply(m, l, role, xin, ldx, y, ldy, n))
+
+mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv,
+                              layer_scratch *s, float *x, const int32_t *pos, const int32_t *seq, int32_t n)
+{
     const mor_layer *w = &m->layers[l];
     const int32_t d = m->n_embd, hd = m->head_dim, qd = m->n_head * hd, kvd = m->n_head_kv * hd;
-    const int stores = kv_layer_stores(kv, l);
+    int stores = 0;   /* some row stores K/V (under sharing, recursion-0 rows only) */
+    for (int32_t i = 0; i < n && !stores; i++) stores = kv_layer_stores(kv, ROW_LAYER(i));
     mor_exec *e = &s->exec;
     const mor_kernels *k = e->k;
     const float *cs = s->rope_cs;
@@ -50,39 +62,49 @@ mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_
         exec_matmul(e, &w->w[ROLE_ATTN_Q], s->xn, d, s->q, qd, n, 0);
     }
     /* depth-wise LoRA (lora.h): y += s B (A x) per row, after the shared weight; no-op without */
-    lora_apply(m, l, ROLE_ATTN_Q, s->xn, d, s->q, qd, n);
-    if (stores) { lora_apply(m, l, ROLE_ATTN_K, s->xn, d, s->k, kvd, n); lora_apply(m, l, ROLE_ATTN_V, s->xn, d, s->v, kvd, n); }
+    LORA(ROLE_ATTN_Q, s->xn, d, s->q, qd);
+    if (stores) { LORA(ROLE_ATTN_K, s->xn, d, s->k, kvd); LORA(ROLE_ATTN_V, s->xn, d, s->v, kvd); }
     for (int32_t i = 0; i < n; i++) mor_rope_cs(s->q + (int64_t)i * qd, m->n_head, hd, cs + (int64_t)i * hd);
 
     if (stores) {
-        kv_layer *L = &kv->layers[l];
         for (int32_t i = 0; i < n; i++) {
+            if (!kv_layer_stores(kv, ROW_LAYER(i))) continue;
+            kv_layer *L = &kv->layers[ROW_LAYER(i)];
             mor_rope_cs(s->k + (int64_t)i * kvd, m->n_head_kv, hd, cs + (int64_t)i * hd);
-            int32_t c = kv_append(kv, l, seq[i], pos[i]);
-            if (c < 0) return mor_err(MOR_E_KV_FULL, "KV cache full at layer %d (%d cells)", l, L->n_cells);
+            int32_t c = kv_append(kv, ROW_LAYER(i), seq[i], pos[i]);
+            if (c < 0) return mor_err(MOR_E_KV_FULL, "KV cache full at layer %d (%d cells)", ROW_LAYER(i), L->n_cells);
             /* into the cache's type (F32: a copy) */
             mor_quantize_row(kv->type, s->k + (int64_t)i * kvd, L->k + (size_t)c * kv->row_bytes, kvd);
             mor_quantize_row(kv->type, s->v + (int64_t)i * kvd, L->v + (size_t)c * kv->row_bytes, kvd);
         }
     }
-    const kv_layer *R = kv_read_layer(kv, l);
-    exec_attention(e, m, R, kv->type, kv->row_bytes, s->q, pos, seq, s->att, n);
+    for (int32_t i0 = 0, i1; i0 < n; i0 = i1) {   /* one call per run of rows on the same cache layer */
+        for (i1 = i0 + 1; i1 < n && ROW_LAYER(i1) == ROW_LAYER(i0); i1++) {}
+        const kv_layer *R = kv_read_layer(kv, ROW_LAYER(i0));
+        exec_attention(e, m, R, kv->type, kv->row_bytes, s->q + (int64_t)i0 * qd, pos + i0, seq + i0,
+                       s->att + (int64_t)i0 * qd, i1 - i0);
+    }
     exec_matmul(e, &w->w[ROLE_ATTN_OUT], s->att, qd, x, d, n, 1);   /* x += o(att) */
-    lora_apply(m, l, ROLE_ATTN_OUT, s->att, qd, x, d, n);
+    LORA(ROLE_ATTN_OUT, s->att, qd, x, d);
 
     for (int32_t i = 0; i < n; i++)
         k->rms_norm(s->xn + (int64_t)i * d, x + (int64_t)i * d, w->w[ROLE_FFN_NORM].data, d, m->eps);
-    if (lora_on(m, l, ROLE_FFN_GATE) || lora_on(m, l, ROLE_FFN_UP)) {   /* LoRA deltas go in before SwiGLU */
+    int ffn_lora = 0;
+    for (int32_t i = 0; i < n && !ffn_lora; i++)
+        ffn_lora = lora_on(m, ROW_LAYER(i), ROLE_FFN_GATE) || lora_on(m, ROW_LAYER(i), ROLE_FFN_UP);
+    if (ffn_lora) {   /* LoRA deltas go in before SwiGLU */
         const mor_weight *gu[2] = { &w->w[ROLE_FFN_GATE], &w->w[ROLE_FFN_UP] };
         float *const gu_out[2] = { s->gate, s->up };
         exec_matmul_multi(e, 2, gu, s->xn, d, gu_out, n);
-        lora_apply(m, l, ROLE_FFN_GATE, s->xn, d, s->gate, m->n_ff, n);
-        lora_apply(m, l, ROLE_FFN_UP, s->xn, d, s->up, m->n_ff, n);
+        LORA(ROLE_FFN_GATE, s->xn, d, s->gate, m->n_ff);
+        LORA(ROLE_FFN_UP, s->xn, d, s->up, m->n_ff);
         k->swiglu(s->gate, s->up, (int64_t)n * m->n_ff);
     } else {
         exec_ffn_up(e, &w->w[ROLE_FFN_GATE], &w->w[ROLE_FFN_UP], s->xn, d, s->gate, s->up, n);
     }
     exec_matmul(e, &w->w[ROLE_FFN_DOWN], s->gate, m->n_ff, x, d, n, 1);   /* x += down(...) */
-    lora_apply(m, l, ROLE_FFN_DOWN, s->gate, m->n_ff, x, d, n);
+    LORA(ROLE_FFN_DOWN, s->gate, m->n_ff, x, d);
     return MOR_OK;
 }
+#undef LORA
+#undef ROW_LAYER

@@ -13,6 +13,15 @@
 mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_scratch *s,
                          float *x, const int32_t *pos, const int32_t *seq, int32_t n);
 
+/* The same over rows whose cache (and depth-wise LoRA) layer differs: row i
+ * appends to and attends over the cache of unrolled layer row_layer[i]
+ * (NULL: l for every row), for continuous depth-wise batching (serve.c).
+ * The weights are those of layer l: every row_layer[i] must have the same
+ * weights as l (tied block positions). Attention runs once per run of
+ * consecutive rows with the same layer, so callers group rows by layer. */
+mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv,
+                              layer_scratch *s, float *x, const int32_t *pos, const int32_t *seq, int32_t n);
+
 /* cs[i] (head_dim floats: cos then sin of the half-dim angles) for the n
  * positions pos, as mor_rope computes them. */
 void layer_rope_cs(const mor_model *m, const layer_scratch *s, const int32_t *pos, int32_t n, float *cs);
