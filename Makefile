@@ -1,7 +1,8 @@
 # libmor - the Makefile is the one build system.
 #
 #   make                 library (lib/), tools and examples (bin/)
-#   make demo            convert a bundled checkpoint and generate from it
+#   make demo            generate with the bundled model, showing each token's depth
+#   make model           train that model from scratch (models/README.md)
 #   make test            the whole test suite; last line "N passed, N failed"
 #   make fixtures        convert the test fixtures to GGUF (build/fixtures)
 #   make test-sanitize   the C tests again under ASan + UBSan (build/san)
@@ -164,13 +165,13 @@ FIXTURE_GGUF := $(FIXTURE_VARIANTS:%=$(OUT)/build/fixtures/%.st.gguf)
 endif
 fixtures: $(FIXTURE_GGUF)
 
-# The main job, until a trained model is bundled: convert one of the official
-# code's checkpoints and generate from it, each token followed by its depth.
-DEMO_GGUF := $(OUT)/build/demo/expert_mc3_fix.gguf
+# The main job: generate English with the bundled model (models/brown-mor.gguf,
+# trained in C by `make model`, see models/README.md), each token followed by
+# the number of recursions it ran, under the causal THRESHOLD routing.
+DEMO_MODEL  := models/brown-mor.gguf
+DEMO_PROMPT := The jury said that
 demo: all
-	@mkdir -p $(dir $(DEMO_GGUF))
-	$(BINOUT)/mor-convert tests/data/fixtures/expert_mc3_fix_perturbed/hf_bin -o $(DEMO_GGUF)
-	$(BINOUT)/mor-run -m $(DEMO_GGUF) --ids 14,148,141,59,194,121,35,232 -n 24 --routing threshold --show-depth
+	$(BINOUT)/mor-run -m $(DEMO_MODEL) -p "$(DEMO_PROMPT)" -n 64 --routing threshold --show-depth --seed 1
 
 $(OUT)/build/fixtures/%.st.gguf: tests/data/fixtures/%/hf_safetensors/model.safetensors \
                                  tests/data/fixtures/%/hf_safetensors/config.json \
