@@ -16,6 +16,9 @@ const mor_kernels *mor_kernels_get(int isa)
         /* the set also uses VNNI for the quantized dot products */
         return (f & MOR_CPU_AVX512) && (f & MOR_CPU_AVX512VNNI) ? &mor_kernels_avx512 : NULL;
 #endif
+#if defined(__aarch64__)
+    case MOR_ISA_NEON: return (f & MOR_CPU_NEON) ? &mor_kernels_neon : NULL;
+#endif
     default: return NULL;
     }
 }
@@ -33,6 +36,8 @@ const char *mor_kernels_compiled(void)
 {
 #if defined(__x86_64__)
     return "ref,avx2,avx512";
+#elif defined(__aarch64__)
+    return "ref,neon";
 #else
     return "ref";
 #endif

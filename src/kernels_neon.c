@@ -1,0 +1,426 @@
+/* kernels_neon.c - the NEON kernel set (aarch64), with the dot-product
+ * extension (SDOT) for quantized weights where the CPU has it.
+ *
+ * Canonical order as in kernels_avx2.c with 4-lane accumulators: each output
+ * has one float32x4 accumulator over the columns, 4 at a time (the last 4
+ * zero-padded), summed by hsum4's fixed tree. Quantized weights: per 32-block
+ * the 4 int32 lanes (lane j = products 4j..4j+3 of each half of the block)
+ * go into the accumulator by one FMA with d_w * d_x; the SDOT and the plain
+ * NEON paths make the same exact integers, so results do not depend on the
+ * extension. */
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#include <math.h>
+#include <string.h>
+#include "cpu.h"
+#include "kernels.h"
+#include "quant.h"
+
+#define AI static inline __attribute__((always_inline))
+enum { TF32 = 0, TF16 = 1, TBF16 = 30 };
+
+AI float hsum4(float32x4_t v)
+{
+    float32x2_t s = vadd_f32(vget_low_f32(v), vget_high_f32(v));
+    return vget_lane_f32(s, 0) + vget_lane_f32(s, 1);
+}
+
+AI float32x4_t ldw(const char *row, int64_t k, int t)
+{
+    if (t == TF16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)row + k)));
+    if (t == TBF16) return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)row + k), 16));
+    return vld1q_f32((const float *)row + k);
+}
+
+AI float32x4_t ldw_tail(const char *row, int64_t k, int rem, int t)
+{
+    unsigned char tmp[16] = { 0 };
+    size_t es = t == TF32 ? 4 : 2;
+    memcpy(tmp, row + es * (size_t)k, es * (size_t)rem);
+    return ldw((const char *)tmp, 0, t);
+}
+
+AI float32x4_t ldx_tail(const float *x, int rem)
+{
+    float tmp[4] = { 0, 0, 0, 0 };
+    memcpy(tmp, x, sizeof(float) * (size_t)rem);
+    return vld1q_f32(tmp);
+}
+
+AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
+               float *y, int64_t ldy, int acc)
+{
+    float32x4_t a[8][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) a[r][c] = vdupq_n_f32(0);
+    int64_t k = 0;
+    for (; k + 4 <= K; k += 4) {
+        float32x4_t xv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) xv[c] = vld1q_f32((const float *)(x + (size_t)c * xs) + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            float32x4_t wv = ldw(w + (size_t)r * rb, k, t);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) a[r][c] = vfmaq_f32(a[r][c], wv, xv[c]);
+        }
+    }
+    if (k < K) {
+        const int rem = (int)(K - k);
+        float32x4_t xv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) xv[c] = ldx_tail((const float *)(x + (size_t)c * xs) + k, rem);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            float32x4_t wv = ldw_tail(w + (size_t)r * rb, k, rem, t);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) a[r][c] = vfmaq_f32(a[r][c], wv, xv[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            float s = hsum4(a[r][c]), *p = y + (int64_t)c * ldy + r;
+            *p = acc ? *p + s : s;
+        }
+}
+
+typedef void (*tile_fn)(const char *w, size_t rb, const char *x, size_t xs, int64_t K, float *y,
+                        int64_t ldy, int acc);
+#define TILE(T, R, C) \
+    static void tile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, int64_t K, \
+                                     float *y, int64_t ldy, int acc) \
+    { tile_f(w, rb, T, x, xs, K, R, C, y, ldy, acc); }
+#define ROW(T, R) TILE(T, R, 1) TILE(T, R, 2) TILE(T, R, 3) TILE(T, R, 4)
+#define TILES(T) TILE(T, 8, 1) ROW(T, 1) ROW(T, 2) ROW(T, 3) ROW(T, 4)
+TILES(TF32)
+TILES(TF16)
+TILES(TBF16)
+#define GROW(T, R) { tile_##T##_##R##_1, tile_##T##_##R##_2, tile_##T##_##R##_3, tile_##T##_##R##_4 }
+#define GRID(T) { GROW(T, 1), GROW(T, 2), GROW(T, 3), GROW(T, 4) }
+static const tile_fn grid_f32[4][4] = GRID(TF32), grid_f16[4][4] = GRID(TF16), grid_bf16[4][4] = GRID(TBF16);
+
+#define IB 64
+
+static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                     int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    const int t = (int)w->type;
+    const int64_t K = w->cols;
+    const size_t rb = mor_row_bytes(w->type, K);
+    const char *W = (const char *)w->data;
+    const tile_fn (*grid)[4] = t == TF16 ? grid_f16 : t == TBF16 ? grid_bf16 : grid_f32;
+    if (n <= 2) {
+        int64_t o = o0;
+        if (n == 1) {
+            tile_fn wide = t == TF16 ? tile_TF16_8_1 : t == TBF16 ? tile_TBF16_8_1 : tile_TF32_8_1;
+            for (; o + 8 <= o1; o += 8) wide(W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+        } else {
+            for (; o + 4 <= o1; o += 4) grid[3][1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+        }
+        for (; o < o1; o++) grid[0][n - 1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+        return;
+    }
+    for (int32_t i0 = 0; i0 < n; i0 += IB) {
+        const int32_t i1 = n - i0 < IB ? n : i0 + IB;
+        for (int64_t o = o0; o < o1; o += 4) {
+            const int R = o1 - o < 4 ? (int)(o1 - o) : 4;
+            const char *ws = W + (size_t)o * rb;
+            size_t wrb = rb;
+            const tile_fn (*g)[4] = grid;
+            if (t != TF32 && scratch) {   /* convert the strip once for all rows of the block */
+                for (int r = 0; r < R; r++) {
+                    const char *src = ws + (size_t)r * rb;
+                    float *dst = scratch + (size_t)r * (size_t)K;
+                    int64_t k = 0;
+                    for (; k + 4 <= K; k += 4) vst1q_f32(dst + k, ldw(src, k, t));
+                    for (; k < K; k++)
+                        dst[k] = t == TF16 ? mor_f16_to_f32(((const uint16_t *)src)[k]) : mor_bf16_to_f32(((const uint16_t *)src)[k]);
+                }
+                ws = (const char *)scratch; wrb = sizeof(float) * (size_t)K; g = grid_f32;
+            }
+            int32_t i = i0;
+            for (; i + 4 <= i1; i += 4) g[R - 1][3](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
+            if (i < i1) g[R - 1][i1 - i - 1](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
+        }
+    }
+}
+
+/* ---- quantized weights x Q8_0 activations ---- */
+
+AI void ldq(const char *row, int64_t b, int t, int8x16_t *lo, int8x16_t *hi)
+{
+    if (t == GGML_Q4_0) {
+        const mor_block_q4_0 *q = (const mor_block_q4_0 *)row + b;
+        uint8x16_t v = vld1q_u8(q->qs);
+        *lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), vdupq_n_s8(8));   /* values 0..15 */
+        *hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));               /* values 16..31 */
+        return;
+    }
+    const mor_block_q8_0 *q = (const mor_block_q8_0 *)row + b;
+    *lo = vld1q_s8(q->qs);
+    *hi = vld1q_s8(q->qs + 16);
+}
+
+AI float ldd(const char *row, int64_t b, int t)
+{
+    return mor_f16_to_f32(t == GGML_Q4_0 ? ((const mor_block_q4_0 *)row + b)->d : ((const mor_block_q8_0 *)row + b)->d);
+}
+
+/* lane j = products 4j..4j+3 of both 16-value halves (exact) */
+AI int32x4_t dot16_plain(int8x16_t w, int8x16_t x)
+{
+    int16x8_t p0 = vmull_s8(vget_low_s8(w), vget_low_s8(x)), p1 = vmull_s8(vget_high_s8(w), vget_high_s8(x));
+    return vpaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1));
+}
+
+AI float32x4_t dotq_plain(int8x16_t wl, int8x16_t wh, int8x16_t xl, int8x16_t xh)
+{
+    return vcvtq_f32_s32(vaddq_s32(dot16_plain(wl, xl), dot16_plain(wh, xh)));
+}
+
+#define QTILE_BODY(DOTQ) \
+    float32x4_t a[4][4]; \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) a[r][c] = vdupq_n_f32(0); \
+    const int64_t nb = K / MOR_QK; \
+    for (int64_t b = 0; b < nb; b++) { \
+        int8x16_t xl[4], xh[4]; \
+        float xd[4]; \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) { \
+            const char *xr = x + (size_t)c * xs; \
+            xl[c] = vld1q_s8(mor_act_q8_qs(xr) + b * MOR_QK); \
+            xh[c] = vld1q_s8(mor_act_q8_qs(xr) + b * MOR_QK + 16); \
+            xd[c] = mor_act_q8_d(xr, K)[b]; \
+        } \
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) { \
+            const char *wr = w + (size_t)r * rb; \
+            int8x16_t wl, wh; \
+            ldq(wr, b, t, &wl, &wh); \
+            float wd = ldd(wr, b, t); \
+            _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) \
+                a[r][c] = vfmaq_f32(a[r][c], vdupq_n_f32(wd * xd[c]), DOTQ(wl, wh, xl[c], xh[c])); \
+        } \
+    } \
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) \
+        _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) { \
+            float s = hsum4(a[r][c]), *p = y + (int64_t)c * ldy + r; \
+            *p = acc ? *p + s : s; \
+        }
+
+AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
+               float *y, int64_t ldy, int acc)
+{
+    QTILE_BODY(dotq_plain)
+}
+
+#define QTILE(T, R, C) \
+    static void qtile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, int64_t K, \
+                                      float *y, int64_t ldy, int acc) \
+    { tile_q(w, rb, T, x, xs, K, R, C, y, ldy, acc); }
+#define QROW(T, R) QTILE(T, R, 1) QTILE(T, R, 2) QTILE(T, R, 3) QTILE(T, R, 4)
+#define QTILES(T) QROW(T, 1) QROW(T, 2) QROW(T, 3) QROW(T, 4)
+enum { TQ8 = GGML_Q8_0, TQ4 = GGML_Q4_0 };
+QTILES(TQ8)
+QTILES(TQ4)
+#define QGROW(P, T, R) { P##_##T##_##R##_1, P##_##T##_##R##_2, P##_##T##_##R##_3, P##_##T##_##R##_4 }
+#define QGRID(P, T) { QGROW(P, T, 1), QGROW(P, T, 2), QGROW(P, T, 3), QGROW(P, T, 4) }
+static const tile_fn grid_q8[4][4] = QGRID(qtile, TQ8), grid_q4[4][4] = QGRID(qtile, TQ4);
+
+/* The same tiles with SDOT, compiled for the dot-product extension and used
+ * only where the CPU has it. */
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod")
+AI float32x4_t dotq_sdot(int8x16_t wl, int8x16_t wh, int8x16_t xl, int8x16_t xh)
+{
+    return vcvtq_f32_s32(vdotq_s32(vdotq_s32(vdupq_n_s32(0), wl, xl), wh, xh));
+}
+
+AI void tile_qd(const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
+                float *y, int64_t ldy, int acc)
+{
+    QTILE_BODY(dotq_sdot)
+}
+
+#define DTILE(T, R, C) \
+    static void dtile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, int64_t K, \
+                                      float *y, int64_t ldy, int acc) \
+    { tile_qd(w, rb, T, x, xs, K, R, C, y, ldy, acc); }
+#define DROW(T, R) DTILE(T, R, 1) DTILE(T, R, 2) DTILE(T, R, 3) DTILE(T, R, 4)
+DROW(TQ8, 1) DROW(TQ8, 2) DROW(TQ8, 3) DROW(TQ8, 4)
+DROW(TQ4, 1) DROW(TQ4, 2) DROW(TQ4, 3) DROW(TQ4, 4)
+#pragma GCC pop_options
+static const tile_fn grid_q8d[4][4] = QGRID(dtile, TQ8), grid_q4d[4][4] = QGRID(dtile, TQ4);
+
+static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                     int64_t o0, int64_t o1, int acc)
+{
+    const int64_t K = w->cols;
+    const size_t rb = mor_row_bytes(w->type, K);
+    const char *W = (const char *)w->data;
+    const int sdot = (mor_cpu_features() & MOR_CPU_DOTPROD) != 0;
+    const tile_fn (*g)[4] = w->type == GGML_Q4_0 ? (sdot ? grid_q4d : grid_q4) : (sdot ? grid_q8d : grid_q8);
+    if (n == 1) {
+        int64_t o = o0;
+        for (; o + 4 <= o1; o += 4) g[3][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+        for (; o < o1; o++) g[0][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+        return;
+    }
+    for (int32_t i0 = 0; i0 < n; i0 += IB) {
+        const int32_t i1 = n - i0 < IB ? n : i0 + IB;
+        for (int64_t o = o0; o < o1; o += 4) {
+            const int R = o1 - o < 4 ? (int)(o1 - o) : 4;
+            const char *ws = W + (size_t)o * rb;
+            int32_t i = i0;
+            for (; i + 4 <= i1; i += 4) g[R - 1][3](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
+            if (i < i1) g[R - 1][i1 - i - 1](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
+        }
+    }
+}
+
+static void matmul_neon(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                        int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    switch (w->type) {
+    case GGML_F32: case GGML_F16: case GGML_BF16:
+        mm_float(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    case GGML_Q8_0: case GGML_Q4_0:
+        mm_quant(w, x, xs, y, ldy, n, o0, o1, acc); break;
+    default:
+        mor_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    }
+}
+
+/* ---- activations to Q8_0: bitwise the reference quantizer ---- */
+
+static void act_q8_neon(const float *x, void *row, int64_t k)
+{
+    int8_t *qs = (int8_t *)row;
+    float *dd = (float *)(qs + k);
+    for (int64_t b = 0; b < k / MOR_QK; b++) {
+        const float *xb = x + b * MOR_QK;
+        float32x4_t v[8], mx = vdupq_n_f32(0);
+        for (int j = 0; j < 8; j++) { v[j] = vld1q_f32(xb + 4 * j); mx = vmaxq_f32(mx, vabsq_f32(v[j])); }
+        const float amax = vmaxvq_f32(mx), d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        dd[b] = mor_f16_to_f32(mor_f32_to_f16(d));
+        for (int j = 0; j < 8; j += 2) {
+            /* vrndaq: round to nearest, ties away from zero, as roundf */
+            int32x4_t q0 = vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[j], id)));
+            int32x4_t q1 = vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[j + 1], id)));
+            int16x8_t q = vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1));
+            vst1_s8(qs + b * MOR_QK + 4 * j, vqmovn_s16(q));
+        }
+    }
+}
+
+/* ---- exp, SwiGLU, RMSNorm ---- */
+
+AI float32x4_t exp4(float32x4_t x)
+{
+    x = vminq_f32(x, vdupq_n_f32(88.3762626647949f));
+    x = vmaxq_f32(x, vdupq_n_f32(-88.3762626647949f));
+    float32x4_t fx = vrndmq_f32(vfmaq_f32(vdupq_n_f32(0.5f), x, vdupq_n_f32(1.44269504088896341f)));
+    x = vfmsq_f32(x, fx, vdupq_n_f32(0.693359375f));
+    x = vfmsq_f32(x, fx, vdupq_n_f32(-2.12194440e-4f));
+    float32x4_t z = vmulq_f32(x, x), y = vdupq_n_f32(1.9875691500E-4f);
+    y = vfmaq_f32(vdupq_n_f32(1.3981999507E-3f), y, x);
+    y = vfmaq_f32(vdupq_n_f32(8.3334519073E-3f), y, x);
+    y = vfmaq_f32(vdupq_n_f32(4.1665795894E-2f), y, x);
+    y = vfmaq_f32(vdupq_n_f32(1.6666665459E-1f), y, x);
+    y = vfmaq_f32(vdupq_n_f32(5.0000001201E-1f), y, x);
+    y = vfmaq_f32(vaddq_f32(x, vdupq_n_f32(1.0f)), y, z);
+    int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(fx), vdupq_n_s32(127)), 23);
+    return vmulq_f32(y, vreinterpretq_f32_s32(e));
+}
+
+static void swiglu_neon(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t v = vld1q_f32(g + i);
+        float32x4_t s = vdivq_f32(v, vaddq_f32(vdupq_n_f32(1.0f), exp4(vnegq_f32(v))));
+        vst1q_f32(g + i, vmulq_f32(s, vld1q_f32(u + i)));
+    }
+    for (; i < n; i++) g[i] = mor_silu(g[i]) * u[i];
+}
+
+static void rms_norm_neon(float *out, const float *x, const float *w, int32_t n, float eps)
+{
+    float64x2_t s0 = vdupq_n_f64(0), s1 = vdupq_n_f64(0);
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) {   /* x*x is exact in double, as in the reference */
+        float32x4_t v = vld1q_f32(x + i);
+        float64x2_t lo = vcvt_f64_f32(vget_low_f32(v)), hi = vcvt_high_f64_f32(v);
+        s0 = vfmaq_f64(s0, lo, lo);
+        s1 = vfmaq_f64(s1, hi, hi);
+    }
+    float64x2_t s = vaddq_f64(s0, s1);
+    double ss = vgetq_lane_f64(s, 0) + vgetq_lane_f64(s, 1);
+    for (; i < n; i++) ss += (double)x[i] * x[i];
+    const float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (i = 0; i + 4 <= n; i += 4)
+        vst1q_f32(out + i, vmulq_f32(vld1q_f32(w + i), vmulq_n_f32(vld1q_f32(x + i), r)));
+    for (; i < n; i++) out[i] = w[i] * (x[i] * r);
+}
+
+/* ---- attention ---- */
+
+AI float32x4_t ldkv(const char *row, int32_t i, uint32_t t)
+{
+    if (t == GGML_F16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)row + i)));
+    if (t == GGML_Q8_0) {
+        const mor_block_q8_0 *b = (const mor_block_q8_0 *)row + i / MOR_QK;
+        uint32_t four;   /* 4 values: a wider load could run past the cache's last row */
+        memcpy(&four, b->qs + i % MOR_QK, 4);
+        int32x4_t q = vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_u32(vdup_n_u32(four)))));
+        return vmulq_n_f32(vcvtq_f32_s32(q), mor_f16_to_f32(b->d));
+    }
+    return vld1q_f32((const float *)row + i);
+}
+
+static void attend_neon(const float *q, int32_t group, int32_t hd, const void *kp, const void *vp, size_t stride,
+                        uint32_t t, const int32_t *cells, int32_t nv, float scale, float *probs, float *out)
+{
+    if (hd % 4 || nv == 0) {
+        mor_attend_ref(q, group, hd, kp, vp, stride, t, cells, nv, scale, probs, out);
+        return;
+    }
+    const char *k = kp, *v = vp;
+    for (int32_t g = 0; g < group; g++) {
+        const float *qh = q + (int64_t)g * hd;
+        float *p = probs + (int64_t)g * nv, m = -INFINITY;
+        for (int32_t c = 0; c < nv; c++) {
+            const char *kr = k + (size_t)cells[c] * stride;
+            float32x4_t a = vdupq_n_f32(0);
+            for (int32_t i = 0; i < hd; i += 4) a = vfmaq_f32(a, vld1q_f32(qh + i), ldkv(kr, i, t));
+            p[c] = hsum4(a) * scale;
+            if (p[c] > m) m = p[c];
+        }
+        float32x4_t sv = vdupq_n_f32(0);
+        int32_t c = 0;
+        for (; c + 4 <= nv; c += 4) {
+            float32x4_t e = exp4(vsubq_f32(vld1q_f32(p + c), vdupq_n_f32(m)));
+            vst1q_f32(p + c, e);
+            sv = vaddq_f32(sv, e);
+        }
+        float sum = hsum4(sv);
+        for (; c < nv; c++) { p[c] = expf(p[c] - m); sum += p[c]; }
+        for (c = 0; c + 4 <= nv; c += 4) vst1q_f32(p + c, vdivq_f32(vld1q_f32(p + c), vdupq_n_f32(sum)));
+        for (; c < nv; c++) p[c] /= sum;
+        float *oh = out + (int64_t)g * hd;
+        for (int32_t i0 = 0; i0 < hd; i0 += 4) {
+            float32x4_t o = vdupq_n_f32(0);
+            for (int32_t cc = 0; cc < nv; cc++)
+                o = vfmaq_n_f32(o, ldkv(v + (size_t)cells[cc] * stride, i0, t), p[cc]);
+            vst1q_f32(oh + i0, o);
+        }
+    }
+}
+
+const mor_kernels mor_kernels_neon = {
+    "neon", act_q8_neon, matmul_neon, attend_neon, rms_norm_neon, swiglu_neon
+};
+#endif
