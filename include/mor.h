@@ -482,6 +482,120 @@ MOR_API mor_status mor_detokenize(const mor_model *model, const mor_token *token
                                   char *buf, size_t cap, size_t *len_out);
 
 /* ------------------------------------------------------------------------ */
+/* Serving: many sequences at once                                           */
+/* ------------------------------------------------------------------------ */
+
+/* A server decodes many requests (prompt -> generated tokens) over one
+ * context of its own. Each step advances every running request; finished
+ * slots are refilled from a FIFO queue. Routing is causal, so that a
+ * request's output does not depend on the others: expert-choice models run
+ * MOR_ROUTE_THRESHOLD (set at creation; MOR_ROUTE_FORCED may be chosen
+ * instead), token-choice models MOR_ROUTE_TOKEN, models without routers
+ * every recursion (up to the depth cap). Tokens, depths and logits are then
+ * those of decoding each request alone with mor_decode (to rounding of the
+ * batched kernels), whatever the mode and the other requests. */
+typedef struct mor_server mor_server;
+typedef int32_t mor_request_id;   /* >= 0, unique within a server */
+
+enum {
+    MOR_SERVE_SERIAL    = 0, /* one request after another, through mor_decode          */
+    MOR_SERVE_SEQUENCE  = 1, /* continuous sequence-level batching: each step is one
+                                mor_decode of one token of every running request
+                                (all its recursions), as Orca/vLLM batch             */
+    MOR_SERVE_DEPTHWISE = 2  /* continuous depth-wise batching: each step is one batch
+                                of rows at different recursion depths, each shared
+                                layer run once over all of them; a token that exits
+                                is finished (last layer, norm, logits, sample) in the
+                                same step and its row refilled at the next      */
+};
+
+/* Early exit by confidence (CALM family), DEPTHWISE only, on top of the
+ * router's exits (and the only exits of a model without routers). Before
+ * recursion r >= 1 a token stops when its measure >= exit_threshold:
+ *  MARGIN: softmax top-1 minus top-2 probability of the exit logits
+ *          (final RMSNorm + output matrix on the hidden state so far);
+ *  SATURATION: cos(h_r, h_{r-1}), the hidden state before recursion r vs
+ *          before recursion r-1.
+ * Missing keys and values: an exited token stores no K/V in the layers of
+ * the recursions it skipped. Under recursion-wise caching later tokens at
+ * those depths do not see it (as MoR's own router exits); under KV sharing
+ * they read its recursion-0 K/V, as for every token. */
+enum { MOR_EXIT_NONE = 0, MOR_EXIT_MARGIN = 1, MOR_EXIT_SATURATION = 2 };
+
+/* State of a request. */
+enum { MOR_REQ_QUEUED = 0, MOR_REQ_RUNNING = 1, MOR_REQ_DONE = 2, MOR_REQ_CANCELLED = 3 };
+
+typedef struct mor_server_params {
+    uint32_t size;          /* sizeof(mor_server_params) as compiled by the caller   */
+    int32_t  mode;          /* MOR_SERVE_*; default MOR_SERVE_DEPTHWISE              */
+    uint32_t n_slots;       /* requests running at once; default 8 (SERIAL: 1 used) */
+    /* KV budget: cells per cached layer, shared by the running requests;
+     * default min(n_ctx_train, 4096). A request is admitted only when
+     * n_prompt + max_tokens cells are free beside those reserved by the
+     * running ones; until then it waits in the queue (never MOR_E_KV_FULL). */
+    uint32_t n_ctx;
+    uint32_t n_batch;       /* rows per step, and the longest prompt; default 512    */
+    int32_t  n_threads;     /* worker threads; <= 0: one                             */
+    int32_t  kv_mode;       /* MOR_KV_*; default MOR_KV_MODEL_DEFAULT                */
+    int32_t  exit_mode;     /* MOR_EXIT_*; default NONE                              */
+    float    exit_threshold;/* for exit_mode; default 0.9                            */
+    /* Optional stream: called from mor_server_step for each generated token,
+     * in order per request, with the recursions its last input token ran
+     * (its depth). On the stepping thread; it must not call the server. */
+    void   (*on_token)(mor_request_id id, mor_token token, int32_t depth, void *user_data);
+    void    *user_data;
+} mor_server_params;
+
+MOR_API void mor_server_params_init(mor_server_params *p, size_t size);
+#define MOR_SERVER_PARAMS_INIT(p) mor_server_params_init((p), sizeof(*(p)))
+
+/* Create a server on a model (which must outlive it). params may be NULL.
+ * Errors: MOR_E_INVALID_ARG, MOR_E_ABI, MOR_E_NOMEM, MOR_E_UNSUPPORTED
+ * (an exit_mode with a mode other than DEPTHWISE). */
+MOR_API mor_status mor_server_create(mor_model *model, const mor_server_params *params, mor_server **out);
+/* Free a server and every request it holds. NULL ok. */
+MOR_API void       mor_server_free(mor_server *srv);
+/* The server's router (borrowed): thresholds, max depth, statistics. Change
+ * it between steps only. */
+MOR_API mor_router *mor_server_router(mor_server *srv);
+
+/* Queue a request: n_prompt >= 1 tokens (copied; n_prompt <= n_batch),
+ * sampling settings (NULL: defaults; the sampler is seeded per request),
+ * at most max_tokens >= 1 generated tokens, and n_stop stop tokens (copied;
+ * a stop token ends the request and is the last token returned). The prompt
+ * tokens are added to the sampler's history. Errors: MOR_E_INVALID_ARG,
+ * MOR_E_OUT_OF_RANGE (a token id), MOR_E_KV_FULL (n_prompt + max_tokens
+ * exceeds n_ctx or the model's context: it could never run), MOR_E_ABI,
+ * MOR_E_NOMEM. May be called between steps, at any time. */
+MOR_API mor_status mor_server_submit(mor_server *srv, const mor_token *prompt, int32_t n_prompt,
+                                     const mor_sampler_params *sampling, int32_t max_tokens,
+                                     const mor_token *stop, int32_t n_stop, mor_request_id *id_out);
+/* One step: admit queued requests, advance every running one, stream the
+ * tokens generated. *n_pending (may be NULL) receives the number of
+ * requests queued or running afterwards. Errors: MOR_E_INVALID_ARG,
+ * MOR_E_UNSUPPORTED (the router was set to a non-causal mode), or an
+ * internal error, after which the server can only be freed. */
+MOR_API mor_status mor_server_step(mor_server *srv, int32_t *n_pending);
+/* Step until no request is queued or running. */
+MOR_API mor_status mor_server_run(mor_server *srv);
+/* Stop a queued or running request; its tokens so far stay readable.
+ * MOR_E_OUT_OF_RANGE for an unknown id; MOR_OK (no-op) if already over. */
+MOR_API mor_status mor_server_cancel(mor_server *srv, mor_request_id id);
+/* MOR_REQ_* of a request, or a negative mor_status (unknown id). */
+MOR_API int32_t    mor_server_request_state(const mor_server *srv, mor_request_id id);
+/* Copy a request's generated tokens (and, if depths is not NULL, the depth
+ * of each) into out[0..cap-1]; *n_out receives the count (the count needed,
+ * with MOR_E_BUFFER_TOO_SMALL). Readable until mor_server_release. */
+MOR_API mor_status mor_server_get_tokens(const mor_server *srv, mor_request_id id, mor_token *out,
+                                         int32_t *depths, int32_t cap, int32_t *n_out);
+/* Forget a finished or cancelled request (its memory is freed).
+ * MOR_E_INVALID_ARG if it is still queued or running. */
+MOR_API mor_status mor_server_release(mor_server *srv, mor_request_id id);
+
+/* Thread-safety: a mor_server, like a context, is used by one thread at a
+ * time; several servers may share one model. */
+
+/* ------------------------------------------------------------------------ */
 /* ABI self-description (for bindings)                                       */
 /* ------------------------------------------------------------------------ */
 
@@ -489,6 +603,7 @@ MOR_API size_t mor_sizeof_model_params(void);
 MOR_API size_t mor_sizeof_context_params(void);
 MOR_API size_t mor_sizeof_sampler_params(void);
 MOR_API size_t mor_sizeof_router_stats(void);
+MOR_API size_t mor_sizeof_server_params(void);
 /* Largest N_r this build supports. */
 MOR_API int32_t mor_max_recursions(void);
 

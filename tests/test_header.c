@@ -101,6 +101,18 @@ static int other_enums_unique(int32_t v)
     default: break;
     }
     switch (v) {
+    case MOR_SERVE_SERIAL: case MOR_SERVE_SEQUENCE: case MOR_SERVE_DEPTHWISE: n++; break;
+    default: break;
+    }
+    switch (v) {
+    case MOR_EXIT_NONE: case MOR_EXIT_MARGIN: case MOR_EXIT_SATURATION: n++; break;
+    default: break;
+    }
+    switch (v) {
+    case MOR_REQ_QUEUED: case MOR_REQ_RUNNING: case MOR_REQ_DONE: case MOR_REQ_CANCELLED: n++; break;
+    default: break;
+    }
+    switch (v) {
     case MOR_TOKENIZE_ADD_BOS: case MOR_TOKENIZE_PARSE_SPECIAL: n++; break;
     default: break;
     }

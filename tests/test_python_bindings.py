@@ -70,8 +70,9 @@ SCALARS = {"int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32, "int64_t": ct
            "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t, "float": ctypes.c_float,
            "double": ctypes.c_double, "mor_status": ctypes.c_int32, "mor_token": ctypes.c_int32,
            "mor_pos": ctypes.c_int32, "mor_seq_id": ctypes.c_int32, "void": None,
+           "mor_request_id": ctypes.c_int32,
            "mor_log_fn": _capi.LOG_FN}
-HANDLES = {"mor_model", "mor_context", "mor_kv_cache", "mor_router", "mor_batch", "mor_sampler"}
+HANDLES = {"mor_model", "mor_context", "mor_kv_cache", "mor_router", "mor_batch", "mor_sampler", "mor_server"}
 STRUCT_TYPES = {name: s for name, (s, _) in _capi.STRUCTS.items()}
 
 

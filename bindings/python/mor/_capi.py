@@ -29,6 +29,7 @@ handle_out = POINTER(c_void_p)
 LOG_FN = CFUNCTYPE(None, c_int32, c_char_p, c_void_p)
 PROGRESS_FN = CFUNCTYPE(c_int32, c_float, c_void_p)
 ABORT_FN = CFUNCTYPE(c_int32, c_void_p)
+SERVER_TOKEN_FN = CFUNCTYPE(None, c_int32, c_int32, c_int32, c_void_p)
 
 
 class ModelParams(Structure):
@@ -49,6 +50,12 @@ class SamplerParams(Structure):
                 ("repeat_last_n", c_int32)]
 
 
+class ServerParams(Structure):
+    _fields_ = [("size", c_uint32), ("mode", c_int32), ("n_slots", c_uint32), ("n_ctx", c_uint32),
+                ("n_batch", c_uint32), ("n_threads", c_int32), ("kv_mode", c_int32), ("exit_mode", c_int32),
+                ("exit_threshold", c_float), ("on_token", SERVER_TOKEN_FN), ("user_data", c_void_p)]
+
+
 class RouterStats(Structure):
     _fields_ = [("size", c_uint32), ("n_tokens", c_uint64), ("mean_depth", c_double),
                 ("n_at_depth", c_uint64 * 17)]
@@ -60,6 +67,7 @@ STRUCTS = {
     "mor_context_params": (ContextParams, "mor_sizeof_context_params"),
     "mor_sampler_params": (SamplerParams, "mor_sizeof_sampler_params"),
     "mor_router_stats": (RouterStats, "mor_sizeof_router_stats"),
+    "mor_server_params": (ServerParams, "mor_sizeof_server_params"),
 }
 
 P_i32 = POINTER(c_int32)
@@ -133,10 +141,23 @@ PROTOTYPES = {
     "mor_sampler_reset": (None, [handle]),
     "mor_tokenize": (mor_status, [handle, c_char_p, c_size_t, c_uint32, POINTER(mor_token), c_int32, P_i32]),
     "mor_detokenize": (mor_status, [handle, POINTER(mor_token), c_int32, c_void_p, c_size_t, P_size]),
+    "mor_server_params_init": (None, [POINTER(ServerParams), c_size_t]),
+    "mor_server_create": (mor_status, [handle, POINTER(ServerParams), handle_out]),
+    "mor_server_free": (None, [handle]),
+    "mor_server_router": (handle, [handle]),
+    "mor_server_submit": (mor_status, [handle, POINTER(mor_token), c_int32, POINTER(SamplerParams), c_int32,
+                                       POINTER(mor_token), c_int32, P_i32]),
+    "mor_server_step": (mor_status, [handle, P_i32]),
+    "mor_server_run": (mor_status, [handle]),
+    "mor_server_cancel": (mor_status, [handle, c_int32]),
+    "mor_server_request_state": (c_int32, [handle, c_int32]),
+    "mor_server_get_tokens": (mor_status, [handle, c_int32, POINTER(mor_token), P_i32, c_int32, P_i32]),
+    "mor_server_release": (mor_status, [handle, c_int32]),
     "mor_sizeof_model_params": (c_size_t, []),
     "mor_sizeof_context_params": (c_size_t, []),
     "mor_sizeof_sampler_params": (c_size_t, []),
     "mor_sizeof_router_stats": (c_size_t, []),
+    "mor_sizeof_server_params": (c_size_t, []),
     "mor_max_recursions": (c_int32, []),
 }
 
@@ -148,6 +169,18 @@ RAW_ONLY = {
     "mor_sizeof_context_params": "the import-time struct check",
     "mor_sizeof_sampler_params": "the import-time struct check",
     "mor_sizeof_router_stats": "the import-time struct check",
+    "mor_sizeof_server_params": "the import-time struct check",
+    "mor_server_params_init": "serving (mor_server_*): bound, no Python class yet",
+    "mor_server_create": "serving (mor_server_*): bound, no Python class yet",
+    "mor_server_free": "serving (mor_server_*): bound, no Python class yet",
+    "mor_server_router": "serving (mor_server_*): bound, no Python class yet",
+    "mor_server_submit": "serving (mor_server_*): bound, no Python class yet",
+    "mor_server_step": "serving (mor_server_*): bound, no Python class yet",
+    "mor_server_run": "serving (mor_server_*): bound, no Python class yet",
+    "mor_server_cancel": "serving (mor_server_*): bound, no Python class yet",
+    "mor_server_request_state": "serving (mor_server_*): bound, no Python class yet",
+    "mor_server_get_tokens": "serving (mor_server_*): bound, no Python class yet",
+    "mor_server_release": "serving (mor_server_*): bound, no Python class yet",
 }
 
 

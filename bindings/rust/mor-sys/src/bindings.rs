@@ -915,6 +915,300 @@ extern "C" {
         len_out: *mut usize,
     ) -> mor_status;
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct mor_server {
+    _unused: [u8; 0],
+}
+pub type mor_request_id = i32;
+pub const MOR_SERVE_SERIAL: _bindgen_ty_10 = 0;
+pub const MOR_SERVE_SEQUENCE: _bindgen_ty_10 = 1;
+pub const MOR_SERVE_DEPTHWISE: _bindgen_ty_10 = 2;
+pub type _bindgen_ty_10 = u32;
+pub const MOR_EXIT_NONE: _bindgen_ty_11 = 0;
+pub const MOR_EXIT_MARGIN: _bindgen_ty_11 = 1;
+pub const MOR_EXIT_SATURATION: _bindgen_ty_11 = 2;
+pub type _bindgen_ty_11 = u32;
+pub const MOR_REQ_QUEUED: _bindgen_ty_12 = 0;
+pub const MOR_REQ_RUNNING: _bindgen_ty_12 = 1;
+pub const MOR_REQ_DONE: _bindgen_ty_12 = 2;
+pub const MOR_REQ_CANCELLED: _bindgen_ty_12 = 3;
+pub type _bindgen_ty_12 = u32;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct mor_server_params {
+    pub size: u32,
+    pub mode: i32,
+    pub n_slots: u32,
+    pub n_ctx: u32,
+    pub n_batch: u32,
+    pub n_threads: i32,
+    pub kv_mode: i32,
+    pub exit_mode: i32,
+    pub exit_threshold: f32,
+    pub on_token: ::std::option::Option<
+        unsafe extern "C" fn(
+            id: mor_request_id,
+            token: mor_token,
+            depth: i32,
+            user_data: *mut ::std::os::raw::c_void,
+        ),
+    >,
+    pub user_data: *mut ::std::os::raw::c_void,
+}
+#[test]
+fn bindgen_test_layout_mor_server_params() {
+    assert_eq!(
+        ::std::mem::size_of::<mor_server_params>(),
+        56usize,
+        concat!("Size of: ", stringify!(mor_server_params))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<mor_server_params>(),
+        8usize,
+        concat!("Alignment of ", stringify!(mor_server_params))
+    );
+    fn test_field_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(size)
+            )
+        );
+    }
+    test_field_size();
+    fn test_field_mode() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mode) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(mode)
+            )
+        );
+    }
+    test_field_mode();
+    fn test_field_n_slots() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_slots) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(n_slots)
+            )
+        );
+    }
+    test_field_n_slots();
+    fn test_field_n_ctx() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_ctx) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(n_ctx)
+            )
+        );
+    }
+    test_field_n_ctx();
+    fn test_field_n_batch() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_batch) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(n_batch)
+            )
+        );
+    }
+    test_field_n_batch();
+    fn test_field_n_threads() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_threads) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(n_threads)
+            )
+        );
+    }
+    test_field_n_threads();
+    fn test_field_kv_mode() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kv_mode) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(kv_mode)
+            )
+        );
+    }
+    test_field_kv_mode();
+    fn test_field_exit_mode() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).exit_mode) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(exit_mode)
+            )
+        );
+    }
+    test_field_exit_mode();
+    fn test_field_exit_threshold() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).exit_threshold) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(exit_threshold)
+            )
+        );
+    }
+    test_field_exit_threshold();
+    fn test_field_on_token() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).on_token) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(on_token)
+            )
+        );
+    }
+    test_field_on_token();
+    fn test_field_user_data() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).user_data) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(user_data)
+            )
+        );
+    }
+    test_field_user_data();
+}
+extern "C" {
+    pub fn mor_server_params_init(p: *mut mor_server_params, size: usize);
+}
+extern "C" {
+    pub fn mor_server_create(
+        model: *mut mor_model,
+        params: *const mor_server_params,
+        out: *mut *mut mor_server,
+    ) -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_free(srv: *mut mor_server);
+}
+extern "C" {
+    pub fn mor_server_router(srv: *mut mor_server) -> *mut mor_router;
+}
+extern "C" {
+    pub fn mor_server_submit(
+        srv: *mut mor_server,
+        prompt: *const mor_token,
+        n_prompt: i32,
+        sampling: *const mor_sampler_params,
+        max_tokens: i32,
+        stop: *const mor_token,
+        n_stop: i32,
+        id_out: *mut mor_request_id,
+    ) -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_step(srv: *mut mor_server, n_pending: *mut i32) -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_run(srv: *mut mor_server) -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_cancel(srv: *mut mor_server, id: mor_request_id) -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_request_state(srv: *const mor_server, id: mor_request_id) -> i32;
+}
+extern "C" {
+    pub fn mor_server_get_tokens(
+        srv: *const mor_server,
+        id: mor_request_id,
+        out: *mut mor_token,
+        depths: *mut i32,
+        cap: i32,
+        n_out: *mut i32,
+    ) -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_release(srv: *mut mor_server, id: mor_request_id) -> mor_status;
+}
 extern "C" {
     pub fn mor_sizeof_model_params() -> usize;
 }
@@ -926,6 +1220,9 @@ extern "C" {
 }
 extern "C" {
     pub fn mor_sizeof_router_stats() -> usize;
+}
+extern "C" {
+    pub fn mor_sizeof_server_params() -> usize;
 }
 extern "C" {
     pub fn mor_max_recursions() -> i32;

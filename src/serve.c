@@ -1,0 +1,613 @@
+/* serve.c - serving many requests at once: a FIFO queue, slots (one sequence
+ * of the server's context each), a KV budget, and three ways to step:
+ *
+ *   SERIAL, SEQUENCE: one mor_decode per step over the next input of every
+ *     running request (SERIAL runs one request at a time).
+ *   DEPTHWISE (continuous depth-wise batching): tokens are rows that live
+ *     across steps. A step (1) embeds the entering rows and runs the unique
+ *     first layers over them, (2) runs the shared block once over every
+ *     row still recursing, whatever its recursion (layer_forward_rows: same
+ *     weights, per-row cache layer and LoRA), (3) decides after each
+ *     recursion whether the row goes on (THRESHOLD router, depth cap,
+ *     confidence), and (4) finishes the rows that stopped: unique last
+ *     layers, norm, output matrix, sampling. The slot's next token enters at
+ *     the next step, so a depth-d token takes d steps, and a row's place in
+ *     the batch goes to another sequence as soon as it exits.
+ *
+ * Why outputs equal a per-sequence decode: routing is causal (THRESHOLD,
+ * TOKEN, FORCED), so a row's decisions depend on itself only; a sequence
+ * has one group of rows in flight at a time (its prompt, or its last
+ * token), whose rows move through the recursions in lockstep, so when a row
+ * attends at recursion r every earlier token of its sequence that reached r
+ * is cached there; and the group runs the last layers only once all its rows
+ * have exited, in one call, as mor_decode does. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "context.h"
+#include "kernels.h"
+#include "layer.h"
+#include "serve.h"
+#include "status.h"
+
+typedef struct {
+    mor_request_id id;
+    int32_t    state, slot;
+    mor_token *prompt, *stop, *out;
+    int32_t   *depth;
+    int32_t    n_prompt, n_stop, max_tokens, n_out;
+    mor_sampler *smp;
+} serve_req;
+
+typedef struct {
+    serve_req *req;          /* NULL: free */
+    int32_t    n_pos;        /* next position */
+    int32_t    entered;      /* the prompt has entered */
+    mor_token  next;         /* the token to enter next (after the prompt) */
+    int32_t    waiting;      /* an input is waiting to enter */
+    int32_t    n_rows, n_exited;   /* rows of the group in flight (DEPTHWISE) */
+} serve_slot;
+
+enum { ROW_FREE, ROW_RUN, ROW_EXITED };
+
+struct mor_server {
+    mor_model        *m;
+    mor_server_params p;
+    mor_context      *ctx;
+    mor_batch        *batch;
+    serve_req       **reqs;  int32_t n_reqs, cap_reqs;
+    int32_t          *queue; int32_t q_head, q_len, q_cap;
+    serve_slot       *slots;
+    int64_t           reserved;       /* KV cells promised to running requests */
+    int               broken;
+    serve_logits_fn   hook; void *hook_ud;
+    /* DEPTHWISE rows, [n_batch] each */
+    int32_t *r_state, *r_slot, *r_pos, *r_rec, *r_depth, *r_tdepth;
+    float   *r_gate, *x, *h2, *hprev;     /* x: the row's hidden state; h2: token-choice trajectory */
+    int32_t *list, *list2, *gpos, *gseq, *glayer;
+    float   *gx, *vocab, *tmp, *logits;   /* gathered rows; [n_vocab]; [2 n_embd]; [n_slots][n_vocab] */
+};
+
+void mor_server_params_init(mor_server_params *p, size_t size)
+{
+    if (!p || size < sizeof(uint32_t)) return;
+    mor_server_params d;
+    memset(&d, 0, sizeof d);
+    d.mode = MOR_SERVE_DEPTHWISE;
+    d.n_slots = 8;
+    d.n_batch = 512;
+    d.n_threads = 1;
+    d.exit_threshold = 0.9f;
+    d.size = (uint32_t)(size < sizeof d ? size : sizeof d);
+    memset(p, 0, size);
+    memcpy(p, &d, d.size);
+}
+
+size_t mor_sizeof_server_params(void) { return sizeof(mor_server_params); }
+
+void serve_set_logits_hook(mor_server *srv, serve_logits_fn fn, void *ud)
+{
+    if (srv) { srv->hook = fn; srv->hook_ud = ud; }
+}
+
+static void req_free(serve_req *q)
+{
+    if (!q) return;
+    free(q->prompt); free(q->stop); free(q->out); free(q->depth);
+    mor_sampler_free(q->smp);
+    free(q);
+}
+
+void mor_server_free(mor_server *s)
+{
+    if (!s) return;
+    for (int32_t i = 0; i < s->n_reqs; i++) req_free(s->reqs[i]);
+    free(s->reqs); free(s->queue); free(s->slots);
+    mor_batch_free(s->batch);
+    mor_context_free(s->ctx);
+    free(s->r_state); free(s->r_slot); free(s->r_pos); free(s->r_rec); free(s->r_depth); free(s->r_tdepth);
+    free(s->r_gate); free(s->x); free(s->h2); free(s->hprev);
+    free(s->list); free(s->list2); free(s->gpos); free(s->gseq); free(s->glayer);
+    free(s->gx); free(s->vocab); free(s->tmp); free(s->logits);
+    free(s);
+}
+
+mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_server **out)
+{
+    if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_server_create: out is NULL");
+    *out = NULL;
+    if (!m) return mor_err(MOR_E_INVALID_ARG, "mor_server_create: model is NULL");
+    mor_server_params p;
+    mor_server_params_init(&p, sizeof p);
+    if (params) {
+        if (params->size < offsetof(mor_server_params, on_token) || params->size > sizeof p)
+            return mor_err(MOR_E_ABI, "mor_server_params.size %u is not one this libmor knows (max %zu)",
+                           params->size, sizeof p);
+        memcpy(&p, params, params->size);
+        p.size = sizeof p;
+    }
+    if (p.mode < MOR_SERVE_SERIAL || p.mode > MOR_SERVE_DEPTHWISE)
+        return mor_err(MOR_E_INVALID_ARG, "mor_server_create: unknown mode %d", p.mode);
+    if (p.n_slots == 0 || p.n_slots > 4096 || p.n_batch == 0 || p.n_batch > (1u << 16))
+        return mor_err(MOR_E_INVALID_ARG, "mor_server_create: n_slots %u or n_batch %u out of range",
+                       p.n_slots, p.n_batch);
+    if (p.exit_mode < MOR_EXIT_NONE || p.exit_mode > MOR_EXIT_SATURATION || !(p.exit_threshold == p.exit_threshold))
+        return mor_err(MOR_E_INVALID_ARG, "mor_server_create: exit_mode %d or exit_threshold invalid", p.exit_mode);
+    if (p.exit_mode != MOR_EXIT_NONE && (p.mode != MOR_SERVE_DEPTHWISE || m->router_type == MOR_ROUTER_TYPE_TOKEN))
+        return mor_err(MOR_E_UNSUPPORTED, "mor_server_create: confidence exits need MOR_SERVE_DEPTHWISE and a "
+                       "model with expert-choice routers or none");
+    if (p.mode == MOR_SERVE_SERIAL) p.n_slots = 1;
+
+    mor_context_params cp;
+    MOR_CONTEXT_PARAMS_INIT(&cp);
+    cp.n_ctx = p.n_ctx; cp.n_batch = p.n_batch; cp.n_seq_max = p.n_slots;
+    cp.kv_mode = p.kv_mode; cp.n_threads = p.n_threads;
+    mor_server *s = calloc(1, sizeof *s);
+    if (!s) return mor_err(MOR_E_NOMEM, "out of memory");
+    s->m = m;
+    mor_status st = mor_context_create(m, &cp, &s->ctx);
+    if (st) { mor_server_free(s); return st; }
+    p.n_ctx = s->ctx->params.n_ctx;
+    s->p = p;
+    if (m->router_type == MOR_ROUTER_TYPE_EXPERT) mor_router_set_mode(s->ctx->router, MOR_ROUTE_THRESHOLD, 0);
+    const size_t nb = p.n_batch, d = (size_t)m->n_embd;
+    int ok = mor_batch_create((int32_t)nb, &s->batch) == MOR_OK;
+    s->slots = calloc(p.n_slots, sizeof *s->slots);
+#define A(f, n) ok = ok && ((s->f = calloc((size_t)(n) + 1, sizeof *s->f)) != NULL)
+    A(r_state, nb); A(r_slot, nb); A(r_pos, nb); A(r_rec, nb); A(r_depth, nb); A(r_tdepth, nb);
+    A(r_gate, nb); A(x, nb * d); A(h2, nb * d); A(hprev, nb * d);
+    A(list, nb); A(list2, nb); A(gpos, nb); A(gseq, nb); A(glayer, nb);
+    A(gx, nb * d); A(vocab, (size_t)m->n_vocab); A(tmp, 3 * d); A(logits, (size_t)p.n_slots * m->n_vocab);
+#undef A
+    if (!ok || !s->slots) { mor_server_free(s); return mor_err(MOR_E_NOMEM, "cannot allocate the server"); }
+    *out = s;
+    mor_err_clear();
+    return MOR_OK;
+}
+
+mor_router *mor_server_router(mor_server *s) { return s ? s->ctx->router : NULL; }
+
+static serve_req *find(const mor_server *s, mor_request_id id)
+{
+    return s && id >= 0 && id < s->n_reqs ? s->reqs[id] : NULL;
+}
+
+mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_prompt,
+                             const mor_sampler_params *sp, int32_t max_tokens,
+                             const mor_token *stop, int32_t n_stop, mor_request_id *id_out)
+{
+    if (!s || !prompt || !id_out || n_prompt < 1 || max_tokens < 1 || n_stop < 0 || (n_stop && !stop))
+        return mor_err(MOR_E_INVALID_ARG, "mor_server_submit: NULL or negative argument");
+    if (n_prompt > (int32_t)s->p.n_batch)
+        return mor_err(MOR_E_INVALID_ARG, "mor_server_submit: prompt of %d tokens exceeds n_batch %u",
+                       n_prompt, s->p.n_batch);
+    for (int32_t i = 0; i < n_prompt + n_stop; i++) {
+        mor_token t = i < n_prompt ? prompt[i] : stop[i - n_prompt];
+        if (t < 0 || t >= s->m->n_vocab) return mor_err(MOR_E_OUT_OF_RANGE, "mor_server_submit: token %d", t);
+    }
+    int64_t need = (int64_t)n_prompt + max_tokens;
+    if (need > (int64_t)s->p.n_ctx || need > s->m->n_ctx_train)
+        return mor_err(MOR_E_KV_FULL, "mor_server_submit: %lld cells needed, n_ctx is %u (training context %d)",
+                       (long long)need, s->p.n_ctx, s->m->n_ctx_train);
+    serve_req *q = calloc(1, sizeof *q);
+    if (!q) return mor_err(MOR_E_NOMEM, "out of memory");
+    mor_status st = mor_sampler_create(sp, &q->smp);
+    if (st) { free(q); return st; }
+    q->prompt = malloc(sizeof(mor_token) * (size_t)n_prompt);
+    q->stop = malloc(sizeof(mor_token) * (size_t)(n_stop ? n_stop : 1));
+    q->out = malloc(sizeof(mor_token) * (size_t)max_tokens);
+    q->depth = malloc(sizeof(int32_t) * (size_t)max_tokens);
+    if (s->n_reqs == s->cap_reqs) {
+        int32_t nc = s->cap_reqs ? 2 * s->cap_reqs : 16;
+        serve_req **nr = realloc(s->reqs, sizeof *nr * (size_t)nc);
+        if (nr) { s->reqs = nr; s->cap_reqs = nc; }
+    }
+    if (s->q_head + s->q_len == s->q_cap) {   /* compact, then grow */
+        memmove(s->queue, s->queue + s->q_head, sizeof(int32_t) * (size_t)s->q_len);
+        s->q_head = 0;
+        if (s->q_len == s->q_cap) {
+            int32_t nc = s->q_cap ? 2 * s->q_cap : 16;
+            int32_t *nq = realloc(s->queue, sizeof *nq * (size_t)nc);
+            if (nq) { s->queue = nq; s->q_cap = nc; }
+        }
+    }
+    if (!q->prompt || !q->stop || !q->out || !q->depth || s->n_reqs == s->cap_reqs || s->q_head + s->q_len == s->q_cap) {
+        req_free(q);
+        return mor_err(MOR_E_NOMEM, "out of memory");
+    }
+    memcpy(q->prompt, prompt, sizeof(mor_token) * (size_t)n_prompt);
+    if (n_stop) memcpy(q->stop, stop, sizeof(mor_token) * (size_t)n_stop);
+    for (int32_t i = 0; i < n_prompt; i++) mor_sampler_accept(q->smp, prompt[i]);
+    q->n_prompt = n_prompt; q->n_stop = n_stop; q->max_tokens = max_tokens;
+    q->id = s->n_reqs; q->state = MOR_REQ_QUEUED; q->slot = -1;
+    s->reqs[s->n_reqs++] = q;
+    s->queue[s->q_head + s->q_len++] = q->id;
+    *id_out = q->id;
+    mor_err_clear();
+    return MOR_OK;
+}
+
+static int64_t req_need(const serve_req *q) { return (int64_t)q->n_prompt + q->max_tokens; }
+
+/* Free a slot whose request ended (nothing of it in flight). */
+static void slot_release(mor_server *s, int32_t sl)
+{
+    serve_slot *S = &s->slots[sl];
+    if (!S->req) return;
+    mor_kv_seq_rm(s->ctx->kv, sl, -1, -1);
+    s->reserved -= req_need(S->req);
+    S->req->slot = -1;
+    memset(S, 0, sizeof *S);
+}
+
+/* FIFO admission under the KV budget: the head waits until its cells are free. */
+static void admit(mor_server *s)
+{
+    while (s->q_len) {
+        serve_req *q = s->reqs[s->queue[s->q_head]];
+        if (!q || q->state != MOR_REQ_QUEUED) { s->q_head++; s->q_len--; continue; }
+        int32_t sl = -1;
+        for (int32_t i = 0; i < (int32_t)s->p.n_slots && sl < 0; i++) if (!s->slots[i].req) sl = i;
+        if (sl < 0 || s->reserved + req_need(q) > (int64_t)s->p.n_ctx) return;
+        s->q_head++; s->q_len--;
+        s->reserved += req_need(q);
+        q->state = MOR_REQ_RUNNING; q->slot = sl;
+        serve_slot *S = &s->slots[sl];
+        memset(S, 0, sizeof *S);
+        S->req = q; S->waiting = 1;
+    }
+}
+
+/* A token was sampled for slot sl from `logits` by a step of depth `depth`. */
+static void emit(mor_server *s, int32_t sl, const float *logits, int32_t depth)
+{
+    serve_slot *S = &s->slots[sl];
+    serve_req *q = S->req;
+    if (q->state == MOR_REQ_CANCELLED) { slot_release(s, sl); return; }
+    if (s->hook) s->hook(s->hook_ud, q->id, logits, s->m->n_vocab);
+    mor_token t = 0;
+    if (mor_sampler_sample(q->smp, logits, s->m->n_vocab, &t)) t = 0;   /* cannot fail: valid logits */
+    q->out[q->n_out] = t; q->depth[q->n_out] = depth; q->n_out++;
+    if (s->p.on_token) s->p.on_token(q->id, t, depth, s->p.user_data);
+    int stop = q->n_out >= q->max_tokens;
+    for (int32_t i = 0; i < q->n_stop; i++) stop |= t == q->stop[i];
+    if (stop) { q->state = MOR_REQ_DONE; slot_release(s, sl); return; }
+    S->next = t; S->waiting = 1;
+}
+
+/* ---- SERIAL and SEQUENCE: one mor_decode per step ---- */
+
+static mor_status step_decode(mor_server *s)
+{
+    mor_batch *b = s->batch;
+    mor_batch_clear(b);
+    int32_t last[4096];
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
+        serve_slot *S = &s->slots[sl];
+        last[sl] = -1;
+        if (!S->req || !S->waiting) continue;
+        int32_t n = S->entered ? 1 : S->req->n_prompt;
+        if (mor_batch_size(b) + n > (int32_t)s->p.n_batch) continue;   /* next step */
+        for (int32_t i = 0; i < n; i++)
+            mor_batch_add(b, S->entered ? S->next : S->req->prompt[i], S->n_pos + i, sl, i == n - 1);
+        last[sl] = mor_batch_size(b) - 1;
+    }
+    if (!mor_batch_size(b)) return MOR_OK;
+    mor_status st = mor_decode(s->ctx, b);
+    if (st) return st;
+    int32_t *depths = s->list;
+    mor_router_get_depths(s->ctx->router, depths, mor_batch_size(b));
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
+        if (last[sl] < 0) continue;
+        serve_slot *S = &s->slots[sl];
+        S->n_pos += S->entered ? 1 : S->req->n_prompt;
+        S->entered = 1; S->waiting = 0;
+        emit(s, sl, mor_get_logits(s->ctx, last[sl]), depths[last[sl]]);
+    }
+    return MOR_OK;
+}
+
+/* ---- DEPTHWISE ---- */
+
+static float confidence(mor_server *s, int32_t i)
+{
+    const mor_model *m = s->m;
+    const int32_t d = m->n_embd;
+    const float *x = s->x + (size_t)i * d;
+    if (s->p.exit_mode == MOR_EXIT_SATURATION) {
+        const float *h = s->hprev + (size_t)i * d;
+        double xy = 0, xx = 0, yy = 0;
+        for (int32_t e = 0; e < d; e++) { xy += (double)x[e] * h[e]; xx += (double)x[e] * x[e]; yy += (double)h[e] * h[e]; }
+        return xx > 0 && yy > 0 ? (float)(xy / sqrt(xx * yy)) : 0.0f;
+    }
+    mor_rms_norm(s->tmp, x, m->output_norm.data, d, m->eps);
+    exec_matmul(&s->ctx->ls.exec, &m->output, s->tmp, d, s->vocab, m->n_vocab, 1, 0);
+    float l1 = -INFINITY, l2 = -INFINITY;
+    for (int32_t v = 0; v < m->n_vocab; v++) {
+        float l = s->vocab[v];
+        if (l > l1) { l2 = l1; l1 = l; } else if (l > l2) l2 = l;
+    }
+    double sum = 0;
+    for (int32_t v = 0; v < m->n_vocab; v++) sum += exp((double)s->vocab[v] - l1);
+    return (float)((1.0 - exp((double)l2 - l1)) / sum);
+}
+
+/* Row i is about to run recursion r_rec[i]: does it go on? */
+static int goes_on(mor_server *s, int32_t i)
+{
+    const mor_model *m = s->m;
+    mor_router *ro = s->ctx->router;
+    const int32_t r = s->r_rec[i], d = m->n_embd;
+    if (r >= m->n_rec || r >= router_depth_cap(ro)) return 0;
+    if (s->p.exit_mode != MOR_EXIT_NONE && r >= 1 && confidence(s, i) >= s->p.exit_threshold) return 0;
+    float *x = s->x + (size_t)i * d;
+    if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
+        float z = router_expert_logit(m, r, x, s->tmp);
+        float g = router_func(m, z), p = router_gate(m, z);
+        uint8_t cand = 1, sel = 0, done = 0;
+        int32_t seq = 0, rows = 1;
+        router_rank rank;
+        router_select_expert(ro, r, 1, &cand, &g, &p, &seq, &rows, &done, &rank, &sel);
+        s->r_gate[i] = p;
+        return sel;
+    }
+    if (m->router_type == MOR_ROUTER_TYPE_TOKEN) {
+        if (r == 0) {   /* the depth is chosen once, on H^1, as token_recursions does */
+            const int32_t nr = m->n_rec;
+            float *zi = s->tmp + 2 * d, pi[MOR_MAX_RECURSIONS];
+            router_token_logits(m, x, zi, s->tmp);
+            if (m->router_func == ROUTER_FUNC_SOFTMAX) {
+                memcpy(pi, zi, sizeof(float) * (size_t)nr);
+                mor_softmax(pi, nr);
+                for (int32_t t = 0; t < nr; t++) pi[t] *= m->alpha;
+            } else {
+                for (int32_t t = 0; t < nr; t++) pi[t] = router_gate(m, zi[t]);
+            }
+            s->r_tdepth[i] = router_choose_token(ro, pi) + 1;
+            s->r_gate[i] = pi[s->r_tdepth[i] - 1];
+            memcpy(s->h2 + (size_t)i * d, x, sizeof(float) * (size_t)d);
+        }
+        return r < s->r_tdepth[i];
+    }
+    return 1;
+}
+
+static void row_decide(mor_server *s, int32_t i)
+{
+    if (goes_on(s, i)) { s->r_state[i] = ROW_RUN; return; }
+    s->r_state[i] = ROW_EXITED;
+    s->slots[s->r_slot[i]].n_exited++;
+}
+
+static int same_weights(const mor_model *m, int32_t a, int32_t b)
+{
+    for (int r = 0; r < ROLE_COUNT; r++)
+        if (m->layers[a].w[r].data != m->layers[b].w[r].data) return 0;
+    return 1;
+}
+
+static void gather(mor_server *s, const float *src, const int32_t *rows, int32_t n)
+{
+    const int32_t d = s->m->n_embd;
+    for (int32_t t = 0; t < n; t++) {
+        int32_t i = rows[t];
+        memcpy(s->gx + (size_t)t * d, src + (size_t)i * d, sizeof(float) * (size_t)d);
+        s->gpos[t] = s->r_pos[i];
+        s->gseq[t] = s->r_slot[i];
+    }
+}
+
+/* Layers [l0, l1) over the gathered rows, all at one unrolled layer. */
+static mor_status run_layers(mor_server *s, int32_t l0, int32_t l1, int32_t n)
+{
+    for (int32_t l = l0; l < l1; l++) {
+        mor_status st = layer_forward(s->m, l, s->ctx->kv, &s->ctx->ls, s->gx, s->gpos, s->gseq, n);
+        if (st) return st;
+    }
+    return MOR_OK;
+}
+
+static mor_status step_depthwise(mor_server *s)
+{
+    const mor_model *m = s->m;
+    const int32_t d = m->n_embd, nb = (int32_t)s->p.n_batch;
+    mor_kv_cache *kv = s->ctx->kv;
+    mor_status st;
+    int32_t n_live = 0;
+    for (int32_t i = 0; i < nb; i++) n_live += s->r_state[i] != ROW_FREE;
+
+    /* 1. entering rows: a slot's prompt, or its last sampled token */
+    int32_t ne = 0, fr = 0;
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
+        serve_slot *S = &s->slots[sl];
+        if (!S->req || !S->waiting || S->req->state != MOR_REQ_RUNNING) continue;
+        int32_t n = S->entered ? 1 : S->req->n_prompt;
+        if (n_live + n > nb) continue;   /* no room this step */
+        for (int32_t t = 0; t < n; t++) {
+            while (s->r_state[fr] != ROW_FREE) fr++;
+            int32_t i = fr++;
+            mor_token tok = S->entered ? S->next : S->req->prompt[t];
+            s->r_slot[i] = sl; s->r_pos[i] = S->n_pos + t; s->r_rec[i] = 0; s->r_depth[i] = 0;
+            if (kv_append(kv, -1, sl, s->r_pos[i]) < 0)
+                return mor_err(MOR_E_INTERNAL, "server: token log full despite the KV budget");
+            mor_embed_row(&m->tok_embd, tok, s->x + (size_t)i * d);
+            s->r_state[i] = ROW_RUN;
+            s->list[ne++] = i;
+        }
+        S->n_pos += n; S->entered = 1; S->waiting = 0;
+        S->n_rows = n; S->n_exited = 0;
+        n_live += n;
+    }
+    if (ne) {
+        gather(s, s->x, s->list, ne);
+        if ((st = run_layers(s, 0, m->prelude, ne))) return st;
+        for (int32_t t = 0; t < ne; t++)
+            memcpy(s->x + (size_t)s->list[t] * d, s->gx + (size_t)t * d, sizeof(float) * (size_t)d);
+        for (int32_t t = 0; t < ne; t++) row_decide(s, s->list[t]);
+    }
+
+    /* 2. one pass of the shared block over every recursing row, grouped by recursion */
+    int32_t nrun = 0;
+    for (int32_t r = 0; r < m->n_rec; r++)
+        for (int32_t i = 0; i < nb; i++)
+            if (s->r_state[i] == ROW_RUN && s->r_rec[i] == r) s->list[nrun++] = i;
+    if (nrun) {
+        const int tc = m->router_type == MOR_ROUTER_TYPE_TOKEN;
+        gather(s, tc ? s->h2 : s->x, s->list, nrun);
+        for (int32_t t = 0; t < nrun; t++)   /* for the saturation measure */
+            memcpy(s->hprev + (size_t)s->list[t] * d, s->x + (size_t)s->list[t] * d, sizeof(float) * (size_t)d);
+        for (int32_t j = 0; j < m->base_depth; j++) {
+            for (int32_t t = 0; t < nrun; t++) s->glayer[t] = model_layer_of(m, s->r_rec[s->list[t]], j);
+            for (int32_t t0 = 0, t1; t0 < nrun; t0 = t1) {   /* runs of rows with the same weights */
+                for (t1 = t0 + 1; t1 < nrun && same_weights(m, s->glayer[t0], s->glayer[t1]); t1++) {}
+                st = layer_forward_rows(m, s->glayer[t0], s->glayer + t0, kv, &s->ctx->ls, s->gx + (size_t)t0 * d,
+                                        s->gpos + t0, s->gseq + t0, t1 - t0);
+                if (st) return st;
+            }
+        }
+        for (int32_t t = 0; t < nrun; t++) {
+            int32_t i = s->list[t];
+            const float *yt = s->gx + (size_t)t * d;
+            float *xi = s->x + (size_t)i * d;
+            const int32_t r = s->r_rec[i];
+            float w = m->gating_additive ? 1.0f : s->r_gate[i];
+            if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
+                for (int32_t e = 0; e < d; e++) xi[e] += w * yt[e];
+            } else if (tc) {
+                if (s->r_tdepth[i] == r + 1) for (int32_t e = 0; e < d; e++) xi[e] += w * yt[e];
+                else memcpy(s->h2 + (size_t)i * d, yt, sizeof(float) * (size_t)d);
+            } else {
+                memcpy(xi, yt, sizeof(float) * (size_t)d);
+            }
+            s->r_depth[i] = r + 1;
+            s->r_rec[i] = r + 1;
+            row_decide(s, i);
+        }
+    }
+
+    /* 3. finish the groups whose rows have all exited: last layers, norm, logits, sample */
+    int32_t nf = 0, nl = 0;
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
+        serve_slot *S = &s->slots[sl];
+        if (!S->req || !S->n_rows || S->n_exited < S->n_rows) continue;
+        int32_t first = nf;
+        for (int32_t i = 0; i < nb; i++)
+            if (s->r_state[i] == ROW_EXITED && s->r_slot[i] == sl) s->list[nf++] = i;
+        for (int32_t a = first + 1; a < nf; a++)   /* position order within the group */
+            for (int32_t b = a; b > first && s->r_pos[s->list[b]] < s->r_pos[s->list[b - 1]]; b--) {
+                int32_t t = s->list[b]; s->list[b] = s->list[b - 1]; s->list[b - 1] = t;
+            }
+        s->list2[nl++] = nf - 1;   /* the group's last row gives the logits */
+    }
+    if (nf) {
+        gather(s, s->x, s->list, nf);
+        if ((st = run_layers(s, m->n_layer - m->coda, m->n_layer, nf))) return st;
+        for (int32_t g = 0; g < nl; g++) {
+            float *row = s->gx + (size_t)s->list2[g] * d;
+            mor_rms_norm(s->tmp, row, m->output_norm.data, d, m->eps);
+            memcpy(s->gx + (size_t)g * d, s->tmp, sizeof(float) * (size_t)d);   /* packed; g <= list2[g] */
+        }
+        exec_matmul(&s->ctx->ls.exec, &m->output, s->gx, d, s->logits, m->n_vocab, nl, 0);
+        for (int32_t g = 0; g < nl; g++) {
+            int32_t i = s->list[s->list2[g]], sl = s->r_slot[i];
+            s->slots[sl].n_rows = s->slots[sl].n_exited = 0;
+            emit(s, sl, s->logits + (size_t)g * m->n_vocab, s->r_depth[i]);
+        }
+        for (int32_t t = 0; t < nf; t++) s->r_state[s->list[t]] = ROW_FREE;
+    }
+    return MOR_OK;
+}
+
+static int32_t pending(const mor_server *s)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->q_len; i++) {
+        const serve_req *q = s->reqs[s->queue[s->q_head + i]];
+        n += q && q->state == MOR_REQ_QUEUED;
+    }
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) n += s->slots[sl].req != NULL;
+    return n;
+}
+
+mor_status mor_server_step(mor_server *s, int32_t *n_pending)
+{
+    if (!s) return mor_err(MOR_E_INVALID_ARG, "mor_server_step: NULL server");
+    if (s->broken) return mor_err(MOR_E_INTERNAL, "mor_server_step: the server failed earlier; free it");
+    int32_t mode = router_mode(s->ctx->router);
+    if (mode == MOR_ROUTE_TOPK)
+        return mor_err(MOR_E_UNSUPPORTED, "mor_server_step: TOPK routing is not causal; use THRESHOLD or FORCED");
+    admit(s);
+    mor_status st;
+    if (s->p.mode == MOR_SERVE_DEPTHWISE) {
+        kv_begin(s->ctx->kv);
+        st = step_depthwise(s);
+        kv_commit(s->ctx->kv);
+        if (st) s->broken = 1;   /* rows are mid-flight: no way back */
+    } else {
+        st = step_decode(s);     /* a failed mor_decode changed nothing */
+    }
+    if (st) return st;
+    admit(s);
+    if (n_pending) *n_pending = pending(s);
+    mor_err_clear();
+    return MOR_OK;
+}
+
+mor_status mor_server_run(mor_server *s)
+{
+    int32_t n = 1;
+    while (n) {
+        mor_status st = mor_server_step(s, &n);
+        if (st) return st;
+    }
+    return MOR_OK;
+}
+
+mor_status mor_server_cancel(mor_server *s, mor_request_id id)
+{
+    serve_req *q = find(s, id);
+    if (!q) return mor_err(MOR_E_OUT_OF_RANGE, "mor_server_cancel: unknown request %d", id);
+    if (q->state == MOR_REQ_QUEUED) q->state = MOR_REQ_CANCELLED;
+    else if (q->state == MOR_REQ_RUNNING) {
+        q->state = MOR_REQ_CANCELLED;
+        /* rows in flight finish their step first; the slot is freed then (emit) */
+        if (!s->slots[q->slot].n_rows) slot_release(s, q->slot);
+    }
+    mor_err_clear();
+    return MOR_OK;
+}
+
+int32_t mor_server_request_state(const mor_server *s, mor_request_id id)
+{
+    const serve_req *q = find(s, id);
+    return q ? q->state : mor_err(MOR_E_OUT_OF_RANGE, "mor_server_request_state: unknown request %d", id);
+}
+
+mor_status mor_server_get_tokens(const mor_server *s, mor_request_id id, mor_token *out, int32_t *depths,
+                                 int32_t cap, int32_t *n_out)
+{
+    const serve_req *q = find(s, id);
+    if (!q) return mor_err(MOR_E_OUT_OF_RANGE, "mor_server_get_tokens: unknown request %d", id);
+    if (!n_out || cap < 0 || (cap && !out)) return mor_err(MOR_E_INVALID_ARG, "mor_server_get_tokens: bad buffer");
+    *n_out = q->n_out;
+    if (cap < q->n_out)
+        return mor_err(MOR_E_BUFFER_TOO_SMALL, "mor_server_get_tokens: %d tokens, room for %d", q->n_out, cap);
+    if (q->n_out) memcpy(out, q->out, sizeof(mor_token) * (size_t)q->n_out);
+    if (depths && q->n_out) memcpy(depths, q->depth, sizeof(int32_t) * (size_t)q->n_out);
+    mor_err_clear();
+    return MOR_OK;
+}
+
+mor_status mor_server_release(mor_server *s, mor_request_id id)
+{
+    serve_req *q = find(s, id);
+    if (!q) return mor_err(MOR_E_OUT_OF_RANGE, "mor_server_release: unknown request %d", id);
+    if (q->state == MOR_REQ_QUEUED || q->state == MOR_REQ_RUNNING || q->slot >= 0)
+        return mor_err(MOR_E_INVALID_ARG, "mor_server_release: request %d is still queued or running", id);
+    req_free(q);
+    s->reqs[id] = NULL;
+    mor_err_clear();
+    return MOR_OK;
+}
+
+mor_context *serve_context(mor_server *s) { return s ? s->ctx : NULL; }

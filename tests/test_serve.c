@@ -1,0 +1,332 @@
+/* test_serve.c - the server (serve.c) on converted fixtures:
+ *  - SERIAL, SEQUENCE and DEPTHWISE give the tokens, depths and logits
+ *    (1e-5) of a plain per-request mor_decode loop (THRESHOLD, or the
+ *    token-choice router), for 1, 7 and 32 concurrent requests of different
+ *    prompt and output lengths, half submitted while stepping;
+ *  - confidence exits: a threshold no token reaches changes nothing, one
+ *    every token reaches equals a depth cap of 1, and the skipped
+ *    recursions then cache nothing (the missing-KV rule); outputs do not
+ *    depend on the other requests;
+ *  - cancel, the KV budget queue, misuse statuses. */
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "mor.h"
+#include "serve.h"
+
+#define NREQ 32
+#define MAXT 16
+#define MOR_MAX_DEPTHS 17
+
+typedef struct {
+    int32_t n_prompt, max_tokens, n_stop;
+    mor_token prompt[16], stop[1];
+    mor_sampler_params sp;
+    /* reference */
+    int32_t n_out, depth[MAXT];
+    mor_token out[MAXT];
+    float *logits;   /* [MAXT][n_vocab] */
+} request;
+
+static char fixture_dir[512];
+static request reqs[NREQ];
+static int32_t n_vocab;
+/* what the server produced */
+static float *got_logits[NREQ];
+static int32_t got_n[NREQ];
+
+static void hook(void *ud, mor_request_id id, const float *logits, int32_t nv)
+{
+    int32_t *map = ud, r = map[id];
+    if (got_n[r] < MAXT) memcpy(got_logits[r] + (size_t)got_n[r] * nv, logits, sizeof(float) * (size_t)nv);
+    got_n[r]++;
+}
+
+static void make_requests(int32_t nv)
+{
+    for (int32_t i = 0; i < NREQ; i++) {
+        request *q = &reqs[i];
+        q->n_prompt = 1 + (i * 5) % 9;
+        q->max_tokens = 2 + (i * 7) % 11;
+        for (int32_t t = 0; t < q->n_prompt; t++) q->prompt[t] = (i * 31 + t * 17 + 3) % nv;
+        MOR_SAMPLER_PARAMS_INIT(&q->sp);
+        q->sp.seed = 1000 + (uint64_t)i;
+        if (i % 2) q->sp.temperature = 0;   /* greedy */
+        q->n_stop = i % 5 == 0;
+        q->stop[0] = (i * 13) % nv;
+    }
+}
+
+/* The reference: each request alone, prompt then one token per mor_decode. */
+static int reference(mor_model *m, int32_t mode, int32_t max_depth)
+{
+    mor_context_params cp;
+    MOR_CONTEXT_PARAMS_INIT(&cp);
+    cp.n_ctx = 64; cp.n_batch = 32;
+    for (int32_t i = 0; i < NREQ; i++) {
+        request *q = &reqs[i];
+        mor_context *c = NULL; mor_batch *b = NULL; mor_sampler *s = NULL;
+        if (mor_context_create(m, &cp, &c) || mor_batch_create(32, &b) || mor_sampler_create(&q->sp, &s)) return 0;
+        if (mode) mor_router_set_mode(mor_context_router(c), mode, 0);
+        if (max_depth) mor_router_set_max_depth(mor_context_router(c), max_depth);
+        for (int32_t t = 0; t < q->n_prompt; t++) {
+            mor_batch_add(b, q->prompt[t], t, 0, t == q->n_prompt - 1);
+            mor_sampler_accept(s, q->prompt[t]);
+        }
+        q->n_out = 0;
+        for (;;) {
+            if (mor_decode(c, b)) return 0;
+            int32_t depths[32];
+            mor_router_get_depths(mor_context_router(c), depths, 32);
+            const float *lg = mor_get_logits(c, mor_batch_size(b) - 1);
+            memcpy(q->logits + (size_t)q->n_out * n_vocab, lg, sizeof(float) * (size_t)n_vocab);
+            mor_token t;
+            mor_sampler_sample(s, lg, n_vocab, &t);
+            q->out[q->n_out] = t; q->depth[q->n_out] = depths[mor_batch_size(b) - 1];
+            q->n_out++;
+            if (q->n_out >= q->max_tokens || (q->n_stop && t == q->stop[0])) break;
+            mor_batch_clear(b);
+            mor_batch_add(b, t, q->n_prompt + q->n_out - 1, 0, 1);
+        }
+        mor_batch_free(b); mor_context_free(c); mor_sampler_free(s);
+    }
+    return 1;
+}
+
+static mor_server *make_server(mor_model *m, int32_t mode, uint32_t n_slots, uint32_t n_ctx,
+                               int32_t exit_mode, float thr)
+{
+    mor_server_params p;
+    MOR_SERVER_PARAMS_INIT(&p);
+    p.mode = mode; p.n_slots = n_slots; p.n_ctx = n_ctx; p.n_batch = 128; p.n_threads = 2;
+    p.exit_mode = exit_mode; p.exit_threshold = thr;
+    mor_server *s = NULL;
+    mor_status st = mor_server_create(m, &p, &s);
+    CHECK(st == MOR_OK, "server create: %s %s", mor_status_str(st), mor_last_error());
+    return s;
+}
+
+/* Serve requests [0, n) with n_slots slots, half submitted up front and the
+ * rest one per step; compare with the reference. */
+static void serve_and_compare(mor_model *m, const char *what, int32_t mode, int32_t n, int32_t n_slots,
+                              int32_t exit_mode, float thr, int32_t max_depth)
+{
+    mor_server *s = make_server(m, mode, (uint32_t)n_slots, 1024, exit_mode, thr);
+    if (!s) return;
+    if (max_depth) mor_router_set_max_depth(mor_server_router(s), max_depth);
+    int32_t map[NREQ], ids[NREQ], next = 0, pend = 1, steps = 0;
+    mor_status st = MOR_OK;
+    serve_set_logits_hook(s, hook, map);
+    for (int32_t i = 0; i < n; i++) got_n[i] = 0;
+    while (next < n && next < (n + 1) / 2) {
+        mor_server_submit(s, reqs[next].prompt, reqs[next].n_prompt, &reqs[next].sp, reqs[next].max_tokens,
+                          reqs[next].stop, reqs[next].n_stop, &ids[next]);
+        map[ids[next]] = next; next++;
+    }
+    while ((pend || next < n) && !st && steps < 10000) {
+        if (next < n) {
+            mor_server_submit(s, reqs[next].prompt, reqs[next].n_prompt, &reqs[next].sp, reqs[next].max_tokens,
+                              reqs[next].stop, reqs[next].n_stop, &ids[next]);
+            map[ids[next]] = next; next++;
+        }
+        st = mor_server_step(s, &pend);
+        steps++;
+    }
+    CHECK(st == MOR_OK, "%s: steps ok (%s %s)", what, mor_status_str(st), mor_last_error());
+    int tok_ok = 1, dep_ok = 1, state_ok = 1;
+    double maxd = 0;
+    for (int32_t i = 0; i < n; i++) {
+        mor_token out[MAXT]; int32_t dep[MAXT], no = -1;
+        mor_server_get_tokens(s, ids[i], out, dep, MAXT, &no);
+        state_ok &= mor_server_request_state(s, ids[i]) == MOR_REQ_DONE;
+        if (no != reqs[i].n_out || got_n[i] != no) { tok_ok = 0; continue; }
+        for (int32_t t = 0; t < no; t++) {
+            tok_ok &= out[t] == reqs[i].out[t];
+            dep_ok &= dep[t] == reqs[i].depth[t];
+            double md = check_maxdiff(got_logits[i] + (size_t)t * n_vocab, reqs[i].logits + (size_t)t * n_vocab, n_vocab);
+            if (md > maxd) maxd = md;
+        }
+    }
+    CHECK(state_ok, "%s: every request done", what);
+    CHECK(tok_ok, "%s: tokens equal the per-request mor_decode loop", what);
+    CHECK(dep_ok, "%s: depths equal", what);
+    CHECK(maxd <= 1e-5, "%s: logits within 1e-5 (max diff %.3g)", what, maxd);
+    mor_server_free(s);
+}
+
+static const char *mode_name[] = { "SERIAL", "SEQUENCE", "DEPTHWISE" };
+
+static void misuse(mor_model *m)
+{
+    mor_server *s = NULL;
+    mor_server_params p;
+    MOR_SERVER_PARAMS_INIT(&p);
+    CHECK(mor_server_create(NULL, &p, &s) == MOR_E_INVALID_ARG && !s, "create: NULL model");
+    p.size = 3;
+    CHECK(mor_server_create(m, &p, &s) == MOR_E_ABI, "create: bad params size");
+    MOR_SERVER_PARAMS_INIT(&p);
+    p.mode = 7;
+    CHECK(mor_server_create(m, &p, &s) == MOR_E_INVALID_ARG, "create: unknown mode");
+    p.mode = MOR_SERVE_SEQUENCE; p.exit_mode = MOR_EXIT_MARGIN;
+    CHECK(mor_server_create(m, &p, &s) == MOR_E_UNSUPPORTED, "create: confidence exits need DEPTHWISE");
+    s = make_server(m, MOR_SERVE_DEPTHWISE, 2, 64, 0, 0);
+    if (!s) return;
+    mor_token pr[3] = { 1, 2, 3 }, bad = n_vocab;
+    mor_request_id id = -1;
+    CHECK(mor_server_submit(s, NULL, 3, NULL, 4, NULL, 0, &id) == MOR_E_INVALID_ARG, "submit: NULL prompt");
+    CHECK(mor_server_submit(s, pr, 0, NULL, 4, NULL, 0, &id) == MOR_E_INVALID_ARG, "submit: empty prompt");
+    CHECK(mor_server_submit(s, pr, 3, NULL, 0, NULL, 0, &id) == MOR_E_INVALID_ARG, "submit: max_tokens 0");
+    CHECK(mor_server_submit(s, &bad, 1, NULL, 4, NULL, 0, &id) == MOR_E_OUT_OF_RANGE, "submit: bad token");
+    CHECK(mor_server_submit(s, pr, 3, NULL, 4, &bad, 1, &id) == MOR_E_OUT_OF_RANGE, "submit: bad stop token");
+    CHECK(mor_server_submit(s, pr, 3, NULL, 62, NULL, 0, &id) == MOR_E_KV_FULL, "submit: larger than the KV budget");
+    mor_sampler_params sp; MOR_SAMPLER_PARAMS_INIT(&sp); sp.top_p = -1;
+    CHECK(mor_server_submit(s, pr, 3, &sp, 4, NULL, 0, &id) == MOR_E_INVALID_ARG, "submit: bad sampler params");
+    CHECK(id == -1, "failed submits give no id");
+    CHECK(mor_server_submit(s, pr, 3, NULL, 4, NULL, 0, &id) == MOR_OK && id == 0, "submit ok");
+    CHECK(mor_server_release(s, id) == MOR_E_INVALID_ARG, "release: still queued");
+    CHECK(mor_server_cancel(s, 99) == MOR_E_OUT_OF_RANGE, "cancel: unknown id");
+    CHECK(mor_server_request_state(s, 99) == MOR_E_OUT_OF_RANGE, "state: unknown id");
+    int32_t n = -1; mor_token out[4];
+    CHECK(mor_server_step(s, NULL) == MOR_OK, "one step");
+    CHECK(mor_server_get_tokens(s, id, out, NULL, 4, NULL) == MOR_E_INVALID_ARG, "get_tokens: NULL count");
+    if (mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT) {
+        mor_router_set_mode(mor_server_router(s), MOR_ROUTE_TOPK, 0);
+        CHECK(mor_server_step(s, NULL) == MOR_E_UNSUPPORTED, "step: TOPK is not causal");
+        mor_router_set_mode(mor_server_router(s), MOR_ROUTE_THRESHOLD, 0);
+    }
+    CHECK(mor_server_run(s) == MOR_OK, "run to the end");
+    CHECK(mor_server_get_tokens(s, id, out, NULL, 0, &n) == MOR_E_BUFFER_TOO_SMALL && n == 4, "get_tokens: too small gives the count");
+    CHECK(mor_server_release(s, id) == MOR_OK && mor_server_request_state(s, id) < 0, "release a finished request");
+    CHECK(mor_server_step(NULL, NULL) == MOR_E_INVALID_ARG, "step: NULL");
+    mor_server_free(s);
+    mor_server_free(NULL);
+}
+
+/* Cancel (queued and running) and the KV budget: only as many requests run
+ * as their reserved cells allow; the others wait, then run unchanged. */
+static void cancel_and_budget(mor_model *m, int32_t mode)
+{
+    /* requests 0..5 need n_prompt + max_tokens cells: 4 slots but 30 cells */
+    mor_server *s = make_server(m, mode, 4, 30, 0, 0);
+    if (!s) return;
+    int32_t map[NREQ], ids[6];
+    serve_set_logits_hook(s, hook, map);
+    for (int32_t i = 0; i < 6; i++) {
+        got_n[i] = 0;
+        mor_server_submit(s, reqs[i].prompt, reqs[i].n_prompt, &reqs[i].sp, reqs[i].max_tokens, reqs[i].stop,
+                          reqs[i].n_stop, &ids[i]);
+        map[ids[i]] = i;
+    }
+    mor_server_step(s, NULL);
+    int32_t running = 0, cells = 0;
+    for (int32_t i = 0; i < 6; i++)
+        if (mor_server_request_state(s, ids[i]) == MOR_REQ_RUNNING) { running++; cells += reqs[i].n_prompt + reqs[i].max_tokens; }
+    CHECK(running >= 1 && running < 4 && cells <= 30, "%s: the KV budget admits %d requests (%d cells of 30), the rest queue",
+          mode_name[mode], running, cells);
+    mor_server_cancel(s, ids[1]);   /* running */
+    mor_server_cancel(s, ids[5]);   /* queued */
+    CHECK(mor_server_request_state(s, ids[1]) == MOR_REQ_CANCELLED && mor_server_request_state(s, ids[5]) == MOR_REQ_CANCELLED,
+          "%s: cancelled", mode_name[mode]);
+    CHECK(mor_server_cancel(s, ids[5]) == MOR_OK, "%s: cancel twice is a no-op", mode_name[mode]);
+    CHECK(mor_server_run(s) == MOR_OK, "%s: run after cancel", mode_name[mode]);
+    int ok = 1;
+    for (int32_t i = 0; i < 5; i++) {
+        if (i == 1) continue;
+        mor_token out[MAXT]; int32_t no = 0;
+        mor_server_get_tokens(s, ids[i], out, NULL, MAXT, &no);
+        ok &= no == reqs[i].n_out && !memcmp(out, reqs[i].out, sizeof(mor_token) * (size_t)no);
+    }
+    int32_t n5 = -1;
+    mor_server_get_tokens(s, ids[5], NULL, NULL, 0, &n5);
+    CHECK(ok && n5 == 0, "%s: the others are unchanged by the queue and the cancellations", mode_name[mode]);
+    mor_server_free(s);
+}
+
+/* Confidence exits and the missing-KV rule. */
+static void confidence_exits(mor_model *m, int32_t kvshared)
+{
+    /* a threshold no token reaches: the router's own exits only */
+    serve_and_compare(m, "SATURATION threshold 2 (never)", MOR_SERVE_DEPTHWISE, 7, 7, MOR_EXIT_SATURATION, 2.0f, 0);
+    serve_and_compare(m, "MARGIN threshold 2 (never)", MOR_SERVE_DEPTHWISE, 7, 7, MOR_EXIT_MARGIN, 2.0f, 0);
+    /* one every token reaches before recursion 1: a depth cap of 1 */
+    for (int32_t i = 0; i < NREQ; i++) reqs[i].logits = reqs[i].logits;
+    if (!reference(m, mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT ? MOR_ROUTE_THRESHOLD : 0, 1)) {
+        CHECK(0, "reference with max depth 1");
+        return;
+    }
+    serve_and_compare(m, "SATURATION threshold -2 (always) = depth cap 1", MOR_SERVE_DEPTHWISE, 7, 7,
+                      MOR_EXIT_SATURATION, -2.0f, 0);
+    serve_and_compare(m, "MARGIN threshold -1 (always) = depth cap 1", MOR_SERVE_DEPTHWISE, 7, 7,
+                      MOR_EXIT_MARGIN, -1.0f, 0);
+    /* missing KV: the recursions a token skipped hold nothing of it */
+    mor_server *s = make_server(m, MOR_SERVE_DEPTHWISE, 4, 256, MOR_EXIT_SATURATION, -2.0f);
+    if (!s) return;
+    mor_request_id id;
+    mor_server_submit(s, reqs[3].prompt, reqs[3].n_prompt, &reqs[3].sp, 12, NULL, 0, &id);
+    for (int k = 0; k < 5; k++) mor_server_step(s, NULL);
+    mor_kv_cache *kv = mor_context_kv(serve_context(s));
+    int64_t c0 = mor_kv_n_cells_used(kv, 0), c1 = mor_kv_n_cells_used(kv, 1), c2 = mor_kv_n_cells_used(kv, 2);
+    CHECK(c0 > 0 && c1 == 0 && c2 == 0, "missing KV (%s): recursion 0 caches %lld cells, 1 and 2 none (%lld, %lld)",
+          kvshared ? "shared" : "recursion-wise", (long long)c0, (long long)c1, (long long)c2);
+    mor_server_free(s);
+    /* the exits of a request do not depend on the others (a middling threshold) */
+    float thr = 0.9f;
+    int32_t depth1[MAXT], n1 = 0, depth7[MAXT], n7 = 0, ids7[7];
+    mor_token out1[MAXT], out7[MAXT];
+    s = make_server(m, MOR_SERVE_DEPTHWISE, 1, 512, MOR_EXIT_SATURATION, thr);
+    mor_server_submit(s, reqs[6].prompt, reqs[6].n_prompt, &reqs[6].sp, reqs[6].max_tokens, NULL, 0, &id);
+    mor_server_run(s);
+    mor_server_get_tokens(s, id, out1, depth1, MAXT, &n1);
+    mor_server_free(s);
+    s = make_server(m, MOR_SERVE_DEPTHWISE, 7, 512, MOR_EXIT_SATURATION, thr);
+    for (int32_t i = 0; i < 7; i++)
+        mor_server_submit(s, reqs[i].prompt, reqs[i].n_prompt, &reqs[i].sp, reqs[i].max_tokens, NULL, 0, &ids7[i]);
+    mor_server_run(s);
+    mor_server_get_tokens(s, ids7[6], out7, depth7, MAXT, &n7);
+    mor_server_free(s);
+    CHECK(n1 == n7 && n1 > 0 && !memcmp(out1, out7, sizeof(mor_token) * (size_t)n1) &&
+          !memcmp(depth1, depth7, sizeof(int32_t) * (size_t)n1),
+          "saturation exits: a request's tokens and depths alone equal those among 7");
+}
+
+int main(void)
+{
+    const char *out = getenv("OUT");
+    snprintf(fixture_dir, sizeof fixture_dir, "%s/build/fixtures", out && *out ? out : ".");
+    const char *variants[] = { "expert_mc3_fix_perturbed", "token_mc3_perturbed", "expert_mc3_kvshare_fix_perturbed" };
+    for (int v = 0; v < 3; v++) {
+        char path[768];
+        snprintf(path, sizeof path, "%s/%s.st.gguf", fixture_dir, variants[v]);
+        mor_model *m = NULL;
+        mor_status st = mor_model_load_file(path, NULL, &m);
+        CHECK(st == MOR_OK, "load %s: %s", variants[v], mor_last_error());
+        if (!m) continue;
+        n_vocab = mor_model_n_vocab(m);
+        make_requests(n_vocab);
+        for (int32_t i = 0; i < NREQ; i++) {
+            reqs[i].logits = malloc(sizeof(float) * MAXT * (size_t)n_vocab);
+            got_logits[i] = malloc(sizeof(float) * MAXT * (size_t)n_vocab);
+        }
+        const int expert = mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT;
+        CHECK(reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "%s: reference decode", variants[v]);
+        int32_t seen[MOR_MAX_DEPTHS] = { 0 }, kinds = 0;
+        for (int32_t i = 0; i < NREQ; i++)
+            for (int32_t t = 0; t < reqs[i].n_out; t++) seen[reqs[i].depth[t]] = 1;
+        for (int32_t dd = 0; dd < MOR_MAX_DEPTHS; dd++) kinds += seen[dd];
+        CHECK(kinds >= 2, "%s: the requests' tokens run %d different depths", variants[v], kinds);
+        const int32_t ns[3] = { 1, 7, 32 };
+        for (int mode = 0; mode < 3; mode++)
+            for (int k = 0; k < 3; k++) {
+                char what[160];
+                snprintf(what, sizeof what, "%s %s %d requests", variants[v], mode_name[mode], ns[k]);
+                serve_and_compare(m, what, mode, ns[k], ns[k], 0, 0, 0);
+            }
+        serve_and_compare(m, "DEPTHWISE 32 requests in 5 slots", MOR_SERVE_DEPTHWISE, 32, 5, 0, 0, 0);
+        for (int mode = 0; mode < 3; mode++) cancel_and_budget(m, mode);
+        if (v == 0) misuse(m);
+        if (expert) confidence_exits(m, v == 2);
+        for (int32_t i = 0; i < NREQ; i++) { free(reqs[i].logits); free(got_logits[i]); }
+        mor_model_free(m);
+    }
+    return check_done();
+}
