@@ -61,8 +61,32 @@ AI __m256i tail_mask(int rem)
 
 /* The R x C tile of outputs (o..o+R, i..i+C): w at row o (rows rb bytes
  * apart), x at row i (rows xs bytes apart), y at (i, o). */
+/* Matrix-vector products stream the weights once, and this machine's
+ * hardware prefetchers do not keep enough of that stream in flight, so
+ * the weight tiles prefetch ahead themselves: a tile of rows [o, o+R)
+ * prefetches, spread over its own column loop, the same number of bytes
+ * PF_DIST further on (never past the end of its output range). Prefetches
+ * change no result. */
+#define PF_DIST 8192
+
+/* The part [i, i+step) of n of the pfn bytes at pf. */
+AI void prefetch_part(const char *pf, size_t pfn, int64_t i, int64_t step, int64_t n)
+{
+    size_t lo = (size_t)((double)pfn * (double)i / (double)n), hi = (size_t)((double)pfn * (double)(i + step) / (double)n);
+    for (size_t off = lo & ~(size_t)63; off < hi; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+}
+
+/* What the tile at rows [o, o+R) of a range ending at o1 prefetches. */
+AI const char *pf_ahead(const char *W, size_t rb, int64_t o, int64_t R, int64_t o1, size_t *pfn)
+{
+    size_t d = (size_t)R * rb > PF_DIST ? (size_t)R * rb : PF_DIST, start = (size_t)o * rb + d, end = (size_t)o1 * rb;
+    if (start >= end) { *pfn = 0; return NULL; }
+    *pfn = end - start < (size_t)R * rb ? end - start : (size_t)R * rb;
+    return W + start;
+}
+
 AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
-               float *y, int64_t ldy, int acc)
+               float *y, int64_t ldy, int acc, const char *pf, size_t pfn)
 {
     __m256 a[8][3];
 #pragma GCC unroll 8
@@ -71,6 +95,7 @@ AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
         for (int c = 0; c < C; c++) a[r][c] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
+        if (pf) prefetch_part(pf, pfn, k, 8, K);
         __m256 xv[3];
 #pragma GCC unroll 3
         for (int c = 0; c < C; c++) xv[c] = _mm256_loadu_ps((const float *)(x + (size_t)c * xs) + k);
@@ -104,11 +129,11 @@ AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
 }
 
 typedef void (*tile_fn)(const char *w, size_t rb, const char *x, size_t xs, int64_t K, float *y,
-                        int64_t ldy, int acc);
+                        int64_t ldy, int acc, const char *pf, size_t pfn);
 #define TILE(T, R, C) \
     static void tile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, int64_t K, \
-                                     float *y, int64_t ldy, int acc) \
-    { tile_f(w, rb, T, x, xs, K, R, C, y, ldy, acc); }
+                                     float *y, int64_t ldy, int acc, const char *pf, size_t pfn) \
+    { tile_f(w, rb, T, x, xs, K, R, C, y, ldy, acc, pf, pfn); }
 #define TILES(T) TILE(T, 8, 1) TILE(T, 4, 2) TILE(T, 1, 1) TILE(T, 1, 2) TILE(T, 1, 3) TILE(T, 2, 1) \
                  TILE(T, 2, 2) TILE(T, 2, 3) TILE(T, 3, 1) TILE(T, 3, 2) TILE(T, 3, 3)
 TILES(TF32)
@@ -136,8 +161,8 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
         tile_fn wide = n == 1 ? (t == TF16 ? tile_TF16_8_1 : t == TBF16 ? tile_TBF16_8_1 : tile_TF32_8_1)
                               : (t == TF16 ? tile_TF16_4_2 : t == TBF16 ? tile_TBF16_4_2 : tile_TF32_4_2);
         const int R = n == 1 ? 8 : 4;
-        for (; o + R <= o1; o += R) wide(W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
-        for (; o < o1; o++) grid[0][n - 1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+        for (; o + R <= o1; o += R) { size_t pn; const char *pf = pf_ahead(W, rb, o, R, o1, &pn); wide(W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
+        for (; o < o1; o++) { size_t pn; const char *pf = pf_ahead(W, rb, o, 1, o1, &pn); grid[0][n - 1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         return;
     }
     for (int32_t i0 = 0; i0 < n; i0 += IB) {
@@ -160,8 +185,8 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
                 ws = (const char *)scratch; wrb = sizeof(float) * (size_t)K; g = grid_f32;
             }
             int32_t i = i0;
-            for (; i + 3 <= i1; i += 3) g[R - 1][2](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
-            if (i < i1) g[R - 1][i1 - i - 1](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
+            for (; i + 3 <= i1; i += 3) g[R - 1][2](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+            if (i < i1) g[R - 1][i1 - i - 1](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
         }
     }
 }
@@ -193,7 +218,7 @@ AI __m256 dotq(__m256i w, __m256i x)
 }
 
 AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
-               float *y, int64_t ldy, int acc)
+               float *y, int64_t ldy, int acc, const char *pf, size_t pfn)
 {
     __m256 a[4][3];
 #pragma GCC unroll 4
@@ -202,6 +227,7 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
         for (int c = 0; c < C; c++) a[r][c] = _mm256_setzero_ps();
     const int64_t nb = K / MOR_QK;
     for (int64_t b = 0; b < nb; b++) {
+        if (pf) prefetch_part(pf, pfn, b, 1, nb);
         __m256i xv[3];
         float xd[3];
 #pragma GCC unroll 3
@@ -231,8 +257,8 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
 
 #define QTILE(T, R, C) \
     static void qtile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, int64_t K, \
-                                      float *y, int64_t ldy, int acc) \
-    { tile_q(w, rb, T, x, xs, K, R, C, y, ldy, acc); }
+                                      float *y, int64_t ldy, int acc, const char *pf, size_t pfn) \
+    { tile_q(w, rb, T, x, xs, K, R, C, y, ldy, acc, pf, pfn); }
 #define QTILES(T) QTILE(T, 4, 1) QTILE(T, 1, 1) QTILE(T, 1, 2) QTILE(T, 1, 3) QTILE(T, 2, 1) \
                   QTILE(T, 2, 2) QTILE(T, 2, 3) QTILE(T, 3, 1) QTILE(T, 3, 2) QTILE(T, 3, 3)
 enum { TQ8 = GGML_Q8_0, TQ4 = GGML_Q4_0 };
@@ -253,8 +279,8 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
     if (n == 1) {
         tile_fn wide = w->type == GGML_Q4_0 ? qtile_TQ4_4_1 : qtile_TQ8_4_1;
         int64_t o = o0;
-        for (; o + 4 <= o1; o += 4) wide(W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
-        for (; o < o1; o++) g[0][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+        for (; o + 4 <= o1; o += 4) { size_t pn; const char *pf = pf_ahead(W, rb, o, 4, o1, &pn); wide(W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
+        for (; o < o1; o++) { size_t pn; const char *pf = pf_ahead(W, rb, o, 1, o1, &pn); g[0][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         return;
     }
     /* tiles of 2 weight rows x 3 activation rows fit the 16 ymm registers */
@@ -264,8 +290,8 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
             const int R = o1 - o < 2 ? 1 : 2;
             const char *ws = W + (size_t)o * rb;
             int32_t i = i0;
-            for (; i + 3 <= i1; i += 3) g[R - 1][2](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
-            if (i < i1) g[R - 1][i1 - i - 1](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
+            for (; i + 3 <= i1; i += 3) g[R - 1][2](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+            if (i < i1) g[R - 1][i1 - i - 1](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
         }
     }
 }

@@ -53,8 +53,32 @@ AI __m512 ldw_tail(const char *row, int64_t k, __mmask16 m, int t)
     return _mm512_maskz_loadu_ps(m, (const float *)row + k);
 }
 
+/* Matrix-vector products stream the weights once, and this machine's
+ * hardware prefetchers do not keep enough of that stream in flight, so
+ * the weight tiles prefetch ahead themselves: a tile of rows [o, o+R)
+ * prefetches, spread over its own column loop, the same number of bytes
+ * PF_DIST further on (never past the end of its output range). Prefetches
+ * change no result. */
+#define PF_DIST 8192
+
+/* The part [i, i+step) of n of the pfn bytes at pf. */
+AI void prefetch_part(const char *pf, size_t pfn, int64_t i, int64_t step, int64_t n)
+{
+    size_t lo = (size_t)((double)pfn * (double)i / (double)n), hi = (size_t)((double)pfn * (double)(i + step) / (double)n);
+    for (size_t off = lo & ~(size_t)63; off < hi; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+}
+
+/* What the tile at rows [o, o+R) of a range ending at o1 prefetches. */
+AI const char *pf_ahead(const char *W, size_t rb, int64_t o, int64_t R, int64_t o1, size_t *pfn)
+{
+    size_t d = (size_t)R * rb > PF_DIST ? (size_t)R * rb : PF_DIST, start = (size_t)o * rb + d, end = (size_t)o1 * rb;
+    if (start >= end) { *pfn = 0; return NULL; }
+    *pfn = end - start < (size_t)R * rb ? end - start : (size_t)R * rb;
+    return W + start;
+}
+
 AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
-               float *y, int64_t ldy, int acc)
+               float *y, int64_t ldy, int acc, const char *pf, size_t pfn)
 {
     __m512 a[8][4];
 #pragma GCC unroll 8
@@ -63,6 +87,7 @@ AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
         for (int c = 0; c < C; c++) a[r][c] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
+        if (pf) prefetch_part(pf, pfn, k, 16, K);
         __m512 xv[4];
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) xv[c] = _mm512_loadu_ps((const float *)(x + (size_t)c * xs) + k);
@@ -95,11 +120,11 @@ AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
 }
 
 typedef void (*tile_fn)(const char *w, size_t rb, const char *x, size_t xs, int64_t K, float *y,
-                        int64_t ldy, int acc);
+                        int64_t ldy, int acc, const char *pf, size_t pfn);
 #define TILE(T, R, C) \
     static void tile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, int64_t K, \
-                                     float *y, int64_t ldy, int acc) \
-    { tile_f(w, rb, T, x, xs, K, R, C, y, ldy, acc); }
+                                     float *y, int64_t ldy, int acc, const char *pf, size_t pfn) \
+    { tile_f(w, rb, T, x, xs, K, R, C, y, ldy, acc, pf, pfn); }
 #define ROW(T, R) TILE(T, R, 1) TILE(T, R, 2) TILE(T, R, 3) TILE(T, R, 4)
 #define TILES(T) TILE(T, 8, 1) ROW(T, 1) ROW(T, 2) ROW(T, 3) ROW(T, 4)
 TILES(TF32)
@@ -123,11 +148,11 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
         int64_t o = o0;
         if (n == 1) {
             tile_fn wide = t == TF16 ? tile_TF16_8_1 : t == TBF16 ? tile_TBF16_8_1 : tile_TF32_8_1;
-            for (; o + 8 <= o1; o += 8) wide(W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+            for (; o + 8 <= o1; o += 8) { size_t pn; const char *pf = pf_ahead(W, rb, o, 8, o1, &pn); wide(W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         } else {
-            for (; o + 4 <= o1; o += 4) grid[3][1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+            for (; o + 4 <= o1; o += 4) { size_t pn; const char *pf = pf_ahead(W, rb, o, 4, o1, &pn); grid[3][1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         }
-        for (; o < o1; o++) grid[0][n - 1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+        for (; o < o1; o++) { size_t pn; const char *pf = pf_ahead(W, rb, o, 1, o1, &pn); grid[0][n - 1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         return;
     }
     for (int32_t i0 = 0; i0 < n; i0 += IB) {
@@ -151,39 +176,43 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
                 ws = (const char *)scratch; wrb = sizeof(float) * (size_t)K; g = grid_f32;
             }
             int32_t i = i0;
-            for (; i + 4 <= i1; i += 4) g[R - 1][3](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
-            if (i < i1) g[R - 1][i1 - i - 1](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
+            for (; i + 4 <= i1; i += 4) g[R - 1][3](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+            if (i < i1) g[R - 1][i1 - i - 1](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
         }
     }
 }
 
-/* ---- quantized weights x Q8_0 activations, VNNI ---- */
+/* ---- quantized weights x Q8_0 activations, VNNI ----
+ *
+ * vpdpbusd multiplies unsigned by signed bytes, so the weights go in as
+ * unsigned codes: Q4_0's nibbles q = w + 8 as they are stored, Q8_0's w + 128
+ * (w xor 0x80), and the offset comes back out by starting each block's sum
+ * at -8 (or -128) times the activations' lane sums (one vpdpbusd per
+ * activation block, shared by every weight row of the tile). The lanes are
+ * the same exact integers as kernels_avx2.c's, and the scale d_w * d_x the
+ * same float product, so the two sets agree bit for bit on quantized
+ * weights. */
 
-AI __m256i ldq(const char *row, int64_t b, int t)
+AI __m256i ldq_u(const char *row, int64_t b, int t)
 {
     if (t == GGML_Q4_0) {
         const mor_block_q4_0 *q = (const mor_block_q4_0 *)row + b;
-        __m128i v = _mm_loadu_si128((const __m128i *)q->qs);
-        __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
-        return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+        __m128i v = _mm_loadu_si128((const __m128i *)q->qs);   /* low nibbles are 0..15, high 16..31 */
+        return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
     }
-    return _mm256_loadu_si256((const __m256i *)((const mor_block_q8_0 *)row + b)->qs);
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)((const mor_block_q8_0 *)row + b)->qs),
+                            _mm256_set1_epi8((char)0x80));
 }
 
-AI float ldd(const char *row, int64_t b, int t)
+/* d of block b, as 8 equal floats */
+AI __m256 ldd8(const char *row, int64_t b, int t)
 {
     uint16_t d = t == GGML_Q4_0 ? ((const mor_block_q4_0 *)row + b)->d : ((const mor_block_q8_0 *)row + b)->d;
-    return _cvtsh_ss(d);
-}
-
-/* lane j = products 4j..4j+3, as in kernels_avx2.c's dotq (|w| x sign(x, w)) */
-AI __m256 dotq(__m256i aw, __m256i w, __m256i x)
-{
-    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(x, w)));
+    return _mm256_cvtph_ps(_mm_set1_epi16((short)d));
 }
 
 AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
-               float *y, int64_t ldy, int acc)
+               float *y, int64_t ldy, int acc, const char *pf, size_t pfn)
 {
     __m256 a[4][4];
 #pragma GCC unroll 4
@@ -191,23 +220,28 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) a[r][c] = _mm256_setzero_ps();
     const int64_t nb = K / MOR_QK;
+    const __m256i off = _mm256_set1_epi8(t == GGML_Q4_0 ? 8 : (char)0x80);   /* the code offset, as u8 */
     for (int64_t b = 0; b < nb; b++) {
-        __m256i xv[4];
-        float xd[4];
+        if (pf) prefetch_part(pf, pfn, b, 1, nb);
+        __m256i xv[4], base[4];
+        __m256 xd[4];
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
             const char *xr = x + (size_t)c * xs;
             xv[c] = _mm256_load_si256((const __m256i *)(mor_act_q8_qs(xr) + b * MOR_QK));
-            xd[c] = mor_act_q8_d(xr, K)[b];
+            xd[c] = _mm256_set1_ps(mor_act_q8_d(xr, K)[b]);
+            /* -offset x (sum of each lane's 4 activations) */
+            base[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), off, xv[c]));
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const char *wr = w + (size_t)r * rb;
-            __m256i wv = ldq(wr, b, t), aw = _mm256_sign_epi8(wv, wv);
-            float wd = ldd(wr, b, t);
+            const __m256i wu = ldq_u(wr, b, t);
+            const __m256 wd = ldd8(wr, b, t);
 #pragma GCC unroll 4
             for (int c = 0; c < C; c++)
-                a[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * xd[c]), dotq(aw, wv, xv[c]), a[r][c]);
+                a[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(wd, xd[c]),
+                                          _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(base[c], wu, xv[c])), a[r][c]);
         }
     }
 #pragma GCC unroll 4
@@ -221,8 +255,8 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
 
 #define QTILE(T, R, C) \
     static void qtile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, int64_t K, \
-                                      float *y, int64_t ldy, int acc) \
-    { tile_q(w, rb, T, x, xs, K, R, C, y, ldy, acc); }
+                                      float *y, int64_t ldy, int acc, const char *pf, size_t pfn) \
+    { tile_q(w, rb, T, x, xs, K, R, C, y, ldy, acc, pf, pfn); }
 #define QROW(T, R) QTILE(T, R, 1) QTILE(T, R, 2) QTILE(T, R, 3) QTILE(T, R, 4)
 #define QTILES(T) QROW(T, 1) QROW(T, 2) QROW(T, 3) QROW(T, 4)
 enum { TQ8 = GGML_Q8_0, TQ4 = GGML_Q4_0 };
@@ -241,8 +275,8 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
     const tile_fn (*g)[4] = w->type == GGML_Q4_0 ? grid_q4 : grid_q8;
     if (n == 1) {
         int64_t o = o0;
-        for (; o + 4 <= o1; o += 4) g[3][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
-        for (; o < o1; o++) g[0][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc);
+        for (; o + 4 <= o1; o += 4) { size_t pn; const char *pf = pf_ahead(W, rb, o, 4, o1, &pn); g[3][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
+        for (; o < o1; o++) { size_t pn; const char *pf = pf_ahead(W, rb, o, 1, o1, &pn); g[0][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         return;
     }
     for (int32_t i0 = 0; i0 < n; i0 += IB) {
@@ -251,8 +285,8 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
             const int R = o1 - o < 4 ? (int)(o1 - o) : 4;
             const char *ws = W + (size_t)o * rb;
             int32_t i = i0;
-            for (; i + 4 <= i1; i += 4) g[R - 1][3](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
-            if (i < i1) g[R - 1][i1 - i - 1](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc);
+            for (; i + 4 <= i1; i += 4) g[R - 1][3](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+            if (i < i1) g[R - 1][i1 - i - 1](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
         }
     }
 }
