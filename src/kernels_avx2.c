@@ -69,11 +69,23 @@ AI __m256i tail_mask(int rem)
  * change no result. */
 #define PF_DIST 8192
 
-/* The part [i, i+step) of n of the pfn bytes at pf. */
-AI void prefetch_part(const char *pf, size_t pfn, int64_t i, int64_t step, int64_t n)
+/* Prefetch cursor of a tile: the pfn bytes at pf, spread evenly over the
+ * tile's `steps` loop iterations (integer arithmetic: this runs every
+ * iteration). */
+typedef struct { const char *pf; size_t n, next, per, done; } pf_cursor;
+
+AI pf_cursor pf_start(const char *pf, size_t pfn, int64_t steps)
 {
-    size_t lo = (size_t)((double)pfn * (double)i / (double)n), hi = (size_t)((double)pfn * (double)(i + step) / (double)n);
-    for (size_t off = lo & ~(size_t)63; off < hi; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+    pf_cursor c = { pf, pf ? pfn : 0, 0, 0, 0 };
+    c.per = steps > 0 ? (c.n + (size_t)steps - 1) / (size_t)steps : c.n;
+    return c;
+}
+
+AI void pf_step(pf_cursor *c)
+{
+    c->done += c->per;
+    const size_t end = c->done < c->n ? c->done : c->n;
+    for (; c->next < end; c->next += 64) _mm_prefetch(c->pf + c->next, _MM_HINT_T0);
 }
 
 /* What the tile at rows [o, o+R) of a range ending at o1 prefetches. */
@@ -94,8 +106,9 @@ AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
 #pragma GCC unroll 3
         for (int c = 0; c < C; c++) a[r][c] = _mm256_setzero_ps();
     int64_t k = 0;
+    pf_cursor pc = pf_start(pf, pfn, (K + 7) / 8);
     for (; k + 8 <= K; k += 8) {
-        if (pf) prefetch_part(pf, pfn, k, 8, K);
+        pf_step(&pc);
         __m256 xv[3];
 #pragma GCC unroll 3
         for (int c = 0; c < C; c++) xv[c] = _mm256_loadu_ps((const float *)(x + (size_t)c * xs) + k);
@@ -226,8 +239,9 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
 #pragma GCC unroll 3
         for (int c = 0; c < C; c++) a[r][c] = _mm256_setzero_ps();
     const int64_t nb = K / MOR_QK;
+    pf_cursor pc = pf_start(pf, pfn, nb);
     for (int64_t b = 0; b < nb; b++) {
-        if (pf) prefetch_part(pf, pfn, b, 1, nb);
+        pf_step(&pc);
         __m256i xv[3];
         float xd[3];
 #pragma GCC unroll 3

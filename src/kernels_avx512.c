@@ -2,9 +2,9 @@
  *
  * The matmuls are the AVX2 set's with 16-lane accumulators and 4 x 4 tiles
  * (32 zmm registers), and the quantized dot products use VNNI (vpdpbusd).
- * Canonical order as in kernels_avx2.c, with 16 lanes for float weights (so
- * float results differ from the AVX2 set's in rounding); the quantized path
- * keeps 8 int32 lanes of 4 products per block, bit for bit the AVX2 set's.
+ * Canonical order as in kernels_avx2.c, with 16 lanes (so results differ
+ * from the AVX2 set's in rounding): for quantized weights, two blocks per
+ * 512-bit register (see below).
  * RMSNorm, SwiGLU, attention and the activation quantizer are the AVX2
  * set's: on the CPUs measured they are not where the time goes. */
 #if defined(__x86_64__)
@@ -61,11 +61,23 @@ AI __m512 ldw_tail(const char *row, int64_t k, __mmask16 m, int t)
  * change no result. */
 #define PF_DIST 8192
 
-/* The part [i, i+step) of n of the pfn bytes at pf. */
-AI void prefetch_part(const char *pf, size_t pfn, int64_t i, int64_t step, int64_t n)
+/* Prefetch cursor of a tile: the pfn bytes at pf, spread evenly over the
+ * tile's `steps` loop iterations (integer arithmetic: this runs every
+ * iteration). */
+typedef struct { const char *pf; size_t n, next, per, done; } pf_cursor;
+
+AI pf_cursor pf_start(const char *pf, size_t pfn, int64_t steps)
 {
-    size_t lo = (size_t)((double)pfn * (double)i / (double)n), hi = (size_t)((double)pfn * (double)(i + step) / (double)n);
-    for (size_t off = lo & ~(size_t)63; off < hi; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+    pf_cursor c = { pf, pf ? pfn : 0, 0, 0, 0 };
+    c.per = steps > 0 ? (c.n + (size_t)steps - 1) / (size_t)steps : c.n;
+    return c;
+}
+
+AI void pf_step(pf_cursor *c)
+{
+    c->done += c->per;
+    const size_t end = c->done < c->n ? c->done : c->n;
+    for (; c->next < end; c->next += 64) _mm_prefetch(c->pf + c->next, _MM_HINT_T0);
 }
 
 /* What the tile at rows [o, o+R) of a range ending at o1 prefetches. */
@@ -86,8 +98,9 @@ AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) a[r][c] = _mm512_setzero_ps();
     int64_t k = 0;
+    pf_cursor pc = pf_start(pf, pfn, (K + 15) / 16);
     for (; k + 16 <= K; k += 16) {
-        if (pf) prefetch_part(pf, pfn, k, 16, K);
+        pf_step(&pc);
         __m512 xv[4];
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) xv[c] = _mm512_loadu_ps((const float *)(x + (size_t)c * xs) + k);
@@ -184,71 +197,97 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
 
 /* ---- quantized weights x Q8_0 activations, VNNI ----
  *
- * vpdpbusd multiplies unsigned by signed bytes, so the weights go in as
- * unsigned codes: Q4_0's nibbles q = w + 8 as they are stored, Q8_0's w + 128
- * (w xor 0x80), and the offset comes back out by starting each block's sum
+ * Blocks go two at a time through 512-bit registers (this set's canonical
+ * order for quantized weights: 16 float lanes, lanes 0-7 from the even
+ * block of a pair, 8-15 from the odd one; an odd last block pairs with
+ * zeros). vpdpbusd multiplies unsigned by signed bytes, so the weights go in
+ * as unsigned codes: Q4_0's nibbles q = w + 8 as they are stored, Q8_0's
+ * w + 128 (w xor 0x80), and the offset comes back out by starting each sum
  * at -8 (or -128) times the activations' lane sums (one vpdpbusd per
- * activation block, shared by every weight row of the tile). The lanes are
- * the same exact integers as kernels_avx2.c's, and the scale d_w * d_x the
- * same float product, so the two sets agree bit for bit on quantized
- * weights. */
+ * activation pair, shared by every weight row of the tile). The integers are
+ * exact; each block's scale is the float product d_w * d_x. */
 
-AI __m256i ldq_u(const char *row, int64_t b, int t)
+/* The unsigned codes of blocks b and b+1 (hi = 0: block b only, zeros after). */
+AI __m512i ldq2(const char *row, int64_t b, int t, int two)
 {
     if (t == GGML_Q4_0) {
         const mor_block_q4_0 *q = (const mor_block_q4_0 *)row + b;
-        __m128i v = _mm_loadu_si128((const __m128i *)q->qs);   /* low nibbles are 0..15, high 16..31 */
-        return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
+        const __m128i v0 = _mm_loadu_si128((const __m128i *)q[0].qs);
+        const __m256i y0 = _mm256_set_m128i(_mm_srli_epi16(v0, 4), v0);   /* values 0..15, then 16..31 */
+        __m256i y1 = _mm256_setzero_si256();
+        if (two) {
+            const __m128i v1 = _mm_loadu_si128((const __m128i *)q[1].qs);
+            y1 = _mm256_set_m128i(_mm_srli_epi16(v1, 4), v1);
+        }
+        return _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1), _mm512_set1_epi8(15));
     }
-    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)((const mor_block_q8_0 *)row + b)->qs),
-                            _mm256_set1_epi8((char)0x80));
+    const mor_block_q8_0 *q = (const mor_block_q8_0 *)row + b;
+    const __m256i y0 = _mm256_loadu_si256((const __m256i *)q[0].qs);
+    const __m256i y1 = two ? _mm256_loadu_si256((const __m256i *)q[1].qs) : _mm256_set1_epi8((char)0x80);
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1), _mm512_set1_epi8((char)0x80));
 }
 
-/* d of block b, as 8 equal floats */
-AI __m256 ldd8(const char *row, int64_t b, int t)
+/* d of blocks b and b+1 as 8 + 8 floats (0 for a missing b+1) */
+AI __m512 ldd2(const char *row, int64_t b, int t, int two)
 {
-    uint16_t d = t == GGML_Q4_0 ? ((const mor_block_q4_0 *)row + b)->d : ((const mor_block_q8_0 *)row + b)->d;
-    return _mm256_cvtph_ps(_mm_set1_epi16((short)d));
+    uint16_t d0, d1 = 0;
+    if (t == GGML_Q4_0) { d0 = ((const mor_block_q4_0 *)row)[b].d; if (two) d1 = ((const mor_block_q4_0 *)row)[b + 1].d; }
+    else                { d0 = ((const mor_block_q8_0 *)row)[b].d; if (two) d1 = ((const mor_block_q8_0 *)row)[b + 1].d; }
+    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)d1), _mm_set1_epi16((short)d0)));
+}
+
+/* One pair of blocks (b, b+1; two = 0: block b and zeros) into the tile's accumulators. */
+AI void qpair(__m512 a[4][4], const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
+              int64_t b, int two)
+{
+    const __m512i off = _mm512_set1_epi8(t == GGML_Q4_0 ? 8 : (char)0x80);   /* the code offset, as u8 */
+    __m512i xv[4], base[4];
+    __m512 xd[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        const char *xr = x + (size_t)c * xs;
+        const int8_t *q = mor_act_q8_qs(xr) + b * MOR_QK;
+        const float *d = mor_act_q8_d(xr, K) + b;
+        xv[c] = two ? _mm512_load_si512((const void *)q)
+                    : _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)q)),
+                                         _mm256_setzero_si256(), 1);
+        xd[c] = _mm512_insertf32x8(_mm512_set1_ps(d[0]), _mm256_set1_ps(two ? d[1] : 0.0f), 1);
+        /* -offset x (sum of each lane's 4 activations) */
+        base[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, xv[c]));
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const char *wr = w + (size_t)r * rb;
+        const __m512i wu = ldq2(wr, b, t, two);
+        const __m512 wd = ldd2(wr, b, t, two);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            a[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(wd, xd[c]),
+                                      _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base[c], wu, xv[c])), a[r][c]);
+    }
 }
 
 AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
                float *y, int64_t ldy, int acc, const char *pf, size_t pfn)
 {
-    __m256 a[4][4];
+    __m512 a[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int c = 0; c < C; c++) a[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < C; c++) a[r][c] = _mm512_setzero_ps();
     const int64_t nb = K / MOR_QK;
-    const __m256i off = _mm256_set1_epi8(t == GGML_Q4_0 ? 8 : (char)0x80);   /* the code offset, as u8 */
-    for (int64_t b = 0; b < nb; b++) {
-        if (pf) prefetch_part(pf, pfn, b, 1, nb);
-        __m256i xv[4], base[4];
-        __m256 xd[4];
-#pragma GCC unroll 4
-        for (int c = 0; c < C; c++) {
-            const char *xr = x + (size_t)c * xs;
-            xv[c] = _mm256_load_si256((const __m256i *)(mor_act_q8_qs(xr) + b * MOR_QK));
-            xd[c] = _mm256_set1_ps(mor_act_q8_d(xr, K)[b]);
-            /* -offset x (sum of each lane's 4 activations) */
-            base[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), off, xv[c]));
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const char *wr = w + (size_t)r * rb;
-            const __m256i wu = ldq_u(wr, b, t);
-            const __m256 wd = ldd8(wr, b, t);
-#pragma GCC unroll 4
-            for (int c = 0; c < C; c++)
-                a[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(wd, xd[c]),
-                                          _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(base[c], wu, xv[c])), a[r][c]);
-        }
+    pf_cursor pc = pf_start(pf, pfn, (nb + 1) / 2);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        pf_step(&pc);
+        qpair(a, w, rb, t, x, xs, K, R, C, b, 1);
     }
+    if (b < nb) qpair(a, w, rb, t, x, xs, K, R, C, b, 0);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) {
-            float s = hsum8(a[r][c]), *p = y + (int64_t)c * ldy + r;
+            float s = hsum16(a[r][c]), *p = y + (int64_t)c * ldy + r;
             *p = acc ? *p + s : s;
         }
 }
