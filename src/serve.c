@@ -203,7 +203,7 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
         if (nr) { s->reqs = nr; s->cap_reqs = nc; }
     }
     if (s->q_head + s->q_len == s->q_cap) {   /* compact, then grow */
-        memmove(s->queue, s->queue + s->q_head, sizeof(int32_t) * (size_t)s->q_len);
+        if (s->q_len) memmove(s->queue, s->queue + s->q_head, sizeof(int32_t) * (size_t)s->q_len);
         s->q_head = 0;
         if (s->q_len == s->q_cap) {
             int32_t nc = s->q_cap ? 2 * s->q_cap : 16;
