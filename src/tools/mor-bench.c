@@ -243,37 +243,47 @@ typedef struct {
     double cpu[128];             /* per rep: this process's CPU time / (wall time x threads) */
     int    n_cpu, nt;
     double depth_pp, depth_tg;   /* mean recursions per token */
+    float  thr[4];               /* THRESHOLD routing: recursion 1, 2 thresholds for pp, then for tg */
     int ok;
 } variant;
 
-static uint64_t tok_rng = 42;
-static mor_token rand_tok(int32_t V)
+/* The token sequences every variant and rep decodes: the same work each time
+ * (random ids, drawn once), so that reps and variants compare like for like. */
+static mor_token pp_tok[2048], tg_tok[2048];
+
+static void make_tokens(int32_t V)
 {
-    tok_rng ^= tok_rng << 13; tok_rng ^= tok_rng >> 7; tok_rng ^= tok_rng << 17;
-    return (mor_token)(tok_rng % (uint64_t)V);
+    uint64_t s = 42;
+    for (int i = 0; i < 2048; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        pp_tok[i] = (mor_token)(s % (uint64_t)V);
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        tg_tok[i] = (mor_token)(s % (uint64_t)V);
+    }
 }
 
-static double run_pp(variant *v, mor_batch *b, int np)
+/* One batch of n tokens at positions 0..n-1 (logits for the last). */
+static double run_batch(variant *v, mor_batch *b, const mor_token *tok, int n)
 {
-    const int32_t V = mor_model_n_vocab(v->m);
     mor_kv_clear(mor_context_kv(v->c));
     mor_batch_clear(b);
-    for (int i = 0; i < np; i++) mor_batch_add(b, rand_tok(V), i, 0, i == np - 1);
+    for (int i = 0; i < n; i++) mor_batch_add(b, tok[i], i, 0, i == n - 1);
     double t0 = now(), c0 = cpu_now();
     if (mor_decode(v->c, b) != MOR_OK) { fprintf(stderr, "decode: %s\n", mor_last_error()); v->ok = 0; }
     double t = now() - t0;
     if (v->n_cpu < 128) v->cpu[v->n_cpu++] = (cpu_now() - c0) / (t * v->nt);
-    return np / t;
+    return n / t;
 }
+
+static double run_pp(variant *v, mor_batch *b, int np) { return run_batch(v, b, pp_tok, np); }
 
 static double run_tg(variant *v, mor_batch *b, int ng)
 {
-    const int32_t V = mor_model_n_vocab(v->m);
     mor_kv_clear(mor_context_kv(v->c));
     double t0 = now(), c0 = cpu_now();
     for (int i = 0; i < ng && v->ok; i++) {
         mor_batch_clear(b);
-        mor_batch_add(b, rand_tok(V), i, 0, 1);
+        mor_batch_add(b, tg_tok[i], i, 0, 1);
         if (mor_decode(v->c, b) != MOR_OK) { fprintf(stderr, "decode: %s\n", mor_last_error()); v->ok = 0; }
     }
     double t = now() - t0;
@@ -281,39 +291,50 @@ static double run_tg(variant *v, mor_batch *b, int ng)
     return ng / t;
 }
 
-/* THRESHOLD mode with thresholds that give a mean depth near 2 of 3 on
- * random tokens: from a forced full-depth prefill, recursion 1 passes 2/3
- * of the tokens and recursion 2 half of those (as the capacities 2/3, 1/3
- * of top-k routing would). */
-static void calibrate(variant *v, mor_batch *b, int np)
+/* Thresholds that give a mean depth near 2 of 3 on the benchmark's own
+ * tokens: from a forced full-depth prefill of them (the same router inputs
+ * as decoding them one by one: THRESHOLD routing is causal), recursion 1
+ * passes 2/3 of the tokens and recursion 2 half of those, as the capacities
+ * 2/3 and 1/3 of top-k routing would. A random model's router scores move
+ * with the sequence, so pp and tg get their own thresholds, each from the
+ * tokens it decodes. */
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static void calibrate_n(variant *v, mor_batch *b, const mor_token *tok, int n, float *t1, float *t2)
 {
     mor_router *r = mor_context_router(v->c);
     mor_router_set_mode(r, MOR_ROUTE_FORCED, 3);
-    run_pp(v, b, np);
-    float *s1 = malloc(sizeof(float) * (size_t)np), *s2 = malloc(sizeof(float) * (size_t)np);
+    run_batch(v, b, tok, n);
+    v->n_cpu = 0;
+    float *s1 = malloc(sizeof(float) * (size_t)n), *s2 = malloc(sizeof(float) * (size_t)n), *sorted = malloc(sizeof(float) * (size_t)n);
     int n1 = 0;
-    for (int i = 0; i < np; i++) {
+    for (int i = 0; i < n; i++) {
         float sc[3];
         mor_router_get_scores(r, i, sc, 3);
-        s1[i] = sc[1];
+        s1[i] = sorted[i] = sc[1];
     }
-    float *sorted = malloc(sizeof(float) * (size_t)np);
-    memcpy(sorted, s1, sizeof(float) * (size_t)np);
-    for (int i = 1; i < np; i++)
-        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) { float t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t; }
-    float t1 = sorted[np / 3];
-    for (int i = 0; i < np; i++) {
+    qsort(sorted, (size_t)n, sizeof(float), cmp_f);
+    *t1 = sorted[n / 3];
+    for (int i = 0; i < n; i++) {
         float sc[3];
         mor_router_get_scores(r, i, sc, 3);
-        if (s1[i] >= t1) s2[n1++] = sc[2];
+        if (s1[i] >= *t1) s2[n1++] = sc[2];
     }
-    for (int i = 1; i < n1; i++)
-        for (int j = i; j > 0 && s2[j - 1] > s2[j]; j--) { float t = s2[j]; s2[j] = s2[j - 1]; s2[j - 1] = t; }
-    float t2 = n1 ? s2[n1 / 2] : 0.5f;
+    qsort(s2, (size_t)n1, sizeof(float), cmp_f);
+    *t2 = n1 ? s2[n1 / 2] : 0.5f;
+    free(s1); free(s2); free(sorted);
+}
+
+static void set_thresholds(variant *v, float t1, float t2)
+{
+    mor_router *r = mor_context_router(v->c);
     mor_router_set_mode(r, MOR_ROUTE_THRESHOLD, 0);
     mor_router_set_threshold(r, 1, t1);
     mor_router_set_threshold(r, 2, t2);
-    free(s1); free(s2); free(sorted);
 }
 
 static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" : "thr"; }
@@ -376,11 +397,12 @@ int main(int argc, char **argv)
     printf("\n| model | arch | layers | routing | type | thr | test | tok/s median [min-max] | depth | cpu | roofline |\n");
     printf("|---|---|---:|---|---|---:|---|---|---:|---:|---|\n");
     mor_batch *b = NULL;
-    mor_batch_create(np > 1 ? np : 1, &b);
+    mor_batch_create(np > ng ? np : ng, &b);
 
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         if (!strstr(shape_list, shapes[si].name)) continue;
         const shape *sh = &shapes[si];
+        make_tokens(sh->V);
         for (size_t ti = 0; ti < sizeof wtypes / sizeof *wtypes; ti++) {
             char want[32];
             snprintf(want, sizeof want, ",%s,", wtypes[ti].name);
@@ -419,7 +441,11 @@ int main(int argc, char **argv)
                     if (!var[k].ok) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }
                     var[k].c->ls.exec.k = ks;
                     if (var[k].routing == 1) mor_router_set_mode(mor_context_router(var[k].c), MOR_ROUTE_FORCED, 3);
-                    if (var[k].routing == 2) calibrate(&var[k], b, np);
+                    if (var[k].routing == 2) {
+                        calibrate_n(&var[k], b, pp_tok, np, &var[k].thr[0], &var[k].thr[1]);
+                        calibrate_n(&var[k], b, tg_tok, ng, &var[k].thr[2], &var[k].thr[3]);
+                        set_thresholds(&var[k], var[k].thr[0], var[k].thr[1]);
+                    }
                     run_pp(&var[k], b, np);   /* warm-up: page in the weights */
                     run_tg(&var[k], b, ng < 8 ? ng : 8);
                 }
@@ -429,10 +455,12 @@ int main(int argc, char **argv)
                         mor_router *rt = mor_context_router(var[k].c);
                         mor_router_stats st = { .size = sizeof st };
                         mor_router_reset_stats(rt);
+                        if (var[k].routing == 2) set_thresholds(&var[k], var[k].thr[0], var[k].thr[1]);
                         var[k].pp[r] = run_pp(&var[k], b, np);
                         mor_router_get_stats(rt, &st);
                         var[k].depth_pp = st.mean_depth;
                         mor_router_reset_stats(rt);
+                        if (var[k].routing == 2) set_thresholds(&var[k], var[k].thr[2], var[k].thr[3]);
                         var[k].tg[r] = run_tg(&var[k], b, ng);
                         mor_router_get_stats(rt, &st);
                         var[k].depth_tg = st.mean_depth;
