@@ -179,13 +179,16 @@ void gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, int n_di
 {
     gw_tensor *t;
     uint64_t want = cv_dtype_size(type);
+    /* ggml's Q4_0 (type 2) and Q8_0 (type 8): 18- and 34-byte blocks of 32 along the first dimension */
+    const uint64_t block = type == 2 ? 18 : type == 8 ? 34 : 0;
     if (failed(w)) return;
-    if (!want || n_dims < 1 || n_dims > 4) {
+    if (block) want = block;
+    if (!want || n_dims < 1 || n_dims > 4 || (block && dims[0] % 32)) {
         cv_fail(w->err, sizeof w->err, "tensor '%s': bad type or rank", name);
         return;
     }
     for (int i = 0; i < n_dims; i++)
-        if (dims[i] == 0 || dims[i] > (uint64_t)INT64_MAX || !cv_mul_u64(want, dims[i], &want)) {
+        if (dims[i] == 0 || dims[i] > (uint64_t)INT64_MAX || !cv_mul_u64(want, block && i == 0 ? dims[i] / 32 : dims[i], &want)) {
             cv_fail(w->err, sizeof w->err, "tensor '%s': bad dimensions", name);
             return;
         }

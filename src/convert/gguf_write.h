@@ -28,7 +28,8 @@ void gguf_writer_add_arr_f64(gguf_writer *w, const char *key, const double *v, s
 void gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const *v, size_t n);
 
 /* dims in GGUF order (fastest first), 1..4 of them, each > 0; type is a
- * dtype.h value; nbytes must equal the product of dims times the element size. */
+ * dtype.h value, or ggml's Q4_0 (2) / Q8_0 (8), blocks of 32 along dims[0];
+ * nbytes must equal what the dims take in that type. */
 void gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, int n_dims, const uint64_t *dims,
                             const void *data, uint64_t nbytes);
 
