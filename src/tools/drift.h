@@ -54,16 +54,23 @@ static inline int drift_measure(mor_model *a, mor_model *bm, int n, uint64_t see
 {
     const int32_t V = mor_model_n_vocab(a);
     if (n < 1 || V != mor_model_n_vocab(bm)) return -1;
+    if (mor_model_n_ctx_train(a) > 0 && n > mor_model_n_ctx_train(a)) n = mor_model_n_ctx_train(a);   /* positions < max_pos */
     mor_token *toks = malloc(sizeof(mor_token) * (size_t)n);
     float *la = malloc(sizeof(float) * (size_t)n * V), *lb = malloc(sizeof(float) * (size_t)n * V);
     int rc = -1;
     if (!toks || !la || !lb) goto done;
     memset(r, 0, sizeof *r);
     int32_t nt = 0;
-    if (mor_tokenize(a, drift_text, sizeof drift_text - 1, 0, toks, n, &nt) == MOR_OK && nt > 1) {
+    mor_token *tt = NULL;
+    mor_tokenize(a, drift_text, sizeof drift_text - 1, 0, NULL, 0, &nt);   /* the count it needs */
+    if (nt > 1 && (tt = malloc(sizeof(mor_token) * (size_t)nt)) &&
+        mor_tokenize(a, drift_text, sizeof drift_text - 1, 0, tt, nt, &nt) == MOR_OK) {
         r->text = 1;
-        n = nt;                                /* the text's tokens, if fewer than asked */
+        if (nt < n) n = nt;                    /* the text's tokens, at most n of them */
+        memcpy(toks, tt, sizeof(mor_token) * (size_t)n);
+        free(tt);
     } else {
+        free(tt);
         for (int i = 0; i < n; i++) {
             seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
             toks[i] = (mor_token)(seed % (uint64_t)V);
