@@ -14,10 +14,11 @@
  * either way). */
 #define MIN_PARALLEL_MACS 65536
 
-static void run(mor_exec *e, mor_task_fn fn, void *arg, int64_t macs)
+/* Run n_chunks chunks of a job: on the pool, or here when the job is small. */
+static void run(mor_exec *e, int64_t n_chunks, mor_chunk_fn fn, void *arg, int64_t macs)
 {
-    if (e->nth > 1 && macs >= MIN_PARALLEL_MACS) pool_run(e->pool, fn, arg);
-    else fn(arg, 0, 1);
+    if (e->nth > 1 && macs >= MIN_PARALLEL_MACS) pool_run(e->pool, n_chunks, fn, arg);
+    else for (int64_t c = 0; c < n_chunks; c++) fn(arg, c, 0);
 }
 
 void exec_free(mor_exec *e)
@@ -65,13 +66,12 @@ mor_status exec_init(mor_exec *e, const mor_model *m, int32_t n_threads, uint32_
 
 /* ---- activation preparation (Q8_0 for quantized weights) ---- */
 
-typedef struct { mor_exec *e; const float *x; int64_t ldx, k; int32_t n; size_t stride; } prep_job;
+typedef struct { mor_exec *e; const float *x; int64_t ldx, k, chunk; int32_t n; size_t stride; } prep_job;
 
-static void prep_task(void *arg, int32_t ith, int32_t nth)
+static void prep_task(void *arg, int64_t c, int32_t ith)
 {
     prep_job *j = arg;
-    int64_t b, end;
-    pool_split(j->n, 1, ith, nth, &b, &end);
+    const int64_t b = c * j->chunk, end = b + j->chunk < j->n ? b + j->chunk : j->n;
     for (int64_t i = b; i < end; i++)
         j->e->k->act_q8(j->x + i * j->ldx, (char *)j->e->act + (size_t)i * j->stride, j->k);
 }
@@ -81,9 +81,9 @@ static void prep_task(void *arg, int32_t ith, int32_t nth)
 static const void *prepare(mor_exec *e, uint32_t t, const float *x, int64_t ldx, int64_t k, int32_t n, size_t *xs)
 {
     if (!mor_act_is_q8(t)) { *xs = sizeof(float) * (size_t)ldx; return x; }
-    prep_job j = { e, x, ldx, k, n, mor_act_q8_stride(k) };
+    prep_job j = { e, x, ldx, k, pool_chunk(n, 1, e->nth), n, mor_act_q8_stride(k) };
     *xs = j.stride;
-    run(e, prep_task, &j, (int64_t)n * k / 4);
+    run(e, (n + j.chunk - 1) / j.chunk, prep_task, &j, (int64_t)n * k / 4);
     return e->act;
 }
 
@@ -92,6 +92,7 @@ static const void *prepare(mor_exec *e, uint32_t t, const float *x, int64_t ldx,
 typedef struct {
     mor_exec *e;
     int32_t nw, n, acc;
+    int64_t total, chunk;        /* rows of all matrices; rows per chunk */
     const mor_weight *w[3];
     const void *x[3];
     size_t xs[3];
@@ -99,12 +100,10 @@ typedef struct {
     int64_t ldy[3];
 } mm_job;
 
-static void mm_task(void *arg, int32_t ith, int32_t nth)
+static void mm_task(void *arg, int64_t c, int32_t ith)
 {
     mm_job *j = arg;
-    int64_t total = 0, b, end;
-    for (int32_t q = 0; q < j->nw; q++) total += j->w[q]->rows;
-    pool_split(total, ROW_ALIGN, ith, nth, &b, &end);
+    const int64_t b = c * j->chunk, end = b + j->chunk < j->total ? b + j->chunk : j->total;
     int64_t base = 0;
     for (int32_t q = 0; q < j->nw; q++) {   /* the concatenated rows of all matrices */
         const int64_t rows = j->w[q]->rows, o0 = b - base, o1 = end - base;
@@ -121,7 +120,9 @@ void exec_matmul(mor_exec *e, const mor_weight *w, const float *x, int64_t ldx, 
     mm_job j = { .e = e, .nw = 1, .n = n, .acc = acc };
     j.w[0] = w; j.y[0] = y; j.ldy[0] = ldy;
     j.x[0] = prepare(e, w->type, x, ldx, w->cols, n, &j.xs[0]);
-    run(e, mm_task, &j, (int64_t)n * w->rows * w->cols);
+    j.total = w->rows;
+    j.chunk = pool_chunk(j.total, ROW_ALIGN, e->nth);
+    run(e, (j.total + j.chunk - 1) / j.chunk, mm_task, &j, (int64_t)n * w->rows * w->cols);
 }
 
 void exec_matmul_multi(mor_exec *e, int32_t nw, const mor_weight *const *w, const float *x, int64_t ldx,
@@ -140,8 +141,9 @@ void exec_matmul_multi(mor_exec *e, int32_t nw, const mor_weight *const *w, cons
         }
     }
     int64_t macs = 0;
-    for (int32_t q = 0; q < nw; q++) macs += (int64_t)n * w[q]->rows * w[q]->cols;
-    run(e, mm_task, &j, macs);
+    for (int32_t q = 0; q < nw; q++) { macs += (int64_t)n * w[q]->rows * w[q]->cols; j.total += w[q]->rows; }
+    j.chunk = pool_chunk(j.total, ROW_ALIGN, e->nth);
+    run(e, (j.total + j.chunk - 1) / j.chunk, mm_task, &j, macs);
 }
 
 /* ---- gate/up + SwiGLU ---- */
@@ -153,15 +155,13 @@ typedef struct {
     size_t xgs, xus;
     float *g, *u;
     int32_t n;
+    int64_t chunk;
 } ffn_job;
 
-static void ffn_task(void *arg, int32_t ith, int32_t nth)
+static void ffn_task(void *arg, int64_t c, int32_t ith)
 {
     ffn_job *j = arg;
-    const int64_t F = j->wg->rows;
-    int64_t b, end;
-    pool_split(F, ROW_ALIGN, ith, nth, &b, &end);
-    if (b >= end) return;
+    const int64_t F = j->wg->rows, b = c * j->chunk, end = b + j->chunk < F ? b + j->chunk : F;
     const mor_kernels *k = j->e->k;
     k->matmul(j->wg, j->xg, j->xgs, j->g, F, j->n, b, end, 0, j->e->mm_scratch[ith]);
     k->matmul(j->wu, j->xu, j->xus, j->u, F, j->n, b, end, 0, j->e->mm_scratch[ith]);
@@ -176,7 +176,8 @@ void exec_ffn_up(mor_exec *e, const mor_weight *wg, const mor_weight *wu, const 
     if (mor_act_is_q8(wu->type) && mor_act_is_q8(wg->type)) { j.xu = j.xg; j.xus = j.xgs; }
     else if (mor_act_is_q8(wu->type)) j.xu = prepare(e, wu->type, x, ldx, wu->cols, n, &j.xus);
     else { j.xu = x; j.xus = sizeof(float) * (size_t)ldx; }
-    run(e, ffn_task, &j, 2 * (int64_t)n * wg->rows * wg->cols);
+    j.chunk = pool_chunk(wg->rows, ROW_ALIGN, e->nth);
+    run(e, (wg->rows + j.chunk - 1) / j.chunk, ffn_task, &j, 2 * (int64_t)n * wg->rows * wg->cols);
 }
 
 /* ---- attention ---- */
@@ -191,17 +192,18 @@ typedef struct {
     const int32_t *pos, *seq;
     float *out;
     int32_t n;
+    int64_t chunk;
 } att_job;
 
-static void att_task(void *arg, int32_t ith, int32_t nth)
+static void att_task(void *arg, int64_t ch, int32_t ith)
 {
     att_job *j = arg;
     const mor_model *m = j->m;
     const int32_t hd = m->head_dim, nkv = m->n_head_kv, group = m->n_head / nkv, qd = m->n_head * hd;
     const size_t head_bytes = j->kv_row / (size_t)nkv;
     const float scale = 1.0f / sqrtf((float)hd);
-    int64_t b, end;
-    pool_split((int64_t)j->n * nkv, 1, ith, nth, &b, &end);   /* units: (row, KV head) */
+    const int64_t units = (int64_t)j->n * nkv, b = ch * j->chunk;   /* units: (row, KV head) */
+    const int64_t end = b + j->chunk < units ? b + j->chunk : units;
     int32_t *vis = j->e->vis[ith], nv = 0, vis_row = -1;
     const kv_layer *L = j->L;
     for (int64_t u = b; u < end; u++) {
@@ -222,6 +224,8 @@ static void att_task(void *arg, int32_t ith, int32_t nth)
 void exec_attention(mor_exec *e, const mor_model *m, const kv_layer *L, uint32_t kv_type, size_t kv_row_bytes,
                     const float *q, const int32_t *pos, const int32_t *seq, float *out, int32_t n)
 {
-    att_job j = { e, m, L, kv_type, kv_row_bytes, q, pos, seq, out, n };
-    run(e, att_task, &j, 2 * (int64_t)n * m->n_head * m->head_dim * L->n_hi);
+    att_job j = { e, m, L, kv_type, kv_row_bytes, q, pos, seq, out, n, 0 };
+    const int64_t units = (int64_t)n * m->n_head_kv;
+    j.chunk = pool_chunk(units, 1, e->nth);
+    run(e, (units + j.chunk - 1) / j.chunk, att_task, &j, 2 * (int64_t)n * m->n_head * m->head_dim * L->n_hi);
 }

@@ -1,17 +1,20 @@
 /* threadpool.c - persistent pthreads (or an OpenMP region) for a context.
  *
- * A job is published by bumping `gen`; each worker runs its share and
- * decrements `pending`; the caller runs share 0 and waits for pending == 0.
- * Waiting (for a job, or for the workers to finish) spins with pause for a
- * few microseconds, then yields the CPU for a while, then sleeps on a
- * condition variable: between the matmuls of one decode the next job comes
- * within microseconds, but when there are more threads than free cores a
- * spinning thread would take the core from the one it waits for, and
- * between decodes the workers should not burn a core. The sleep handshakes
- * are race-free because both sides use sequentially consistent atomics: the
- * caller bumps gen and then reads n_sleeping, a worker bumps n_sleeping
- * (under the mutex) and then re-reads gen; likewise for pending and
- * caller_sleeping. */
+ * A job is published by storing fn/arg/n and bumping `gen`. Every thread,
+ * the caller included, takes chunks from the atomic counter `next` until
+ * none is left. A worker joins a job only through the `active` count: it
+ * increments it, then checks that the job is still the current one and not
+ * finished; the caller, once the chunks are gone, marks the job finished and
+ * waits for `active` to drop to zero. So a worker that wakes up late never
+ * touches a job the caller has returned from, and the caller never waits
+ * for a worker that has not begun.
+ *
+ * Waiting (for a job, or for active workers) spins with pause for a few
+ * microseconds, then yields the CPU for a while, then sleeps on a condition
+ * variable. The sleep handshakes are race-free because both sides use
+ * sequentially consistent atomics: the caller bumps gen and then reads
+ * n_sleeping, a worker bumps n_sleeping (under the mutex) and then re-reads
+ * gen; likewise for active and caller_sleeping. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -29,10 +32,14 @@ struct mor_pool {
     int32_t         n;             /* threads including the caller */
     pthread_t      *threads;       /* n - 1 workers */
     int32_t         n_started;
-    mor_task_fn     fn;
+    /* the current job; written by the caller only while no worker is active in it */
+    mor_chunk_fn    fn;
     void           *arg;
-    atomic_uint     gen;
-    atomic_int      pending;
+    int64_t         n_chunks;
+    atomic_llong    next;          /* next chunk to take */
+    atomic_uint     gen;           /* job number */
+    atomic_uint     finished;      /* the last job whose chunks are all taken */
+    atomic_int      active;        /* workers inside the current job */
     atomic_int      n_sleeping;
     atomic_int      stop;
     atomic_int      caller_sleeping;
@@ -48,6 +55,15 @@ static inline void cpu_relax(void)
 #elif defined(__aarch64__)
     __asm__ volatile("yield");
 #endif
+}
+
+static void take_chunks(mor_pool *p, int32_t ith)
+{
+    for (;;) {
+        int64_t c = atomic_fetch_add(&p->next, 1);
+        if (c >= p->n_chunks) return;
+        p->fn(p->arg, c, ith);
+    }
 }
 
 static void *worker_main(void *varg)
@@ -70,21 +86,14 @@ static void *worker_main(void *varg)
         }
         if (atomic_load(&p->stop)) return NULL;
         seen = g;
-        p->fn(p->arg, w->ith, p->n);
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_sleeping)) {
+        atomic_fetch_add(&p->active, 1);
+        /* still job g, and chunks left: the caller waits for us before it returns */
+        if (atomic_load(&p->gen) == g && atomic_load(&p->finished) != g) take_chunks(p, w->ith);
+        if (atomic_fetch_sub(&p->active, 1) == 1 && atomic_load(&p->caller_sleeping)) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_broadcast(&p->done_cv);
             pthread_mutex_unlock(&p->mu);
         }
-    }
-}
-
-static void wake_all(mor_pool *p)
-{
-    if (atomic_load(&p->n_sleeping) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
     }
 }
 
@@ -113,8 +122,10 @@ mor_status pool_create(int32_t n_threads, mor_pool **out)
     mor_pool *p = calloc(1, sizeof *p);
     if (!p) return mor_err(MOR_E_NOMEM, "out of memory");
     p->n = n_threads;
+    atomic_init(&p->next, 0);
     atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
+    atomic_init(&p->finished, 0);
+    atomic_init(&p->active, 0);
     atomic_init(&p->n_sleeping, 0);
     atomic_init(&p->stop, 0);
     atomic_init(&p->caller_sleeping, 0);
@@ -149,30 +160,37 @@ mor_status pool_create(int32_t n_threads, mor_pool **out)
 
 int32_t pool_size(const mor_pool *p) { return p ? p->n : 1; }
 
-void pool_run(mor_pool *p, mor_task_fn fn, void *arg)
+void pool_run(mor_pool *p, int64_t n_chunks, mor_chunk_fn fn, void *arg)
 {
-    if (!p || p->n <= 1) { fn(arg, 0, 1); return; }
+    if (n_chunks <= 0) return;
+    if (!p || p->n <= 1 || n_chunks == 1) {
+        for (int64_t c = 0; c < n_chunks; c++) fn(arg, c, 0);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    p->n_chunks = n_chunks;
+    atomic_store(&p->next, 0);
 #ifdef MOR_USE_OPENMP
     const int32_t n = p->n;
 #pragma omp parallel num_threads(n)
-    {
-        int32_t ith = (int32_t)omp_get_thread_num(), nth = (int32_t)omp_get_num_threads();
-        fn(arg, ith, nth);
-    }
+    take_chunks(p, (int32_t)omp_get_thread_num());
 #else
-    p->fn = fn;
-    p->arg = arg;
-    atomic_store(&p->pending, p->n - 1);
-    atomic_fetch_add(&p->gen, 1);
-    wake_all(p);
-    fn(arg, 0, p->n);
+    unsigned g = atomic_fetch_add(&p->gen, 1) + 1;
+    if (atomic_load(&p->n_sleeping) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    take_chunks(p, 0);
+    atomic_store(&p->finished, g);
     int spins = 0;
-    while (atomic_load(&p->pending) > 0) {
+    while (atomic_load(&p->active) > 0) {   /* workers still inside a chunk of this job */
         if (++spins < SPIN_ITERS) { cpu_relax(); continue; }
-        if (spins < SPIN_ITERS + YIELD_ITERS) { sched_yield(); continue; }   /* a worker may be descheduled */
+        if (spins < SPIN_ITERS + YIELD_ITERS) { sched_yield(); continue; }
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->caller_sleeping, 1);
-        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done_cv, &p->mu);
+        while (atomic_load(&p->active) > 0) pthread_cond_wait(&p->done_cv, &p->mu);
         atomic_store(&p->caller_sleeping, 0);
         pthread_mutex_unlock(&p->mu);
     }
