@@ -12,7 +12,14 @@ const char *mor_build_info(void)
 #elif defined(__GNUC__)
         " gcc " __VERSION__
 #endif
+        /* the kernel sets compiled in (kernels_dispatch.c picks one at run time) */
+#if defined(__x86_64__)
+        " kernels=ref,avx2,avx512"
+#elif defined(__aarch64__)
+        " kernels=ref,neon"
+#else
         " kernels=ref"
+#endif
 #ifdef MOR_USE_OPENMP
         " openmp=yes"
 #else
