@@ -108,7 +108,7 @@ AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
     int64_t k = 0;
     pf_cursor pc = pf_start(pf, pfn, (K + 7) / 8);
     for (; k + 8 <= K; k += 8) {
-        pf_step(&pc);
+        if (C <= 2) pf_step(&pc);   /* matrix-vector tiles only: GEMM tiles reuse their strip from L1 */
         __m256 xv[3];
 #pragma GCC unroll 3
         for (int c = 0; c < C; c++) xv[c] = _mm256_loadu_ps((const float *)(x + (size_t)c * xs) + k);
@@ -241,7 +241,7 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
     const int64_t nb = K / MOR_QK;
     pf_cursor pc = pf_start(pf, pfn, nb);
     for (int64_t b = 0; b < nb; b++) {
-        pf_step(&pc);
+        if (C <= 2) pf_step(&pc);   /* matrix-vector tiles only: GEMM tiles reuse their strip from L1 */
         __m256i xv[3];
         float xd[3];
 #pragma GCC unroll 3

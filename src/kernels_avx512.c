@@ -115,7 +115,7 @@ AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
     int64_t k = 0;
     pf_cursor pc = pf_start(pf, pfn, (K + 15) / 16);
     for (; k + 16 <= K; k += 16) {
-        pf_step(&pc);
+        if (C <= 2) pf_step(&pc);   /* matrix-vector tiles only: GEMM tiles reuse their strip from L1 */
         __m512 xv[4];
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) xv[c] = _mm512_loadu_ps((const float *)(x + (size_t)c * xs) + k);
@@ -297,7 +297,7 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
     pf_cursor pc = pf_start(pf, pfn, (nb + 1) / 2);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        pf_step(&pc);
+        if (C <= 2) pf_step(&pc);   /* matrix-vector tiles only: GEMM tiles reuse their strip from L1 */
         qpair(a, w, rb, t, x, xs, K, R, C, b, 1);
     }
     if (b < nb) qpair(a, w, rb, t, x, xs, K, R, C, b, 0);
