@@ -159,7 +159,16 @@ TILES(TBF16)
                   { tile_##T##_3_1, tile_##T##_3_2, tile_##T##_3_3 } }
 static const tile_fn grid_f32[3][3] = GRID(TF32), grid_f16[3][3] = GRID(TF16), grid_bf16[3][3] = GRID(TBF16);
 
-#define IB 64   /* x rows per block: a block of activations stays in L2 while W streams by */
+/* Activation rows per block of a GEMM: a block stays in L2 (~512 KiB of it)
+ * while the weights stream by once per block. */
+static int32_t i_block(int64_t row_bytes)
+{
+    int64_t ib = (512 * 1024) / (row_bytes > 0 ? row_bytes : 1);
+    ib = ib < 16 ? 16 : ib > 256 ? 256 : ib;
+    return (int32_t)(ib / 4 * 4);
+}
+
+  /* x rows per block: a block of activations stays in L2 while W streams by */
 
 static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc, float *scratch)
@@ -178,6 +187,7 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
         for (; o < o1; o++) { size_t pn; const char *pf = pf_ahead(W, rb, o, 1, o1, &pn); grid[0][n - 1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         return;
     }
+    const int32_t IB = i_block((int64_t)xs);
     for (int32_t i0 = 0; i0 < n; i0 += IB) {
         const int32_t i1 = n - i0 < IB ? n : i0 + IB;
         for (int64_t o = o0; o < o1; o += 3) {
@@ -298,6 +308,7 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
         return;
     }
     /* tiles of 2 weight rows x 3 activation rows fit the 16 ymm registers */
+    const int32_t IB = i_block((int64_t)xs);
     for (int32_t i0 = 0; i0 < n; i0 += IB) {
         const int32_t i1 = n - i0 < IB ? n : i0 + IB;
         for (int64_t o = o0; o < o1; o += 2) {

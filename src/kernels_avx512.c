@@ -165,7 +165,21 @@ TILES(TBF16)
 #define GRID(T) { GROW(T, 1), GROW(T, 2), GROW(T, 3), GROW(T, 4) }
 static const tile_fn grid_f32[4][4] = GRID(TF32), grid_f16[4][4] = GRID(TF16), grid_bf16[4][4] = GRID(TBF16);
 
-#define IB 64
+/* Activation rows per block of a GEMM: a block stays in L2 (~512 KiB of it)
+ * while the weights stream by once per block; the weights' next strip is
+ * prefetched a slice per activation tile. */
+static int32_t i_block(int64_t row_bytes)
+{
+    int64_t ib = (512 * 1024) / (row_bytes > 0 ? row_bytes : 1);
+    ib = ib < 16 ? 16 : ib > 256 ? 256 : ib;
+    return (int32_t)(ib / 4 * 4);
+}
+
+AI void prefetch_slice(const char *next, size_t bytes, int32_t part, int32_t parts)
+{
+    size_t lo = bytes * (size_t)part / (size_t)parts, hi = bytes * (size_t)(part + 1) / (size_t)parts;
+    for (size_t off = lo & ~(size_t)63; off < hi; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+}
 
 static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc, float *scratch)
@@ -186,11 +200,13 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
         for (; o < o1; o++) { size_t pn; const char *pf = pf_ahead(W, rb, o, 1, o1, &pn); grid[0][n - 1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         return;
     }
+    const int32_t IB = i_block((int64_t)xs);
     for (int32_t i0 = 0; i0 < n; i0 += IB) {
-        const int32_t i1 = n - i0 < IB ? n : i0 + IB;
+        const int32_t i1 = n - i0 < IB ? n : i0 + IB, tiles = (i1 - i0 + 3) / 4;
         for (int64_t o = o0; o < o1; o += 4) {
             const int R = o1 - o < 4 ? (int)(o1 - o) : 4;
             const char *ws = W + (size_t)o * rb;
+            const size_t next = o + 4 < o1 ? (size_t)(o1 - o - 4 < 4 ? o1 - o - 4 : 4) * rb : 0;
             size_t wrb = rb;
             const tile_fn (*g)[4] = grid;
             if (t != TF32 && scratch) {   /* convert the strip once for all rows of the block */
@@ -207,7 +223,10 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
                 ws = (const char *)scratch; wrb = sizeof(float) * (size_t)K; g = grid_f32;
             }
             int32_t i = i0;
-            for (; i + 4 <= i1; i += 4) g[R - 1][3](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+            for (; i + 4 <= i1; i += 4) {
+                if (next) prefetch_slice(W + (size_t)(o + 4) * rb, next, (i - i0) / 4, tiles);
+                g[R - 1][3](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+            }
             if (i < i1) g[R - 1][i1 - i - 1](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
         }
     }
@@ -336,13 +355,18 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
         for (; o < o1; o++) { size_t pn; const char *pf = pf_ahead(W, rb, o, 1, o1, &pn); g[0][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         return;
     }
+    const int32_t IB = i_block((int64_t)xs);
     for (int32_t i0 = 0; i0 < n; i0 += IB) {
-        const int32_t i1 = n - i0 < IB ? n : i0 + IB;
+        const int32_t i1 = n - i0 < IB ? n : i0 + IB, tiles = (i1 - i0 + 3) / 4;
         for (int64_t o = o0; o < o1; o += 4) {
             const int R = o1 - o < 4 ? (int)(o1 - o) : 4;
             const char *ws = W + (size_t)o * rb;
+            const size_t next = o + 4 < o1 ? (size_t)(o1 - o - 4 < 4 ? o1 - o - 4 : 4) * rb : 0;
             int32_t i = i0;
-            for (; i + 4 <= i1; i += 4) g[R - 1][3](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+            for (; i + 4 <= i1; i += 4) {
+                if (next) prefetch_slice(W + (size_t)(o + 4) * rb, next, (i - i0) / 4, tiles);
+                g[R - 1][3](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+            }
             if (i < i1) g[R - 1][i1 - i - 1](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
         }
     }
