@@ -62,8 +62,15 @@ __attribute__((target("avx2,fma"))) static float sum_avx2(const float *p, size_t
 {
     __m256 a[8];
     for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-    for (size_t i = 0; i + 64 <= n; i += 64)
+    for (size_t i = 0; i + 64 <= n; i += 64) {
+        /* prefetch ahead, as the kernels do: on this machine the hardware
+         * prefetchers alone leave bandwidth unused */
+        _mm_prefetch((const char *)(p + i) + 8192, _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + i) + 8192 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + i) + 8192 + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)(p + i) + 8192 + 192, _MM_HINT_T0);
         for (int j = 0; j < 8; j++) a[j] = _mm256_add_ps(a[j], _mm256_loadu_ps(p + i + 8 * j));
+    }
     for (int j = 1; j < 8; j++) a[0] = _mm256_add_ps(a[0], a[j]);
     float t[8];
     _mm256_storeu_ps(t, a[0]);
