@@ -1,8 +1,11 @@
-/* kernels_threads.c - matmuls and attention split across the thread pool. */
+/* kernels_threads.c - matmuls and attention split across the thread pool:
+ * each job is cut into chunks of output rows (or of (row, KV head) pairs for
+ * attention), about four per thread, that the pool's threads take in any
+ * order (threadpool.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "kernels_threads.h"
-#include <stdlib.h>
 #include "quant.h"
 #include "status.h"
 
