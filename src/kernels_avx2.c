@@ -147,7 +147,7 @@ typedef void (*tile_fn)(const char *w, size_t rb, const char *x, size_t xs, int6
     static void tile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, int64_t K, \
                                      float *y, int64_t ldy, int acc, const char *pf, size_t pfn) \
     { tile_f(w, rb, T, x, xs, K, R, C, y, ldy, acc, pf, pfn); }
-#define TILES(T) TILE(T, 8, 1) TILE(T, 4, 2) TILE(T, 1, 1) TILE(T, 1, 2) TILE(T, 1, 3) TILE(T, 2, 1) \
+#define TILES(T) TILE(T, 4, 1) TILE(T, 4, 2) TILE(T, 1, 1) TILE(T, 1, 2) TILE(T, 1, 3) TILE(T, 2, 1) \
                  TILE(T, 2, 2) TILE(T, 2, 3) TILE(T, 3, 1) TILE(T, 3, 2) TILE(T, 3, 3)
 TILES(TF32)
 TILES(TF16)
@@ -180,9 +180,10 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
     const tile_fn (*grid)[3] = t == TF16 ? grid_f16 : t == TBF16 ? grid_bf16 : grid_f32;
     if (n <= 2) {   /* matrix-vector: many rows in flight, weights converted on the fly */
         int64_t o = o0;
-        tile_fn wide = n == 1 ? (t == TF16 ? tile_TF16_8_1 : t == TBF16 ? tile_TBF16_8_1 : tile_TF32_8_1)
+        /* 4 rows at a time: with 8 (more loads in flight per thread) two threads read less, not more */
+        tile_fn wide = n == 1 ? (t == TF16 ? tile_TF16_4_1 : t == TBF16 ? tile_TBF16_4_1 : tile_TF32_4_1)
                               : (t == TF16 ? tile_TF16_4_2 : t == TBF16 ? tile_TBF16_4_2 : tile_TF32_4_2);
-        const int R = n == 1 ? 8 : 4;
+        const int R = 4;
         for (; o + R <= o1; o += R) { size_t pn; const char *pf = pf_ahead(W, rb, o, R, o1, &pn); wide(W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         for (; o < o1; o++) { size_t pn; const char *pf = pf_ahead(W, rb, o, 1, o1, &pn); grid[0][n - 1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         return;

@@ -157,7 +157,7 @@ typedef void (*tile_fn)(const char *w, size_t rb, const char *x, size_t xs, int6
                                      float *y, int64_t ldy, int acc, const char *pf, size_t pfn) \
     { tile_f(w, rb, T, x, xs, K, R, C, y, ldy, acc, pf, pfn); }
 #define ROW(T, R) TILE(T, R, 1) TILE(T, R, 2) TILE(T, R, 3) TILE(T, R, 4)
-#define TILES(T) TILE(T, 8, 1) ROW(T, 1) ROW(T, 2) ROW(T, 3) ROW(T, 4)
+#define TILES(T) ROW(T, 1) ROW(T, 2) ROW(T, 3) ROW(T, 4)
 TILES(TF32)
 TILES(TF16)
 TILES(TBF16)
@@ -192,8 +192,8 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
     if (n <= 2) {
         int64_t o = o0;
         if (n == 1) {
-            tile_fn wide = t == TF16 ? tile_TF16_8_1 : t == TBF16 ? tile_TBF16_8_1 : tile_TF32_8_1;
-            for (; o + 8 <= o1; o += 8) { size_t pn; const char *pf = pf_ahead(W, rb, o, 8, o1, &pn); wide(W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
+            /* 4 rows at a time: with 8 (more loads in flight per thread) two threads read less, not more */
+            for (; o + 4 <= o1; o += 4) { size_t pn; const char *pf = pf_ahead(W, rb, o, 4, o1, &pn); grid[3][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         } else {
             for (; o + 4 <= o1; o += 4) { size_t pn; const char *pf = pf_ahead(W, rb, o, 4, o1, &pn); grid[3][1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
         }
