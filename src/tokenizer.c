@@ -611,54 +611,6 @@ static size_t char_at(const uint8_t *s, size_t n, size_t i, int *cls)
     return len;
 }
 
-/* End of the GPT-2 regex match that starts at s[i], within s[0..n):
- *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * The alternatives are tried in order, as a backtracking regex engine does. */
-static size_t gpt2_match(const uint8_t *s, size_t n, size_t i)
-{
-    if (s[i] == '\'' && i + 1 < n) {
-        uint8_t c = s[i + 1];
-        if (c == 's' || c == 't' || c == 'm' || c == 'd') return i + 2;
-        if (i + 2 < n && ((c == 'r' && s[i + 2] == 'e') || (c == 'v' && s[i + 2] == 'e') ||
-                          (c == 'l' && s[i + 2] == 'l')))
-            return i + 3;
-    }
-
-    /* The three " ?class+" alternatives: the classes are disjoint, so the
-     * character after an optional U+0020 picks the one that can match. */
-    int cls;
-    size_t j = i;
-    char_at(s, n, i, &cls);
-    if (s[i] == ' ' && i + 1 < n) {
-        int next_cls;
-        char_at(s, n, i + 1, &next_cls);
-        if (next_cls != MOR_UC_SPACE) { j = i + 1; cls = next_cls; }
-    }
-    if (cls != MOR_UC_SPACE) {
-        while (j < n) {
-            int c;
-            size_t len = char_at(s, n, j, &c);
-            if (c != cls) break;
-            j += len;
-        }
-        return j;
-    }
-
-    /* \s+(?!\S): the whole run of white space if it ends the text; before a
-     * non-space the engine backs off one character, leaving that space to
-     * prefix the next word. A single space before a non-space is \s+. */
-    size_t last = i, k = i, count = 0;
-    while (k < n) {
-        int c;
-        size_t len = char_at(s, n, k, &c);
-        if (c != MOR_UC_SPACE) break;
-        last = k;
-        k += len;
-        count++;
-    }
-    return (k == n || count == 1) ? k : last;
-}
-
 /* Encode text without specials: pre-tokenize, then BPE each piece. */
 static mor_status encode_fragment(const mor_tokenizer *t, const uint8_t *s, size_t n, enc_state *st)
 {
@@ -682,7 +634,7 @@ static mor_status encode_fragment(const mor_tokenizer *t, const uint8_t *s, size
             }
         }
         while (i < end) {
-            size_t e = gpt2_match(s, end, i);
+            size_t e = mor_gpt2_piece_end(s, end, i);
             if ((err = bpe_piece(t, s + i, e - i, st)) != MOR_OK) return err;
             i = e;
         }

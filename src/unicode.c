@@ -1,4 +1,4 @@
-/* unicode.c - UTF-8 decoding and the code point classes of the GPT-2 pre-tokenizer.
+/* unicode.c - UTF-8 decoding, the code point classes of the GPT-2 pre-tokenizer, and its regex.
  *
  * The letter/number table is generated (tests/tokenizer/gen_unicode.mjs) and
  * kept compact: only the code points where the class changes are stored, so a
@@ -273,4 +273,61 @@ int mor_unicode_class(uint32_t cp)
         if ((class_table[mid] >> 2) <= cp) lo = mid; else hi = mid;
     }
     return (int)(class_table[lo] & 3);
+}
+
+/* Length and class of the character at s[i] (i < n). */
+static size_t char_at(const uint8_t *s, size_t n, size_t i, int *cls)
+{
+    uint32_t cp;
+    size_t len = mor_utf8_decode(s + i, n - i, &cp);
+    *cls = mor_unicode_class(cp);
+    return len;
+}
+
+/* End of the GPT-2 regex match that starts at s[i], within s[0..n):
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * The alternatives are tried in order, as a backtracking regex engine does. */
+size_t mor_gpt2_piece_end(const uint8_t *s, size_t n, size_t i)
+{
+    if (s[i] == '\'' && i + 1 < n) {
+        uint8_t c = s[i + 1];
+        if (c == 's' || c == 't' || c == 'm' || c == 'd') return i + 2;
+        if (i + 2 < n && ((c == 'r' && s[i + 2] == 'e') || (c == 'v' && s[i + 2] == 'e') ||
+                          (c == 'l' && s[i + 2] == 'l')))
+            return i + 3;
+    }
+
+    /* The three " ?class+" alternatives: the classes are disjoint, so the
+     * character after an optional U+0020 picks the one that can match. */
+    int cls;
+    size_t j = i;
+    char_at(s, n, i, &cls);
+    if (s[i] == ' ' && i + 1 < n) {
+        int next_cls;
+        char_at(s, n, i + 1, &next_cls);
+        if (next_cls != MOR_UC_SPACE) { j = i + 1; cls = next_cls; }
+    }
+    if (cls != MOR_UC_SPACE) {
+        while (j < n) {
+            int c;
+            size_t len = char_at(s, n, j, &c);
+            if (c != cls) break;
+            j += len;
+        }
+        return j;
+    }
+
+    /* \s+(?!\S): the whole run of white space if it ends the text; before a
+     * non-space the engine backs off one character, leaving that space to
+     * prefix the next word. A single space before a non-space is \s+. */
+    size_t last = i, k = i, count = 0;
+    while (k < n) {
+        int c;
+        size_t len = char_at(s, n, k, &c);
+        if (c != MOR_UC_SPACE) break;
+        last = k;
+        k += len;
+        count++;
+    }
+    return (k == n || count == 1) ? k : last;
 }

@@ -24,4 +24,10 @@ size_t mor_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
 /* Class of a code point; MOR_UTF8_INVALID is MOR_UC_OTHER. */
 int mor_unicode_class(uint32_t cp);
 
+/* End of the GPT-2 pre-tokenizer regex match that starts at s[i] (i < n):
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * The one matcher for the runtime tokenizer and the BPE trainer, so the two
+ * can never cut a text differently. */
+size_t mor_gpt2_piece_end(const uint8_t *s, size_t n, size_t i);
+
 #endif

@@ -1,9 +1,8 @@
 /* bpe.c - train a byte-level BPE tokenizer (GPT-2 style) and write it as the
  * tokenizer.ggml.* metadata of docs/FORMAT.md, which src/tokenizer.c loads.
  *
- * The text is cut with GPT-2's pre-tokenizer regex (the same hand-written
- * matcher as the library's tokenizer, kept here because that one is private
- * to src/tokenizer.c); each distinct piece is counted once with its
+ * The text is cut with GPT-2's pre-tokenizer regex (mor_gpt2_piece_end in
+ * src/unicode.c, the matcher the library's tokenizer uses); each distinct piece is counted once with its
  * frequency. Starting from the 256 byte tokens, the most frequent adjacent
  * pair over all pieces is merged (ties: the smaller pair of ids), the pair
  * counts are updated only for the pieces that changed, until the vocabulary
@@ -15,55 +14,6 @@
 #include "train.h"
 #include "gguf_write.h"
 #include "unicode.h"
-
-/* ---- GPT-2 pre-tokenizer ---- */
-
-static size_t char_at(const uint8_t *s, size_t n, size_t i, int *cls)
-{
-    uint32_t cp;
-    size_t len = mor_utf8_decode(s + i, n - i, &cp);
-    *cls = mor_unicode_class(cp);
-    return len;
-}
-
-/*   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+   */
-size_t tr_gpt2_piece(const uint8_t *s, size_t n, size_t i)
-{
-    if (s[i] == '\'' && i + 1 < n) {
-        uint8_t c = s[i + 1];
-        if (c == 's' || c == 't' || c == 'm' || c == 'd') return i + 2;
-        if (i + 2 < n && ((c == 'r' && s[i + 2] == 'e') || (c == 'v' && s[i + 2] == 'e') ||
-                          (c == 'l' && s[i + 2] == 'l')))
-            return i + 3;
-    }
-    int cls;
-    size_t j = i;
-    char_at(s, n, i, &cls);
-    if (s[i] == ' ' && i + 1 < n) {
-        int nc;
-        char_at(s, n, i + 1, &nc);
-        if (nc != MOR_UC_SPACE) { j = i + 1; cls = nc; }
-    }
-    if (cls != MOR_UC_SPACE) {
-        while (j < n) {
-            int c;
-            size_t len = char_at(s, n, j, &c);
-            if (c != cls) break;
-            j += len;
-        }
-        return j;
-    }
-    size_t last = i, k = i, count = 0;
-    while (k < n) {
-        int c;
-        size_t len = char_at(s, n, k, &c);
-        if (c != MOR_UC_SPACE) break;
-        last = k;
-        k += len;
-        count++;
-    }
-    return (k == n || count == 1) ? k : last;
-}
 
 /* ---- hash tables ---- */
 
@@ -175,7 +125,7 @@ int tr_bpe_train(const char *text, size_t len, int32_t vocab_size, tr_bpe *out, 
     int rc = -1;
     if (!words || !wslot || !wtext || !wlen) goto done;
     for (size_t i = 0; i < len;) {
-        size_t e = tr_gpt2_piece(s, len, i), n = e - i;
+        size_t e = mor_gpt2_piece_end(s, len, i), n = e - i;
         size_t h = hash_bytes(s + i, n) & (2 * wcap - 1);
         for (; wslot[h]; h = (h + 1) & (2 * wcap - 1)) {
             size_t w = (size_t)wslot[h] - 1;

@@ -193,8 +193,6 @@ int  tr_bpe_train(const char *text, size_t len, int32_t vocab_size, tr_bpe *out,
 void tr_bpe_free(tr_bpe *b);
 /* Write a vocab-only `mor` GGUF (FORMAT.md, tokenizer keys). */
 int  tr_bpe_save(const tr_bpe *b, const char *path, char *err, size_t errcap);
-/* GPT-2 pre-tokenizer: end of the piece that starts at s[i]. */
-size_t tr_gpt2_piece(const uint8_t *s, size_t n, size_t i);
 
 /* ---- misc -------------------------------------------------------------- */
 
