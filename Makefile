@@ -223,7 +223,7 @@ $(FUZZ_DIR)/obj/convert/%.o: src/convert/%.c include/mor.h $(wildcard src/*.h sr
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ) $(FUZZ_CONV_OBJ)
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_LIB_OBJ) $(FUZZ_CONV_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_CONV_OBJ) $(FUZZ_LIB_OBJ) -lm -lpthread -o $@
 
 fuzz-build: $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
@@ -233,7 +233,7 @@ fuzz: fuzz-build
 
 # The same targets, built with -DFUZZ_REPLAY into one test program.
 REPLAY_OBJ := $(FUZZ_NAMES:%=$(BUILD)/fuzz-replay/fuzz_%.o)
-$(BUILD)/fuzz-replay/%.o: tests/fuzz/%.c tests/fuzz/fuzz.h include/mor.h $(wildcard src/*.h src/convert/*.h)
+$(BUILD)/fuzz-replay/%.o: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) include/mor.h $(wildcard src/*.h src/convert/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc/convert -DFUZZ_REPLAY $(OBJDEP) -c $< -o $@
 

@@ -3,31 +3,16 @@
  * rest is int32 ids. Checks: out-of-range ids give MOR_E_OUT_OF_RANGE, a
  * small buffer gives the size needed and a call with that size succeeds with
  * the same bytes, which tokenize back to text that detokenizes the same. */
-#include "fuzz.h"
-#include "mor.h"
+#include "fuzz_vocab.h"
 
 FUZZ_TARGET(detokenize)
 
 static mor_model *models[2];
 
-static mor_model *model(int i)
-{
-    static const char *const names[2] = { "vocab_gpt2.gguf", "vocab_smollm.gguf" };
-    if (!models[i]) {
-        char path[512];
-        mor_model_params mp;
-        MOR_MODEL_PARAMS_INIT(&mp);
-        mp.flags = MOR_MODEL_VOCAB_ONLY;
-        mor_status st = mor_model_load_file(fuzz_model_path(names[i], path, sizeof path), &mp, &models[i]);
-        FUZZ_ASSERT(st == MOR_OK, "cannot load %s: %s", path, mor_last_error());
-    }
-    return models[i];
-}
-
 static int fuzz_run(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    const mor_model *m = model(data[0] & 1);
+    const mor_model *m = fuzz_vocab_model(models, data[0] & 1);
     size_t cap = (size_t)(data[0] >> 1) * 4;
     int32_t n = (int32_t)((size - 1) / 4);
     mor_token *ids = malloc(sizeof *ids * (size_t)(n + 1));

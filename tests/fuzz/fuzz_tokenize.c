@@ -3,32 +3,16 @@
  * the flags (bit 1: PARSE_SPECIAL, bit 2: ADD_BOS); the rest is the text.
  * Checks: the ids are in range; decode(encode(x)) == x (BOS rendered first);
  * a buffer one too small gives MOR_E_BUFFER_TOO_SMALL with the same count. */
-#include "fuzz.h"
-#include "mor.h"
+#include "fuzz_vocab.h"
 
 FUZZ_TARGET(tokenize)
 
 static mor_model *models[2];
 
-static mor_model *model(int i)
-{
-    static const char *const names[2] = { "vocab_gpt2.gguf", "vocab_smollm.gguf" };
-    if (!models[i]) {
-        char path[512];
-        mor_model_params mp;
-        MOR_MODEL_PARAMS_INIT(&mp);
-        mp.flags = MOR_MODEL_VOCAB_ONLY;
-        mor_status st = mor_model_load_file(fuzz_model_path(names[i], path, sizeof path), &mp, &models[i]);
-        FUZZ_ASSERT(st == MOR_OK, "cannot load %s (run from the repository root or set MOR_FUZZ_MODELS): %s",
-                    path, mor_last_error());
-    }
-    return models[i];
-}
-
 static int fuzz_run(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    const mor_model *m = model(data[0] & 1);
+    const mor_model *m = fuzz_vocab_model(models, data[0] & 1);
     uint32_t flags = (data[0] & 2 ? MOR_TOKENIZE_PARSE_SPECIAL : 0) | (data[0] & 4 ? MOR_TOKENIZE_ADD_BOS : 0);
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
