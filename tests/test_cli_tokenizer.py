@@ -18,22 +18,8 @@ CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
 
 
-def bytes_to_unicode():
-    """GPT-2's byte -> printable character map, in its id order."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for c in cs]
-
-
 def build_tokenizer_json(path, specials):
-    vocab = {c: i for i, c in enumerate(bytes_to_unicode())}
+    vocab = {c: i for i, c in enumerate(t.gpt2_byte_chars().values())}
     merges = []
     with open(os.path.join(DATA, "gpt2-merges.txt"), encoding="utf-8") as f:
         for line in f:

@@ -421,21 +421,8 @@ class Lifetimes(unittest.TestCase):
 # ---------------------------------------------------------------------------
 # a vocab-only model with a tokenizer: 256 byte tokens, two merges, an EOS
 # ---------------------------------------------------------------------------
-def byte_alphabet():
-    """GPT-2's bytes_to_unicode."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 def gguf_vocab_only():
-    alpha = byte_alphabet()
+    alpha = t.gpt2_byte_chars()
     tokens = [alpha[b] for b in range(256)] + ["he", "ll", "<|end|>"]
     types = [1] * 258 + [3]
     merges = ["h e", "l l"]

@@ -31,6 +31,20 @@ def check(cond, what):
     return bool(cond)
 
 
+def gpt2_byte_chars():
+    """GPT-2's bytes_to_unicode: {byte: printable character}, in GPT-2's
+    token id order (id i is the i-th item)."""
+    bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
 def finish():
     print("# checks: %d passed, %d failed" % (_passed, _failed))
     sys.stdout.flush()

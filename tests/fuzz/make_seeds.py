@@ -19,11 +19,14 @@ import io
 import json
 import os
 import struct
+import sys
 import zipfile
 import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FUZZ = os.path.join(ROOT, "tests", "fuzz")
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import testlib  # noqa: E402  (GPT-2's byte alphabet)
 
 # ---------------------------------------------------------------------------
 # GGUF v3 writer
@@ -186,20 +189,8 @@ def model(V=64, d=8, F=16, H=2, Hkv=1, hd=4, prelude=0, n_rec=1, K=2, coda=0, sh
 # ---------------------------------------------------------------------------
 # A byte-level BPE vocabulary: GPT-2's bytes and its first merges
 # ---------------------------------------------------------------------------
-def byte_chars():
-    bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return [chr(c) for c in cs]        # in GPT-2's id order
-
-
 def gpt2_tokenizer(pre, n_merges=2000):
-    tokens = byte_chars()
+    tokens = list(testlib.gpt2_byte_chars().values())
     merges = []
     with open(os.path.join(ROOT, "tests", "data", "tokenizer", "gpt2-merges.txt"), encoding="utf-8") as f:
         for line in f:
@@ -369,7 +360,7 @@ TOKENIZER_JSON = {
 def tokenizer_json(pre_seq):
     tj = json.loads(json.dumps(TOKENIZER_JSON))
     vocab = {"<|endoftext|>": 0}
-    for c in byte_chars():
+    for c in testlib.gpt2_byte_chars().values():
         vocab[c] = len(vocab)
     for t in ["he", "ll", "hell"]:
         vocab[t] = len(vocab)
