@@ -544,6 +544,10 @@ typedef struct mor_server_params {
      * (its depth). On the stepping thread; it must not call the server. */
     void   (*on_token)(mor_request_id id, mor_token token, int32_t depth, void *user_data);
     void    *user_data;
+    /* Optional: polled between the layer passes of a step; non-zero stops
+     * the step with MOR_E_ABORTED, which then changes nothing. */
+    int32_t (*abort_callback)(void *user_data);
+    void    *abort_user_data;
 } mor_server_params;
 
 MOR_API void mor_server_params_init(mor_server_params *p, size_t size);
@@ -573,8 +577,10 @@ MOR_API mor_status mor_server_submit(mor_server *srv, const mor_token *prompt, i
 /* One step: admit queued requests, advance every running one, stream the
  * tokens generated. *n_pending (may be NULL) receives the number of
  * requests queued or running afterwards. Errors: MOR_E_INVALID_ARG,
- * MOR_E_UNSUPPORTED (the router was set to a non-causal mode), or an
- * internal error, after which the server can only be freed. */
+ * MOR_E_UNSUPPORTED (the router was set to a non-causal mode),
+ * MOR_E_ABORTED (abort_callback), MOR_E_NOMEM, MOR_E_KV_FULL. A failed step
+ * changes nothing (no token streamed; requests, caches, samplers as they
+ * were): stepping again gives what the step would have given. */
 MOR_API mor_status mor_server_step(mor_server *srv, int32_t *n_pending);
 /* Step until no request is queued or running. */
 MOR_API mor_status mor_server_run(mor_server *srv);

@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "mor.h"
+#include "sampler.h"
 #include "status.h"
 
 /* The size of the first published mor_sampler_params (libmor 0.1): anything
@@ -341,7 +342,7 @@ MOR_API void mor_sampler_reset(mor_sampler *s)
 }
 
 /* Make room for n_vocab candidates. Nothing changes on failure. */
-static mor_status sampler_reserve(mor_sampler *s, int32_t n)
+mor_status sampler_reserve(mor_sampler *s, int32_t n)
 {
     sampler_cand *c;
     uint8_t *m;

@@ -27,6 +27,7 @@
 #include "context.h"
 #include "kernels.h"
 #include "layer.h"
+#include "sampler.h"
 #include "serve.h"
 #include "status.h"
 
@@ -59,13 +60,19 @@ struct mor_server {
     int32_t          *queue; int32_t q_head, q_len, q_cap;
     serve_slot       *slots;
     int64_t           reserved;       /* KV cells promised to running requests */
-    int               broken;
     serve_logits_fn   hook; void *hook_ud;
     /* DEPTHWISE rows, [n_batch] each */
     int32_t *r_state, *r_slot, *r_pos, *r_rec, *r_depth, *r_tdepth;
     float   *r_gate, *x, *h2, *hprev;     /* x: the row's hidden state; h2: token-choice trajectory */
     int32_t *list, *list2, *gpos, *gseq, *glayer;
     float   *gx, *vocab, *tmp, *logits;   /* gathered rows; [n_vocab]; [2 n_embd]; [n_slots][n_vocab] */
+    /* The state before the step in progress, put back if it fails (a failed
+     * step changes nothing): rows, their hidden states, slots, admissions. */
+    int32_t *sv_state, *sv_slot, *sv_pos, *sv_rec, *sv_depth, *sv_tdepth;
+    float   *sv_gate, *sv_x, *sv_h2, *sv_hprev;
+    serve_slot *sv_slots;
+    int32_t *admitted, n_admitted, sv_q_head, sv_q_len;
+    int64_t  sv_reserved;
 };
 
 void mor_server_params_init(mor_server_params *p, size_t size)
@@ -109,6 +116,8 @@ void mor_server_free(mor_server *s)
     free(s->r_gate); free(s->x); free(s->h2); free(s->hprev);
     free(s->list); free(s->list2); free(s->gpos); free(s->gseq); free(s->glayer);
     free(s->gx); free(s->vocab); free(s->tmp); free(s->logits);
+    free(s->sv_state); free(s->sv_slot); free(s->sv_pos); free(s->sv_rec); free(s->sv_depth); free(s->sv_tdepth);
+    free(s->sv_gate); free(s->sv_x); free(s->sv_h2); free(s->sv_hprev); free(s->sv_slots); free(s->admitted);
     free(s);
 }
 
@@ -142,6 +151,7 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     MOR_CONTEXT_PARAMS_INIT(&cp);
     cp.n_ctx = p.n_ctx; cp.n_batch = p.n_batch; cp.n_seq_max = p.n_slots;
     cp.kv_mode = p.kv_mode; cp.n_threads = p.n_threads;
+    cp.abort_callback = p.abort_callback; cp.abort_user_data = p.abort_user_data;   /* mor_decode polls it too */
     mor_server *s = calloc(1, sizeof *s);
     if (!s) return mor_err(MOR_E_NOMEM, "out of memory");
     s->m = m;
@@ -158,6 +168,9 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     A(r_gate, nb); A(x, nb * d); A(h2, nb * d); A(hprev, nb * d);
     A(list, nb); A(list2, nb); A(gpos, nb); A(gseq, nb); A(glayer, nb);
     A(gx, nb * d); A(vocab, (size_t)m->n_vocab); A(tmp, 3 * d); A(logits, (size_t)p.n_slots * m->n_vocab);
+    A(sv_state, nb); A(sv_slot, nb); A(sv_pos, nb); A(sv_rec, nb); A(sv_depth, nb); A(sv_tdepth, nb);
+    A(sv_gate, nb); A(sv_x, nb * d); A(sv_h2, nb * d); A(sv_hprev, nb * d);
+    A(sv_slots, p.n_slots); A(admitted, p.n_slots);
 #undef A
     if (!ok || !s->slots) { mor_server_free(s); return mor_err(MOR_E_NOMEM, "cannot allocate the server"); }
     *out = s;
@@ -193,6 +206,8 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
     if (!q) return mor_err(MOR_E_NOMEM, "out of memory");
     mor_status st = mor_sampler_create(sp, &q->smp);
     if (st) { free(q); return st; }
+    /* its candidates now: sampling in a step must not fail (see mor_server_step) */
+    if ((st = sampler_reserve(q->smp, s->m->n_vocab))) { req_free(q); return st; }
     q->prompt = malloc(sizeof(mor_token) * (size_t)n_prompt);
     q->stop = malloc(sizeof(mor_token) * (size_t)(n_stop ? n_stop : 1));
     q->out = malloc(sizeof(mor_token) * (size_t)max_tokens);
@@ -240,8 +255,9 @@ static void slot_release(mor_server *s, int32_t sl)
     memset(S, 0, sizeof *S);
 }
 
-/* FIFO admission under the KV budget: the head waits until its cells are free. */
-static void admit(mor_server *s)
+/* FIFO admission under the KV budget: the head waits until its cells are free.
+ * record: note the admitted requests, to be put back if the step fails. */
+static void admit(mor_server *s, int record)
 {
     while (s->q_len) {
         serve_req *q = s->reqs[s->queue[s->q_head]];
@@ -252,6 +268,7 @@ static void admit(mor_server *s)
         s->q_head++; s->q_len--;
         s->reserved += req_need(q);
         q->state = MOR_REQ_RUNNING; q->slot = sl;
+        if (record) s->admitted[s->n_admitted++] = q->id;
         serve_slot *S = &s->slots[sl];
         memset(S, 0, sizeof *S);
         S->req = q; S->waiting = 1;
@@ -397,11 +414,19 @@ static void gather(mor_server *s, const float *src, const int32_t *rows, int32_t
     }
 }
 
+static mor_status check_abort(const mor_server *s)
+{
+    if (s->p.abort_callback && s->p.abort_callback(s->p.abort_user_data))
+        return mor_err(MOR_E_ABORTED, "mor_server_step: aborted by the abort callback");
+    return MOR_OK;
+}
+
 /* Layers [l0, l1) over the gathered rows, all at one unrolled layer. */
 static mor_status run_layers(mor_server *s, int32_t l0, int32_t l1, int32_t n)
 {
     for (int32_t l = l0; l < l1; l++) {
-        mor_status st = layer_forward(s->m, l, s->ctx->kv, &s->ctx->ls, s->gx, s->gpos, s->gseq, n);
+        mor_status st = check_abort(s);
+        if (!st) st = layer_forward(s->m, l, s->ctx->kv, &s->ctx->ls, s->gx, s->gpos, s->gseq, n);
         if (st) return st;
     }
     return MOR_OK;
@@ -457,6 +482,7 @@ static mor_status step_depthwise(mor_server *s)
         for (int32_t t = 0; t < nrun; t++)   /* for the saturation measure */
             memcpy(s->hprev + (size_t)s->list[t] * d, s->x + (size_t)s->list[t] * d, sizeof(float) * (size_t)d);
         for (int32_t j = 0; j < m->base_depth; j++) {
+            if ((st = check_abort(s))) return st;
             for (int32_t t = 0; t < nrun; t++) s->glayer[t] = model_layer_of(m, s->r_rec[s->list[t]], j);
             for (int32_t t0 = 0, t1; t0 < nrun; t0 = t1) {   /* runs of rows with the same weights */
                 for (t1 = t0 + 1; t1 < nrun && same_weights(m, s->glayer[t0], s->glayer[t1]); t1++) {}
@@ -529,25 +555,69 @@ static int32_t pending(const mor_server *s)
     return n;
 }
 
+/* Everything a step changes before its last point of failure. */
+static void save(mor_server *s)
+{
+    const size_t nb = s->p.n_batch, d = (size_t)s->m->n_embd, ri = sizeof(int32_t) * nb, row = sizeof(float) * d;
+    memcpy(s->sv_state, s->r_state, ri); memcpy(s->sv_slot, s->r_slot, ri); memcpy(s->sv_pos, s->r_pos, ri);
+    memcpy(s->sv_rec, s->r_rec, ri); memcpy(s->sv_depth, s->r_depth, ri); memcpy(s->sv_tdepth, s->r_tdepth, ri);
+    memcpy(s->sv_gate, s->r_gate, sizeof(float) * nb);
+    for (size_t i = 0; i < nb; i++) {
+        if (s->r_state[i] == ROW_FREE) continue;
+        memcpy(s->sv_x + i * d, s->x + i * d, row);
+        memcpy(s->sv_h2 + i * d, s->h2 + i * d, row);
+        memcpy(s->sv_hprev + i * d, s->hprev + i * d, row);
+    }
+    memcpy(s->sv_slots, s->slots, sizeof(serve_slot) * s->p.n_slots);
+    s->sv_q_head = s->q_head; s->sv_q_len = s->q_len; s->sv_reserved = s->reserved;
+    s->n_admitted = 0;
+}
+
+static void restore(mor_server *s)
+{
+    const size_t nb = s->p.n_batch, d = (size_t)s->m->n_embd, ri = sizeof(int32_t) * nb, row = sizeof(float) * d;
+    memcpy(s->r_state, s->sv_state, ri); memcpy(s->r_slot, s->sv_slot, ri); memcpy(s->r_pos, s->sv_pos, ri);
+    memcpy(s->r_rec, s->sv_rec, ri); memcpy(s->r_depth, s->sv_depth, ri); memcpy(s->r_tdepth, s->sv_tdepth, ri);
+    memcpy(s->r_gate, s->sv_gate, sizeof(float) * nb);
+    for (size_t i = 0; i < nb; i++) {
+        if (s->r_state[i] == ROW_FREE) continue;
+        memcpy(s->x + i * d, s->sv_x + i * d, row);
+        memcpy(s->h2 + i * d, s->sv_h2 + i * d, row);
+        memcpy(s->hprev + i * d, s->sv_hprev + i * d, row);
+    }
+    memcpy(s->slots, s->sv_slots, sizeof(serve_slot) * s->p.n_slots);
+    s->q_head = s->sv_q_head; s->q_len = s->sv_q_len; s->reserved = s->sv_reserved;
+    for (int32_t k = 0; k < s->n_admitted; k++) {
+        serve_req *q = s->reqs[s->admitted[k]];
+        q->state = MOR_REQ_QUEUED; q->slot = -1;
+    }
+    s->n_admitted = 0;
+}
+
+/* A step is a transaction: everything that can fail (layers, KV appends,
+ * the abort callback) runs before anything is published (sampling, the
+ * stream, freed slots), and on failure the KV cells appended are removed and
+ * the saved state put back. Sampling cannot fail: each request's sampler
+ * reserved its candidates at submit. */
 mor_status mor_server_step(mor_server *s, int32_t *n_pending)
 {
     if (!s) return mor_err(MOR_E_INVALID_ARG, "mor_server_step: NULL server");
-    if (s->broken) return mor_err(MOR_E_INTERNAL, "mor_server_step: the server failed earlier; free it");
     int32_t mode = router_mode(s->ctx->router);
     if (mode == MOR_ROUTE_TOPK)
         return mor_err(MOR_E_UNSUPPORTED, "mor_server_step: TOPK routing is not causal; use THRESHOLD or FORCED");
-    admit(s);
+    save(s);
+    admit(s, 1);
     mor_status st;
     if (s->p.mode == MOR_SERVE_DEPTHWISE) {
         kv_begin(s->ctx->kv);
         st = step_depthwise(s);
-        kv_commit(s->ctx->kv);
-        if (st) s->broken = 1;   /* rows are mid-flight: no way back */
+        if (st) kv_rollback(s->ctx->kv);
+        else kv_commit(s->ctx->kv);
     } else {
         st = step_decode(s);     /* a failed mor_decode changed nothing */
     }
-    if (st) return st;
-    admit(s);
+    if (st) { restore(s); return st; }
+    admit(s, 0);
     if (n_pending) *n_pending = pending(s);
     mor_err_clear();
     return MOR_OK;

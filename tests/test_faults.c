@@ -20,6 +20,11 @@
  *    that was never aborted; the load progress callback is called more than
  *    twice, never decreasing, and cancelling at each call frees everything.
  *  - The maximum context (mor_context_params.max_pos).
+ *  - Servers (every mode): a step failing at each of its allocations, or
+ *    stopped by the abort callback at each of its polls, changes nothing
+ *    (no token streamed, request states and token counts, the KV cache cell
+ *    for cell), and the run, stepped again after every failure, ends with
+ *    bitwise the tokens, depths and logits of a run never disturbed.
  * Models: tests/fuzz/models (tiny, every routing kind) and, when it exists,
  * the fixture expert_mc3_fix_perturbed in $OUT/build/fixtures. Runs from the
  * repository root. */
@@ -29,6 +34,7 @@
 #include "check.h"
 #include "mor.h"
 #include "context.h"
+#include "serve.h"
 
 /* ---- the allocator wrappers ---- */
 
@@ -580,6 +586,134 @@ out:
     mor_batch_free(b1); mor_batch_free(b2); mor_context_free(c); mor_context_free(ref);
 }
 
+/* ---- servers: a failed step changes nothing ---- */
+
+#define SRV_REQ 6
+typedef struct { int32_t streamed; uint64_t h[SRV_REQ]; } srv_log;   /* h: FNV of each request's logits */
+
+static void srv_on_token(mor_request_id id, mor_token t, int32_t depth, void *ud)
+{
+    (void)id; (void)t; (void)depth;
+    ((srv_log *)ud)->streamed++;
+}
+
+static void srv_logits(void *ud, mor_request_id id, const float *logits, int32_t nv)
+{
+    srv_log *l = ud;
+    const unsigned char *b = (const unsigned char *)logits;
+    uint64_t h = l->h[id] ? l->h[id] : 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof(float) * (size_t)nv; i++) h = (h ^ b[i]) * 1099511628211ull;
+    l->h[id] = h;
+}
+
+typedef struct { mor_token tok[SRV_REQ][8]; int32_t dep[SRV_REQ][8], n[SRV_REQ], state[SRV_REQ]; } srv_out;
+
+static void srv_take(mor_server *s, srv_out *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int32_t i = 0; i < SRV_REQ; i++) {
+        o->state[i] = mor_server_request_state(s, i);
+        mor_server_get_tokens(s, i, o->tok[i], o->dep[i], 8, &o->n[i]);
+    }
+}
+
+/* One scenario: 6 requests on 3 slots (so some wait), mixed greedy and
+ * seeded sampling, 3 submitted up front and one more after each of the first
+ * steps, request 4 cancelled after step 3. inject: 0 none, 1 allocation
+ * failures, 2 aborts, before each step is let through. */
+static int srv_scenario(mor_model *m, int32_t mode, int32_t exit_mode, int inject, srv_out *out, srv_log *log,
+                        int *sites, int *unchanged)
+{
+    const int32_t V = mor_model_n_vocab(m);
+    abort_ctl ctl = { 0, 0 };
+    mor_server_params p;
+    MOR_SERVER_PARAMS_INIT(&p);
+    p.mode = mode; p.n_slots = 3; p.n_ctx = 96; p.n_batch = 16; p.n_threads = 2;
+    p.exit_mode = exit_mode; p.exit_threshold = 0.999f;
+    p.on_token = srv_on_token; p.user_data = log;
+    p.abort_callback = abort_cb; p.abort_user_data = &ctl;
+    mor_server *s = NULL;
+    if (mor_server_create(m, &p, &s)) return 0;
+    serve_set_logits_hook(s, srv_logits, log);
+    int32_t next = 0, pend = 1, steps = 0, ok = 1;
+    while ((pend || next < SRV_REQ) && ok && steps < 200) {
+        int32_t k = next < 3 ? 3 : next < SRV_REQ ? next + 1 : next;
+        for (; next < k; next++) {
+            mor_token pr[5];
+            for (int32_t t = 0; t <= next % 5; t++) pr[t] = tk(next * 7 + t, V);
+            mor_sampler_params sp;
+            MOR_SAMPLER_PARAMS_INIT(&sp);
+            sp.seed = 77 + (uint64_t)next;
+            if (next % 2) sp.temperature = 0;
+            mor_token stop = tk(next + 3, V);
+            mor_request_id id;
+            ok &= mor_server_submit(s, pr, 1 + next % 5, &sp, 3 + next % 4, &stop, next % 3 == 0, &id) == MOR_OK;
+        }
+        if (steps == 3) mor_server_cancel(s, 4);
+        for (long f = 1; inject && f < 1000; f++) {   /* failing attempts, until one goes through */
+            kv_snap ks;
+            srv_out before, after;
+            mor_kv_cache *kv = mor_context_kv(serve_context(s));
+            kv_take(kv, &ks);
+            srv_take(s, &before);
+            int32_t streamed = log->streamed;
+            mor_status st;
+            if (inject == 1) {
+                arm(f);
+                st = mor_server_step(s, &pend);
+                long calls = disarm();
+                if (calls < f) { kv_snap_free(&ks); goto stepped; }
+                ok &= st == MOR_E_NOMEM;
+            } else {
+                ctl.polls = 0; ctl.stop_at = (int32_t)f;
+                st = mor_server_step(s, &pend);
+                ctl.stop_at = 0;
+                if (ctl.polls < f) { kv_snap_free(&ks); goto stepped; }
+                ok &= st == MOR_E_ABORTED;
+            }
+            (*sites)++;
+            srv_take(s, &after);
+            *unchanged += kv_same(kv, &ks) && !memcmp(&before, &after, sizeof before) && log->streamed == streamed;
+            kv_snap_free(&ks);
+            continue;
+        stepped:
+            if (st) ok = 0;
+            break;
+        }
+        if (!inject && mor_server_step(s, &pend)) ok = 0;
+        steps++;
+    }
+    srv_take(s, out);
+    mor_server_free(s);
+    return ok && !pend;
+}
+
+static void test_server_faults(mor_model *m, const char *name)
+{
+    static const char *const modes[] = { "SERIAL", "SEQUENCE", "DEPTHWISE", "DEPTHWISE+SATURATION" };
+    const int has_routers = mor_model_router_type(m) != MOR_ROUTER_TYPE_TOKEN;
+    for (int32_t mi = 0; mi < 4; mi++) {
+        int32_t mode = mi < 3 ? mi : MOR_SERVE_DEPTHWISE, ex = mi == 3 ? MOR_EXIT_SATURATION : MOR_EXIT_NONE;
+        if (ex && !has_routers) continue;
+        srv_out ref, got;
+        srv_log lref, lgot;
+        memset(&lref, 0, sizeof lref);
+        int sites = 0, same = 0;
+        if (!CHECK(srv_scenario(m, mode, ex, 0, &ref, &lref, &sites, &same), "%s %s: undisturbed run", name, modes[mi]))
+            continue;
+        for (int inject = 1; inject <= 2; inject++) {
+            memset(&lgot, 0, sizeof lgot);
+            sites = same = 0;
+            int ran = srv_scenario(m, mode, ex, inject, &got, &lgot, &sites, &same);
+            CHECK(ran && same == sites && (inject == 1 || sites > 0) && !memcmp(&ref, &got, sizeof ref) &&
+                  !memcmp(lref.h, lgot.h, sizeof lref.h) && lref.streamed == lgot.streamed,
+                  "%s %s: a step failing at each of its %d %s changes nothing (%d of %d), and the run ends with "
+                  "bitwise the tokens, depths and logits of an undisturbed one", name, modes[mi], sites,
+                  inject == 1 ? "allocations" : "abort polls", same, sites);
+        }
+    }
+}
+
 /* ---- load progress and its cancellation ---- */
 
 typedef struct { int32_t calls, stop_at, decreasing; float first, last; } progress_ctl;
@@ -707,6 +841,7 @@ int main(void)
         snprintf(name, sizeof name, "%s (routing %d)", cases[i].file ? cases[i].file : "fixture expert_mc3_fix",
                  cases[i].mode);
         test_abort(m, name, cases[i].mode);
+        if (cases[i].mode == MOR_ROUTE_DEFAULT || !cases[i].file) test_server_faults(m, name);
         if (cases[i].mode == MOR_ROUTE_DEFAULT || !cases[i].file) {
             test_full_cache(m, name, MOR_KV_RECURSION_WISE);
             if (mor_model_n_recursion(m) > 1) test_full_cache(m, name, MOR_KV_SHARED);

@@ -53,7 +53,8 @@ class SamplerParams(Structure):
 class ServerParams(Structure):
     _fields_ = [("size", c_uint32), ("mode", c_int32), ("n_slots", c_uint32), ("n_ctx", c_uint32),
                 ("n_batch", c_uint32), ("n_threads", c_int32), ("kv_mode", c_int32), ("exit_mode", c_int32),
-                ("exit_threshold", c_float), ("on_token", SERVER_TOKEN_FN), ("user_data", c_void_p)]
+                ("exit_threshold", c_float), ("on_token", SERVER_TOKEN_FN), ("user_data", c_void_p),
+                ("abort_callback", ABORT_FN), ("abort_user_data", c_void_p)]
 
 
 class RouterStats(Structure):

@@ -955,12 +955,15 @@ pub struct mor_server_params {
         ),
     >,
     pub user_data: *mut ::std::os::raw::c_void,
+    pub abort_callback:
+        ::std::option::Option<unsafe extern "C" fn(user_data: *mut ::std::os::raw::c_void) -> i32>,
+    pub abort_user_data: *mut ::std::os::raw::c_void,
 }
 #[test]
 fn bindgen_test_layout_mor_server_params() {
     assert_eq!(
         ::std::mem::size_of::<mor_server_params>(),
-        56usize,
+        72usize,
         concat!("Size of: ", stringify!(mor_server_params))
     );
     assert_eq!(
@@ -1155,6 +1158,40 @@ fn bindgen_test_layout_mor_server_params() {
         );
     }
     test_field_user_data();
+    fn test_field_abort_callback() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).abort_callback) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(abort_callback)
+            )
+        );
+    }
+    test_field_abort_callback();
+    fn test_field_abort_user_data() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).abort_user_data) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(abort_user_data)
+            )
+        );
+    }
+    test_field_abort_user_data();
 }
 extern "C" {
     pub fn mor_server_params_init(p: *mut mor_server_params, size: usize);

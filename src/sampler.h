@@ -1,0 +1,10 @@
+/* sampler.h - the sampler's internals that the server reaches (serve.c). */
+#ifndef MOR_SAMPLER_H
+#define MOR_SAMPLER_H
+#include "mor.h"
+
+/* Make room for n candidates now, so that a later mor_sampler_sample over n
+ * logits cannot fail (a server step samples only after nothing else can
+ * fail). Nothing changes on failure (MOR_E_NOMEM). */
+mor_status sampler_reserve(mor_sampler *s, int32_t n);
+#endif
