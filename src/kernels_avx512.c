@@ -1,7 +1,8 @@
 /* kernels_avx512.c - the AVX-512 kernel set (F, BW, VL, DQ, VNNI; x86-64).
  *
- * The matmuls are the AVX2 set's with 16-lane accumulators and 4 x 4 tiles
- * (32 zmm registers), and the quantized dot products use VNNI (vpdpbusd).
+ * The matmuls are the AVX2 set's with 16-lane accumulators and larger tiles
+ * (float GEMM 6 x 4, quantized 4 x 4: the 32 zmm registers), and the
+ * quantized dot products use VNNI (vpdpbusd).
  * Canonical order as in kernels_avx2.c, with 16 lanes (so results differ
  * from the AVX2 set's in rounding): for quantized weights, two blocks per
  * 512-bit register (see below).
@@ -157,13 +158,20 @@ typedef void (*tile_fn)(const char *w, size_t rb, const char *x, size_t xs, int6
                                      float *y, int64_t ldy, int acc, const char *pf, size_t pfn) \
     { tile_f(w, rb, T, x, xs, K, R, C, y, ldy, acc, pf, pfn); }
 #define ROW(T, R) TILE(T, R, 1) TILE(T, R, 2) TILE(T, R, 3) TILE(T, R, 4)
-#define TILES(T) ROW(T, 1) ROW(T, 2) ROW(T, 3) ROW(T, 4)
+#define TILES(T) ROW(T, 1) ROW(T, 2) ROW(T, 3) ROW(T, 4) ROW(T, 5) ROW(T, 6)
 TILES(TF32)
 TILES(TF16)
 TILES(TBF16)
 #define GROW(T, R) { tile_##T##_##R##_1, tile_##T##_##R##_2, tile_##T##_##R##_3, tile_##T##_##R##_4 }
-#define GRID(T) { GROW(T, 1), GROW(T, 2), GROW(T, 3), GROW(T, 4) }
-static const tile_fn grid_f32[4][4] = GRID(TF32), grid_f16[4][4] = GRID(TF16), grid_bf16[4][4] = GRID(TBF16);
+#define GRID(T) { GROW(T, 1), GROW(T, 2), GROW(T, 3), GROW(T, 4), GROW(T, 5), GROW(T, 6) }
+static const tile_fn grid_f32[6][4] = GRID(TF32), grid_f16[6][4] = GRID(TF16), grid_bf16[6][4] = GRID(TBF16);
+/* GEMM tiles: GR weight rows x GC activation rows, 24 accumulators (+ 4
+ * activation vectors + 1 weight vector = 29 of the 32 zmm registers). The
+ * weight strip stays in L1 while the activation rows stream from L2, so
+ * more weight rows per tile means fewer L2 reads per FMA (6 x 4 ran 8-15%
+ * faster than 4 x 4 here). The tile shape changes no result: each output is
+ * the same accumulator over the same columns whatever tile it is in. */
+enum { GR = 6, GC = 4 };
 
 /* Activation rows per block of a GEMM: a block stays in L2 (~512 KiB of it)
  * while the weights stream by once per block; the weights' next strip is
@@ -202,11 +210,11 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
     }
     const int32_t IB = i_block((int64_t)xs);
     for (int32_t i0 = 0; i0 < n; i0 += IB) {
-        const int32_t i1 = n - i0 < IB ? n : i0 + IB, tiles = (i1 - i0 + 3) / 4;
-        for (int64_t o = o0; o < o1; o += 4) {
-            const int R = o1 - o < 4 ? (int)(o1 - o) : 4;
+        const int32_t i1 = n - i0 < IB ? n : i0 + IB, tiles = (i1 - i0 + GC - 1) / GC;
+        for (int64_t o = o0; o < o1; o += GR) {
+            const int R = o1 - o < GR ? (int)(o1 - o) : GR;
             const char *ws = W + (size_t)o * rb;
-            const size_t next = o + 4 < o1 ? (size_t)(o1 - o - 4 < 4 ? o1 - o - 4 : 4) * rb : 0;
+            const size_t next = o + GR < o1 ? (size_t)(o1 - o - GR < GR ? o1 - o - GR : GR) * rb : 0;
             size_t wrb = rb;
             const tile_fn (*g)[4] = grid;
             if (t != TF32 && scratch) {   /* convert the strip once for all rows of the block */
@@ -223,9 +231,9 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
                 ws = (const char *)scratch; wrb = sizeof(float) * (size_t)K; g = grid_f32;
             }
             int32_t i = i0;
-            for (; i + 4 <= i1; i += 4) {
-                if (next) prefetch_slice(W + (size_t)(o + 4) * rb, next, (i - i0) / 4, tiles);
-                g[R - 1][3](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+            for (; i + GC <= i1; i += GC) {
+                if (next) prefetch_slice(W + (size_t)(o + GR) * rb, next, (i - i0) / GC, tiles);
+                g[R - 1][GC - 1](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
             }
             if (i < i1) g[R - 1][i1 - i - 1](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
         }
