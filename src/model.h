@@ -59,6 +59,7 @@ struct mor_model {
     mor_tokenizer *tok;
     gguf_file  *gguf;
     void       *map;          /* mmap'd or malloc'd image, or NULL (borrowed memory) */
+    void       *map_alloc;    /* what malloc returned, when map was aligned inside it */
     size_t      map_size;
     int         map_is_mmap;
     uint64_t    weight_bytes;
