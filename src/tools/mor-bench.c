@@ -15,9 +15,11 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include "context.h"
@@ -168,8 +170,15 @@ static probe_result probe(int nt, int reps)
 {
     probe_result r = { 0, 0, 0, 0 };
     const size_t n = (size_t)512 << 20 >> 2;   /* 512 MiB of floats: far beyond any cache */
-    float *p = malloc(n * sizeof(float));
-    if (!p) return r;
+    /* in 2 MiB pages where the kernel gives them, as the weights (loaded
+     * with MOR_MODEL_NO_MMAP, see main): the same page size on both sides */
+    const size_t huge = (size_t)2 << 20;
+    char *mem = malloc(n * sizeof(float) + huge);
+    if (!mem) return r;
+    float *p = (float *)(void *)(((uintptr_t)mem + huge - 1) & ~(uintptr_t)(huge - 1));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n * sizeof(float), MADV_HUGEPAGE);
+#endif
     for (size_t i = 0; i < n; i++) p[i] = 1.0f;
     double bw[16], fl[16];
     const long iters = 20000000;
@@ -179,7 +188,7 @@ static probe_result probe(int nt, int reps)
         if (have_avx512()) fl[i] = (double)iters * 12 * 16 * 2 * nt / probe_once(nt, NULL, 0, iters, 2) / 1e9;
         else fl[i] = have_avx2() ? (double)iters * 12 * 8 * 2 * nt / probe_once(nt, NULL, 0, iters, 1) / 1e9 : 0;
     }
-    free(p);
+    free(mem);
     for (int i = 0; i < reps; i++) { if (bw[i] > r.bw_best) r.bw_best = bw[i]; if (fl[i] > r.fma_best) r.fma_best = fl[i]; }
     r.bw_med = median(bw, reps);
     r.fma_med = median(fl, reps);
@@ -427,7 +436,16 @@ int main(int argc, char **argv)
                 if (a == ARCH_DENSE_EQ && sh->L_mor == sh->L) continue;   /* same as dense */
                 char path[1024];
                 if (model_path(dir, sh, a, (int)ti, path, sizeof path)) return 1;
-                if (mor_model_load_file(path, NULL, &models[a])) { fprintf(stderr, "%s: %s\n", path, mor_last_error()); return 1; }
+                /* read into memory (2 MiB pages, model.c) rather than mmap'd: a
+                 * mapping of the page cache gets 2 MiB pages only where the
+                 * cache happens to hold the file in 2 MiB folios, which varies
+                 * from run to run; see docs/PERFORMANCE.md. MOR_BENCH_MMAP=1 in
+                 * the environment measures the mmap'd load instead. */
+                mor_model_params mp;
+                MOR_MODEL_PARAMS_INIT(&mp);
+                const char *mm = getenv("MOR_BENCH_MMAP");
+                mp.flags = mm && *mm == '1' ? 0 : MOR_MODEL_NO_MMAP;
+                if (mor_model_load_file(path, &mp, &models[a])) { fprintf(stderr, "%s: %s\n", path, mor_last_error()); return 1; }
                 if (a == ARCH_MOR) {
                     var[nv++] = (variant){ .arch = a, .routing = 1, .m = models[a] };
                     var[nv++] = (variant){ .arch = a, .routing = 2, .m = models[a] };
