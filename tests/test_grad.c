@@ -240,11 +240,12 @@ static tr_config tiny(int router, int n_rec, int K, int mid)
     return c;
 }
 
-static void check_model(const char *what, tr_config c, int select, int samples)
+/* lo: LoRA deltas of these ranks and scales (NULL: c.lora_rank's, if any) */
+static void check_model_lora(const char *what, tr_config c, const tr_lora_layout *lo, int select, int samples)
 {
     enum { B = 2, T = 6 };
     tr_model m;
-    if (tr_model_init(&m, &c, 7)) { CHECK(0, "%s: init", what); return; }
+    if (lo ? tr_model_init_lora(&m, &c, lo, 7) : tr_model_init(&m, &c, 7)) { CHECK(0, "%s: init", what); return; }
     /* larger weights than the init, so every path carries a visible gradient */
     for (size_t i = 0; i < m.n_params; i++) m.p[i] += 0.3 * rnd();
     tr_state *s = tr_state_new(&m, B, T);
@@ -292,6 +293,11 @@ static void check_model(const char *what, tr_config c, int select, int samples)
     tr_model_free(&m);
 }
 
+static void check_model(const char *what, tr_config c, int select, int samples)
+{
+    check_model_lora(what, c, NULL, select, samples);
+}
+
 static void test_models(void)
 {
     check_model("vanilla, 3 layers", tiny(TR_ROUTER_NONE, 1, 3, 0), TR_SELECT_TOPK, 12);
@@ -314,6 +320,20 @@ static void test_models(void)
     c = tiny(TR_ROUTER_EXPERT, 3, 1, 1);
     c.lora_rank = 2; c.lora_alpha = 4;
     check_model("MoR expert-choice with LoRA per recursion (rank 2)", c, TR_SELECT_TOPK, 6);
+    /* a relaxed model as mor-convert writes it and mor-train --init reads it: ranks per layer and
+     * projection (some none, k and v at full rank 4), one scale per projection */
+    tr_lora_layout *lo = calloc(1, sizeof *lo);
+    const float sc[TR_NROLE] = { 0, 1.0f, 0.5f, 2.0f, 1.5f, 0, 0.75f, 1.25f, 3.0f };
+    for (int role = 0; role < TR_NROLE; role++) lo->scale[role] = sc[role];
+    for (int r = 0; r < 2; r++)
+        for (int j = 0; j < 2; j++)
+            for (int role = 0; role < TR_NROLE; role++) {
+                const int cap = role == TR_K || role == TR_V ? 4 : 8;
+                if (role != TR_NORM1 && role != TR_NORM2 && (r + j + role) % 4) lo->rank[r][j][role] = 1 + (r * 5 + j * 3 + role) % cap;
+            }
+    check_model_lora("recursive cycle N_r=2 K=2, LoRA of mixed ranks and scales per projection", tiny(TR_ROUTER_NONE, 2, 2, 0),
+                     lo, TR_SELECT_TOPK, 6);
+    free(lo);
 }
 
 int main(void)

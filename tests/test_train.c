@@ -3,7 +3,13 @@
  *    mor_model_load_file gives the training forward's logits (1e-4) and
  *    depths under mor_decode, in TOPK and THRESHOLD routing, for vanilla,
  *    recursive, expert-choice (middle-cycle and cycle), token-choice and
- *    LoRA-relaxed models;
+ *    LoRA-relaxed models (the deltas written unfolded, FORMAT.md v2);
+ *  - relaxed uptraining: a vanilla model made recursive with LoRA deltas of
+ *    mixed ranks by the converter (convert_model, as bin/mor-convert) is read
+ *    by the trainer with its deltas and gives the library's logits before any
+ *    step; trained a few steps (shared weights and deltas), saved and loaded,
+ *    the library gives the trainer's logits again; the file reads back bit
+ *    for bit and resumes exactly; what the trainer cannot train is refused;
  *  - training learns (a predictable sequence), resumes exactly from a
  *    checkpoint and its optimizer sidecar, and does not depend on threads;
  *  - the learning-rate schedules;
@@ -15,6 +21,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "check.h"
+#include "convert.h"
+#include "layout.h"
+#include "relax.h"
 #include "mor.h"
 #include "train.h"
 #include "unicode.h"
@@ -142,7 +151,8 @@ static void test_parity(void)
     parity("MoR token-choice softmax + loss-free bias", c, 0);
     c = small(TR_ROUTER_EXPERT, 3, 1, 1);
     c.lora_rank = 4; c.lora_alpha = 8;
-    parity("MoR expert + LoRA per recursion (folded)", c, 0);
+    parity("MoR expert + LoRA per recursion", c, 0);
+    parity("MoR expert + LoRA per recursion, F16 file (F32 factors)", c, 1);
     parity("MoR expert middle-cycle N_r=3, F16 file", small(TR_ROUTER_EXPERT, 3, 1, 1), 1);
 }
 
@@ -284,6 +294,219 @@ static void test_bpe(void)
     remove(path);
 }
 
+/* ---- relaxed uptraining ---- */
+
+/* Max |library - trainer| over the logits of one sequence of T tokens, the
+ * library's model loaded with flags (0 or MOR_MODEL_FOLD_LORA); < 0 when the
+ * library cannot load or decode it. */
+static double lib_vs_trainer(const char *path, uint32_t flags, tr_model *m, const int32_t *tok, int T)
+{
+    mor_model_params mp;
+    MOR_MODEL_PARAMS_INIT(&mp);
+    mp.flags = flags;
+    mor_model *lm = NULL;
+    if (mor_model_load_file(path, &mp, &lm)) { printf("# %s: %s\n", path, mor_last_error()); return -1; }
+    mor_context *ctx = NULL;
+    mor_context_params cp;
+    MOR_CONTEXT_PARAMS_INIT(&cp);
+    cp.n_ctx = 64; cp.n_batch = 64;
+    mor_batch *bt = NULL;
+    double worst = -1;
+    tr_state *s = tr_state_new(m, 1, T);
+    if (s && !mor_context_create(lm, &cp, &ctx) && !mor_batch_create(64, &bt)) {
+        tr_result r;
+        tr_forward(m, s, tok, NULL, 1, T, TR_SELECT_TOPK, 1, &r);
+        for (int t = 0; t < T; t++) mor_batch_add(bt, tok[t], t, 0, 1);
+        if (!mor_decode(ctx, bt)) {
+            worst = 0;
+            for (int t = 0; t < T; t++) {
+                double d = check_maxdiff(mor_get_logits(ctx, t), tr_state_logits(s) + (size_t)t * m->c.vocab, m->c.vocab);
+                if (d > worst) worst = d;
+            }
+        }
+    }
+    mor_batch_free(bt);
+    mor_context_free(ctx);
+    mor_model_free(lm);
+    tr_state_free(s);
+    return worst;
+}
+
+/* bin/mor-convert VANILLA -o OUT --num-recursion 2 --sharing S --init I --lora-rank RANKS [--keep-norms] */
+static int convert_relaxed(const char *vanilla, const char *out, int sharing, int init, const int *ranks, int keep_norms)
+{
+    convert_opts co;
+    convert_opts_init(&co);
+    co.dir = vanilla;
+    co.init = init;
+    co.keep_norms = keep_norms;
+    co.flags.num_recursion = 2;
+    co.flags.sharing = sharing;
+    for (int r = 0; r < CV_ROLE_COUNT; r++) co.lora_rank[r] = ranks[r];
+    FILE *f = fopen(out, "wb");
+    char err[512] = "";
+    int rc = f ? convert_model(&co, f, NULL, 0, err, sizeof err) : -1;
+    if (f && fclose(f)) rc = -1;
+    if (rc) printf("# convert %s: %s\n", out, err);
+    return rc;
+}
+
+/* Replace the bytes `from` by `to` (same length) once in the file at path. */
+static int patch_file(const char *path, const char *from, const char *to)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f), k = strlen(from);
+    fclose(f);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(buf + i, from, k)) {
+            memcpy(buf + i, to, k);
+            f = fopen(path, "wb");
+            if (!f) return -1;
+            size_t w = fwrite(buf, 1, n, f);
+            return fclose(f) || w != n ? -1 : 0;
+        }
+    return -1;
+}
+
+static void relaxed_case(const char *what, const char *vanilla, int sharing, int init)
+{
+    enum { B = 4, T = 16 };
+    char path[512], out[512], opath[512], err[256];
+    /* mixed ranks: v at full rank (min(32, 16)), gate not relaxed */
+    const int ranks[CV_ROLE_COUNT] = { 0, 4, 2, 16, 3, 0, 0, 5, 6 };
+    snprintf(path, sizeof path, "%s/relaxed.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/relaxed-up.gguf", tmpdir);
+    snprintf(opath, sizeof opath, "%s/relaxed-up.gguf.opt", tmpdir);
+    if (!CHECK(convert_relaxed(vanilla, path, sharing, init, ranks, 0) == 0, "%s: converted", what)) return;
+    tr_model m;
+    if (!CHECK(tr_load_gguf(&m, path, err, sizeof err) == 0, "%s: the trainer reads the relaxed file (%s)", what,
+               err)) return;
+    int layout_ok = m.c.n_rec == 2 && m.lora_rmax == 16, n_delta = 0;
+    for (int r = 0; r < 2; r++)
+        for (int j = 0; j < m.c.K; j++)
+            for (int role = 0; role < TR_NROLE; role++) {
+                layout_ok &= m.lora.rank[r][j][role] == ranks[role];
+                n_delta += m.lora.rank[r][j][role] > 0;
+            }
+    for (int role = 0; role < TR_NROLE; role++) layout_ok &= !ranks[role] || m.lora.scale[role] == 1.0f;
+    CHECK(layout_ok, "%s: %d deltas per looped layer and projection with the file's ranks (q 4, k 2, v 16, o 3, "
+          "gate none, up 5, down 6) and scale 1", what, n_delta);
+    int32_t tok[B * T], tgt[B * T];
+    batch(500, B, T, tok, tgt);
+    double d0 = lib_vs_trainer(path, 0, &m, tok, T), d0f = lib_vs_trainer(path, MOR_MODEL_FOLD_LORA, &m, tok, T);
+    CHECK(d0 >= 0 && d0 < 2e-5 && d0f >= 0 && d0f < 2e-5,
+          "%s: before any step the trainer's logits are the library's (max diff %.2g unfolded, %.2g folded)", what,
+          d0, d0f);
+
+    /* a few steps: the shared weights and the deltas both move */
+    tr_optim_config oc;
+    tr_optim_defaults(&oc);
+    oc.warmup = 1; oc.steps = 6; oc.lr = 1e-2f;
+    tr_optim o;
+    float *p0 = malloc(sizeof(float) * m.n_params);
+    memcpy(p0, m.p, sizeof(float) * m.n_params);
+    tr_optim_init(&o, &oc, m.n_params);
+    tr_state *s = tr_state_new(&m, B, T);
+    train_steps(&m, &o, s, 0, 3, B, T);
+    int moved_w = 0, moved_a = 0, moved_b = 0;
+    for (int i = 0; i < m.n_t; i++) {
+        const tr_tensor *t = &m.t[i];
+        int moved = memcmp(p0 + t->off, m.p + t->off, sizeof(float) * (size_t)(t->rows * t->cols)) != 0;
+        if (t->rec < 0 && t->layer_role >= 0) moved_w += moved;
+        else if (t->rec >= 0 && t->name[strlen(t->name) - 1] == 'a') moved_a += moved;
+        else if (t->rec >= 0) moved_b += moved;
+    }
+    CHECK(moved_w == 9 * m.n_blocks && moved_a == n_delta && moved_b == n_delta,
+          "%s: training moves every shared weight (%d) and both factors of every delta (%d, %d)", what, moved_w,
+          moved_a, moved_b);
+    int ok = tr_save_gguf(&m, out, NULL, err, sizeof err) == 0 && tr_save_optim(&o, &m, opath, err, sizeof err) == 0;
+    CHECK(ok, "%s: saved after 3 steps (%s)", what, ok ? "ok" : err);
+    double d1 = lib_vs_trainer(out, 0, &m, tok, T), d1f = lib_vs_trainer(out, MOR_MODEL_FOLD_LORA, &m, tok, T);
+    CHECK(d1 >= 0 && d1 < 2e-5 && d1f >= 0 && d1f < 2e-5,
+          "%s: after 3 steps the library gives the trainer's logits from the saved file (max diff %.2g unfolded, "
+          "%.2g folded)", what, d1, d1f);
+
+    /* read back bit for bit; resumes as the uninterrupted run */
+    tr_model m2;
+    tr_optim o2;
+    ok = tr_load_gguf(&m2, out, err, sizeof err) == 0;
+    CHECK(ok && m2.n_params == m.n_params && !memcmp(m2.p, m.p, sizeof(float) * m.n_params) &&
+          !memcmp(&m2.lora, &m.lora, sizeof m.lora),
+          "%s: the saved file reads back with the same deltas, bit for bit (%s)", what, ok ? "ok" : err);
+    if (ok) {
+        ok = tr_optim_init(&o2, &oc, m2.n_params) == 0 && tr_load_optim(&o2, &m2, opath, err, sizeof err) == 0;
+        tr_state *s2 = tr_state_new(&m2, B, T);
+        train_steps(&m, &o, s, 3, 6, B, T);
+        if (ok && s2) train_steps(&m2, &o2, s2, 3, 6, B, T);
+        CHECK(ok && !memcmp(m2.p, m.p, sizeof(float) * m.n_params),
+              "%s: resumed from the file and its sidecar, 3 more steps are bit-identical", what);
+        tr_state_free(s2);
+        tr_optim_free(&o2);
+        tr_model_free(&m2);
+    }
+    free(p0);
+    tr_state_free(s);
+    tr_optim_free(&o);
+    tr_model_free(&m);
+    remove(path); remove(out); remove(opath);
+}
+
+static void test_relaxed(void)
+{
+    enum { B = 4, T = 16 };
+    char vanilla[512], path[512], err[256];
+    snprintf(vanilla, sizeof vanilla, "%s/vanilla.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/bad.gguf", tmpdir);
+    /* a vanilla 4-layer model, trained a little so that its layers differ */
+    tr_config c = small(TR_ROUTER_NONE, 1, 4, 0);
+    tr_model v;
+    tr_optim_config oc;
+    tr_optim_defaults(&oc);
+    oc.warmup = 2; oc.steps = 10; oc.lr = 1e-2f;
+    tr_optim o;
+    if (tr_model_init(&v, &c, 21) || tr_optim_init(&o, &oc, v.n_params)) { CHECK(0, "vanilla init"); return; }
+    tr_state *s = tr_state_new(&v, B, T);
+    train_steps(&v, &o, s, 0, 10, B, T);
+    CHECK(tr_save_gguf(&v, vanilla, NULL, err, sizeof err) == 0, "vanilla 4-layer model saved (%s)", err);
+    tr_state_free(s);
+    tr_optim_free(&o);
+    tr_model_free(&v);
+
+    relaxed_case("relaxed cycle 2 x 2, Average init", vanilla, SHARE_CYCLE, INIT_AVERAGE);
+    relaxed_case("relaxed middle-cycle 1 + 2 x 1 + 1, Stepwise init", vanilla, SHARE_MIDDLE_CYCLE, INIT_STEPWISE);
+
+    /* what the trainer cannot train is refused, with the reason */
+    const int r4[CV_ROLE_COUNT] = { 0, 4, 4, 4, 4, 0, 4, 4, 4 }, r23[CV_ROLE_COUNT] = { 0, 0, 2, 3, 0, 0, 0, 0, 0 };
+    tr_model m;
+    int rc = convert_relaxed(vanilla, path, SHARE_SEQUENCE, INIT_AVERAGE, r4, 0) == 0 &&
+             tr_load_gguf(&m, path, err, sizeof err) != 0 && strstr(err, "layer_map");
+    CHECK(rc, "sequence sharing is refused (%s)", err);
+    rc = convert_relaxed(vanilla, path, SHARE_CYCLE, INIT_AVERAGE, r4, 1) == 0 &&
+         tr_load_gguf(&m, path, err, sizeof err) != 0 && strstr(err, "its own layer map");
+    CHECK(rc, "per-layer norms (--keep-norms) are refused (%s)", err);
+    /* k has rank 2 and v rank 3 (both [32 -> 16]): swapping the names of their b factors pairs ranks 2 and 3 */
+    rc = convert_relaxed(vanilla, path, SHARE_CYCLE, INIT_AVERAGE, r23, 0) == 0 &&
+         patch_file(path, "lora.1.attn_k.b", "lora.1.attn_T.b") == 0 &&
+         patch_file(path, "lora.1.attn_v.b", "lora.1.attn_k.b") == 0 &&
+         patch_file(path, "lora.1.attn_T.b", "lora.1.attn_v.b") == 0 &&
+         tr_load_gguf(&m, path, err, sizeof err) != 0 && strstr(err, "a has rank 2 but b has 3");
+    CHECK(rc, "factors of different ranks are refused (%s)", err);
+    rc = convert_relaxed(vanilla, path, SHARE_CYCLE, INIT_AVERAGE, r23, 0) == 0 &&
+         patch_file(path, "lora.1.attn_k.b", "lora.1.attn_k.c") == 0 &&
+         tr_load_gguf(&m, path, err, sizeof err) != 0 && strstr(err, "lora.1.attn_k.c");
+    CHECK(rc, "a tensor that is not lora.<layer>.<projection>.<a|b> is refused (%s)", err);
+    /* middle-cycle: layer 0 is the unique first layer; move layer 1's k delta onto it */
+    rc = convert_relaxed(vanilla, path, SHARE_MIDDLE_CYCLE, INIT_AVERAGE, r23, 0) == 0 &&
+         patch_file(path, "lora.1.attn_k.a", "lora.0.attn_k.a") == 0 &&
+         patch_file(path, "lora.1.attn_k.b", "lora.0.attn_k.b") == 0 &&
+         tr_load_gguf(&m, path, err, sizeof err) != 0 && strstr(err, "unique layer 0");
+    CHECK(rc, "a delta on a unique (prelude) layer is refused (%s)", err);
+    remove(path);
+    remove(vanilla);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mor-test-train-%d", (int)getpid());
@@ -293,6 +516,7 @@ int main(void)
     test_schedule();
     test_bpe();
     test_parity();
+    test_relaxed();
     test_learning_resume_threads();
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) return 1;

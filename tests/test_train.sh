@@ -43,5 +43,8 @@ check "the F16 export is smaller ($s16 < $s32 bytes)" test "$s16" -lt "$s32"
 
 check "mor-depth-svg draws a held-out paragraph" "$B/mor-depth-svg" -m "$TMP/a.gguf" -f "$TMP/val.txt" -o "$TMP/d.svg"
 check "the SVG has a box per token" sh -c "grep -q '^<svg' '$TMP/d.svg' && test \$(grep -c '<title>token' '$TMP/d.svg') -gt 100"
+# shellcheck disable=SC2086
+"$B/mor-train" $ARGS --steps 1 --init "$TMP/a.gguf" --lora-rank 4 -o "$TMP/c.gguf" > /dev/null 2> "$TMP/c.err"
+check_eq "--lora-rank with --init is refused (the deltas come from the file)" "$?" 2
 check "bad options are refused" sh -c "! '$B/mor-train' --data /nonexistent --vocab '$TMP/v.gguf' -o '$TMP/x.gguf' -q 2>/dev/null"
 finish

@@ -28,7 +28,7 @@ typedef struct {
     const char *data, *val, *vocab, *out, *init, *export_f16, *name;
     tr_config c;
     tr_optim_config oc;
-    int B, T, threads, eval_every, save_every, resume, quiet, layers, sharing_set;
+    int B, T, threads, eval_every, save_every, resume, quiet, layers, sharing_set, lora_set;
     int64_t eval_tokens;
     double flops_budget;
     uint64_t seed;
@@ -51,12 +51,16 @@ static void usage(FILE *f)
         "        --capacity C0,C1,...     expert-choice capacities (default (N-r)/N)\n"
         "        --alpha A (0.1 expert; 1.0 token softmax)  --aux-coef X (0.001)\n"
         "        --token-func softmax|sigmoid  --bal-coef X (0.1)  --z-coef X (1e-5)  --loss-free\n"
-        "        --lora-rank R --lora-alpha A   a LoRA delta per recursion on the shared block\n"
+        "        --lora-rank R --lora-alpha A   a LoRA delta per recursion on each projection of the shared\n"
+        "                                 block, W + (A/R) B A (R capped at min(in, out); A defaults to R)\n"
         "train:  --steps N (1000)  --batch B (16)  --seq T (256)  --lr X (3e-3)  --min-lr X (lr/10)\n"
         "        --warmup N (100)  --schedule cosine|wsd|constant  --decay-frac F (0.2, wsd)\n"
         "        --wd X (0.1)  --clip X (1.0)  --seed N (1)  --threads N (2)\n"
         "        --flops-budget X         stop once the training FLOPs reach X (e.g. 2e15)\n"
-        "files:  --save-every N (500)  --resume (continue from -o and -o.opt)  --init FILE\n"
+        "files:  --save-every N (500)  --resume (continue from -o and -o.opt)\n"
+        "        --init FILE              start from FILE's weights (shape, routers and LoRA deltas from the\n"
+        "                                 file; a relaxed model from mor-convert trains its shared weights and\n"
+        "                                 its deltas) with a fresh optimizer\n"
         "        --export-f16 FILE        also write an F16 copy (smaller; for shipping)\n"
         "        --name TEXT              general.name\n"
         "        -q                       no progress line\n");
@@ -120,8 +124,8 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (ARG("--bal-coef")) o->c.bal_coef = (float)atof(v);
         else if (ARG("--z-coef")) o->c.z_coef = (float)atof(v);
         else if (!strcmp(a, "--loss-free")) o->c.loss_free = 1;
-        else if (ARG("--lora-rank")) o->c.lora_rank = atoi(v);
-        else if (ARG("--lora-alpha")) o->c.lora_alpha = (float)atof(v);
+        else if (ARG("--lora-rank")) { o->c.lora_rank = atoi(v); o->lora_set = 1; }
+        else if (ARG("--lora-alpha")) { o->c.lora_alpha = (float)atof(v); o->lora_set = 1; }
         else if (ARG("--steps")) o->oc.steps = atoll(v);
         else if (ARG("--batch")) o->B = atoi(v);
         else if (ARG("--seq")) o->T = atoi(v);
@@ -360,6 +364,7 @@ int main(int argc, char **argv)
     char err[512];
     const char *from = o.resume ? o.out : o.init;
     if (from) {
+        if (o.lora_set) { fprintf(stderr, "mor-train: --lora-rank/--lora-alpha come from the file with --init and --resume\n"); return 2; }
         if (tr_load_gguf(&m, from, err, sizeof err)) { fprintf(stderr, "mor-train: %s\n", err); return 1; }
         o.c = m.c;
     } else {
@@ -384,6 +389,18 @@ int main(int argc, char **argv)
             o.oc.schedule == TR_SCHED_WSD ? "wsd" : o.oc.schedule == TR_SCHED_CONSTANT ? "constant" : "cosine",
             tr_threads());
 
+    if (m.lora_rmax) {
+        int n = 0, rmin = m.lora_rmax;
+        size_t np = 0;
+        for (int i = 0; i < m.n_t; i++)
+            if (m.t[i].rec >= 0) np += (size_t)(m.t[i].rows * m.t[i].cols);
+        for (int r = 0; r < c->n_rec; r++)
+            for (int j = 0; j < c->K; j++)
+                for (int role = 0; role < TR_NROLE; role++)
+                    if (m.lora.rank[r][j][role]) { n++; if (m.lora.rank[r][j][role] < rmin) rmin = m.lora.rank[r][j][role]; }
+        fprintf(stderr, "mor-train: LoRA: %d deltas of rank %d..%d (%zu parameters), trained with the shared weights\n",
+                n, rmin, m.lora_rmax, np);
+    }
     int32_t *tok = malloc(sizeof *tok * (size_t)o.B * o.T), *tgt = malloc(sizeof *tgt * (size_t)o.B * o.T);
     double flops = 0, t_start = now(), tok_done = 0, loss_ema = NAN;
     int64_t hist[TR_MAX_REC + 1] = { 0 };

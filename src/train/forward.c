@@ -107,7 +107,7 @@ tr_state *tr_state_new(const tr_model *m, int32_t B, int32_t T)
     if (!s) return NULL;
     int fail = 0;
     const size_t BT = (size_t)B * T, d = (size_t)c->d, qd = (size_t)c->n_head * c->head_dim,
-                 kvd = (size_t)c->n_kv * c->head_dim, F = (size_t)c->ff, R = (size_t)c->lora_rank,
+                 kvd = (size_t)c->n_kv * c->head_dim, F = (size_t)c->ff, R = (size_t)m->lora_rmax,
                  V = (size_t)c->vocab, nr = (size_t)c->n_rec, sz = sizeof(real);
     s->m = m; s->Bmax = B; s->Tmax = T;
     if (tr_rope_init(&s->rope, T, c->head_dim, c->theta)) fail = 1;
@@ -181,9 +181,10 @@ static void proj_fwd(tr_state *s, app_t *a, int role, const real *x, real *y, in
     const tr_model *m = s->m;
     const int b = m->map[a->l];
     tr_linear_fwd(y, x, W(m, m->blk[b][role]), a->n, in, out);
-    if (m->c.lora_rank > 0 && a->rec >= 0) {
-        const int j = a->l - tr_layer_of(m, a->rec, 0), R = m->c.lora_rank;
-        const real sc = (real)(m->c.lora_alpha / R);
+    const int j = a->rec >= 0 ? a->l - tr_layer_of(m, a->rec, 0) : 0;
+    const int R = a->rec >= 0 ? m->lora.rank[a->rec][j][role] : 0;
+    if (R > 0) {
+        const real sc = (real)m->lora.scale[role];
         real *t = a->lt[role];
         tr_linear_fwd(t, x, W(m, m->lora_a[a->rec][j][role]), a->n, in, R);
         for (size_t i = 0; i < (size_t)a->n * R; i++) t[i] *= sc;
@@ -198,11 +199,12 @@ static void proj_bwd(tr_state *s, tr_model *mm, app_t *a, int role, const real *
     const tr_model *m = s->m;
     const int b = m->map[a->l];
     tr_linear_bwd(dx, acc, G(mm, m->blk[b][role]), dy, x, W(m, m->blk[b][role]), a->n, in, out);
-    if (m->c.lora_rank > 0 && a->rec >= 0) {
-        const int j = a->l - tr_layer_of(m, a->rec, 0), R = m->c.lora_rank;
-        const real sc = (real)(m->c.lora_alpha / R);
+    const int j = a->rec >= 0 ? a->l - tr_layer_of(m, a->rec, 0) : 0;
+    const int R = a->rec >= 0 ? m->lora.rank[a->rec][j][role] : 0;
+    if (R > 0) {
+        const real sc = (real)m->lora.scale[role];
         /* y += t B^T with t = sc x A^T:  dB += dy^T t;  dt = dy B;  dA += sc dt^T x;  dx += sc dt A */
-        real *dt = s->dA;   /* free while a layer's backward runs: [n][R] fits in [BT][d] when R <= d */
+        real *dt = s->dA;   /* free while a layer's backward runs: [n][R] fits in [BT][d] (R <= min(in, out) <= d) */
         tr_gemm(out, R, a->n, dy, out, 1, a->lt[role], R, 0, G(mm, m->lora_b[a->rec][j][role]), R, 1);
         tr_gemm(a->n, R, out, dy, out, 0, W(m, m->lora_b[a->rec][j][role]), R, 0, dt, R, 0);
         for (size_t i = 0; i < (size_t)a->n * R; i++) dt[i] *= sc;
@@ -267,7 +269,12 @@ static double layer_fwd(tr_state *s, app_t *a)
         double ng = a->goff[g + 1] - a->goff[g];
         fl += 2.0 * 2.0 * ng * (ng + 1) / 2 * c->head_dim * c->n_head;
     }
-    if (c->lora_rank > 0 && a->rec >= 0) fl += 2.0 * n * c->lora_rank * 2 * ((double)d * 4 + qd + kvd * 2 + 3.0 * F) / 2;
+    if (a->rec >= 0) {   /* LoRA: R (in + out) per row and projection */
+        const int jb = a->l - tr_layer_of(m, a->rec, 0);
+        const double io[TR_NROLE] = { 0, (double)d + qd, (double)d + kvd, (double)d + kvd, (double)qd + d, 0,
+                                      (double)d + F, (double)d + F, (double)F + d };
+        for (int role = 0; role < TR_NROLE; role++) fl += 2.0 * n * m->lora.rank[a->rec][jb][role] * io[role];
+    }
     return fl;
 }
 

@@ -97,11 +97,63 @@ void tr_model_free(tr_model *m)
     memset(m, 0, sizeof *m);
 }
 
+/* [out, in] of each role's weight */
+static void role_shapes(const tr_config *c, int64_t shape[TR_NROLE][2])
+{
+    const int64_t d = c->d, qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_kv * c->head_dim, F = c->ff;
+    const int64_t s[TR_NROLE][2] = {
+        { 1, d }, { qd, d }, { kvd, d }, { kvd, d }, { d, qd }, { 1, d }, { F, d }, { F, d }, { d, F }
+    };
+    memcpy(shape, s, sizeof s);
+}
+
 int tr_model_init(tr_model *m, const tr_config *c, uint64_t seed)
+{
+    if (c->lora_rank <= 0) return tr_model_init_lora(m, c, NULL, seed);
+    if (tr_config_check(c) || isnan(c->lora_alpha)) { memset(m, 0, sizeof *m); return -1; }
+    /* a rank above min(in, out) adds nothing a smaller one cannot express,
+     * and the format does not allow it: cap it (the scale keeps alpha/R) */
+    tr_lora_layout *lo = calloc(1, sizeof *lo);
+    if (!lo) { memset(m, 0, sizeof *m); return -1; }
+    int64_t shape[TR_NROLE][2];
+    role_shapes(c, shape);
+    for (int role = 0; role < TR_NROLE; role++) {
+        if (role == TR_NORM1 || role == TR_NORM2) continue;
+        int64_t cap = shape[role][0] < shape[role][1] ? shape[role][0] : shape[role][1];
+        lo->scale[role] = c->lora_alpha / (float)c->lora_rank;
+        for (int r = 0; r < c->n_rec; r++)
+            for (int j = 0; j < c->K; j++) lo->rank[r][j][role] = (int32_t)(c->lora_rank < cap ? c->lora_rank : cap);
+    }
+    int rc = tr_model_init_lora(m, c, lo, seed);
+    if (!rc) m->c.lora_alpha = c->lora_alpha;
+    free(lo);
+    return rc;
+}
+
+int tr_model_init_lora(tr_model *m, const tr_config *c, const tr_lora_layout *lo, uint64_t seed)
 {
     memset(m, 0, sizeof *m);
     if (tr_config_check(c)) return -1;
+    int64_t shape[TR_NROLE][2];
+    role_shapes(c, shape);
+    int32_t rmax = 0;
+    if (lo)
+        for (int r = 0; r < TR_MAX_REC; r++)
+            for (int j = 0; j < 16; j++)
+                for (int role = 0; role < TR_NROLE; role++) {
+                    int32_t R = lo->rank[r][j][role];
+                    int64_t cap = shape[role][0] < shape[role][1] ? shape[role][0] : shape[role][1];
+                    if (!R) continue;
+                    if (R < 0 || R > cap || r >= c->n_rec || j >= c->K || role == TR_NORM1 || role == TR_NORM2 ||
+                        c->n_rec < 2 || !isfinite(lo->scale[role]))
+                        return -1;
+                    if (R > rmax) rmax = R;
+                }
     m->c = *c;
+    m->c.lora_rank = rmax;
+    m->c.lora_alpha = 0;
+    m->lora_rmax = rmax;
+    if (rmax) m->lora = *lo;
     m->L = c->prelude + c->n_rec * c->K + c->coda;
     m->n_blocks = c->prelude + c->K + c->coda;
     for (int l = 0; l < m->L; l++) {
@@ -109,18 +161,14 @@ int tr_model_init(tr_model *m, const tr_config *c, uint64_t seed)
         else if (l < c->prelude + c->n_rec * c->K) m->map[l] = c->prelude + (l - c->prelude) % c->K;
         else m->map[l] = c->prelude + c->K + (l - c->prelude - c->n_rec * c->K);
     }
-    const int64_t d = c->d, qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_kv * c->head_dim, F = c->ff;
-    const int64_t shape[TR_NROLE][2] = {
-        { 1, d }, { qd, d }, { kvd, d }, { kvd, d }, { d, qd }, { 1, d }, { F, d }, { F, d }, { d, F }
-    };
+    const int64_t d = c->d;
     int cap = 0;
     char name[64];
     m->embd = add_tensor(m, &cap, "token_embd.weight", c->vocab, d, 1, -1, -1);
     m->onorm = add_tensor(m, &cap, "output_norm.weight", 1, d, 0, -1, -1);
     for (int b = 0; b < m->n_blocks; b++)
         for (int r = 0; r < TR_NROLE; r++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", b, (const char *[]){ "attn_norm", "attn_q",
-                     "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down" }[r]);
+            snprintf(name, sizeof name, "blk.%d.%s.weight", b, tr_role_names[r]);
             m->blk[b][r] = add_tensor(m, &cap, name, shape[r][0], shape[r][1],
                                       r != TR_NORM1 && r != TR_NORM2, r, -1);
         }
@@ -132,15 +180,16 @@ int tr_model_init(tr_model *m, const tr_config *c, uint64_t seed)
     if (c->router == TR_ROUTER_TOKEN) m->rtr_tc = add_tensor(m, &cap, "rtr.weight", c->n_rec, d, 0, -1, -1);
     memset(m->lora_a, 0xff, sizeof m->lora_a);
     memset(m->lora_b, 0xff, sizeof m->lora_b);
-    if (c->lora_rank > 0)
+    if (rmax)
         for (int r = 0; r < c->n_rec; r++)
             for (int j = 0; j < c->K; j++)
                 for (int role = 0; role < TR_NROLE; role++) {
-                    if (role == TR_NORM1 || role == TR_NORM2) continue;
-                    snprintf(name, sizeof name, "lora.%d.%d.%d.a", r, j, role);
-                    m->lora_a[r][j][role] = add_tensor(m, &cap, name, c->lora_rank, shape[role][1], 0, role, r);
-                    snprintf(name, sizeof name, "lora.%d.%d.%d.b", r, j, role);
-                    m->lora_b[r][j][role] = add_tensor(m, &cap, name, shape[role][0], c->lora_rank, 0, role, r);
+                    const int32_t R = m->lora.rank[r][j][role];
+                    if (!R) continue;
+                    snprintf(name, sizeof name, "lora.%d.%s.a", tr_layer_of(m, r, j), tr_role_names[role]);
+                    m->lora_a[r][j][role] = add_tensor(m, &cap, name, R, shape[role][1], 0, role, r);
+                    snprintf(name, sizeof name, "lora.%d.%s.b", tr_layer_of(m, r, j), tr_role_names[role]);
+                    m->lora_b[r][j][role] = add_tensor(m, &cap, name, shape[role][0], R, 0, role, r);
                 }
     for (int i = 0; i < m->n_t; i++) if (m->t[i].off == (size_t)-1) { tr_model_free(m); return -1; }
     m->p = calloc(m->n_params, sizeof(real));

@@ -48,9 +48,21 @@ typedef struct {
     float   bal_coef, z_coef;             /* token: balancing (0.1), z-loss (1e-5) */
     int32_t loss_free;                    /* token: loss-free bias instead of/with the loss */
     float   bias_rate;                    /* its update rate u (0.001) */
-    int32_t lora_rank;                    /* > 0: a LoRA delta per recursion on the shared block */
-    float   lora_alpha;                   /* delta = (lora_alpha / rank) * B A */
+    int32_t lora_rank;                    /* > 0: a LoRA delta per recursion on the shared block
+                                             (tr_model_init: this rank on every projection, capped
+                                             at min(in, out); a model read from a file: its
+                                             largest rank) */
+    float   lora_alpha;                   /* tr_model_init: delta = (lora_alpha / rank) * B A */
 } tr_config;
+
+/* Where the LoRA deltas are and their ranks: rank[r][j][role] for block
+ * position j at recursion r (0: no delta; always 0 for the norms), and the
+ * scale s of each role's deltas, y = W x + s B (A x) (FORMAT.md v2: one scale
+ * per projection). */
+typedef struct {
+    int32_t rank[TR_MAX_REC][16][TR_NROLE];
+    float   scale[TR_NROLE];
+} tr_lora_layout;
 
 /* Defaults for everything but the shape (vocab, d, ff, heads, layers). */
 void tr_config_defaults(tr_config *c);
@@ -77,12 +89,20 @@ typedef struct {
     /* views into p (the same offsets index g) */
     size_t     embd, onorm, blk[64][TR_NROLE], rtr[TR_MAX_REC], rtr_tc;
     /* LoRA (A [rank, in], B [out, rank]) per recursion, block position and
-     * role; (size_t)-1 where absent (norms, or no LoRA) */
+     * role; (size_t)-1 where absent (norms, or no LoRA). The tensors are
+     * named as FORMAT.md stores them: lora.<unrolled layer>.<role>.a|b. */
     size_t     lora_a[TR_MAX_REC][16][TR_NROLE], lora_b[TR_MAX_REC][16][TR_NROLE];
+    tr_lora_layout lora;                   /* ranks (0 where absent) and scales */
+    int32_t    lora_rmax;                  /* the largest rank, 0 without LoRA */
     float      bias[TR_MAX_REC];           /* token-choice loss-free bias (not trained by Adam) */
 } tr_model;
 
 int  tr_model_init(tr_model *m, const tr_config *c, uint64_t seed);   /* 0 ok, -1 no memory / bad config */
+/* The same with the LoRA deltas of lo (NULL: none) instead of c->lora_rank
+ * and c->lora_alpha; every rank must be in [0, min(in, out)], at a recursion
+ * and block position of c, and 0 on the norms. m->c.lora_rank becomes the
+ * largest rank. New deltas start as B = 0, A ~ N(0, 1/in). */
+int  tr_model_init_lora(tr_model *m, const tr_config *c, const tr_lora_layout *lo, uint64_t seed);
 void tr_model_free(tr_model *m);
 const tr_tensor *tr_model_find(const tr_model *m, const char *name);
 /* Unrolled layer index of block position j of recursion r. */
@@ -165,11 +185,15 @@ typedef struct {
 } tr_save_opts;
 
 /* Write the model as a `mor` GGUF file (docs/FORMAT.md) that
- * mor_model_load_file loads. LoRA deltas are folded into per-recursion copies
- * of the shared weights (mor.layer_map.<role>). 0 ok, else -1 with err. */
+ * mor_model_load_file loads. LoRA deltas are written unfolded, as the
+ * format's version 2 lora.<l>.<proj>.a|b tensors (F32) with their scales.
+ * 0 ok, else -1 with err. */
 int tr_save_gguf(const tr_model *m, const char *path, const tr_save_opts *o, char *err, size_t errcap);
-/* Read a model written by tr_save_gguf (F32 weights, no folded LoRA) into a
- * freshly initialised m. 0 ok, else -1 with err. */
+/* Read a `mor` file the trainer can train into a freshly initialised m:
+ * what tr_save_gguf writes, or mor-convert's recursive and relaxed files
+ * (F32 or F16 weights, the LoRA deltas with their ranks and scales). Every
+ * tensor of the file must be one the trainer trains, and the layer map the
+ * trainer's; anything else is refused. 0 ok, else -1 with err. */
 int tr_load_gguf(tr_model *m, const char *path, char *err, size_t errcap);
 /* Optimizer sidecar (PATH.opt): step, the Adam moments and a checksum of the
  * shape, as a small GGUF file of its own. */
