@@ -154,6 +154,10 @@ static int parse_args(int argc, char **argv, opts *o)
 #undef ARG
     }
     if (!o->data || !o->vocab || !o->out) return -1;
+    if (o->lora_set && (o->init || o->resume)) {
+        fprintf(stderr, "mor-train: with --init and --resume the LoRA deltas come from the file (no --lora-rank/--lora-alpha)\n");
+        return -1;
+    }
     tr_config *c = &o->c;
     c->n_kv = kv > 0 ? kv : c->n_head;
     c->head_dim = hd > 0 ? hd : (c->n_head ? c->d / c->n_head : 0);
@@ -364,7 +368,6 @@ int main(int argc, char **argv)
     char err[512];
     const char *from = o.resume ? o.out : o.init;
     if (from) {
-        if (o.lora_set) { fprintf(stderr, "mor-train: --lora-rank/--lora-alpha come from the file with --init and --resume\n"); return 2; }
         if (tr_load_gguf(&m, from, err, sizeof err)) { fprintf(stderr, "mor-train: %s\n", err); return 1; }
         o.c = m.c;
     } else {
