@@ -6,10 +6,12 @@
  * Canonical order as in kernels_avx2.c, with 16 lanes (so results differ
  * from the AVX2 set's in rounding): for quantized weights, two blocks per
  * 512-bit register (see below).
- * RMSNorm, SwiGLU, attention and the activation quantizer are the AVX2
- * set's: on the CPUs measured they are not where the time goes. */
+ * Attention takes the query heads of a KV group together (below). RMSNorm,
+ * SwiGLU and the activation quantizer are the AVX2 set's: on the CPUs
+ * measured they are not where the time goes. */
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 #include "kernels.h"
 #include "quant.h"
@@ -393,6 +395,181 @@ static void matmul_avx512(const mor_weight *w, const void *x, size_t xs, float *
     }
 }
 
+/* ---- attention ----
+ *
+ * The query heads of a KV group go together: each K and V row is loaded
+ * (and converted) once for all of them, scores come four cells at a time
+ * through one reduction tree (hsum16x4), and the group's outputs stay in
+ * registers while the V rows stream by. Same math as the reference
+ * (scores, max-subtracted softmax, weighted sum of V), rounded differently. */
+
+/* 16 cache values from element i (a multiple of 16) of a row of type t. */
+AI __m512 ldkv16(const char *row, int32_t i, uint32_t t)
+{
+    if (t == GGML_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (size_t)i)));
+    if (t == GGML_Q8_0) {
+        const mor_block_q8_0 *b = (const mor_block_q8_0 *)row + i / MOR_QK;
+        const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + i % MOR_QK))));
+        return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b->d)), q);
+    }
+    return _mm512_loadu_ps((const float *)row + i);
+}
+
+/* e^x, the AVX2 set's exp8 (Cephes expf) on 16 lanes */
+AI __m512 exp16(__m512 x)
+{
+    x = _mm512_min_ps(_mm512_set1_ps(88.3762626647949f), x);
+    x = _mm512_max_ps(_mm512_set1_ps(-88.3762626647949f), x);
+    __m512 fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                     _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+    __m512 z = _mm512_mul_ps(x, x);
+    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507E-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073E-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894E-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459E-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201E-1f));
+    y = _mm512_fmadd_ps(y, z, _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+/* In-place softmax of p[0..n) */
+AI void softmax16(float *p, int32_t n)
+{
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int32_t c = 0;
+    for (; c + 16 <= n; c += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(p + c));
+    if (c < n) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, (__mmask16)((1u << (n - c)) - 1), p + c));
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sv = _mm512_setzero_ps();
+    for (c = 0; c + 16 <= n; c += 16) {
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(p + c), m));
+        _mm512_storeu_ps(p + c, e);
+        sv = _mm512_add_ps(sv, e);
+    }
+    if (c < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - c)) - 1);
+        const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + c), m)));
+        _mm512_mask_storeu_ps(p + c, k, e);
+        sv = _mm512_add_ps(sv, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / hsum16(sv));
+    for (c = 0; c + 16 <= n; c += 16) _mm512_storeu_ps(p + c, _mm512_mul_ps(_mm512_loadu_ps(p + c), inv));
+    if (c < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - c)) - 1);
+        _mm512_mask_storeu_ps(p + c, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + c), inv));
+    }
+}
+
+/* G query heads of NJ x 16 values each */
+AI void attend_g(const float *q, int G, int NJ, const char *k, const char *v, size_t stride, uint32_t t,
+                 const int32_t *cells, int32_t nv, float scale, float *probs, float *out)
+{
+    const int32_t hd = 16 * NJ;
+    __m512 qv[4][8];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NJ; j++) qv[g][j] = _mm512_loadu_ps(q + g * hd + 16 * j);
+    int32_t c = 0;
+    for (; c + 4 <= nv; c += 4) {   /* scores of 4 cells, each K row loaded once for the group */
+        __m512 a[4][4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            const char *kr = k + (size_t)cells[c + u] * stride;
+            __m512 kv[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < NJ; j++) kv[j] = ldkv16(kr, 16 * j, t);
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) {
+                __m512 s = _mm512_mul_ps(qv[g][0], kv[0]);
+#pragma GCC unroll 8
+                for (int j = 1; j < NJ; j++) s = _mm512_fmadd_ps(qv[g][j], kv[j], s);
+                a[g][u] = s;
+            }
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            float sc[4];
+            hsum16x4(a[g][0], a[g][1], a[g][2], a[g][3], sc);
+            _mm_storeu_ps(probs + (int64_t)g * nv + c, _mm_mul_ps(_mm_loadu_ps(sc), _mm_set1_ps(scale)));
+        }
+    }
+    for (; c < nv; c++) {
+        const char *kr = k + (size_t)cells[c] * stride;
+        __m512 kv[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < NJ; j++) kv[j] = ldkv16(kr, 16 * j, t);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m512 s = _mm512_mul_ps(qv[g][0], kv[0]);
+#pragma GCC unroll 8
+            for (int j = 1; j < NJ; j++) s = _mm512_fmadd_ps(qv[g][j], kv[j], s);
+            probs[(int64_t)g * nv + c] = hsum16(s) * scale;
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) softmax16(probs + (int64_t)g * nv, nv);
+    __m512 o[4][8];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NJ; j++) o[g][j] = _mm512_setzero_ps();
+    for (c = 0; c < nv; c++) {   /* each V row loaded once for the group */
+        const char *vr = v + (size_t)cells[c] * stride;
+        __m512 vv[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < NJ; j++) vv[j] = ldkv16(vr, 16 * j, t);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            const __m512 pv = _mm512_set1_ps(probs[(int64_t)g * nv + c]);
+#pragma GCC unroll 8
+            for (int j = 0; j < NJ; j++) o[g][j] = _mm512_fmadd_ps(pv, vv[j], o[g][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+        for (int j = 0; j < NJ; j++) _mm512_storeu_ps(out + g * hd + 16 * j, o[g][j]);
+}
+
+#define ATT(G, NJ) \
+    static void att_##G##_##NJ(const float *q, const char *k, const char *v, size_t stride, uint32_t t, \
+                               const int32_t *cells, int32_t nv, float scale, float *probs, float *out) \
+    { attend_g(q, G, NJ, k, v, stride, t, cells, nv, scale, probs, out); }
+ATT(1, 4) ATT(2, 4) ATT(3, 4) ATT(4, 4) ATT(1, 8) ATT(2, 8)
+
+static void attend_avx512(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
+                          size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
+                          float scale, float *probs, float *out)
+{
+    typedef void (*att_fn)(const float *, const char *, const char *, size_t, uint32_t, const int32_t *, int32_t,
+                           float, float *, float *);
+    /* the shapes whose outputs and K/V rows fit the registers (head_dim 64 or 128) */
+    static const att_fn fns64[5] = { NULL, att_1_4, att_2_4, att_3_4, att_4_4 }, fns128[3] = { NULL, att_1_8, att_2_8 };
+    att_fn f = NULL;
+    if (nv > 0 && (kv_type == GGML_F32 || kv_type == GGML_F16 || kv_type == GGML_Q8_0)) {
+        if (hd == 64 && group <= 4) f = fns64[group];
+        else if (hd == 128 && group <= 2) f = fns128[group];
+    }
+    if (!f) {   /* other shapes: one head at a time, or the AVX2 kernel for those too */
+        if (nv > 0 && hd == 64 && group > 4 && (kv_type == GGML_F32 || kv_type == GGML_F16 || kv_type == GGML_Q8_0)) {
+            for (int32_t g0 = 0; g0 < group; g0 += 4) {
+                const int32_t gn = group - g0 < 4 ? group - g0 : 4;
+                fns64[gn](q + (int64_t)g0 * hd, (const char *)k, (const char *)v, stride, kv_type, cells, nv, scale,
+                          probs, out + (int64_t)g0 * hd);
+            }
+            return;
+        }
+        mor_attend_avx2(q, group, hd, k, v, stride, kv_type, cells, nv, scale, probs, out);
+        return;
+    }
+    f(q, (const char *)k, (const char *)v, stride, kv_type, cells, nv, scale, probs, out);
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #elif defined(__GNUC__)
@@ -400,6 +577,6 @@ static void matmul_avx512(const mor_weight *w, const void *x, size_t xs, float *
 #endif
 
 const mor_kernels mor_kernels_avx512 = {
-    "avx512", mor_act_q8_avx2, matmul_avx512, mor_attend_avx2, mor_rms_norm_avx2, mor_swiglu_avx2
+    "avx512", mor_act_q8_avx2, matmul_avx512, attend_avx512, mor_rms_norm_avx2, mor_swiglu_avx2
 };
 #endif

@@ -201,6 +201,14 @@ static void test_set(const mor_kernels *ks)
         test_attend(ks, kvt[t], 64, 3, 37);
         test_attend(ks, kvt[t], 128, 1, 5);
         test_attend(ks, kvt[t], 96, 2, 1);
+        /* the grouped AVX-512 shapes (head_dim 64 with 1-4 heads, split above 4; 128 with 1-2),
+         * with cell counts around their 4-at-a-time score loop */
+        test_attend(ks, kvt[t], 64, 4, 130);
+        test_attend(ks, kvt[t], 64, 5, 7);
+        test_attend(ks, kvt[t], 64, 1, 2);
+        test_attend(ks, kvt[t], 64, 2, 4);
+        test_attend(ks, kvt[t], 128, 2, 66);
+        test_attend(ks, kvt[t], 128, 3, 9);
     }
     test_attend(ks, GGML_F32, 16, 2, 9);
     test_attend(ks, GGML_F16, 8, 4, 20);
