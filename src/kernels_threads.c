@@ -11,6 +11,16 @@
 
 #define ROW_ALIGN 16   /* output rows per unit of work: whole tiles for every kernel set */
 
+/* Output rows per chunk of a matmul over n activation rows. One row
+ * (generation): about four chunks per thread, each a long contiguous stream
+ * that the kernels prefetch ahead within. Several rows (prefill): about
+ * eight per thread, so that the thread left alone at the end of a job waits
+ * less, in multiples of 48 rows (whole 6-row and 16-row tiles). */
+static int64_t mm_chunk(int64_t rows, int32_t n, int32_t nth)
+{
+    return n > 2 ? pool_chunk(rows, 48, 2 * nth) : pool_chunk(rows, ROW_ALIGN, nth);
+}
+
 #define MAX_THREADS 512
 /* Below this many multiply-adds a job runs on the calling thread alone:
  * waking the workers would cost more than it saves (results are the same
@@ -124,7 +134,7 @@ void exec_matmul(mor_exec *e, const mor_weight *w, const float *x, int64_t ldx, 
     j.w[0] = w; j.y[0] = y; j.ldy[0] = ldy;
     j.x[0] = prepare(e, w->type, x, ldx, w->cols, n, &j.xs[0]);
     j.total = w->rows;
-    j.chunk = pool_chunk(j.total, ROW_ALIGN, e->nth);
+    j.chunk = mm_chunk(j.total, n, e->nth);
     run(e, (j.total + j.chunk - 1) / j.chunk, mm_task, &j, (int64_t)n * w->rows * w->cols);
 }
 
@@ -145,7 +155,7 @@ void exec_matmul_multi(mor_exec *e, int32_t nw, const mor_weight *const *w, cons
     }
     int64_t macs = 0;
     for (int32_t q = 0; q < nw; q++) { macs += (int64_t)n * w[q]->rows * w[q]->cols; j.total += w[q]->rows; }
-    j.chunk = pool_chunk(j.total, ROW_ALIGN, e->nth);
+    j.chunk = mm_chunk(j.total, n, e->nth);
     run(e, (j.total + j.chunk - 1) / j.chunk, mm_task, &j, macs);
 }
 
@@ -179,7 +189,7 @@ void exec_ffn_up(mor_exec *e, const mor_weight *wg, const mor_weight *wu, const 
     if (mor_act_is_q8(wu->type) && mor_act_is_q8(wg->type)) { j.xu = j.xg; j.xus = j.xgs; }
     else if (mor_act_is_q8(wu->type)) j.xu = prepare(e, wu->type, x, ldx, wu->cols, n, &j.xus);
     else { j.xu = x; j.xus = sizeof(float) * (size_t)ldx; }
-    j.chunk = pool_chunk(wg->rows, ROW_ALIGN, e->nth);
+    j.chunk = mm_chunk(wg->rows, n, e->nth);
     run(e, (wg->rows + j.chunk - 1) / j.chunk, ffn_task, &j, 2 * (int64_t)n * wg->rows * wg->cols);
 }
 
