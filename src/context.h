@@ -15,6 +15,9 @@ typedef struct {
      * (layer_rope_cs), or NULL: computed there into cs_own */
     const float *rope_cs;
     float   *cs_own;           /* [n_batch][head_dim] */
+    /* [n] or NULL, set by the caller for its calls: rows i with
+     * skip_store[i] != 0 store no K/V (their results are to be discarded) */
+    const uint8_t *skip_store;
 } layer_scratch;
 
 struct mor_batch {
@@ -45,5 +48,10 @@ struct mor_context {
     int32_t *logit_row;                  /* [n_batch]: row -> logits slot or -1 */
     float   *hidden, *st_hidden;         /* [n_boundaries][n_batch][n_embd] when captured */
     int32_t  n_boundaries;
+    /* Internal (serve.c's sequence-level baseline): every row runs every
+     * recursion, as an engine that knows nothing of MoR would; the results of
+     * rows the router did not pick are discarded and their K/V not stored, so
+     * the outputs are those of a normal decode. */
+    int      lockstep;
 };
 #endif

@@ -91,12 +91,19 @@ static mor_status expert_recursions(mor_context *c, const mor_batch *b, int32_t 
         router_select_expert(c->router, r, n, c->active, c->g, c->p, b->seq, c->seq_rows,
                              c->done, c->rank, c->sel);
         int32_t k = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (c->sel[i]) { c->idx[k++] = i; c->depth[i] = r + 1; }
+        for (int32_t i = 0; i < n; i++) {
+            if (c->sel[i]) c->depth[i] = r + 1;
+            if (c->sel[i] || c->lockstep) c->idx[k++] = i;
+            c->done[i] = !c->sel[i];   /* router scratch, free again: lockstep's rows to discard */
+        }
         if (k) {
             gather(c, b, c->x, c->idx, k);
-            if ((st = run_block(c, r, k))) return st;
+            c->ls.skip_store = c->lockstep ? c->done : NULL;
+            st = run_block(c, r, k);
+            c->ls.skip_store = NULL;
+            if (st) return st;
             for (int32_t t = 0; t < k; t++) {
+                if (!c->sel[c->idx[t]]) continue;
                 float *xi = c->x + (size_t)c->idx[t] * d;
                 const float *yt = c->y + (size_t)t * d;
                 float w = m->gating_additive ? 1.0f : c->p[c->idx[t]];
@@ -132,13 +139,20 @@ static mor_status token_recursions(mor_context *c, const mor_batch *b, int32_t *
         mor_status st;
         if ((st = check_abort(c))) return st;
         int32_t k = 0;
-        for (int32_t i = 0; i < n; i++) if (c->depth[i] > r) c->idx[k++] = i;
+        for (int32_t i = 0; i < n; i++) {
+            if (c->depth[i] > r || c->lockstep) c->idx[k++] = i;
+            c->done[i] = c->depth[i] <= r;   /* lockstep's rows to discard */
+        }
         if (!k) break;
         gather(c, b, c->h1, c->idx, k);
-        if ((st = run_block(c, r, k))) return st;
+        c->ls.skip_store = c->lockstep ? c->done : NULL;
+        st = run_block(c, r, k);
+        c->ls.skip_store = NULL;
+        if (st) return st;
         for (int32_t t = 0; t < k; t++) {
             int32_t i = c->idx[t];
             const float *yt = c->y + (size_t)t * d;
+            if (c->depth[i] <= r) continue;
             if (c->depth[i] == r + 1) {     /* finished here: H^1 + g * f^(r+1)(H^1) */
                 float w = m->gating_additive ? 1.0f : c->p[i];
                 float *xi = c->x + (size_t)i * d;

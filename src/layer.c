@@ -36,6 +36,7 @@ mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_
 
 /* Row i's cache and LoRA layer: row_layer[i], or l for every row. */
 #define ROW_LAYER(i) (row_layer ? row_layer[i] : l)
+#define ROW_STORES(i) (kv_layer_stores(kv, ROW_LAYER(i)) && !(s->skip_store && s->skip_store[i]))
 #define LORA(role, xin, ldx, y, ldy) \
     (row_layer ? lora_apply_rows(m, row_layer, role, xin, ldx, y, ldy, n) : lora_apply(m, l, role, xin, ldx, y, ldy, n))
 
@@ -45,7 +46,7 @@ mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_
     const mor_layer *w = &m->layers[l];
     const int32_t d = m->n_embd, hd = m->head_dim, qd = m->n_head * hd, kvd = m->n_head_kv * hd;
     int stores = 0;   /* some row stores K/V (under sharing, recursion-0 rows only) */
-    for (int32_t i = 0; i < n && !stores; i++) stores = kv_layer_stores(kv, ROW_LAYER(i));
+    for (int32_t i = 0; i < n && !stores; i++) stores = ROW_STORES(i);
     mor_exec *e = &s->exec;
     const mor_kernels *k = e->k;
     const float *cs = s->rope_cs;
@@ -68,7 +69,7 @@ mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_
 
     if (stores) {
         for (int32_t i = 0; i < n; i++) {
-            if (!kv_layer_stores(kv, ROW_LAYER(i))) continue;
+            if (!ROW_STORES(i)) continue;
             kv_layer *L = &kv->layers[ROW_LAYER(i)];
             mor_rope_cs(s->k + (int64_t)i * kvd, m->n_head_kv, hd, cs + (int64_t)i * hd);
             int32_t c = kv_append(kv, ROW_LAYER(i), seq[i], pos[i]);
@@ -107,4 +108,5 @@ mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_
     return MOR_OK;
 }
 #undef LORA
+#undef ROW_STORES
 #undef ROW_LAYER

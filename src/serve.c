@@ -681,3 +681,5 @@ mor_status mor_server_release(mor_server *s, mor_request_id id)
 }
 
 mor_context *serve_context(mor_server *s) { return s ? s->ctx : NULL; }
+
+void serve_set_lockstep(mor_server *s, int on) { if (s) s->ctx->lockstep = on != 0; }

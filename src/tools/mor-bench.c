@@ -27,6 +27,7 @@
 #include "kernels.h"
 #include "mor.h"
 #include "quant.h"
+#include "tools/bench_serve.h"
 #include "tools/synth_model.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -360,6 +361,7 @@ int main(int argc, char **argv)
     const char *shape_list = "135m", *type_list = "f32,f16,bf16,q8_0,q4_0", *thread_list = "1,2";
     const char *arch_list = "dense,dense-eq,mor", *dir = "build/bench", *json = NULL, *kern = "auto";
     int np = 128, ng = 64, reps = 5, do_probe = 1;
+    if (argc > 1 && !strcmp(argv[1], "--serve")) return bench_serve_main(argc - 1, argv + 1);   /* bench_serve.h */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-s") && v) { shape_list = v; i++; }
