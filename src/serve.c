@@ -60,6 +60,8 @@ struct mor_server {
     int32_t          *queue; int32_t q_head, q_len, q_cap;
     serve_slot       *slots;
     int64_t           reserved;       /* KV cells promised to running requests */
+    int32_t           finish_every;   /* DEPTHWISE: finish exited groups every this many steps */
+    int64_t           n_steps, sv_n_steps;
     serve_logits_fn   hook; void *hook_ud;
     /* DEPTHWISE rows, [n_batch] each */
     int32_t *r_state, *r_slot, *r_pos, *r_rec, *r_depth, *r_tdepth;
@@ -155,6 +157,7 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     mor_server *s = calloc(1, sizeof *s);
     if (!s) return mor_err(MOR_E_NOMEM, "out of memory");
     s->m = m;
+    s->finish_every = 1;
     mor_status st = mor_context_create(m, &cp, &s->ctx);
     if (st) { mor_server_free(s); return st; }
     p.n_ctx = s->ctx->params.n_ctx;
@@ -511,9 +514,18 @@ static mor_status step_depthwise(mor_server *s)
         }
     }
 
-    /* 3. finish the groups whose rows have all exited: last layers, norm, logits, sample */
-    int32_t nf = 0, nl = 0;
+    /* 3. finish the groups whose rows have all exited: last layers, norm, logits, sample;
+     * when finish_every > 1, only every that many steps (at once when nothing else runs) */
+    int32_t nf = 0, nl = 0, n_ready = 0, n_groups = 0;
     for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
+        const serve_slot *S = &s->slots[sl];
+        if (!S->req || !S->n_rows) continue;
+        n_groups++;
+        n_ready += S->n_exited == S->n_rows;
+    }
+    const int finish = n_ready && (s->n_steps % s->finish_every == 0 || n_ready == n_groups);
+    s->n_steps++;   /* (put back with the rest if the step fails) */
+    for (int32_t sl = 0; finish && sl < (int32_t)s->p.n_slots; sl++) {
         serve_slot *S = &s->slots[sl];
         if (!S->req || !S->n_rows || S->n_exited < S->n_rows) continue;
         int32_t first = nf;
@@ -569,7 +581,7 @@ static void save(mor_server *s)
         memcpy(s->sv_hprev + i * d, s->hprev + i * d, row);
     }
     memcpy(s->sv_slots, s->slots, sizeof(serve_slot) * s->p.n_slots);
-    s->sv_q_head = s->q_head; s->sv_q_len = s->q_len; s->sv_reserved = s->reserved;
+    s->sv_q_head = s->q_head; s->sv_q_len = s->q_len; s->sv_reserved = s->reserved; s->sv_n_steps = s->n_steps;
     s->n_admitted = 0;
 }
 
@@ -586,7 +598,7 @@ static void restore(mor_server *s)
         memcpy(s->hprev + i * d, s->sv_hprev + i * d, row);
     }
     memcpy(s->slots, s->sv_slots, sizeof(serve_slot) * s->p.n_slots);
-    s->q_head = s->sv_q_head; s->q_len = s->sv_q_len; s->reserved = s->sv_reserved;
+    s->q_head = s->sv_q_head; s->q_len = s->sv_q_len; s->reserved = s->sv_reserved; s->n_steps = s->sv_n_steps;
     for (int32_t k = 0; k < s->n_admitted; k++) {
         serve_req *q = s->reqs[s->admitted[k]];
         q->state = MOR_REQ_QUEUED; q->slot = -1;
@@ -683,3 +695,5 @@ mor_status mor_server_release(mor_server *s, mor_request_id id)
 mor_context *serve_context(mor_server *s) { return s ? s->ctx : NULL; }
 
 void serve_set_lockstep(mor_server *s, int on) { if (s) s->ctx->lockstep = on != 0; }
+
+void serve_set_finish_every(mor_server *s, int32_t k) { if (s) s->finish_every = k < 1 ? 1 : k; }

@@ -12,6 +12,12 @@ void serve_set_logits_hook(mor_server *srv, serve_logits_fn fn, void *ud);
  * dropped are computed and discarded; outputs unchanged): the baseline (b)
  * of mor-bench --serve. */
 void serve_set_lockstep(mor_server *srv, int on);
+/* DEPTHWISE: a token group whose rows have all exited is finished (last
+ * layers, output matrix, sampling) only every k steps (it waits at most
+ * k - 1; at once when no other row runs), so that those weights are read
+ * once for more rows; 1 (default): every step. Outputs do not change, only
+ * when tokens come out. */
+void serve_set_finish_every(mor_server *srv, int32_t k);
 /* The server's context (for tests: its KV cache accounting). */
 mor_context *serve_context(mor_server *srv);
 #endif

@@ -16,8 +16,10 @@
  * --depth (default 2). Every way must give the same tokens and depths
  * (checked); tok/s is the median over --reps runs.
  *
- *   mor-bench --serve [--threads 2] [--conc 8,32,64] [--gen 32] [--prompt 4] [--reps 3]
- *                     [--ways a,b,b2,c] [--depth 2] [--type f32|f16|q8_0] [--dir build/bench]
+ *   mor-bench --serve [--threads 2] [--conc 8,32,64] [--requests 2] [--gen 32] [--prompt 4] [--reps 3]
+ *                     [--ways a,b,b2,c,cN...] [--depth 2 | --thr T1,T2] [--type f32|f16|q8_0] [--dir build/bench]
+ * --requests R: R x conc requests, served conc at a time (slots refilled).
+ * cN: (c) finishing exited tokens only every N steps (serve_set_finish_every).
  *
  * Header-only (static functions), included by mor-bench.c and mor-bench-serve.c. */
 #ifndef MOR_BENCH_SERVE_H
@@ -25,22 +27,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include "mor.h"
 #include "serve.h"
 #include "tools/synth_model.h"
 
-enum { BS_A, BS_B, BS_B2, BS_C, BS_N };
-static const char *const bs_way_name[BS_N] = { "a", "b", "b2", "c" };
+enum { BS_A, BS_B, BS_B2, BS_C, BS_N = 12 };   /* ways BS_C + 1 ...: (c) finishing every N steps */
+static const char *const bs_way_name[4] = { "a", "b", "b2", "c" };
 
-typedef struct { double tps, depth, secs; long tokens; uint64_t hash; int ok; } bs_result;
+typedef struct { double tps, depth, secs, cpu; long tokens; uint64_t hash; int ok; } bs_result;
 
 static double bs_now(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* User CPU seconds of the whole process (every thread): less disturbed than
+ * wall time by other jobs on the machine, though it counts spinning too. */
+static double bs_cpu(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec;
 }
 
 static int bs_cmp_d(const void *a, const void *b)
@@ -129,36 +141,40 @@ static int bs_calibrate(mor_model *m, int n_req, int prompt, int gen, int thread
     return ok;
 }
 
-/* One way over conc requests (all queued at once, conc slots). */
-static bs_result bs_run(mor_model *m, int way, int conc, int gen, int prompt, int threads, const float *thr)
+/* One way: n_req requests, all queued at once, served conc at a time (a
+ * finished request's slot goes to the next in the queue). */
+static bs_result bs_run(mor_model *m, int way, int finish_every, int conc, int n_req, int gen, int prompt,
+                        int threads, const float *thr)
 {
-    bs_result res = { 0, 0, 0, 0, 1469598103934665603ull, 0 };
+    bs_result res = { 0, 0, 0, 0, 0, 1469598103934665603ull, 0 };
     mor_server_params p;
     MOR_SERVER_PARAMS_INIT(&p);
-    p.mode = way == BS_A ? MOR_SERVE_SERIAL : way == BS_C ? MOR_SERVE_DEPTHWISE : MOR_SERVE_SEQUENCE;
+    p.mode = way == BS_A ? MOR_SERVE_SERIAL : way >= BS_C ? MOR_SERVE_DEPTHWISE : MOR_SERVE_SEQUENCE;
     p.n_slots = (uint32_t)conc; p.n_threads = threads;
     p.n_ctx = (uint32_t)(conc * (prompt + gen) + 16); p.n_batch = (uint32_t)(conc * prompt + 64);
     mor_server *s = NULL;
     if (mor_server_create(m, &p, &s)) { fprintf(stderr, "server: %s\n", mor_last_error()); return res; }
     bs_thresholds(mor_server_router(s), mor_model_n_recursion(m), thr);
     if (way == BS_B) serve_set_lockstep(s, 1);
+    if (way >= BS_C && finish_every > 1) serve_set_finish_every(s, finish_every);
     mor_sampler_params sp;
     MOR_SAMPLER_PARAMS_INIT(&sp);
     sp.temperature = 0;
-    mor_request_id *ids = malloc(sizeof *ids * (size_t)conc);
+    mor_request_id *ids = malloc(sizeof *ids * (size_t)n_req);
     mor_token pr[64];
     int ok = ids != NULL;
-    for (int i = 0; ok && i < conc; i++) {
+    for (int i = 0; ok && i < n_req; i++) {
         bs_prompt(i, prompt, mor_model_n_vocab(m), pr);
         ok = mor_server_submit(s, pr, prompt, &sp, gen, NULL, 0, &ids[i]) == MOR_OK;
     }
-    double t0 = bs_now();
+    double t0 = bs_now(), c0 = bs_cpu();
     if (ok && mor_server_run(s)) { fprintf(stderr, "run: %s\n", mor_last_error()); ok = 0; }
     res.secs = bs_now() - t0;
+    res.cpu = bs_cpu() - c0;
     mor_token *out = malloc(sizeof(mor_token) * (size_t)gen);
     int32_t *dep = malloc(sizeof(int32_t) * (size_t)gen), n = 0;
     long dsum = 0;
-    for (int i = 0; ok && out && dep && i < conc; i++) {
+    for (int i = 0; ok && out && dep && i < n_req; i++) {
         if (mor_server_get_tokens(s, ids[i], out, dep, gen, &n)) { ok = 0; break; }
         for (int t = 0; t < n; t++) {
             res.hash = (res.hash ^ (uint64_t)(uint32_t)out[t]) * 1099511628211ull;
@@ -167,7 +183,7 @@ static bs_result bs_run(mor_model *m, int way, int conc, int gen, int prompt, in
         }
         res.tokens += n;
     }
-    res.ok = ok && res.tokens == (long)conc * gen;
+    res.ok = ok && res.tokens == (long)n_req * gen;
     res.tps = (double)res.tokens / res.secs;
     res.depth = res.tokens ? (double)dsum / (double)res.tokens : 0;
     free(out); free(dep); free(ids);
@@ -188,8 +204,10 @@ static int bs_list(const char *s, int *v, int cap)
 
 static int bench_serve_main(int argc, char **argv)
 {
-    int threads = 2, gen = 32, prompt = 4, reps = 3;
+    int threads = 2, gen = 32, prompt = 4, reps = 3, rps = 2;
     double depth = 2.0;
+    int thr_given = 0;
+    float thr_arg[3] = { 0, 0.5f, 0.5f };
     const char *conc_list = "8,32,64", *dir = "build/bench", *type = "f32", *ways = "a,b,b2,c";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -200,22 +218,25 @@ static int bench_serve_main(int argc, char **argv)
         else if (!strcmp(a, "--gen")) gen = atoi(v);
         else if (!strcmp(a, "--prompt")) prompt = atoi(v);
         else if (!strcmp(a, "--reps")) reps = atoi(v);
+        else if (!strcmp(a, "--requests")) rps = atoi(v);
         else if (!strcmp(a, "--depth")) depth = atof(v);
+        else if (!strcmp(a, "--thr")) { thr_given = 1; thr_arg[1] = (float)atof(v); thr_arg[2] = strchr(v, ',') ? (float)atof(strchr(v, ',') + 1) : thr_arg[1]; }
         else if (!strcmp(a, "--ways")) ways = v;
         else if (!strcmp(a, "--type")) type = v;
         else if (!strcmp(a, "--dir")) dir = v;
         else { fprintf(stderr, "unknown option %s\n", a); return 2; }
         i++;
     }
-    if (gen < 1 || gen > 4096 || prompt < 1 || prompt > 64 || reps < 1 || reps > 64) {
-        fprintf(stderr, "bad --gen, --prompt or --reps\n");
+    if (gen < 1 || gen > 4096 || prompt < 1 || prompt > 64 || reps < 1 || reps > 64 || rps < 1 || rps > 64) {
+        fprintf(stderr, "bad --gen, --prompt, --reps or --requests\n");
         return 2;
     }
-    int use[BS_N] = { 0 };
-    for (const char *c = ways; *c; ) {   /* comma-separated way names */
+    int use[BS_N] = { 0 }, fin[BS_N] = { 0 }, n_way = BS_C + 1;
+    for (const char *c = ways; *c; ) {   /* comma-separated way names; cN: (c) finishing every N steps */
         size_t len = strcspn(c, ",");
-        for (int w = 0; w < BS_N; w++)
+        for (int w = 0; w <= BS_C; w++)
             if (len == strlen(bs_way_name[w]) && !strncmp(c, bs_way_name[w], len)) use[w] = 1;
+        if (len > 1 && c[0] == 'c' && atoi(c + 1) > 0 && n_way < BS_N) { fin[n_way] = atoi(c + 1); use[n_way++] = 1; }
         c += len + (c[len] == ',');
     }
     uint32_t wt = !strcmp(type, "f16") ? GGML_F16 : !strcmp(type, "q8_0") ? GGML_Q8_0 : GGML_F32;
@@ -235,13 +256,17 @@ static int bench_serve_main(int argc, char **argv)
     int concs[16], nc = bs_list(conc_list, concs, 16), cmax = 0;
     for (int i = 0; i < nc; i++) if (concs[i] > cmax) cmax = concs[i];
     float thr[3] = { 0, 0.5f, 0.5f };
-    if (!bs_calibrate(m, cmax, prompt, gen, threads, depth, thr)) { fprintf(stderr, "calibration failed\n"); return 1; }
+    if (thr_given) memcpy(thr, thr_arg, sizeof thr);
+    else if (!bs_calibrate(m, cmax * rps, prompt, gen, threads, depth, thr)) { fprintf(stderr, "calibration failed\n"); return 1; }
     printf("# %s, SmolLM-135M-shaped MoR (middle-cycle, N_r = 3), %s weights, %d threads, prompt %d, %d generated "
-           "tokens per request, THRESHOLD %.4f / %.4f (calibrated for mean depth %.2f), median of %d reps\n",
-           mor_build_info(), type, threads, prompt, gen, (double)thr[1], (double)thr[2], depth, reps);
-    printf("| concurrent | (a) serial tok/s | (b) lockstep seq. tok/s | (b') libmor seq. tok/s | (c) depth-wise tok/s "
-           "| (c)/(a) | (c)/(b) | (c)/(b') | mean depth | same outputs |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n");
+           "tokens per request, %d x concurrent requests, THRESHOLD %.4f / %.4f (%s mean depth %.2f), median of %d "
+           "reps ((a): 1 rep when long)\n", mor_build_info(), type, threads, prompt, gen, rps, (double)thr[1],
+           (double)thr[2], thr_given ? "given; not calibrated for" : "calibrated for", depth, reps);
+    printf("| concurrent | (a) serial tok/s | (b) lockstep seq. tok/s | (b') libmor seq. tok/s | (c) depth-wise tok/s ");
+    for (int w = BS_C + 1; w < n_way; w++) printf("| (c) finish every %d tok/s ", fin[w]);
+    printf("| (c)/(a) | (c)/(b) | (c)/(b') | mean depth | same outputs |\n|---:|---:|---:|---:|---:|");
+    for (int w = BS_C + 1; w < n_way; w++) printf("---:|");
+    printf("---:|---:|---:|---:|:---:|\n");
     int all_same = 1;
     for (int ci = 0; ci < nc; ci++) {
         int conc = concs[ci];
@@ -250,25 +275,28 @@ static int bench_serve_main(int argc, char **argv)
         uint64_t hash = 0;
         int same = 1, have = 0;
         for (int r = 0; r < reps; r++)
-            for (int w = 0; w < BS_N; w++) {   /* interleaved, so that drift hits every way alike */
-                if (!use[w] || (w == BS_A && r > 0 && conc * gen > 256)) continue;   /* (a): once when long */
-                bs_result x = bs_run(m, w, conc, gen, prompt, threads, thr);
+            for (int w = 0; w < n_way; w++) {   /* interleaved, so that drift hits every way alike */
+                if (!use[w] || (w == BS_A && r > 0 && conc * rps * gen > 256)) continue;   /* (a): once when long */
+                bs_result x = bs_run(m, w, fin[w], conc, conc * rps, gen, prompt, threads, thr);
                 tps[w][r] = x.tps;
                 if (!x.ok) same = 0;
                 if (!have) { hash = x.hash; dep = x.depth; have = 1; }
                 else if (x.hash != hash) same = 0;
-                fprintf(stderr, "# conc %d rep %d (%s): %.1f tok/s, %.2f s, depth %.3f\n", conc, r, bs_way_name[w],
-                        x.tps, x.secs, x.depth);
+                fprintf(stderr, "# conc %d rep %d (%s%.0d): %.1f tok/s, %.2f s, %.2f user CPU s (%.1f tok per CPU s), "
+                        "depth %.3f\n", conc, r, bs_way_name[w < BS_C ? w : BS_C], fin[w], x.tps, x.secs, x.cpu,
+                        (double)x.tokens / x.cpu, x.depth);
             }
-        for (int w = 0; w < BS_N; w++) {
+        for (int w = 0; w < n_way; w++) {
             if (!use[w]) continue;
-            int n = w == BS_A && conc * gen > 256 ? 1 : reps;
+            int n = w == BS_A && conc * rps * gen > 256 ? 1 : reps;
             qsort(tps[w], (size_t)n, sizeof(double), bs_cmp_d);
             med[w] = n % 2 ? tps[w][n / 2] : 0.5 * (tps[w][n / 2 - 1] + tps[w][n / 2]);
         }
 #define BS_R(x, y) (med[x] > 0 && med[y] > 0 ? med[x] / med[y] : 0)
-        printf("| %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.3f | %s |\n", conc, med[BS_A], med[BS_B],
-               med[BS_B2], med[BS_C], BS_R(BS_C, BS_A), BS_R(BS_C, BS_B), BS_R(BS_C, BS_B2), dep, same ? "yes" : "NO");
+        printf("| %d | %.1f | %.1f | %.1f | %.1f ", conc, med[BS_A], med[BS_B], med[BS_B2], med[BS_C]);
+        for (int w = BS_C + 1; w < n_way; w++) printf("| %.1f ", med[w]);
+        printf("| %.2f | %.2f | %.2f | %.3f | %s |\n", BS_R(BS_C, BS_A), BS_R(BS_C, BS_B), BS_R(BS_C, BS_B2), dep,
+               same ? "yes" : "NO");
 #undef BS_R
         fflush(stdout);
         all_same &= same;
