@@ -61,6 +61,7 @@ struct mor_server {
     serve_slot       *slots;
     int64_t           reserved;       /* KV cells promised to running requests */
     int32_t           finish_every;   /* DEPTHWISE: finish exited groups every this many steps */
+    int               drain;          /* DEPTHWISE: no request queued: all recursions in one step */
     int64_t           n_steps, sv_n_steps;
     serve_logits_fn   hook; void *hook_ud;
     /* DEPTHWISE rows, [n_batch] each */
@@ -435,6 +436,16 @@ static mor_status run_layers(mor_server *s, int32_t l0, int32_t l1, int32_t n)
     return MOR_OK;
 }
 
+static int32_t n_queued(const mor_server *s)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->q_len; i++) {
+        const serve_req *q = s->reqs[s->queue[s->q_head + i]];
+        n += q && q->state == MOR_REQ_QUEUED;
+    }
+    return n;
+}
+
 static mor_status step_depthwise(mor_server *s)
 {
     const mor_model *m = s->m;
@@ -474,12 +485,15 @@ static mor_status step_depthwise(mor_server *s)
         for (int32_t t = 0; t < ne; t++) row_decide(s, s->list[t]);
     }
 
-    /* 2. one pass of the shared block over every recursing row, grouped by recursion */
-    int32_t nrun = 0;
-    for (int32_t r = 0; r < m->n_rec; r++)
-        for (int32_t i = 0; i < nb; i++)
-            if (s->r_state[i] == ROW_RUN && s->r_rec[i] == r) s->list[nrun++] = i;
-    if (nrun) {
+    /* 2. one pass of the shared block over every recursing row, grouped by recursion;
+     * with drain on and no request queued, passes repeat until every row has exited */
+    const int repeat = s->drain && !n_queued(s);
+    for (int32_t pass = 0; pass < m->n_rec; pass++) {
+        int32_t nrun = 0;
+        for (int32_t r = 0; r < m->n_rec; r++)
+            for (int32_t i = 0; i < nb; i++)
+                if (s->r_state[i] == ROW_RUN && s->r_rec[i] == r) s->list[nrun++] = i;
+        if (!nrun) break;
         const int tc = m->router_type == MOR_ROUTER_TYPE_TOKEN;
         gather(s, tc ? s->h2 : s->x, s->list, nrun);
         for (int32_t t = 0; t < nrun; t++)   /* for the saturation measure */
@@ -512,6 +526,7 @@ static mor_status step_depthwise(mor_server *s)
             s->r_rec[i] = r + 1;
             row_decide(s, i);
         }
+        if (!repeat) break;
     }
 
     /* 3. finish the groups whose rows have all exited: last layers, norm, logits, sample;
@@ -558,11 +573,7 @@ static mor_status step_depthwise(mor_server *s)
 
 static int32_t pending(const mor_server *s)
 {
-    int32_t n = 0;
-    for (int32_t i = 0; i < s->q_len; i++) {
-        const serve_req *q = s->reqs[s->queue[s->q_head + i]];
-        n += q && q->state == MOR_REQ_QUEUED;
-    }
+    int32_t n = n_queued(s);
     for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) n += s->slots[sl].req != NULL;
     return n;
 }
@@ -697,3 +708,5 @@ mor_context *serve_context(mor_server *s) { return s ? s->ctx : NULL; }
 void serve_set_lockstep(mor_server *s, int on) { if (s) s->ctx->lockstep = on != 0; }
 
 void serve_set_finish_every(mor_server *s, int32_t k) { if (s) s->finish_every = k < 1 ? 1 : k; }
+
+void serve_set_drain(mor_server *s, int on) { if (s) s->drain = on != 0; }

@@ -18,6 +18,14 @@ void serve_set_lockstep(mor_server *srv, int on);
  * once for more rows; 1 (default): every step. Outputs do not change, only
  * when tokens come out. */
 void serve_set_finish_every(mor_server *srv, int32_t k);
+/* DEPTHWISE: while no request is queued (nothing can take the place of a
+ * row that exits), each step runs the shared block again over the rows
+ * still recursing until all have exited, as sequence-level batching does:
+ * a row's token then comes out in one step instead of one per recursion, so
+ * the last layers and the output matrix are read once for every running
+ * request, and sequences that go deeper do not drag a tail of thin steps.
+ * Outputs do not change. Off by default. */
+void serve_set_drain(mor_server *srv, int on);
 /* The server's context (for tests: its KV cache accounting). */
 mor_context *serve_context(mor_server *srv);
 #endif

@@ -11,7 +11,11 @@ A stdlib unittest suite, each test one check of tests/testlib.py:
     from a file and from bytes;
   - statuses become exceptions with the library's message; close(), `with`
     and the finalizers free every handle, children before their model;
-  - tokenize / detokenize / streamed text on a vocab-only model written here.
+  - tokenize / detokenize / streamed text on a vocab-only model written here;
+  - Server (mor_server_*): 5 requests on 3 slots give the tokens of each
+    request decoded alone (DEPTHWISE, and tokens and depths equal to
+    SERIAL), streamed in order through on_token; abort leaves the server as
+    it was; an exception in a callback reaches the caller.
 The library is $OUT/lib/libmor.so.VERSION, given through MOR_LIB_PATH.
 Under SANITIZE=1 the interpreter is re-run with the ASan runtime preloaded.
 """
@@ -442,6 +446,64 @@ def gguf_vocab_only():
     for k, ty, v in kv:
         out += s(k) + struct.pack("<I", ty) + v
     return out + b"\0" * (-len(out) % 32)
+
+
+class Serving(unittest.TestCase):
+    PATH = os.path.join(FIXTURES, "expert_mc3_fix_perturbed.st.gguf")
+
+    def prompts(self, n_vocab):
+        return [[(i * 31 + k * 17 + 3) % n_vocab for k in range(1 + i % 4)] for i in range(5)]
+
+    def serve(self, m, mode, **kw):
+        streamed = []
+        with mor.Server(m, mode=mode, n_slots=3, n_ctx=256, n_batch=32,
+                        on_token=lambda rid, tok, d: streamed.append((rid, tok, d)), **kw) as srv:
+            ids = [srv.submit(p, max_tokens=6, temperature=0) for p in self.prompts(m.n_vocab)]
+            self.assertEqual(srv.state(ids[-1]), mor.REQ_QUEUED)   # 5 requests, 3 slots
+            srv.run()
+            out = [srv.tokens(rid) for rid in ids]
+            self.assertEqual([srv.state(rid) for rid in ids], [mor.REQ_DONE] * len(ids))
+            for rid, (toks, deps) in zip(ids, out):
+                self.assertEqual([(t, d) for (i, t, d) in streamed if i == rid], list(zip(toks, deps)))
+            srv.release(ids[0])
+            with self.assertRaises(mor.OutOfRangeError):
+                srv.state(ids[0])
+        return out
+
+    def test_server_gives_the_tokens_of_each_request_alone(self):
+        with mor.Model(self.PATH) as m:
+            ref = []
+            for p in self.prompts(m.n_vocab):
+                with m.context(n_ctx=64) as ctx:
+                    ctx.router.set_mode(mor.ROUTE_THRESHOLD)
+                    ref.append([tok.id for tok in ctx.generate(p, max_tokens=6, temperature=0.0, stop_at_eos=False)])
+            depthwise = self.serve(m, mor.SERVE_DEPTHWISE)
+            serial = self.serve(m, mor.SERVE_SERIAL)
+            self.assertEqual([toks for toks, _ in depthwise], ref)
+            self.assertEqual(depthwise, serial)   # tokens and depths
+            self.assertTrue(any(d != depthwise[0][1][0] for _, deps in depthwise for d in deps))
+
+    def test_abort_and_callback_errors_reach_the_caller(self):
+        with mor.Model(self.PATH) as m:
+            stop = [True]
+            with mor.Server(m, n_slots=2, abort=lambda: stop[0]) as srv:
+                rid = srv.submit([1, 2, 3], max_tokens=4, temperature=0)
+                with self.assertRaises(mor.AbortedError):
+                    srv.step()
+                self.assertEqual(srv.state(rid), mor.REQ_QUEUED)   # a failed step changes nothing
+                self.assertEqual(srv.tokens(rid), ([], []))
+                stop[0] = False
+                srv.run()
+                self.assertEqual(len(srv.tokens(rid)[0]), 4)
+
+            def boom(rid, tok, depth):
+                raise RuntimeError("from on_token")
+            with mor.Server(m, on_token=boom) as srv:
+                srv.submit([5, 6], max_tokens=2)
+                with self.assertRaises(RuntimeError):
+                    srv.run()
+                srv.router.set_max_depth(1)
+                self.assertEqual(srv.router.mode, mor.ROUTE_THRESHOLD)
 
 
 class Tokenizer(unittest.TestCase):

@@ -31,6 +31,7 @@ typedef struct {
 static char fixture_dir[512];
 static int lockstep;   /* serve_set_lockstep for the next servers */
 static int finish_every = 1;   /* serve_set_finish_every for the next servers */
+static int drain;              /* serve_set_drain for the next servers */
 static request reqs[NREQ];
 static int32_t n_vocab;
 /* what the server produced */
@@ -107,6 +108,7 @@ static mor_server *make_server(mor_model *m, int32_t mode, uint32_t n_slots, uin
     CHECK(st == MOR_OK, "server create: %s %s", mor_status_str(st), mor_last_error());
     serve_set_lockstep(s, lockstep);
     serve_set_finish_every(s, finish_every);
+    serve_set_drain(s, drain);
     return s;
 }
 
@@ -333,6 +335,10 @@ int main(void)
         finish_every = 3;   /* finished tokens wait for every third step: same outputs */
         serve_and_compare(m, "DEPTHWISE finishing every 3 steps, 32 requests in 9 slots", MOR_SERVE_DEPTHWISE, 32, 9, 0, 0, 0);
         finish_every = 1;
+        drain = 1;   /* all recursions in one step while nothing is queued: same outputs */
+        serve_and_compare(m, "DEPTHWISE with drain, 32 requests in 9 slots", MOR_SERVE_DEPTHWISE, 32, 9, 0, 0, 0);
+        serve_and_compare(m, "DEPTHWISE with drain, 7 requests", MOR_SERVE_DEPTHWISE, 7, 7, 0, 0, 0);
+        drain = 0;
         for (int mode = 0; mode < 3; mode++) cancel_and_budget(m, mode);
         if (v == 0) misuse(m);
         if (expert) confidence_exits(m, v == 2);

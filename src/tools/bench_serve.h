@@ -19,7 +19,8 @@
  *   mor-bench --serve [--threads 2] [--conc 8,32,64] [--requests 2] [--gen 32] [--prompt 4] [--reps 3]
  *                     [--ways a,b,b2,c,cN...] [--depth 2 | --thr T1,T2] [--type f32|f16|q8_0] [--dir build/bench]
  * --requests R: R x conc requests, served conc at a time (slots refilled).
- * cN: (c) finishing exited tokens only every N steps (serve_set_finish_every).
+ * cN: (c) finishing exited tokens only every N steps (serve_set_finish_every);
+ * cd: (c) running all recursions in one step when no request is queued (serve_set_drain).
  *
  * Header-only (static functions), included by mor-bench.c and mor-bench-serve.c. */
 #ifndef MOR_BENCH_SERVE_H
@@ -81,14 +82,14 @@ static void bs_thresholds(mor_router *r, int32_t n_rec, const float *thr)
 
 /* Thresholds for a mean depth near `depth` (1 + p1 + p1 p2, with p2 = p1 / 2
  * as top-k capacities of 2/3 and 1/3 would give at depth 2): the router
- * scores of the benchmark's first (up to 8) requests, prompt and greedy
+ * scores of the benchmark's first (up to 32) requests, prompt and greedy
  * generation under forced full depth, one sequence-level batch per token. The
  * recursion-1 scores are those of a THRESHOLD run (recursion 0 runs for
  * every token); the recursion-2 scores only approximately. */
 static int bs_calibrate(mor_model *m, int n_req, int prompt, int gen, int threads, double depth, float *thr)
 {
     const int32_t V = mor_model_n_vocab(m);
-    int ns = n_req < 8 ? n_req : 8, cap = ns * (prompt + gen);
+    int ns = n_req < 32 ? n_req : 32, cap = ns * (prompt + gen);
     mor_context_params cp;
     MOR_CONTEXT_PARAMS_INIT(&cp);
     cp.n_ctx = (uint32_t)cap + 8; cp.n_batch = (uint32_t)(ns * prompt + 8); cp.n_seq_max = (uint32_t)ns;
@@ -98,7 +99,7 @@ static int bs_calibrate(mor_model *m, int n_req, int prompt, int gen, int thread
     float *s1 = malloc(sizeof(float) * (size_t)cap), *s2 = malloc(sizeof(float) * (size_t)cap);
     float *s2k = malloc(sizeof(float) * (size_t)cap), *srt = malloc(sizeof(float) * (size_t)cap);
     int n = 0, ok = s1 && s2 && s2k && srt && !mor_context_create(m, &cp, &c) && !mor_batch_create((int32_t)cp.n_batch, &b);
-    mor_token last[8], pr[64];
+    mor_token last[32], pr[64];
     if (ok) mor_router_set_mode(mor_context_router(c), MOR_ROUTE_FORCED, mor_model_n_recursion(m));
     for (int t = 0; ok && t < gen; t++) {
         mor_batch_clear(b);
@@ -157,6 +158,7 @@ static bs_result bs_run(mor_model *m, int way, int finish_every, int conc, int n
     bs_thresholds(mor_server_router(s), mor_model_n_recursion(m), thr);
     if (way == BS_B) serve_set_lockstep(s, 1);
     if (way >= BS_C && finish_every > 1) serve_set_finish_every(s, finish_every);
+    if (way >= BS_C && finish_every < 0) serve_set_drain(s, 1);
     mor_sampler_params sp;
     MOR_SAMPLER_PARAMS_INIT(&sp);
     sp.temperature = 0;
@@ -237,6 +239,7 @@ static int bench_serve_main(int argc, char **argv)
         for (int w = 0; w <= BS_C; w++)
             if (len == strlen(bs_way_name[w]) && !strncmp(c, bs_way_name[w], len)) use[w] = 1;
         if (len > 1 && c[0] == 'c' && atoi(c + 1) > 0 && n_way < BS_N) { fin[n_way] = atoi(c + 1); use[n_way++] = 1; }
+        if (len == 2 && !strncmp(c, "cd", 2) && n_way < BS_N) { fin[n_way] = -1; use[n_way++] = 1; }
         c += len + (c[len] == ',');
     }
     uint32_t wt = !strcmp(type, "f16") ? GGML_F16 : !strcmp(type, "q8_0") ? GGML_Q8_0 : GGML_F32;
@@ -263,7 +266,9 @@ static int bench_serve_main(int argc, char **argv)
            "reps ((a): 1 rep when long)\n", mor_build_info(), type, threads, prompt, gen, rps, (double)thr[1],
            (double)thr[2], thr_given ? "given; not calibrated for" : "calibrated for", depth, reps);
     printf("| concurrent | (a) serial tok/s | (b) lockstep seq. tok/s | (b') libmor seq. tok/s | (c) depth-wise tok/s ");
-    for (int w = BS_C + 1; w < n_way; w++) printf("| (c) finish every %d tok/s ", fin[w]);
+    for (int w = BS_C + 1; w < n_way; w++)
+        if (fin[w] < 0) printf("| (c) + drain tok/s ");
+        else printf("| (c) finish every %d tok/s ", fin[w]);
     printf("| (c)/(a) | (c)/(b) | (c)/(b') | mean depth | same outputs |\n|---:|---:|---:|---:|---:|");
     for (int w = BS_C + 1; w < n_way; w++) printf("---:|");
     printf("---:|---:|---:|---:|:---:|\n");
@@ -282,8 +287,8 @@ static int bench_serve_main(int argc, char **argv)
                 if (!x.ok) same = 0;
                 if (!have) { hash = x.hash; dep = x.depth; have = 1; }
                 else if (x.hash != hash) same = 0;
-                fprintf(stderr, "# conc %d rep %d (%s%.0d): %.1f tok/s, %.2f s, %.2f user CPU s (%.1f tok per CPU s), "
-                        "depth %.3f\n", conc, r, bs_way_name[w < BS_C ? w : BS_C], fin[w], x.tps, x.secs, x.cpu,
+                fprintf(stderr, "# conc %d rep %d (%s%.0d%s): %.1f tok/s, %.2f s, %.2f user CPU s (%.1f tok per CPU s), "
+                        "depth %.3f\n", conc, r, bs_way_name[w < BS_C ? w : BS_C], fin[w] > 0 ? fin[w] : 0, fin[w] < 0 ? "d" : "", x.tps, x.secs, x.cpu,
                         (double)x.tokens / x.cpu, x.depth);
             }
         for (int w = 0; w < n_way; w++) {

@@ -29,7 +29,7 @@ from ._capi import ABI_VERSION, LibraryError
 _lib = _capi.lib
 
 __all__ = [
-    "Model", "Context", "Batch", "Sampler", "Router", "KVCache", "Token", "RouterStats",
+    "Model", "Context", "Batch", "Sampler", "Router", "KVCache", "Token", "RouterStats", "Server",
     "MorError", "LibraryError", "version", "build_info", "set_log", "max_recursions", "ABI_VERSION",
 ]
 
@@ -675,3 +675,128 @@ class KVCache(_Borrowed):
     @property
     def mode(self):
         return _lib.mor_kv_mode(self._p)
+
+
+# ---------------------------------------------------------------------------
+# Server: many requests at once (mor_server_*)
+# ---------------------------------------------------------------------------
+class _ServerRouter(Router):
+    _get = staticmethod(_lib.mor_server_router)
+
+
+class Server(_Handle):
+    """Serves many requests at once over a context of its own (mor_server):
+    mode SERVE_SERIAL, SERVE_SEQUENCE or SERVE_DEPTHWISE (default). Tokens and
+    depths are those of decoding each request alone. n_slots requests run at
+    once; n_ctx is the KV budget (a request waits in the queue until its
+    prompt + max_tokens cells are free); exit_mode / exit_threshold: the
+    confidence exits (EXIT_*, DEPTHWISE only). on_token(id, token, depth) is
+    called for each generated token, on the stepping thread; abort() returning
+    true stops a step, which then changes nothing. An exception raised in
+    either is re-raised by the step that called it."""
+    _kind = "server"
+
+    def __init__(self, model, mode=None, n_slots=None, n_ctx=None, n_batch=None, n_threads=None, kv_mode=None,
+                 exit_mode=None, exit_threshold=None, on_token=None, abort=None):
+        sp = _capi.ServerParams()
+        _lib.mor_server_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
+        for k, v in (("mode", mode), ("n_slots", n_slots), ("n_ctx", n_ctx), ("n_batch", n_batch),
+                     ("n_threads", n_threads), ("kv_mode", kv_mode), ("exit_mode", exit_mode),
+                     ("exit_threshold", exit_threshold)):
+            if v is not None:
+                setattr(sp, k, v)
+        self._exc = None
+        keep = []
+        if on_token is not None:
+            def tok_trampoline(rid, token, depth, _user):
+                if self._exc is None:
+                    try:
+                        on_token(rid, token, depth)
+                    except BaseException as e:   # noqa: BLE001 - re-raised by step()
+                        self._exc = e
+            sp.on_token = _capi.SERVER_TOKEN_FN(tok_trampoline)
+            keep.append(sp.on_token)
+        if abort is not None:
+            def abort_trampoline(_user):
+                try:
+                    return 1 if abort() else 0
+                except BaseException as e:   # noqa: BLE001
+                    self._exc = e
+                    return 1
+            sp.abort_callback = _capi.ABORT_FN(abort_trampoline)
+            keep.append(sp.abort_callback)
+        out = ctypes.c_void_p()
+        _check(_lib.mor_server_create(model._p, ctypes.byref(sp), ctypes.byref(out)))
+        self._own(out.value, _lib.mor_server_free, parent=model._h, keep=keep)
+        self.model = model
+        self._router = _ServerRouter(self)
+
+    @property
+    def router(self):
+        """The server's router (thresholds, depth cap); change it between steps."""
+        return self._router
+
+    def submit(self, prompt, max_tokens=64, stop=(), seed=None, temperature=None, top_k=None, top_p=None,
+               min_p=None, repeat_penalty=None, repeat_last_n=None):
+        """Queue a request: prompt (token ids, or text: tokenized with BOS),
+        at most max_tokens generated tokens, stop token ids; sampling settings
+        as Sampler's (None: libmor's default; the default temperature samples,
+        temperature=0 is greedy). Returns the request id."""
+        ids = self.model.tokenize(prompt, add_bos=True, parse_special=True) if isinstance(prompt, str) \
+            else list(prompt)
+        stop = list(stop)
+        smp = _capi.SamplerParams()
+        _lib.mor_sampler_params_init(ctypes.byref(smp), ctypes.sizeof(smp))
+        for k, v in (("seed", seed), ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
+                     ("min_p", min_p), ("repeat_penalty", repeat_penalty), ("repeat_last_n", repeat_last_n)):
+            if v is not None:
+                setattr(smp, k, v)
+        p = (_capi.mor_token * max(1, len(ids)))(*ids)
+        s = (_capi.mor_token * max(1, len(stop)))(*stop)
+        rid = ctypes.c_int32()
+        _check(_lib.mor_server_submit(self._p, p, len(ids), ctypes.byref(smp), max_tokens, s, len(stop),
+                                      ctypes.byref(rid)))
+        return rid.value
+
+    def _reraise(self):
+        e, self._exc = self._exc, None
+        if e is not None:
+            raise e
+
+    def step(self):
+        """One step; returns the number of requests still queued or running."""
+        n = ctypes.c_int32()
+        try:
+            _check(_lib.mor_server_step(self._p, ctypes.byref(n)))
+        finally:
+            self._reraise()
+        return n.value
+
+    def run(self):
+        """Step until no request is queued or running."""
+        try:
+            _check(_lib.mor_server_run(self._p))
+        finally:
+            self._reraise()
+
+    def cancel(self, rid):
+        _check(_lib.mor_server_cancel(self._p, rid))
+
+    def state(self, rid):
+        """REQ_QUEUED, REQ_RUNNING, REQ_DONE or REQ_CANCELLED."""
+        return _check(_lib.mor_server_request_state(self._p, rid))
+
+    def tokens(self, rid):
+        """(token ids, depths) generated so far for a request."""
+        n = ctypes.c_int32()
+        st = _lib.mor_server_get_tokens(self._p, rid, None, None, 0, ctypes.byref(n))
+        if st not in (0, -11):   # MOR_E_BUFFER_TOO_SMALL gives the count
+            _check(st)
+        out = (_capi.mor_token * max(1, n.value))()
+        dep = (ctypes.c_int32 * max(1, n.value))()
+        _check(_lib.mor_server_get_tokens(self._p, rid, out, dep, n.value, ctypes.byref(n)))
+        return list(out[:n.value]), list(dep[:n.value])
+
+    def release(self, rid):
+        """Forget a finished or cancelled request."""
+        _check(_lib.mor_server_release(self._p, rid))

@@ -171,17 +171,6 @@ RAW_ONLY = {
     "mor_sizeof_sampler_params": "the import-time struct check",
     "mor_sizeof_router_stats": "the import-time struct check",
     "mor_sizeof_server_params": "the import-time struct check",
-    "mor_server_params_init": "serving (mor_server_*): bound, no Python class yet",
-    "mor_server_create": "serving (mor_server_*): bound, no Python class yet",
-    "mor_server_free": "serving (mor_server_*): bound, no Python class yet",
-    "mor_server_router": "serving (mor_server_*): bound, no Python class yet",
-    "mor_server_submit": "serving (mor_server_*): bound, no Python class yet",
-    "mor_server_step": "serving (mor_server_*): bound, no Python class yet",
-    "mor_server_run": "serving (mor_server_*): bound, no Python class yet",
-    "mor_server_cancel": "serving (mor_server_*): bound, no Python class yet",
-    "mor_server_request_state": "serving (mor_server_*): bound, no Python class yet",
-    "mor_server_get_tokens": "serving (mor_server_*): bound, no Python class yet",
-    "mor_server_release": "serving (mor_server_*): bound, no Python class yet",
 }
 
 
