@@ -288,8 +288,8 @@ static int bench_serve_main(int argc, char **argv)
                 if (!have) { hash = x.hash; dep = x.depth; have = 1; }
                 else if (x.hash != hash) same = 0;
                 fprintf(stderr, "# conc %d rep %d (%s%.0d%s): %.1f tok/s, %.2f s, %.2f user CPU s (%.1f tok per CPU s), "
-                        "depth %.3f\n", conc, r, bs_way_name[w < BS_C ? w : BS_C], fin[w] > 0 ? fin[w] : 0, fin[w] < 0 ? "d" : "", x.tps, x.secs, x.cpu,
-                        (double)x.tokens / x.cpu, x.depth);
+                        "depth %.3f, outputs %016llx\n", conc, r, bs_way_name[w < BS_C ? w : BS_C], fin[w] > 0 ? fin[w] : 0, fin[w] < 0 ? "d" : "", x.tps, x.secs, x.cpu,
+                        (double)x.tokens / x.cpu, x.depth, (unsigned long long)x.hash);
             }
         for (int w = 0; w < n_way; w++) {
             if (!use[w]) continue;
