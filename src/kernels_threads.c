@@ -67,7 +67,7 @@ mor_status exec_init(mor_exec *e, const mor_model *m, int32_t n_threads, uint32_
     for (int32_t t = 0; ok && t < n_threads; t++) {
         e->mm_scratch[t] = malloc(sizeof(float) * MOR_MM_SCRATCH_FLOATS(kmax));
         e->probs[t] = malloc(sizeof(float) * group * (n_ctx ? n_ctx : 1));
-        e->vis[t] = malloc(sizeof(int32_t) * (n_ctx ? n_ctx : 1));
+        e->vis[t] = malloc(sizeof(int32_t) * 2 * (n_ctx ? n_ctx : 1));   /* the list, then sort scratch */
         ok = e->mm_scratch[t] && e->probs[t] && e->vis[t];
     }
     if (!ok) { exec_free(e); return mor_err(MOR_E_NOMEM, "cannot allocate per-thread scratch for %d threads", n_threads); }
@@ -208,6 +208,38 @@ typedef struct {
     int64_t chunk;
 } att_job;
 
+/* (pos, cell) of cell a before that of cell b */
+static int vis_before(const int32_t *pos, int32_t a, int32_t b)
+{
+    return pos[a] < pos[b] || (pos[a] == pos[b] && a < b);
+}
+
+/* Sort cells[0..n) by (position, cell index): the order attention sums in,
+ * so that a row's result does not depend on where the cache put its cells
+ * (cells are reused once freed, in an order that depends on what else ran).
+ * A bottom-up natural merge sort through tmp (n cells): O(n) for the few
+ * ascending runs a reused cache leaves, O(n log n) at worst, no allocation. */
+static void vis_sort(int32_t *cells, int32_t *tmp, int32_t n, const int32_t *pos)
+{
+    int32_t *src = cells, *dst = tmp;
+    for (;;) {
+        int32_t runs = 0;
+        for (int32_t a = 0; a < n; runs++) {   /* merge the next two ascending runs into dst */
+            int32_t b = a + 1, c;
+            while (b < n && !vis_before(pos, src[b], src[b - 1])) b++;
+            for (c = b < n ? b + 1 : n; c < n && !vis_before(pos, src[c], src[c - 1]); c++) {}
+            int32_t x = a, y = b, o = a;
+            while (x < b && y < c) dst[o++] = vis_before(pos, src[y], src[x]) ? src[y++] : src[x++];
+            while (x < b) dst[o++] = src[x++];
+            while (y < c) dst[o++] = src[y++];
+            a = c;
+        }
+        int32_t *t = src; src = dst; dst = t;
+        if (runs <= 1) break;
+    }
+    if (src != cells) memcpy(cells, src, sizeof(int32_t) * (size_t)n);
+}
+
 static void att_task(void *arg, int64_t ch, int32_t ith)
 {
     att_job *j = arg;
@@ -222,9 +254,15 @@ static void att_task(void *arg, int64_t ch, int32_t ith)
     for (int64_t u = b; u < end; u++) {
         const int32_t i = (int32_t)(u / nkv), h = (int32_t)(u % nkv);
         if (i != vis_row) {   /* the visible cells of row i, shared by its heads */
+            int32_t sorted = 1, last = -1;   /* positions are >= 0 */
             nv = 0;
             for (int32_t c = 0; c < L->n_hi; c++)
-                if (L->seq[c] == j->seq[i] && L->pos[c] <= j->pos[i]) vis[nv++] = c;
+                if (L->seq[c] == j->seq[i] && L->pos[c] <= j->pos[i]) {
+                    sorted &= L->pos[c] >= last;
+                    last = L->pos[c];
+                    vis[nv++] = c;
+                }
+            if (!sorted) vis_sort(vis, vis + nv, nv, L->pos);   /* vis has 2 n_ctx >= 2 nv */
             vis_row = i;
         }
         const size_t off = (size_t)h * head_bytes;

@@ -16,7 +16,7 @@ typedef struct {
     int32_t     nth;            /* pool_size(pool) */
     float     **mm_scratch;     /* [nth]: MOR_MM_SCRATCH_FLOATS(max cols) each */
     float     **probs;          /* [nth]: group * n_ctx attention weights each */
-    int32_t   **vis;            /* [nth]: n_ctx visible cells each */
+    int32_t   **vis;            /* [nth]: n_ctx visible cells, then n_ctx of sort scratch, each */
     void       *act;            /* n_batch rows of prepared activations (max stride), 64-aligned */
     void       *act_mem;        /* the allocation act points into */
 } mor_exec;
