@@ -12,6 +12,9 @@
  *   mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]
  *             [-p 128] [-n 64] [-r 5] [--dir build/bench] [--json FILE] [--kernels auto|ref|avx2|avx512]
  *             [--no-probe] [--quick]
+ *   mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5]
+ *             a relaxed model (LoRA deltas) from files: each loaded unfolded and folded
+ *             (MOR_MODEL_FOLD_LORA), the two measured interleaved
  */
 #include <math.h>
 #include <pthread.h>
@@ -356,10 +359,74 @@ static void set_thresholds(variant *v, float t1, float t2)
 
 static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" : "thr"; }
 
+/* --model: each file loaded twice, LoRA deltas unfolded (the default) and
+ * folded at load, measured interleaved rep by rep like the variants above
+ * (a file without deltas gives the same model twice). Routing is the
+ * model's default. */
+static int bench_files(const char *files, const int *threads, int n_threads, int np, int ng, int reps,
+                       const mor_kernels *ks)
+{
+    char list[4096];
+    snprintf(list, sizeof list, "%s", files);
+    mor_batch *b = NULL;
+    if (mor_batch_create(np > ng ? np : ng, &b)) return 1;
+    make_tokens(32000);
+    printf("\n| model | LoRA | size MB | thr | test | tok/s median [min-max] | cpu |\n");
+    printf("|---|---|---:|---:|---|---|---:|\n");
+    for (char *path = strtok(list, ","); path; path = strtok(NULL, ",")) {
+        variant var[2];
+        memset(var, 0, sizeof var);
+        for (int k = 0; k < 2; k++) {
+            mor_model_params mp;
+            MOR_MODEL_PARAMS_INIT(&mp);
+            mp.flags = MOR_MODEL_NO_MMAP | (k ? MOR_MODEL_FOLD_LORA : 0);
+            if (mor_model_load_file(path, &mp, &var[k].m)) { fprintf(stderr, "%s: %s\n", path, mor_last_error()); return 1; }
+            if (mor_model_n_vocab(var[k].m) < 32000) make_tokens(mor_model_n_vocab(var[k].m));
+        }
+        for (int ti = 0; ti < n_threads; ti++) {
+            for (int k = 0; k < 2; k++) {
+                mor_context_params cp;
+                MOR_CONTEXT_PARAMS_INIT(&cp);
+                cp.n_ctx = (uint32_t)(np > ng ? np : ng) + 8;
+                cp.n_batch = (uint32_t)np;
+                cp.n_threads = threads[ti];
+                var[k].nt = threads[ti];
+                var[k].ok = 1;
+                if (mor_context_create(var[k].m, &cp, &var[k].c)) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }
+                var[k].c->ls.exec.k = ks;
+                run_pp(&var[k], b, np);   /* warm-up */
+                run_tg(&var[k], b, ng < 8 ? ng : 8);
+                var[k].n_cpu = 0;
+            }
+            for (int r = 0; r < reps; r++)
+                for (int k = 0; k < 2; k++) {
+                    var[k].pp[r] = run_pp(&var[k], b, np);
+                    var[k].tg[r] = run_tg(&var[k], b, ng);
+                }
+            for (int k = 0; k < 2; k++)
+                for (int test = 0; test < 2; test++) {
+                    double *s = test == 0 ? var[k].pp : var[k].tg, mn = s[0], mx = s[0], cpus[64];
+                    for (int r = 0; r < reps; r++) { if (s[r] < mn) mn = s[r]; if (s[r] > mx) mx = s[r]; }
+                    int nc = 0;
+                    for (int r = test; r < var[k].n_cpu && nc < 64; r += 2) cpus[nc++] = var[k].cpu[r];
+                    const char *base = strrchr(path, '/');
+                    printf("| %s | %s | %.0f | %d | %s%d | %.1f [%.1f-%.1f] | %.0f%% |\n", base ? base + 1 : path,
+                           k ? "folded" : "unfolded", (double)mor_model_size_bytes(var[k].m) / 1e6, threads[ti],
+                           test ? "tg" : "pp", test ? ng : np, median(s, reps), mn, mx, 100 * (nc ? median(cpus, nc) : 0));
+                }
+            fflush(stdout);
+            for (int k = 0; k < 2; k++) { mor_context_free(var[k].c); var[k].c = NULL; }
+        }
+        for (int k = 0; k < 2; k++) mor_model_free(var[k].m);
+    }
+    mor_batch_free(b);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *shape_list = "135m", *type_list = "f32,f16,bf16,q8_0,q4_0", *thread_list = "1,2";
-    const char *arch_list = "dense,dense-eq,mor", *dir = "build/bench", *json = NULL, *kern = "auto";
+    const char *arch_list = "dense,dense-eq,mor", *dir = "build/bench", *json = NULL, *kern = "auto", *files = NULL;
     int np = 128, ng = 64, reps = 5, do_probe = 1;
     if (argc > 1 && !strcmp(argv[1], "--serve")) return bench_serve_main(argc - 1, argv + 1);   /* bench_serve.h */
     for (int i = 1; i < argc; i++) {
@@ -375,11 +442,13 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--json") && v) { json = v; i++; }
         else if (!strcmp(a, "--kernels") && v) { kern = v; i++; }
         else if (!strcmp(a, "--no-probe")) do_probe = 0;
+        else if (!strcmp(a, "--model") && v) { files = v; i++; }
         else if (!strcmp(a, "--quick")) { reps = 2; np = 32; ng = 8; }
         else {
             fprintf(stderr, "usage: mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]\n"
                             "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512]\n"
-                            "                 [--no-probe] [--quick]\n");
+                            "                 [--no-probe] [--quick]\n"
+                            "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K]\n");
             return 2;
         }
     }
@@ -391,12 +460,12 @@ int main(int argc, char **argv)
         for (int i = 0; i < MOR_ISA_COUNT; i++) if (!strcmp(kern, isa[i])) ks = mor_kernels_get(i);
         if (!ks) { fprintf(stderr, "kernel set '%s' is not available here\n", kern); return 2; }
     }
-    mkdir("build", 0755);
-    mkdir(dir, 0755);
-
     int threads[8], n_threads = 0;
     for (const char *p = thread_list; *p && n_threads < 8; ) { threads[n_threads++] = atoi(p); p = strchr(p, ','); if (!p) break; p++; }
     printf("# libmor %s, kernels %s, %s\n", mor_version_string(), ks->name, mor_build_info());
+    if (files) return bench_files(files, threads, n_threads, np, ng, reps, ks);
+    mkdir("build", 0755);
+    mkdir(dir, 0755);
     probe_result pr[8];
     memset(pr, 0, sizeof pr);
     if (do_probe)
