@@ -27,6 +27,7 @@ void mor_context_free(mor_context *c)
     free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att); free(s->o);
     free(s->gate); free(s->up); free(s->inv_freq); free(s->cs_own);
     exec_free(&s->exec);
+    lora_scratch_free(&s->lora);
     free(c->x); free(c->y); free(c->h1); free(c->rtmp);
     free(c->z); free(c->g); free(c->p);
     free(c->idx); free(c->pos); free(c->seq); free(c->depth); free(c->seq_rows);
@@ -118,7 +119,10 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
         c->st_hidden = alloc_n((size_t)c->n_boundaries * n * d, sizeof(float), &ok);
     }
     if (!ok) { mor_context_free(c); return mor_err(MOR_E_NOMEM, "cannot allocate context scratch for n_batch %u", p.n_batch); }
-    if ((st = exec_init(&s->exec, m, p.n_threads, p.n_batch, p.n_ctx))) { mor_context_free(c); return st; }
+    if ((st = exec_init(&s->exec, m, p.n_threads, p.n_batch, p.n_ctx)) || (st = lora_scratch_init(&s->lora, m, p.n_batch))) {
+        mor_context_free(c);
+        return st;
+    }
     if ((st = kv_create(m, mode, (uint32_t)p.kv_type, (int32_t)p.n_ctx, (int32_t)p.n_seq_max, (int32_t)p.n_batch, &c->kv)) ||
         (st = router_create(m, (int32_t)p.n_batch, &c->router))) {
         mor_context_free(c);

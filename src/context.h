@@ -3,12 +3,14 @@
 #define MOR_CONTEXT_H
 #include "kernels_threads.h"
 #include "kv_cache.h"
+#include "lora.h"
 #include "router.h"
 
 /* Scratch for one decoder layer over up to n_batch rows (see layer.c). */
 typedef struct {
     float   *xn, *q, *k, *v, *att, *o, *gate, *up;
     mor_exec exec;             /* kernels, threads and their per-thread scratch */
+    lora_scratch lora;         /* the unfolded LoRA product's (lora.h) */
     float   *inv_freq;         /* [head_dim/2]: RoPE frequencies */
     /* [n][head_dim] cos | sin of each row's RoPE angles for the next
      * layer_forward only (it resets this to NULL), set by its caller

@@ -280,3 +280,10 @@ void exec_attention(mor_exec *e, const mor_model *m, const kv_layer *L, uint32_t
     j.chunk = pool_chunk(units, 1, e->nth);
     run(e, (units + j.chunk - 1) / j.chunk, att_task, &j, 2 * (int64_t)n * m->n_head * m->head_dim * L->n_hi);
 }
+
+/* ---- jobs defined elsewhere (lora.c) ---- */
+
+void exec_run(mor_exec *e, int64_t n_chunks, mor_chunk_fn fn, void *arg, int64_t macs)
+{
+    run(e, n_chunks, fn, arg, macs);
+}

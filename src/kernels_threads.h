@@ -41,4 +41,7 @@ void exec_ffn_up(mor_exec *e, const mor_weight *wg, const mor_weight *wu, const 
  * cache layer L visible to each row: same sequence, position <= its own. */
 void exec_attention(mor_exec *e, const mor_model *m, const kv_layer *L, uint32_t kv_type, size_t kv_row_bytes,
                     const float *q, const int32_t *pos, const int32_t *seq, float *out, int32_t n);
+/* Run n_chunks chunks of a job of about macs multiply-adds: on e's pool, or
+ * on the calling thread when it is too small to gain from more threads. */
+void exec_run(mor_exec *e, int64_t n_chunks, mor_chunk_fn fn, void *arg, int64_t macs);
 #endif

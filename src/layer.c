@@ -37,8 +37,7 @@ mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_
 /* Row i's cache and LoRA layer: row_layer[i], or l for every row. */
 #define ROW_LAYER(i) (row_layer ? row_layer[i] : l)
 #define ROW_STORES(i) (kv_layer_stores(kv, ROW_LAYER(i)) && !(s->skip_store && s->skip_store[i]))
-#define LORA(role, xin, ldx, y, ldy) \
-    (row_layer ? lora_apply_rows(m, row_layer, role, xin, ldx, y, ldy, n) : lora_apply(m, l, role, xin, ldx, y, ldy, n))
+#define LORA(role, xin, ldx, y, ldy) lora_apply_exec(e, &s->lora, m, l, row_layer, role, xin, ldx, y, ldy, n)
 
 mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv,
                               layer_scratch *s, float *x, const int32_t *pos, const int32_t *seq, int32_t n)

@@ -1,5 +1,5 @@
-/* lora.c - depth-wise LoRA: loading, folding, and the unfolded per-row
- * product. See lora.h and docs/FORMAT.md ("Depth-wise LoRA"). */
+/* lora.c - depth-wise LoRA: loading, folding, and the unfolded product on
+ * the context's threads. See lora.h and docs/FORMAT.md ("Depth-wise LoRA"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,10 +7,6 @@
 #include "kernels.h"
 #include "lora.h"
 #include "status.h"
-
-/* Ranks are processed in chunks of this many, so that the product needs no
- * scratch beyond the stack; the chunking depends only on the model. */
-#define LORA_CHUNK 64
 
 static int is_linear(int role) { return role != ROLE_ATTN_NORM && role != ROLE_FFN_NORM; }
 
@@ -89,8 +85,8 @@ mor_status lora_load(const gguf_file *g, mor_model *m, unsigned char *used)
                          gguf_type_name(t->type));
             goto fail;
         }
-        /* a: GGUF [in, r]; b: [r, out]; 1 <= r <= min(in, out) keeps a row's
-         * product within the chunked stack scratch and the model's dims */
+        /* a: GGUF [in, r]; b: [r, out]; 1 <= r <= min(in, out) keeps the
+         * product within the model's dims (and the kernels' per-thread scratch) */
         int64_t r = part ? t->ne[0] : t->ne[1];
         if (t->n_dims != 2 || (part ? t->ne[1] != out : t->ne[0] != in) || r < 1 || r > rmax) {
             st = mor_err(MOR_E_FORMAT, "tensor '%.*s' has shape [%lld, %lld]; expected [%s] with 1 <= r <= %lld",
@@ -219,36 +215,125 @@ oom:
     return mor_err(MOR_E_NOMEM, "out of memory folding the LoRA deltas");
 }
 
-/* y += s B (A x) for one row. */
-static void delta_row(const mor_lora_delta *d, int64_t in, int64_t out, const float *x, float *y)
+/* ---- the unfolded product, y += s B (A x), on the context's threads ----
+ *
+ * The rows of a call are cut into groups: runs of consecutive rows at one
+ * unrolled layer (callers order rows by layer, as for attention). Each group
+ * takes two passes, as two matmuls of the kernel set with the factors as F32
+ * weights: T = s (X A^T) over all its rows (A read once for the group), then
+ * Y += T B^T (B read once). Both are split into chunks of (rows, outputs)
+ * over the pool, never inside a dot product, and the kernels compute every
+ * output the same way whatever the rows, tile or range around it, so a row's
+ * bits depend neither on the thread count nor on the other rows of the batch. */
+
+mor_status lora_scratch_init(lora_scratch *s, const mor_model *m, uint32_t n_batch)
 {
-    float t[LORA_CHUNK];
-    for (int32_t q0 = 0; q0 < d->r; q0 += LORA_CHUNK) {
-        const int32_t nq = d->r - q0 < LORA_CHUNK ? d->r - q0 : LORA_CHUNK;
-        for (int32_t q = 0; q < nq; q++) {
-            const float *aq = d->a + (int64_t)(q0 + q) * in;
-            float acc = 0;
-            for (int64_t c = 0; c < in; c++) acc += aq[c] * x[c];
-            t[q] = d->s * acc;
-        }
-        for (int64_t o = 0; o < out; o++) {
-            const float *bo = d->b + o * d->r + q0;
-            float acc = 0;
-            for (int32_t q = 0; q < nq; q++) acc += bo[q] * t[q];
-            y[o] += acc;
-        }
+    memset(s, 0, sizeof *s);
+    if (!m->lora || m->lora->folded) return MOR_OK;
+    for (int32_t l = 0; l < m->n_layer; l++)
+        for (int role = 0; role < ROLE_COUNT; role++)
+            if (m->lora->d[l][role].r > s->rmax) s->rmax = m->lora->d[l][role].r;
+    s->t = malloc(sizeof(float) * (size_t)n_batch * (size_t)s->rmax);
+    s->g = malloc(sizeof *s->g * (size_t)n_batch);
+    if (!s->t || !s->g) {
+        lora_scratch_free(s);
+        return mor_err(MOR_E_NOMEM, "cannot allocate LoRA scratch for n_batch %u", n_batch);
+    }
+    s->cap = (int32_t)n_batch;
+    return MOR_OK;
+}
+
+void lora_scratch_free(lora_scratch *s)
+{
+    free(s->t);
+    free(s->g);
+    memset(s, 0, sizeof *s);
+}
+
+typedef struct {
+    mor_exec *e;
+    const lora_group *g;
+    int32_t ng, phase;          /* 0: T = s (X A^T); 1: Y += T B^T */
+    const float *x;
+    float *y, *t;
+    int64_t ldx, ldy, ldt, in, out;
+    int32_t rc;                 /* rows per chunk */
+    int64_t oc;                 /* outputs per chunk */
+} lora_job;
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Outputs of group g in a phase: the rank, then the projection's rows. */
+static int64_t phase_outputs(const lora_job *j, const lora_group *g) { return j->phase ? j->out : g->d->r; }
+
+static void lora_task(void *arg, int64_t c, int32_t ith)
+{
+    const lora_job *j = arg;
+    int32_t lo = 0, hi = j->ng - 1;   /* the group holding chunk c: the last with c0 <= c */
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (j->g[mid].c0 <= c) lo = mid; else hi = mid - 1;
+    }
+    const lora_group *g = &j->g[lo];
+    const mor_lora_delta *d = g->d;
+    const int64_t R = phase_outputs(j, g), nob = ceil_div(R, j->oc), k = c - g->c0;
+    const int32_t i0 = g->i0 + (int32_t)(k / nob) * j->rc, i1 = i0 + j->rc < g->i0 + g->n ? i0 + j->rc : g->i0 + g->n;
+    const int64_t o0 = (k % nob) * j->oc, o1 = o0 + j->oc < R ? o0 + j->oc : R;
+    float *scratch = j->e->mm_scratch[ith];
+    if (j->phase == 0) {
+        const mor_weight a = { d->a, GGML_F32, d->r, j->in };
+        j->e->k->matmul(&a, j->x + i0 * j->ldx, sizeof(float) * (size_t)j->ldx, j->t + i0 * j->ldt, j->ldt, i1 - i0,
+                        o0, o1, 0, scratch);
+        for (int32_t i = i0; i < i1; i++)
+            for (int64_t q = o0; q < o1; q++) j->t[i * j->ldt + q] *= d->s;
+    } else {
+        const mor_weight b = { d->b, GGML_F32, j->out, d->r };
+        j->e->k->matmul(&b, j->t + i0 * j->ldt, sizeof(float) * (size_t)j->ldt, j->y + i0 * j->ldy, j->ldy, i1 - i0,
+                        o0, o1, 1, scratch);
     }
 }
 
-void lora_apply(const mor_model *m, int32_t l, int role, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t n)
+/* One phase over the groups: number their chunks, run them. */
+static void run_phase(lora_job *j, lora_group *g, int32_t n_rows)
 {
-    if (!lora_on(m, l, role)) return;
-    const mor_weight *w = &m->layers[l].w[role];
-    for (int32_t i = 0; i < n; i++) delta_row(&m->lora->d[l][role], w->cols, w->rows, x + i * ldx, y + i * ldy);
+    const int32_t nth = j->e->nth;
+    int64_t rmax = 0, macs = 0, n_chunks = 0;
+    for (int32_t q = 0; q < j->ng; q++) if (g[q].d->r > rmax) rmax = g[q].d->r;
+    if (j->phase == 0) {
+        /* few outputs (the rank): split the rows when there are enough of them, else the rank */
+        if (n_rows >= 4 * nth) { j->rc = (int32_t)pool_chunk(n_rows, 1, nth); j->oc = rmax; }
+        else { j->rc = n_rows; j->oc = pool_chunk(rmax, 4, nth); }
+    } else {   /* the projection's rows, as exec_matmul splits a matmul */
+        j->rc = n_rows;
+        j->oc = n_rows > 2 ? pool_chunk(j->out, 48, 2 * nth) : pool_chunk(j->out, 16, nth);
+    }
+    for (int32_t q = 0; q < j->ng; q++) {
+        g[q].c0 = n_chunks;
+        n_chunks += ceil_div(g[q].n, j->rc) * ceil_div(phase_outputs(j, &g[q]), j->oc);
+        macs += (int64_t)g[q].n * g[q].d->r * (j->phase ? j->out : j->in);
+    }
+    exec_run(j->e, n_chunks, lora_task, j, macs);
 }
 
-void lora_apply_rows(const mor_model *m, const int32_t *layer, int role, const float *x, int64_t ldx, float *y,
-                     int64_t ldy, int32_t n)
+void lora_apply_exec(mor_exec *e, lora_scratch *s, const mor_model *m, int32_t l, const int32_t *row_layer, int role,
+                     const float *x, int64_t ldx, float *y, int64_t ldy, int32_t n)
 {
-    for (int32_t i = 0; i < n; i++) lora_apply(m, layer[i], role, x + i * ldx, ldx, y + i * ldy, ldy, 1);
+    if (!m->lora || m->lora->folded) return;
+    const mor_weight *w = &m->layers[l].w[role];
+    lora_job j = { .e = e, .g = s->g, .x = x, .y = y, .t = s->t, .ldx = ldx, .ldy = ldy, .ldt = s->rmax,
+                   .in = w->cols, .out = w->rows };
+    for (int32_t b0 = 0; b0 < n; b0 += s->cap) {   /* windows of the scratch's rows (callers stay within) */
+        const int32_t b1 = n - b0 < s->cap ? n : b0 + s->cap;
+        int32_t ng = 0;
+        for (int32_t i0 = b0, i1; i0 < b1; i0 = i1) {   /* runs of rows at one layer with a delta */
+            const int32_t li = row_layer ? row_layer[i0] : l;
+            for (i1 = i0 + 1; i1 < b1 && (row_layer ? row_layer[i1] : l) == li; i1++) {}
+            if (lora_on(m, li, role)) s->g[ng++] = (lora_group){ &m->lora->d[li][role], i0 - b0, i1 - i0, 0 };
+        }
+        if (!ng) continue;
+        j.ng = ng;
+        j.x = x + b0 * ldx;
+        j.y = y + b0 * ldy;
+        for (j.phase = 0; j.phase < 2; j.phase++) run_phase(&j, s->g, b1 - b0);
+    }
 }

@@ -3,14 +3,15 @@
  *     y = W x + s * B (A x)
  * where W is the weight its layer map points to (shared across recursions)
  * and A [r x in], B [out x r] belong to layer l alone (docs/FORMAT.md,
- * "Depth-wise LoRA"). Applied either unfolded, one small product per row
- * right after the shared matmul (layer.c), so that rows of any depth share
- * the one pass over W, whatever W's type (F32, F16, BF16, Q8_0, Q4_0); or
+ * "Depth-wise LoRA"). Applied either unfolded, a small product per row
+ * right after the shared matmul (layer.c; lora_apply_exec), so that rows of
+ * any depth share the one pass over W, whatever W's type (F32, F16, BF16,
+ * Q8_0, Q4_0); or
  * folded at load (MOR_MODEL_FOLD_LORA) into a per-layer F32 weight
  * W + s B A, which costs memory and dequantizes quantized shared weights. */
 #ifndef MOR_LORA_H
 #define MOR_LORA_H
-#include "model.h"
+#include "kernels_threads.h"
 
 typedef struct {
     const float *a, *b;   /* a: r rows of `in`, b: `out` rows of r (in the file); NULL: no delta */
@@ -42,14 +43,28 @@ static inline int lora_on(const mor_model *m, int32_t l, int role)
     return m->lora && !m->lora->folded && m->lora->d[l][role].a;
 }
 
+/* The context's scratch for the unfolded product, sized at context creation:
+ * nothing when the model has no unfolded delta. */
+typedef struct {
+    const mor_lora_delta *d;
+    int32_t i0, n;   /* the group's rows [i0, i0 + n): consecutive rows at one unrolled layer */
+    int64_t c0;      /* its first chunk in the current pass */
+} lora_group;
+typedef struct {
+    float      *t;      /* [cap][rmax]: s (A x) of each row */
+    lora_group *g;      /* [cap] */
+    int32_t     rmax, cap;
+} lora_scratch;
+mor_status lora_scratch_init(lora_scratch *s, const mor_model *m, uint32_t n_batch);   /* MOR_E_NOMEM */
+void       lora_scratch_free(lora_scratch *s);
+
 /* y[i] += s B (A x[i]) for the n rows of x (rows ldx floats apart) into y
- * (rows ldy apart), if unrolled layer l has an unfolded delta on role (a
- * no-op otherwise). Row by row on the calling thread: each row's result is
- * the same whatever the batch. */
-void lora_apply(const mor_model *m, int32_t l, int role, const float *x, int64_t ldx, float *y, int64_t ldy,
-                int32_t n);
-/* The same for rows at different unrolled layers (depth-wise batching): row
- * i takes the delta of layer[i]; the layers must share role's weight. */
-void lora_apply_rows(const mor_model *m, const int32_t *layer, int role, const float *x, int64_t ldx, float *y,
-                     int64_t ldy, int32_t n);
+ * (rows ldy apart), with row i taking the delta of unrolled layer
+ * row_layer[i] (NULL: l for every row; the layers must share role's weight),
+ * rows without a delta left alone. Rows at one layer are batched: one pass
+ * over A and one over B per run of consecutive such rows (so callers order
+ * rows by layer), split over e's threads and run with e's kernels. A row's
+ * result is bitwise the same whatever the other rows and the thread count. */
+void lora_apply_exec(mor_exec *e, lora_scratch *s, const mor_model *m, int32_t l, const int32_t *row_layer, int role,
+                     const float *x, int64_t ldx, float *y, int64_t ldy, int32_t n);
 #endif

@@ -7,7 +7,9 @@
  *    exact on top of the quantized product, the model within the Q8_0
  *    activation rounding); 1 or 2 threads and one batch or one token at a
  *    time agree; rows at different depths share one shared-weight product
- *    (lora_apply_rows); the model size is what is read; every malformed
+ *    (lora_apply_exec with per-row layers); the unfolded product on 1-4
+ *    threads, each row alone and in any batch gives the same bits, the
+ *    reference kernels those of the plain float loop; the model size is what is read; every malformed
  *    LoRA tensor or key is MOR_E_FORMAT.
  *  - conversion (vanilla Llama -> recursive + SVD LoRA): full rank reproduces
  *    the original logits; rank r leaves exactly the SVD tail as weight error
@@ -283,12 +285,29 @@ static int logits_of(mor_model *m, int threads, int one_by_one, float *out)
     return ok;
 }
 
+/* y += the unfolded deltas of model m for the n rows of x at layers lay[]
+ * (NULL: l), as layer.c applies them: on nth threads, with kernel set ks,
+ * LoRA scratch for `cap` rows (fewer than n: the rows go in windows). */
+static int apply_deltas(const mor_model *m, const mor_kernels *ks, int nth, int cap, int32_t l, const int32_t *lay,
+                        int role, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t n)
+{
+    mor_exec e;
+    lora_scratch s;
+    if (exec_init(&e, m, nth, (uint32_t)n, 16)) return 0;
+    if (lora_scratch_init(&s, m, (uint32_t)cap)) { exec_free(&e); return 0; }
+    e.k = ks;
+    lora_apply_exec(&e, &s, m, l, lay, role, x, ldx, y, ldy, n);
+    lora_scratch_free(&s);
+    exec_free(&e);
+    return 1;
+}
+
 static void test_runtime(void)
 {
     static relaxed m;
     static uint16_t f16[K * 9 * F * F];
     static float store[L * 9 * F * F];
-    static float lu[T * V], lf[T * V], lh[T * V], lt[T * V], l1[T * V];
+    static float lu[T * V], lf[T * V], lh[T * V], lt[T * V], l1[T * V], l3[T * V];
     make_relaxed(&m);
     for (int pass = 0; pass < 4; pass++) {
         /* quantized shared weights: the unfolded shared product quantizes its
@@ -310,7 +329,7 @@ static void test_runtime(void)
         CHECK(mor_model_n_recursion(unf) == NR && unf->lora && !unf->lora->folded && fold->lora->folded,
               "%s: N_r = 2; deltas unfolded by default, folded with MOR_MODEL_FOLD_LORA", tn);
         int ok = logits_of(unf, 1, 0, lu) && logits_of(fold, 1, 0, lf) && logits_of(hand, 1, 0, lh) &&
-                 logits_of(unf, 2, 0, lt) && logits_of(unf, 1, 1, l1);
+                 logits_of(unf, 2, 0, lt) && logits_of(unf, 1, 1, l1) && logits_of(unf, 3, 0, l3);
         if (!CHECK(ok, "%s: decodes run", tn)) goto next;
         double du = check_maxdiff(lu, lh, T * V), df = check_maxdiff(lf, lh, T * V), uf = check_maxdiff(lu, lf, T * V);
         double span = 0;
@@ -323,7 +342,8 @@ static void test_runtime(void)
             CHECK(df <= 1e-4 && du <= 0.05 * span,
                   "%s: folded at load = folded by hand (%.2g); unfolded LoRA over %s = folded up to Q8_0 activations "
                   "(%.2g of logits up to %.3g)", tn, df, tn, du, span);
-        CHECK(memcmp(lu, lt, sizeof lu) == 0, "%s: unfolded LoRA: 2 threads give bitwise the logits of 1", tn);
+        CHECK(memcmp(lu, lt, sizeof lu) == 0 && memcmp(lu, l3, sizeof lu) == 0,
+              "%s: unfolded LoRA: 2 and 3 threads give bitwise the logits of 1", tn);
         double d1 = check_maxdiff(lu, l1, T * V);
         CHECK(d1 <= 1e-5, "%s: unfolded LoRA: one token at a time = one batch (%.2g)", tn, d1);
         /* the bytes read: unfolded = every tensor; folded = the F32 per-layer
@@ -357,7 +377,7 @@ static void test_runtime(void)
             for (int i = 0; i < 2 * D; i++) x[i] = frand(1.0f);
             mor_matmul(&unf->layers[3].w[ROLE_FFN_UP], x, y, 2);
             memcpy(y0, y, sizeof y);
-            lora_apply(unf, 3, ROLE_FFN_UP, x, D, y, F, 2);
+            apply_deltas(unf, mor_kernels_best(), 1, 2, 3, NULL, ROLE_FFN_UP, x, D, y, F, 2);
             for (int i = 0; i < 2; i++)
                 for (int o = 0; o < F; o++) {
                     double acc = y0[i * F + o];
@@ -380,7 +400,7 @@ static void test_runtime(void)
             double worst = 0;
             for (int i = 0; i < 3 * D; i++) x[i] = frand(1.0f);
             mor_matmul(&unf->layers[0].w[ROLE_ATTN_Q], x, y, 3);
-            lora_apply_rows(unf, lay, ROLE_ATTN_Q, x, D, y, H * HD, 3);
+            apply_deltas(unf, mor_kernels_best(), 2, 3, 0, lay, ROLE_ATTN_Q, x, D, y, H * HD, 3);
             for (int i = 0; i < 3; i++) {
                 mor_matmul(&fold->layers[lay[i]].w[ROLE_ATTN_Q], x + i * D, yf, 1);
                 double dd = check_maxdiff(y + i * H * HD, yf, H * HD);
@@ -397,6 +417,86 @@ static void test_runtime(void)
         free(ri);
         free(fi);
     }
+}
+
+/* The unfolded product alone (lora_apply_exec), on 100 rows in runs at
+ * unrolled layers 0 and 2 (one shared weight, two deltas; layer 2 has none
+ * on ffn_down): 1-4 threads give the same bits, and so does each row alone,
+ * a part of the batch, and smaller scratch (rows in windows); the reference
+ * kernels give bitwise the plain loop y += s B (A x) in float (the old
+ * per-row product), every kernel set the double-precision result to 1e-5. */
+static void test_unfolded_product(void)
+{
+    static relaxed m;
+    static uint16_t f16[K * 9 * F * F];
+    enum { N = 100 };
+    static float x[N * F], y0[N * F], y[5][N * F], yw[N * F], ya[F];
+    int32_t lay[N];
+    size_t nr;
+    mor_status st;
+    make_relaxed(&m);
+    uint8_t *img = relaxed_image(&m, CV_F32, OK_FILE, &nr, f16);
+    mor_model *u = img ? load_img(img, nr, 0, &st) : NULL;
+    if (!CHECK(u != NULL, "the relaxed model loads (%s)", mor_last_error())) { free(img); return; }
+    for (int i = 0; i < N; i++) lay[i] = (i / 7) % 3 == 1 ? 2 : 0;   /* runs of 7 and 14 rows */
+    static const int roles[] = { ROLE_ATTN_Q, ROLE_ATTN_V, ROLE_ATTN_OUT, ROLE_FFN_UP, ROLE_FFN_DOWN };
+    const mor_kernels *sets[2] = { &mor_kernels_ref, mor_kernels_best() };
+    for (int si = 0; si < 2; si++)
+        for (size_t ri = 0; ri < sizeof roles / sizeof *roles; ri++) {
+            const int role = roles[ri];
+            const int64_t in = role_in[role], out = role_out[role];
+            const char *ks = sets[si]->name, *rn = mor_role_names[role];
+            for (int64_t i = 0; i < N * in; i++) x[i] = frand(1.0f);
+            for (int64_t i = 0; i < N * out; i++) y0[i] = frand(1.0f);
+            int ok = 1;
+            for (int nth = 1; nth <= 4; nth++) {
+                memcpy(y[nth], y0, sizeof(float) * (size_t)(N * out));
+                ok &= apply_deltas(u, sets[si], nth, N, 0, lay, role, x, in, y[nth], out, N);
+            }
+            if (!CHECK(ok, "%s %s: the product runs", ks, rn)) continue;
+            int same = 1;
+            for (int nth = 2; nth <= 4; nth++) same &= !memcmp(y[nth], y[1], sizeof(float) * (size_t)(N * out));
+            CHECK(same, "%s %s: 2, 3 and 4 threads give bitwise the result of 1", ks, rn);
+            int alone = 1;
+            for (int i = 0; i < N; i++) {
+                memcpy(ya, y0 + i * out, sizeof(float) * (size_t)out);
+                apply_deltas(u, sets[si], 1, 1, 0, lay + i, role, x + i * in, in, ya, out, 1);
+                alone &= !memcmp(ya, y[1] + i * out, sizeof(float) * (size_t)out);
+            }
+            CHECK(alone, "%s %s: each row alone = the same row in the batch of %d (bitwise)", ks, rn, N);
+            memcpy(yw, y0, sizeof(float) * (size_t)(N * out));
+            apply_deltas(u, sets[si], 2, N, 0, lay + 10, role, x + 10 * in, in, yw + 10 * out, out, 53);
+            apply_deltas(u, sets[si], 3, 13, 0, lay + 63, role, x + 63 * in, in, yw + 63 * out, out, N - 63);
+            CHECK(!memcmp(yw + 10 * out, y[1] + 10 * out, sizeof(float) * (size_t)((N - 10) * out)),
+                  "%s %s: rows 10-62 as a batch on 2 threads, 63-99 in windows of 13 rows on 3: the same bits", ks, rn);
+            double worst = 0, plain = 0;
+            for (int i = 0; i < N; i++) {
+                const mor_lora_delta *dl = &u->lora->d[lay[i]][role];
+                for (int64_t o = 0; o < out; o++) {
+                    double acc = y0[i * out + o];
+                    float facc = 0, t[F];
+                    for (int q = 0; q < dl->r; q++) {
+                        double tq = 0;
+                        float fq = 0;
+                        for (int64_t c = 0; c < in; c++) {
+                            tq += (double)dl->a[q * in + c] * x[i * in + c];
+                            fq += dl->a[q * in + c] * x[i * in + c];
+                        }
+                        acc += (double)dl->s * dl->b[o * dl->r + q] * tq;
+                        t[q] = dl->s * fq;
+                    }
+                    for (int q = 0; q < dl->r; q++) facc += dl->b[o * dl->r + q] * t[q];
+                    const float fy = dl->a ? y0[i * out + o] + facc : y0[i * out + o];
+                    double e = fabs(acc - y[1][i * out + o]) / (1 + fabs(acc));
+                    if (e > worst) worst = e;
+                    if (fy != y[1][i * out + o]) plain++;
+                }
+            }
+            CHECK(worst <= 1e-5, "%s %s: within %.2g of the product in double", ks, rn, worst);
+            if (si == 0) CHECK(plain == 0, "ref %s: bitwise the plain float loop (%g outputs differ)", rn, plain);
+        }
+    mor_model_free(u);
+    free(img);
 }
 
 static void test_format_errors(void)
@@ -647,6 +747,7 @@ out:
 int main(void)
 {
     test_runtime();
+    test_unfolded_product();
     test_format_errors();
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mor_test_lora_XXXXXX");
     if (CHECK(mkdtemp(tmpdir) != NULL, "a temporary directory")) {

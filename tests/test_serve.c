@@ -10,7 +10,12 @@
  *    every token reaches equals a depth cap of 1, and the skipped
  *    recursions then cache nothing (the missing-KV rule); outputs do not
  *    depend on the other requests;
- *  - cancel, the KV budget queue, misuse statuses. */
+ *  - cancel, the KV budget queue, misuse statuses;
+ *  - all of the fixtures' checks again on relaxed copies of two of them (an
+ *    unfolded LoRA delta on every projection of every looped layer): rows at
+ *    different recursions share the shared weight's product, each with its
+ *    own delta, and must get bit for bit what they get alone. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -365,19 +370,86 @@ static void unprepare(void)
     for (int32_t i = 0; i < NREQ; i++) { free(reqs[i].logits); free(got_logits[i]); reqs[i].logits = got_logits[i] = NULL; }
 }
 
+/* The fixture at `in` with random LoRA deltas (ranks 1-4, scale 0.5) on
+ * every projection of every looped layer, written to `out` (format version 2). */
+static int write_relaxed(const char *in, const char *out)
+{
+    FILE *f = fopen(in, "rb");
+    long size = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+    uint8_t *buf = size > 0 ? malloc((size_t)size) : NULL;
+    int ok = buf && !fseek(f, 0, SEEK_SET) && fread(buf, 1, (size_t)size, f) == (size_t)size;
+    if (f) fclose(f);
+    gguf_file *g = NULL;
+    mor_model *m = NULL;
+    ok = ok && !gguf_parse(buf, (size_t)size, &g) && !mor_model_load_memory(buf, (size_t)size, NULL, &m);
+    const gguf_kv *kv = ok ? gguf_find_kv(g, "mor.format_version") : NULL;
+    ok = ok && kv && kv->type == GGUF_U32;
+    if (ok) { const uint32_t two = 2; memcpy(buf + (kv->data - buf), &two, 4); }   /* m reads the old keys no more */
+    gguf_build b;
+    gb_init(&b);
+    int fallback = 0;
+    uint64_t rng = 99;
+    if (ok) {
+        gb_retype(&b, g, GGML_F32, GGML_F32, &fallback);   /* the fixture's tensors, as they are */
+        gb_f32(&b, "mor.lora.scale", 0.5f);
+        for (int32_t l = m->prelude; l < m->n_layer - m->coda; l++)
+            for (int role = 0; role < ROLE_COUNT; role++) {
+                const mor_weight *w = &m->layers[l].w[role];
+                if (role == ROLE_ATTN_NORM || role == ROLE_FFN_NORM) continue;
+                const int64_t r = 1 + (l + role) % 4;
+                for (int part = 0; part < 2; part++) {
+                    const int64_t n = r * (part ? w->rows : w->cols);
+                    float *v = malloc(sizeof(float) * (size_t)n);
+                    if (!v) { b.err = 1; break; }
+                    for (int64_t i = 0; i < n; i++) {
+                        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+                        v[i] = (float)((double)(rng >> 11) / 9007199254740992.0 - 0.5) * 0.4f;
+                    }
+                    char name[96];
+                    snprintf(name, sizeof name, "lora.%d.%s.%c", l, mor_role_names[role], part ? 'b' : 'a');
+                    gb_tensor_add(&b, name, GGML_F32, part ? r : w->cols, part ? w->rows : r, v, sizeof(float) * (size_t)n, 1);
+                }
+            }
+        ok = !fallback && gb_write_file(&b, out) == 0;
+    }
+    gb_free(&b);
+    mor_model_free(m);
+    gguf_free(g);
+    free(buf);
+    return ok;
+}
+
 int main(void)
 {
     const char *out = getenv("OUT");
     snprintf(fixture_dir, sizeof fixture_dir, "%s/build/fixtures", out && *out ? out : ".");
-    const char *variants[] = { "expert_mc3_fix_perturbed", "token_mc3_perturbed", "expert_mc3_kvshare_fix_perturbed" };
-    for (int v = 0; v < 3; v++) {
-        char path[768];
+    /* the last two: relaxed copies of the first two (write_relaxed) */
+    const char *variants[] = { "expert_mc3_fix_perturbed", "token_mc3_perturbed", "expert_mc3_kvshare_fix_perturbed",
+                               "expert_mc3_fix_perturbed", "token_mc3_perturbed" };
+    float *plain_first[2] = { NULL, NULL };   /* the first logits of request 0 without the deltas */
+    for (int v = 0; v < 5; v++) {
+        char path[800], lpath[800];
         snprintf(path, sizeof path, "%s/%s.st.gguf", fixture_dir, variants[v]);
+        if (v >= 3) {
+            snprintf(lpath, sizeof lpath, "%s/%s-lora-%ld.gguf", fixture_dir, variants[v], (long)getpid());
+            CHECK(write_relaxed(path, lpath), "%s with LoRA deltas written", variants[v]);
+            snprintf(path, sizeof path, "%s", lpath);
+        }
         mor_model *m = NULL;
         mor_status st = mor_model_load_file(path, NULL, &m);
-        CHECK(st == MOR_OK, "load %s: %s", variants[v], mor_last_error());
+        CHECK(st == MOR_OK, "load %s%s: %s", variants[v], v >= 3 ? " (LoRA)" : "", mor_last_error());
+        if (v >= 3) remove(path);
         if (!m) continue;
+        CHECK((v >= 3) == (m->lora != NULL && !m->lora->folded), "%s: unfolded deltas %s", variants[v],
+              v >= 3 ? "present" : "absent");
         if (!prepare(m, variants[v])) { unprepare(); mor_model_free(m); continue; }
+        if (v < 2) {
+            plain_first[v] = malloc(sizeof(float) * (size_t)n_vocab);
+            if (plain_first[v]) memcpy(plain_first[v], reqs[0].logits, sizeof(float) * (size_t)n_vocab);
+        } else if (v >= 3 && plain_first[v - 3]) {
+            double dd = check_maxdiff(plain_first[v - 3], reqs[0].logits, n_vocab);
+            CHECK(dd > 1e-3, "%s: the deltas change the logits (by up to %.3g)", variants[v], dd);
+        }
         const int expert = mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT;
         const int32_t ns[3] = { 1, 7, 32 };
         for (int mode = 0; mode < 3; mode++)
@@ -405,6 +477,8 @@ int main(void)
         unprepare();
         mor_model_free(m);
     }
+    free(plain_first[0]);
+    free(plain_first[1]);
     /* random-weight models in F32 and Q8_0 (where the budget's cell reuse first showed as other tokens) */
     char dir[600], cmd[700];
     snprintf(dir, sizeof dir, "%s/build/tmp", out && *out ? out : ".");
