@@ -155,10 +155,12 @@ enum {
     MOR_MODEL_VOCAB_ONLY = 1u << 1, /* load only the tokenizer (no weights)       */
     /* Relaxed models (depth-wise LoRA, docs/FORMAT.md): fold each layer's
      * delta into a weight of its own, W + s*B*A in F32, at load, instead of
-     * applying it per row after the shared weight at every decode. Faster
-     * per token; costs one F32 matrix per relaxed projection and layer
-     * (a quantized or F16 shared weight is dequantized for it). Logits agree
-     * with the unfolded model to rounding. No effect without LoRA. */
+     * applying it per row after the shared weight at every decode. No
+     * per-row product (faster prompts), but one F32 matrix per relaxed
+     * projection and layer: a quantized or 16-bit shared weight is
+     * dequantized for it, and generation, which reads every weight per
+     * token, can be much slower than unfolded (docs/RELAXED.md). Logits
+     * agree with the unfolded model to rounding. No effect without LoRA. */
     MOR_MODEL_FOLD_LORA  = 1u << 2
 };
 
