@@ -14,7 +14,8 @@
  *  - conversion (vanilla Llama -> recursive + SVD LoRA): full rank reproduces
  *    the original logits; rank r leaves exactly the SVD tail as weight error
  *    (residuals of a known spectrum); zero residuals get the standard init;
- *    a PEFT-style relaxed checkpoint gives the logits of its folded weights. */
+ *    a PEFT-style relaxed checkpoint gives the logits of its folded weights;
+ *    a llama.cpp GGUF of the model (Q/K permuted) converts to the same bits. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -561,12 +562,12 @@ static int write_checkpoint(const st_tensor *t, int n, int n_layer)
     return 0;
 }
 
-/* Convert tmpdir with o into a GGUF image in memory. */
+/* Convert o->dir (NULL: tmpdir) with o into a GGUF image in memory. */
 static uint8_t *convert_img(convert_opts *o, size_t *n, char *err, size_t errcap)
 {
     FILE *f = tmpfile();
     uint8_t *buf = NULL;
-    o->dir = tmpdir;
+    if (!o->dir) o->dir = tmpdir;
     if (f && convert_model(o, f, NULL, 0, err, errcap) == 0) {
         long sz = ftell(f);
         rewind(f);
@@ -596,6 +597,86 @@ static void orthonormal(double *q, int m, int k)
 }
 
 enum { RANK = 3 };
+
+/* The same vanilla model as llama.cpp writes it (general.architecture
+ * "llama", Q and K rows permuted for GGML's RoPE: row h*hd + 2j + t holds HF
+ * row h*hd + t*hd/2 + j): converted with the same options, it gives the
+ * model converted from the checkpoint, logits bit for bit; with RoPE
+ * scaling it is refused. */
+static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_model *want)
+{
+    static float perm[2][L][F * F];
+    char path[160], err[512] = "";
+    static const char *const gg[ROLE_COUNT] = { "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                                "ffn_norm", "ffn_gate", "ffn_up", "ffn_down" };
+    snprintf(path, sizeof path, "%s/llama.gguf", tmpdir);
+    for (int fault = 0; fault < 2; fault++) {
+        gguf_writer *w = gguf_writer_new();
+        gguf_writer_add_str(w, "general.architecture", "llama");
+        gguf_writer_add_u32(w, "llama.context_length", 64);
+        gguf_writer_add_u32(w, "llama.embedding_length", D);
+        gguf_writer_add_u32(w, "llama.feed_forward_length", F);
+        gguf_writer_add_u32(w, "llama.block_count", L);
+        gguf_writer_add_u32(w, "llama.attention.head_count", H);
+        gguf_writer_add_u32(w, "llama.attention.head_count_kv", HKV);
+        gguf_writer_add_u32(w, "llama.rope.dimension_count", HD);
+        gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+        gguf_writer_add_f32(w, "llama.rope.freq_base", 10000.0f);
+        if (fault) gguf_writer_add_str(w, "llama.rope.scaling.type", "linear");
+        for (int i = 0; i < n; i++) {
+            int l = -1, role = -1;
+            char name[96];
+            const float *data = t[i].data;
+            if (!strcmp(t[i].name, "model.embed_tokens.weight")) snprintf(name, sizeof name, "token_embd.weight");
+            else if (!strcmp(t[i].name, "model.norm.weight")) snprintf(name, sizeof name, "output_norm.weight");
+            else {
+                l = atoi(t[i].name + strlen("model.layers."));
+                for (int r = 0; r < ROLE_COUNT; r++)
+                    if (strstr(t[i].name, r == ROLE_ATTN_NORM ? "input_layernorm" : r == ROLE_ATTN_Q ? "q_proj"
+                                          : r == ROLE_ATTN_K ? "k_proj" : r == ROLE_ATTN_V ? "v_proj"
+                                          : r == ROLE_ATTN_OUT ? "o_proj" : r == ROLE_FFN_NORM ? "post_attention"
+                                          : r == ROLE_FFN_GATE ? "gate_proj" : r == ROLE_FFN_UP ? "up_proj" : "down_proj"))
+                        role = r;
+                snprintf(name, sizeof name, "blk.%d.%s.weight", l, gg[role]);
+            }
+            if (role == ROLE_ATTN_Q || role == ROLE_ATTN_K) {
+                float *p = perm[role == ROLE_ATTN_K][l];
+                for (int64_t r = 0; r < t[i].shape[0]; r++) {
+                    const int64_t h = r / HD, j = (r % HD) / 2, tt = r % 2;
+                    memcpy(p + r * t[i].shape[1], data + (h * HD + tt * (HD / 2) + j) * t[i].shape[1],
+                           sizeof(float) * (size_t)t[i].shape[1]);
+                }
+                data = p;
+            }
+            uint64_t dims[2] = { (uint64_t)(t[i].nd == 2 ? t[i].shape[1] : t[i].shape[0]), (uint64_t)t[i].shape[0] };
+            gguf_writer_add_tensor(w, name, CV_F32, t[i].nd, dims, data,
+                                   (uint64_t)(t[i].shape[0] * (t[i].nd == 2 ? t[i].shape[1] : 1)) * 4);
+        }
+        FILE *f = fopen(path, "wb");
+        int wrote = f && gguf_writer_write(w, f, err, sizeof err) == 0;
+        if (f) fclose(f);
+        gguf_writer_free(w);
+        if (!CHECK(wrote, "llama GGUF written (%s)", err)) break;
+        size_t nimg = 0;
+        mor_status st;
+        o->dir = path;
+        uint8_t *img = convert_img(o, &nimg, err, sizeof err);
+        o->dir = NULL;
+        mor_model *m = img ? load_img(img, nimg, 0, &st) : NULL;
+        if (fault) {
+            CHECK(!img && strstr(err, "RoPE scaling"), "llama GGUF with RoPE scaling: refused (%s)", err);
+        } else if (CHECK(m && m->lora, "llama GGUF: converts and loads (%s)", err)) {
+            static float la[T * V], lb[T * V];
+            int ok = logits_of(m, 1, 0, la) && logits_of(want, 1, 0, lb);
+            CHECK(ok && !memcmp(la, lb, sizeof la),
+                  "llama GGUF (Q/K permuted by llama.cpp): the relaxed model converted from the checkpoint, bit for bit (%.2g)",
+                  ok ? check_maxdiff(la, lb, T * V) : INFINITY);
+        }
+        mor_model_free(m);
+        free(img);
+    }
+    remove(path);
+}
 
 static void test_conversion(void)
 {
@@ -662,6 +743,7 @@ static void test_conversion(void)
     if (!CHECK(m && m->lora, "conversion: average, cycle x2, rank %d converts and loads (%s%s)", RANK, err,
                m ? "" : mor_last_error()))
         goto out;
+    test_llama_gguf(t, n, &o, m);
     double worst = 0, worst_rel = 0;
     int shared_ok = 1;
     for (int l = 0; l < L; l++)

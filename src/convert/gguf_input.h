@@ -1,19 +1,27 @@
-/* gguf_input.h - a `mor` GGUF file (docs/FORMAT.md) as converter input, so
- * that a model libmor already runs (e.g. one bin/mor-train wrote) can be
- * made recursive: it is loaded by libmor itself (every check of the loader
- * applies; LoRA deltas are folded), its unrolled layers become a plain
- * checkpoint in the Hugging Face key grammar, its dimensions an hf_config,
- * and its tokenizer.ggml.* keys are copied to the output unchanged.
- * Only models without routers are accepted. */
+/* gguf_input.h - a GGUF file as converter input, so that a model libmor
+ * already runs (e.g. one bin/mor-train wrote) or a llama.cpp Llama can be
+ * made recursive. A `mor` file (docs/FORMAT.md) is loaded by libmor itself
+ * (every check of the loader applies; LoRA deltas are folded; only models
+ * without routers are accepted). A llama.cpp file (general.architecture =
+ * "llama", F32/F16/BF16/Q8_0/Q4_0 tensors) is read by its llama.* keys and
+ * tensor names, with the Q and K rows that llama.cpp's converter permutes
+ * for GGML's RoPE put back in Hugging Face order. Either way the layers
+ * become a plain checkpoint in the Hugging Face key grammar, the dimensions
+ * an hf_config, and the tokenizer.ggml.* keys are copied to the output
+ * unchanged (a llama.cpp file's only when its tokenizer is byte-level BPE,
+ * "gpt2": libmor reads no other). */
 #ifndef CV_GGUF_INPUT_H
 #define CV_GGUF_INPUT_H
 #include <stddef.h>
 #include "checkpoint.h"
 #include "gguf_write.h"
 #include "hf_config.h"
+#include "util.h"
 
 typedef struct {
-    struct mor_model *model;
+    struct mor_model *model;   /* a `mor` file, or NULL */
+    struct gguf_file *g;       /* the file's keys (the model's, or parsed from file) */
+    cv_file file;              /* a llama.cpp file, mapped */
     void **own;                /* dequantized weights */
     size_t n_own;
     int has_tokenizer;
