@@ -494,8 +494,9 @@ MOR_API mor_status mor_detokenize(const mor_model *model, const mor_token *token
  * MOR_ROUTE_THRESHOLD (set at creation; MOR_ROUTE_FORCED may be chosen
  * instead), token-choice models MOR_ROUTE_TOKEN, models without routers
  * every recursion (up to the depth cap). Tokens, depths and logits are then
- * those of decoding each request alone with mor_decode (to rounding of the
- * batched kernels), whatever the mode and the other requests. */
+ * bitwise those of decoding each request alone with mor_decode (its whole
+ * prompt in one call, then one token per call), whatever the mode, the other
+ * requests, how its prompt was split into chunks and which KV cells it got. */
 typedef struct mor_server mor_server;
 typedef int32_t mor_request_id;   /* >= 0, unique within a server */
 
@@ -536,7 +537,7 @@ typedef struct mor_server_params {
      * n_prompt + max_tokens cells are free beside those reserved by the
      * running ones; until then it waits in the queue (never MOR_E_KV_FULL). */
     uint32_t n_ctx;
-    uint32_t n_batch;       /* rows per step, and the longest prompt; default 512    */
+    uint32_t n_batch;       /* rows per step (see mor_server_submit); default 512    */
     int32_t  n_threads;     /* worker threads; <= 0: one                             */
     int32_t  kv_mode;       /* MOR_KV_*; default MOR_KV_MODEL_DEFAULT                */
     int32_t  exit_mode;     /* MOR_EXIT_*; default NONE                              */
@@ -565,11 +566,15 @@ MOR_API void       mor_server_free(mor_server *srv);
  * it between steps only. */
 MOR_API mor_router *mor_server_router(mor_server *srv);
 
-/* Queue a request: n_prompt >= 1 tokens (copied; n_prompt <= n_batch),
- * sampling settings (NULL: defaults; the sampler is seeded per request),
- * at most max_tokens >= 1 generated tokens, and n_stop stop tokens (copied;
- * a stop token ends the request and is the last token returned). The prompt
- * tokens are added to the sampler's history. Errors: MOR_E_INVALID_ARG,
+/* Queue a request: n_prompt >= 1 tokens (copied), sampling settings (NULL:
+ * defaults; the sampler is seeded per request), at most max_tokens >= 1
+ * generated tokens, and n_stop stop tokens (copied; a stop token ends the
+ * request and is the last token returned). The prompt
+ * tokens are added to the sampler's history. Chunked prefill: a prompt
+ * longer than the rows a step has left (n_batch, less the next tokens of the
+ * running requests, which go first) enters in chunks of those rows over
+ * several steps, its first token coming after the last chunk; the outputs
+ * are those of the whole prompt decoded at once. Errors: MOR_E_INVALID_ARG,
  * MOR_E_OUT_OF_RANGE (a token id), MOR_E_KV_FULL (n_prompt + max_tokens
  * exceeds n_ctx or the model's context: it could never run), MOR_E_ABI,
  * MOR_E_NOMEM. May be called between steps, at any time. */

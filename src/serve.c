@@ -14,13 +14,19 @@
  *     the next step, so a depth-d token takes d steps, and a row's place in
  *     the batch goes to another sequence as soon as it exits.
  *
+ * Prompts longer than the rows free in a step (n_batch at most) enter in
+ * chunks, one per step: a chunk runs every layer (its K/V is cached in all
+ * of them) but gives no logits, and the next chunk enters once it is done.
+ *
  * Why outputs equal a per-sequence decode: routing is causal (THRESHOLD,
  * TOKEN, FORCED), so a row's decisions depend on itself only; a sequence
- * has one group of rows in flight at a time (its prompt, or its last
- * token), whose rows move through the recursions in lockstep, so when a row
- * attends at recursion r every earlier token of its sequence that reached r
- * is cached there; and the group runs the last layers only once all its rows
- * have exited, in one call, as mor_decode does. */
+ * has one group of rows in flight at a time (a chunk of its prompt, or its
+ * last token), whose rows move through the recursions in lockstep, so when a
+ * row attends at recursion r every earlier token of its sequence that
+ * reached r is cached there; attention sums a row's cells in position order
+ * (kernels_threads.c), so it does not matter which step or which cells they
+ * came in; and the group runs the last layers only once all its rows have
+ * exited, in one call, as mor_decode does. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +48,8 @@ typedef struct {
 
 typedef struct {
     serve_req *req;          /* NULL: free */
-    int32_t    n_pos;        /* next position */
-    int32_t    entered;      /* the prompt has entered */
+    int32_t    n_pos;        /* next position (while the prompt enters: prompt tokens entered) */
+    int32_t    entered;      /* the whole prompt has entered */
     mor_token  next;         /* the token to enter next (after the prompt) */
     int32_t    waiting;      /* an input is waiting to enter */
     int32_t    n_rows, n_exited;   /* rows of the group in flight (DEPTHWISE) */
@@ -195,9 +201,6 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
 {
     if (!s || !prompt || !id_out || n_prompt < 1 || max_tokens < 1 || n_stop < 0 || (n_stop && !stop))
         return mor_err(MOR_E_INVALID_ARG, "mor_server_submit: NULL or negative argument");
-    if (n_prompt > (int32_t)s->p.n_batch)
-        return mor_err(MOR_E_INVALID_ARG, "mor_server_submit: prompt of %d tokens exceeds n_batch %u",
-                       n_prompt, s->p.n_batch);
     for (int32_t i = 0; i < n_prompt + n_stop; i++) {
         mor_token t = i < n_prompt ? prompt[i] : stop[i - n_prompt];
         if (t < 0 || t >= s->m->n_vocab) return mor_err(MOR_E_OUT_OF_RANGE, "mor_server_submit: token %d", t);
@@ -296,35 +299,52 @@ static void emit(mor_server *s, int32_t sl, const float *logits, int32_t depth)
     S->next = t; S->waiting = 1;
 }
 
+/* How many rows slot sl puts in this step, with `room` rows left: its
+ * next token (pass 0), or the next chunk of its prompt (pass 1: prompts
+ * take the room the generating requests leave). */
+static int32_t take_rows(const mor_server *s, int32_t sl, int pass, int32_t room)
+{
+    const serve_slot *S = &s->slots[sl];
+    if (!S->req || !S->waiting || S->req->state != MOR_REQ_RUNNING || S->entered != !pass) return 0;
+    int32_t n = S->entered ? 1 : S->req->n_prompt - S->n_pos;
+    return n < room ? n : room > 0 ? room : 0;
+}
+
+/* n rows of slot S entered the step. */
+static void enter(serve_slot *S, int32_t n)
+{
+    S->n_pos += n;
+    S->entered = S->n_pos >= S->req->n_prompt;
+    S->waiting = 0;
+}
+
 /* ---- SERIAL and SEQUENCE: one mor_decode per step ---- */
 
 static mor_status step_decode(mor_server *s)
 {
     mor_batch *b = s->batch;
     mor_batch_clear(b);
-    int32_t last[4096];
-    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
-        serve_slot *S = &s->slots[sl];
-        last[sl] = -1;
-        if (!S->req || !S->waiting) continue;
-        int32_t n = S->entered ? 1 : S->req->n_prompt;
-        if (mor_batch_size(b) + n > (int32_t)s->p.n_batch) continue;   /* next step */
-        for (int32_t i = 0; i < n; i++)
-            mor_batch_add(b, S->entered ? S->next : S->req->prompt[i], S->n_pos + i, sl, i == n - 1);
-        last[sl] = mor_batch_size(b) - 1;
-    }
+    int32_t last[4096];   /* the row whose logits slot sl samples from, or -1 */
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) last[sl] = -1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
+            serve_slot *S = &s->slots[sl];
+            int32_t n = take_rows(s, sl, pass, (int32_t)s->p.n_batch - mor_batch_size(b));
+            for (int32_t i = 0; i < n; i++)
+                mor_batch_add(b, S->entered ? S->next : S->req->prompt[S->n_pos + i], S->n_pos + i, sl,
+                              i == n - 1 && S->n_pos + n >= S->req->n_prompt);
+            if (!n) continue;
+            enter(S, n);   /* (put back with the rest if the step fails) */
+            if (S->entered) last[sl] = mor_batch_size(b) - 1;
+            else S->waiting = 1;   /* a chunk before the last: the next one at the next step */
+        }
     if (!mor_batch_size(b)) return MOR_OK;
     mor_status st = mor_decode(s->ctx, b);
     if (st) return st;
     int32_t *depths = s->list;
     mor_router_get_depths(s->ctx->router, depths, mor_batch_size(b));
-    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
-        if (last[sl] < 0) continue;
-        serve_slot *S = &s->slots[sl];
-        S->n_pos += S->entered ? 1 : S->req->n_prompt;
-        S->entered = 1; S->waiting = 0;
-        emit(s, sl, mor_get_logits(s->ctx, last[sl]), depths[last[sl]]);
-    }
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++)
+        if (last[sl] >= 0) emit(s, sl, mor_get_logits(s->ctx, last[sl]), depths[last[sl]]);
     return MOR_OK;
 }
 
@@ -455,28 +475,28 @@ static mor_status step_depthwise(mor_server *s)
     int32_t n_live = 0;
     for (int32_t i = 0; i < nb; i++) n_live += s->r_state[i] != ROW_FREE;
 
-    /* 1. entering rows: a slot's prompt, or its last sampled token */
+    /* 1. entering rows: a slot's last sampled token, or the next chunk of its prompt */
     int32_t ne = 0, fr = 0;
-    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
-        serve_slot *S = &s->slots[sl];
-        if (!S->req || !S->waiting || S->req->state != MOR_REQ_RUNNING) continue;
-        int32_t n = S->entered ? 1 : S->req->n_prompt;
-        if (n_live + n > nb) continue;   /* no room this step */
-        for (int32_t t = 0; t < n; t++) {
-            while (s->r_state[fr] != ROW_FREE) fr++;
-            int32_t i = fr++;
-            mor_token tok = S->entered ? S->next : S->req->prompt[t];
-            s->r_slot[i] = sl; s->r_pos[i] = S->n_pos + t; s->r_rec[i] = 0; s->r_depth[i] = 0;
-            if (kv_append(kv, -1, sl, s->r_pos[i]) < 0)
-                return mor_err(MOR_E_INTERNAL, "server: token log full despite the KV budget");
-            mor_embed_row(&m->tok_embd, tok, s->x + (size_t)i * d);
-            s->r_state[i] = ROW_RUN;
-            s->list[ne++] = i;
+    for (int pass = 0; pass < 2; pass++)
+        for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
+            serve_slot *S = &s->slots[sl];
+            const int32_t n = take_rows(s, sl, pass, nb - n_live);
+            for (int32_t t = 0; t < n; t++) {
+                while (s->r_state[fr] != ROW_FREE) fr++;
+                int32_t i = fr++;
+                mor_token tok = S->entered ? S->next : S->req->prompt[S->n_pos + t];
+                s->r_slot[i] = sl; s->r_pos[i] = S->n_pos + t; s->r_rec[i] = 0; s->r_depth[i] = 0;
+                if (kv_append(kv, -1, sl, s->r_pos[i]) < 0)
+                    return mor_err(MOR_E_INTERNAL, "server: token log full despite the KV budget");
+                mor_embed_row(&m->tok_embd, tok, s->x + (size_t)i * d);
+                s->r_state[i] = ROW_RUN;
+                s->list[ne++] = i;
+            }
+            if (!n) continue;
+            enter(S, n);
+            S->n_rows = n; S->n_exited = 0;
+            n_live += n;
         }
-        S->n_pos += n; S->entered = 1; S->waiting = 0;
-        S->n_rows = n; S->n_exited = 0;
-        n_live += n;
-    }
     if (ne) {
         gather(s, s->x, s->list, ne);
         if ((st = run_layers(s, 0, m->prelude, ne))) return st;
@@ -550,7 +570,8 @@ static mor_status step_depthwise(mor_server *s)
             for (int32_t b = a; b > first && s->r_pos[s->list[b]] < s->r_pos[s->list[b - 1]]; b--) {
                 int32_t t = s->list[b]; s->list[b] = s->list[b - 1]; s->list[b - 1] = t;
             }
-        s->list2[nl++] = nf - 1;   /* the group's last row gives the logits */
+        if (S->entered) s->list2[nl++] = nf - 1;   /* the group's last row gives the logits */
+        /* else a prompt chunk before the last: it only fills the last layers' caches */
     }
     if (nf) {
         gather(s, s->x, s->list, nf);
@@ -560,13 +581,21 @@ static mor_status step_depthwise(mor_server *s)
             mor_rms_norm(s->tmp, row, m->output_norm.data, d, m->eps);
             memcpy(s->gx + (size_t)g * d, s->tmp, sizeof(float) * (size_t)d);   /* packed; g <= list2[g] */
         }
-        exec_matmul(&s->ctx->ls.exec, &m->output, s->gx, d, s->logits, m->n_vocab, nl, 0);
+        if (nl) exec_matmul(&s->ctx->ls.exec, &m->output, s->gx, d, s->logits, m->n_vocab, nl, 0);
         for (int32_t g = 0; g < nl; g++) {
             int32_t i = s->list[s->list2[g]], sl = s->r_slot[i];
             s->slots[sl].n_rows = s->slots[sl].n_exited = 0;
             emit(s, sl, s->logits + (size_t)g * m->n_vocab, s->r_depth[i]);
         }
-        for (int32_t t = 0; t < nf; t++) s->r_state[s->list[t]] = ROW_FREE;
+        for (int32_t t = 0; t < nf; t++) {
+            const int32_t i = s->list[t], sl = s->r_slot[i];
+            serve_slot *S = &s->slots[sl];
+            s->r_state[i] = ROW_FREE;
+            if (!S->req || S->entered || !S->n_rows) continue;
+            S->n_rows = S->n_exited = 0;   /* a prompt chunk done: the next enters at the next step */
+            if (S->req->state == MOR_REQ_CANCELLED) slot_release(s, sl);
+            else S->waiting = 1;
+        }
     }
     return MOR_OK;
 }

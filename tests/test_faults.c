@@ -20,11 +20,12 @@
  *    that was never aborted; the load progress callback is called more than
  *    twice, never decreasing, and cancelling at each call frees everything.
  *  - The maximum context (mor_context_params.max_pos).
- *  - Servers (every mode): a step failing at each of its allocations, or
- *    stopped by the abort callback at each of its polls, changes nothing
- *    (no token streamed, request states and token counts, the KV cache cell
- *    for cell), and the run, stepped again after every failure, ends with
- *    bitwise the tokens, depths and logits of a run never disturbed.
+ *  - Servers (every mode; prompts prefilled in chunks too): a step failing
+ *    at each of its allocations, or stopped by the abort callback at each of
+ *    its polls, changes nothing (no token streamed, request states and token
+ *    counts, the KV cache cell for cell), and the run, stepped again after
+ *    every failure, ends with bitwise the tokens, depths and logits of a run
+ *    never disturbed.
  * Models: tests/fuzz/models (tiny, every routing kind) and, when it exists,
  * the fixture expert_mc3_fix_perturbed in $OUT/build/fixtures. Runs from the
  * repository root. */
@@ -619,16 +620,17 @@ static void srv_take(mor_server *s, srv_out *o)
 
 /* One scenario: 6 requests on 3 slots (so some wait), mixed greedy and
  * seeded sampling, 3 submitted up front and one more after each of the first
- * steps, request 4 cancelled after step 3. inject: 0 none, 1 allocation
+ * steps, request 4 cancelled after step 3; n_batch 16, or 2 (prompts of 3-5
+ * tokens then enter in chunks across steps). inject: 0 none, 1 allocation
  * failures, 2 aborts, before each step is let through. */
-static int srv_scenario(mor_model *m, int32_t mode, int32_t exit_mode, int inject, srv_out *out, srv_log *log,
-                        int *sites, int *unchanged)
+static int srv_scenario(mor_model *m, int32_t mode, int32_t exit_mode, uint32_t n_batch, int inject, srv_out *out,
+                        srv_log *log, int *sites, int *unchanged)
 {
     const int32_t V = mor_model_n_vocab(m);
     abort_ctl ctl = { 0, 0 };
     mor_server_params p;
     MOR_SERVER_PARAMS_INIT(&p);
-    p.mode = mode; p.n_slots = 3; p.n_ctx = 96; p.n_batch = 16; p.n_threads = 2;
+    p.mode = mode; p.n_slots = 3; p.n_ctx = 96; p.n_batch = n_batch; p.n_threads = 2;
     p.exit_mode = exit_mode; p.exit_threshold = 0.999f;
     p.on_token = srv_on_token; p.user_data = log;
     p.abort_callback = abort_cb; p.abort_user_data = &ctl;
@@ -690,21 +692,24 @@ static int srv_scenario(mor_model *m, int32_t mode, int32_t exit_mode, int injec
 
 static void test_server_faults(mor_model *m, const char *name)
 {
-    static const char *const modes[] = { "SERIAL", "SEQUENCE", "DEPTHWISE", "DEPTHWISE+SATURATION" };
+    static const char *const modes[] = { "SERIAL", "SEQUENCE", "DEPTHWISE", "DEPTHWISE+SATURATION",
+                                         "SEQUENCE n_batch 2 (chunked prompts)", "DEPTHWISE n_batch 2 (chunked prompts)" };
     const int has_routers = mor_model_router_type(m) != MOR_ROUTER_TYPE_TOKEN;
-    for (int32_t mi = 0; mi < 4; mi++) {
-        int32_t mode = mi < 3 ? mi : MOR_SERVE_DEPTHWISE, ex = mi == 3 ? MOR_EXIT_SATURATION : MOR_EXIT_NONE;
+    for (int32_t mi = 0; mi < 6; mi++) {
+        int32_t mode = mi < 3 ? mi : mi == 4 ? MOR_SERVE_SEQUENCE : MOR_SERVE_DEPTHWISE;
+        int32_t ex = mi == 3 ? MOR_EXIT_SATURATION : MOR_EXIT_NONE;
+        uint32_t nb = mi >= 4 ? 2 : 16;
         if (ex && !has_routers) continue;
         srv_out ref, got;
         srv_log lref, lgot;
         memset(&lref, 0, sizeof lref);
         int sites = 0, same = 0;
-        if (!CHECK(srv_scenario(m, mode, ex, 0, &ref, &lref, &sites, &same), "%s %s: undisturbed run", name, modes[mi]))
+        if (!CHECK(srv_scenario(m, mode, ex, nb, 0, &ref, &lref, &sites, &same), "%s %s: undisturbed run", name, modes[mi]))
             continue;
         for (int inject = 1; inject <= 2; inject++) {
             memset(&lgot, 0, sizeof lgot);
             sites = same = 0;
-            int ran = srv_scenario(m, mode, ex, inject, &got, &lgot, &sites, &same);
+            int ran = srv_scenario(m, mode, ex, nb, inject, &got, &lgot, &sites, &same);
             CHECK(ran && same == sites && (inject == 1 || sites > 0) && !memcmp(&ref, &got, sizeof ref) &&
                   !memcmp(lref.h, lgot.h, sizeof lref.h) && lref.streamed == lgot.streamed,
                   "%s %s: a step failing at each of its %d %s changes nothing (%d of %d), and the run ends with "

@@ -5,7 +5,9 @@
  *    prompt and output lengths, half submitted while stepping;
  *  - the same under a KV budget so small that requests run on cells others
  *    freed, out of position order (also on random-weight F32 and Q8_0
- *    models);
+ *    models), and with prompts longer than n_batch, prefilled in chunks
+ *    across steps (n_batch 4, 3, 1; cancelled before, between and during
+ *    the chunks);
  *  - confidence exits: a threshold no token reaches changes nothing, one
  *    every token reaches equals a depth cap of 1, and the skipped
  *    recursions then cache nothing (the missing-KV rule); outputs do not
@@ -44,6 +46,7 @@ static int lockstep;   /* serve_set_lockstep for the next servers */
 static int finish_every = 1;   /* serve_set_finish_every for the next servers */
 static int drain;              /* serve_set_drain for the next servers */
 static uint32_t budget = 1024; /* mor_server_params.n_ctx of serve_and_compare's servers */
+static uint32_t nbatch = 128;  /* mor_server_params.n_batch of the next servers */
 static mor_server *cur;        /* the server serve_and_compare runs */
 static int32_t max_descents;   /* most cells of one sequence out of position order seen by hook */
 static request reqs[NREQ];
@@ -125,7 +128,7 @@ static mor_server *make_server(mor_model *m, int32_t mode, uint32_t n_slots, uin
 {
     mor_server_params p;
     MOR_SERVER_PARAMS_INIT(&p);
-    p.mode = mode; p.n_slots = n_slots; p.n_ctx = n_ctx; p.n_batch = 128; p.n_threads = 2;
+    p.mode = mode; p.n_slots = n_slots; p.n_ctx = n_ctx; p.n_batch = nbatch; p.n_threads = 2;
     p.exit_mode = exit_mode; p.exit_threshold = thr;
     mor_server *s = NULL;
     mor_status st = mor_server_create(m, &p, &s);
@@ -134,6 +137,15 @@ static mor_server *make_server(mor_model *m, int32_t mode, uint32_t n_slots, uin
     serve_set_finish_every(s, finish_every);
     serve_set_drain(s, drain);
     return s;
+}
+
+/* Submit request i; ids[i] its id, map[id] = i. */
+static mor_status submit(mor_server *s, int32_t i, mor_request_id *ids, int32_t *map)
+{
+    const request *q = &reqs[i];
+    mor_status st = mor_server_submit(s, q->prompt, q->n_prompt, &q->sp, q->max_tokens, q->stop, q->n_stop, &ids[i]);
+    if (!st) map[ids[i]] = i;
+    return st;
 }
 
 /* Serve requests [0, n) with n_slots slots, half submitted up front and the
@@ -149,21 +161,14 @@ static void serve_and_compare(mor_model *m, const char *what, int32_t mode, int3
     mor_status st = MOR_OK;
     serve_set_logits_hook(s, hook, map);
     for (int32_t i = 0; i < n; i++) got_n[i] = 0;
-    while (next < n && next < (n + 1) / 2) {
-        mor_server_submit(s, reqs[next].prompt, reqs[next].n_prompt, &reqs[next].sp, reqs[next].max_tokens,
-                          reqs[next].stop, reqs[next].n_stop, &ids[next]);
-        map[ids[next]] = next; next++;
-    }
+    while (next < n && next < (n + 1) / 2 && !st) st = submit(s, next++, ids, map);
     while ((pend || next < n) && !st && steps < 10000) {
-        if (next < n) {
-            mor_server_submit(s, reqs[next].prompt, reqs[next].n_prompt, &reqs[next].sp, reqs[next].max_tokens,
-                              reqs[next].stop, reqs[next].n_stop, &ids[next]);
-            map[ids[next]] = next; next++;
-        }
+        if (next < n && (st = submit(s, next++, ids, map))) break;
         st = mor_server_step(s, &pend);
         steps++;
     }
-    CHECK(st == MOR_OK, "%s: steps ok (%s %s)", what, mor_status_str(st), mor_last_error());
+    CHECK(st == MOR_OK, "%s: submits and steps ok (%s %s)", what, mor_status_str(st), mor_last_error());
+    if (st) { cur = NULL; mor_server_free(s); return; }
     int tok_ok = 1, dep_ok = 1, state_ok = 1, same = 1;
     double maxd = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -345,6 +350,65 @@ static void small_budget(mor_model *m, const char *name)
           "(up to %d descents in one sequence)", name, max_descents);
 }
 
+/* Prompts (up to 9 tokens) longer than n_batch are prefilled in chunks
+ * across steps: same outputs, bitwise, in every mode; a request cancelled
+ * between or during its chunks leaves nothing in the cache. */
+static void chunked_prefill(mor_model *m, const char *name)
+{
+    static const uint32_t nbs[3] = { 4, 3, 1 };
+    char what[200];
+    for (int k = 0; k < 3; k++) {
+        nbatch = nbs[k];
+        for (int mode = 0; mode < 3; mode++) {
+            snprintf(what, sizeof what, "%s %s 32 requests, prompts of 1-9 tokens, n_batch %u", name, mode_name[mode], nbatch);
+            serve_and_compare(m, what, mode, 32, 8, 0, 0, 0);
+        }
+    }
+    /* n_batch 4 with the other switches: lockstep, finishing every 3 steps, drain, a 48-cell budget */
+    static const struct { const char *what; int32_t mode, lockstep, finish_every, drain; uint32_t budget; } v[4] = {
+        { "SEQUENCE lockstep", MOR_SERVE_SEQUENCE, 1, 1, 0, 1024 },
+        { "DEPTHWISE finishing every 3 steps", MOR_SERVE_DEPTHWISE, 0, 3, 0, 1024 },
+        { "DEPTHWISE with drain", MOR_SERVE_DEPTHWISE, 0, 1, 1, 1024 },
+        { "DEPTHWISE KV budget 48", MOR_SERVE_DEPTHWISE, 0, 1, 0, 48 },
+    };
+    nbatch = 4;
+    for (int k = 0; k < 4; k++) {
+        lockstep = v[k].lockstep; finish_every = v[k].finish_every; drain = v[k].drain; budget = v[k].budget;
+        snprintf(what, sizeof what, "%s %s 32 requests, n_batch 4", name, v[k].what);
+        serve_and_compare(m, what, v[k].mode, 32, 8, 0, 0, 0);
+    }
+    lockstep = 0; finish_every = 1; drain = 0; budget = 1024;
+    /* cancel request 7 (9 prompt tokens) after 0-4 steps, i.e. before, between and during its chunks */
+    nbatch = 2;
+    for (int mode = 1; mode < 3; mode++) {
+        int ok = 1;
+        for (int32_t at = 0; at <= 4; at++) {
+            mor_server *s = make_server(m, mode, 4, 256, 0, 0);
+            if (!s) return;
+            mor_request_id id[3] = { -1, -1, -1 };
+            for (int32_t i = 0; i < 3; i++) {
+                const request *q = &reqs[i == 2 ? 7 : i];
+                ok &= mor_server_submit(s, q->prompt, q->n_prompt, &q->sp, q->max_tokens, q->stop, q->n_stop, &id[i]) == MOR_OK;
+            }
+            for (int32_t k = 0; k < at; k++) ok &= mor_server_step(s, NULL) == MOR_OK;
+            ok &= mor_server_cancel(s, id[2]) == MOR_OK && mor_server_run(s) == MOR_OK;
+            int32_t n2 = -1;
+            mor_server_get_tokens(s, id[2], NULL, NULL, 0, &n2);
+            ok &= reqs[7].n_prompt == 9 && mor_server_request_state(s, id[2]) == MOR_REQ_CANCELLED && n2 == 0;
+            for (int32_t i = 0; i < 2; i++) {
+                mor_token out[MAXT]; int32_t no = 0;
+                mor_server_get_tokens(s, id[i], out, NULL, MAXT, &no);
+                ok &= no == reqs[i].n_out && !memcmp(out, reqs[i].out, sizeof(mor_token) * (size_t)no);
+            }
+            ok &= mor_kv_n_cells_used(mor_context_kv(serve_context(s)), MOR_KV_ALL) == 0;
+            mor_server_free(s);
+        }
+        CHECK(ok, "%s %s n_batch 2: a 9-token prompt cancelled after 0-4 steps (before, between, during its "
+              "chunks) ends with no tokens, the others unchanged, no cell left", name, mode_name[mode]);
+    }
+    nbatch = 128;
+}
+
 /* The requests and their reference outputs on m; 0 if the reference failed. */
 static int prepare(mor_model *m, const char *name)
 {
@@ -473,6 +537,7 @@ int main(void)
         for (int mode = 0; mode < 3; mode++) cancel_and_budget(m, mode);
         if (v == 0) misuse(m);
         small_budget(m, variants[v]);
+        chunked_prefill(m, variants[v]);
         if (expert) confidence_exits(m, v == 2);   /* (last: it redoes the reference with a depth cap) */
         unprepare();
         mor_model_free(m);
@@ -495,7 +560,7 @@ int main(void)
         mor_model *m = NULL;
         if (!CHECK(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK, "%s model", name))
             continue;
-        if (prepare(m, name)) small_budget(m, name);
+        if (prepare(m, name)) { small_budget(m, name); chunked_prefill(m, name); }
         unprepare();
         mor_model_free(m);
         remove(path);
