@@ -15,6 +15,7 @@
 
 typedef struct {
     const float *a, *b;   /* a: r rows of `in`, b: `out` rows of r (in the file); NULL: no delta */
+    float       *bt;      /* b transposed, r rows of `out` (owned; unfolded deltas only) */
     int32_t      r;
     float        s;
 } mor_lora_delta;
@@ -50,10 +51,17 @@ typedef struct {
     int32_t i0, n;   /* the group's rows [i0, i0 + n): consecutive rows at one unrolled layer */
     int64_t c0;      /* its first chunk in the current pass */
 } lora_group;
+/* y[i*ldy + o] += sum_q t[i*ldt + q] * bt[q*ldb + o] for i < rows, o < n (lora.c) */
+typedef void (*lora_axpy_fn)(const float *t, int64_t ldt, int32_t rows, int32_t r, const float *bt, int64_t ldb,
+                             float *y, int64_t ldy, int64_t n);
+/* That loop `width` floats at a time (4, 8 or 16; 0: the widest this CPU
+ * runs), NULL if this CPU cannot. Every width gives the same bits. */
+lora_axpy_fn lora_axpy(int width);
 typedef struct {
     float      *t;      /* [cap][rmax]: s (A x) of each row */
     lora_group *g;      /* [cap] */
     int32_t     rmax, cap;
+    lora_axpy_fn axpy;  /* lora_axpy(0) */
 } lora_scratch;
 mor_status lora_scratch_init(lora_scratch *s, const mor_model *m, uint32_t n_batch);   /* MOR_E_NOMEM */
 void       lora_scratch_free(lora_scratch *s);

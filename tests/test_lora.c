@@ -289,6 +289,7 @@ static int logits_of(mor_model *m, int threads, int one_by_one, float *out)
 /* y += the unfolded deltas of model m for the n rows of x at layers lay[]
  * (NULL: l), as layer.c applies them: on nth threads, with kernel set ks,
  * LoRA scratch for `cap` rows (fewer than n: the rows go in windows). */
+static int axpy_width;   /* of apply_deltas' second pass; 0: the widest this CPU runs */
 static int apply_deltas(const mor_model *m, const mor_kernels *ks, int nth, int cap, int32_t l, const int32_t *lay,
                         int role, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t n)
 {
@@ -297,6 +298,7 @@ static int apply_deltas(const mor_model *m, const mor_kernels *ks, int nth, int 
     if (exec_init(&e, m, nth, (uint32_t)n, 16)) return 0;
     if (lora_scratch_init(&s, m, (uint32_t)cap)) { exec_free(&e); return 0; }
     e.k = ks;
+    s.axpy = lora_axpy(axpy_width);
     lora_apply_exec(&e, &s, m, l, lay, role, x, ldx, y, ldy, n);
     lora_scratch_free(&s);
     exec_free(&e);
@@ -425,7 +427,8 @@ static void test_runtime(void)
  * on ffn_down): 1-4 threads give the same bits, and so does each row alone,
  * a part of the batch, and smaller scratch (rows in windows); the reference
  * kernels give bitwise the plain loop y += s B (A x) in float (the old
- * per-row product), every kernel set the double-precision result to 1e-5. */
+ * per-row product), every kernel set the double-precision result to 1e-5;
+ * the second pass at every vector width gives the same bits. */
 static void test_unfolded_product(void)
 {
     static relaxed m;
@@ -495,6 +498,15 @@ static void test_unfolded_product(void)
             }
             CHECK(worst <= 1e-5, "%s %s: within %.2g of the product in double", ks, rn, worst);
             if (si == 0) CHECK(plain == 0, "ref %s: bitwise the plain float loop (%g outputs differ)", rn, plain);
+            for (int width = 4; width <= 16; width *= 2) {   /* the second pass at every width this CPU runs */
+                if (!lora_axpy(width)) continue;
+                axpy_width = width;
+                memcpy(yw, y0, sizeof(float) * (size_t)(N * out));
+                apply_deltas(u, sets[si], 2, N, 0, lay, role, x, in, yw, out, N);
+                axpy_width = 0;
+                CHECK(!memcmp(yw, y[1], sizeof(float) * (size_t)(N * out)), "%s %s: %d floats at a time, the same bits",
+                      ks, rn, width);
+            }
         }
     mor_model_free(u);
     free(img);
