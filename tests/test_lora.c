@@ -619,8 +619,6 @@ static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_mode
 {
     static float perm[2][L][F * F];
     char path[160], err[512] = "";
-    static const char *const gg[ROLE_COUNT] = { "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                                "ffn_norm", "ffn_gate", "ffn_up", "ffn_down" };
     snprintf(path, sizeof path, "%s/llama.gguf", tmpdir);
     for (int fault = 0; fault < 2; fault++) {
         gguf_writer *w = gguf_writer_new();
@@ -649,7 +647,7 @@ static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_mode
                                           : r == ROLE_ATTN_OUT ? "o_proj" : r == ROLE_FFN_NORM ? "post_attention"
                                           : r == ROLE_FFN_GATE ? "gate_proj" : r == ROLE_FFN_UP ? "up_proj" : "down_proj"))
                         role = r;
-                snprintf(name, sizeof name, "blk.%d.%s.weight", l, gg[role]);
+                snprintf(name, sizeof name, "blk.%d.%s.weight", l, mor_role_names[role]);
             }
             if (role == ROLE_ATTN_Q || role == ROLE_ATTN_K) {
                 float *p = perm[role == ROLE_ATTN_K][l];

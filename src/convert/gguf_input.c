@@ -111,8 +111,6 @@ static int llama_u32(const gguf_file *g, const char *key, uint32_t def, uint32_t
 static int open_llama(gguf_input *gi, const char *path, checkpoint *ck, hf_config *cfg, char *err, size_t errcap)
 {
     const gguf_file *g = gi->g;
-    static const char *const gg[CV_ROLE_COUNT] = { "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                                   "ffn_norm", "ffn_gate", "ffn_up", "ffn_down" };
     mor_weight emb, w;
     char name[128];
     gguf_str s;
@@ -148,7 +146,7 @@ static int open_llama(gguf_input *gi, const char *path, checkpoint *ck, hf_confi
     for (uint32_t l = 0; l < cfg->n_layer; l++)
         for (int role = 0; role < CV_ROLE_COUNT; role++) {
             const int vec = role == CV_ROLE_ATTN_NORM || role == CV_ROLE_FFN_NORM;
-            snprintf(name, sizeof name, "blk.%u.%s.weight", l, gg[role]);
+            snprintf(name, sizeof name, "blk.%u.%s.weight", l, cv_role_gguf[role]);
             if (llama_tensor(g, name, vec, &w, err, errcap) ||
                 ((role == CV_ROLE_ATTN_Q || role == CV_ROLE_ATTN_K) && unpermute(gi, &w, cfg->head_dim, err, errcap)))
                 return -1;
