@@ -31,6 +31,8 @@ static uint32_t detect(void)
     if ((f & MOR_CPU_AVX2) && avx512 && zmm_os) {
         f |= MOR_CPU_AVX512;
         if ((c >> 11) & 1) f |= MOR_CPU_AVX512VNNI;
+        if ((c >> 1) & 1) f |= MOR_CPU_AVX512VBMI;
+        if ((c >> 8) & 1) f |= MOR_CPU_GFNI;
         uint32_t a1, b1, c1, d1;
         __cpuid_count(7, 1, a1, b1, c1, d1);
         if ((a1 >> 5) & 1) f |= MOR_CPU_AVX512BF16;

@@ -10,7 +10,9 @@ enum {
     MOR_CPU_AVX512BF16 = 1u << 3,
     MOR_CPU_AVXVNNI    = 1u << 4,
     MOR_CPU_NEON       = 1u << 5,   /* aarch64 Advanced SIMD with fp16 conversions */
-    MOR_CPU_DOTPROD    = 1u << 6    /* aarch64 SDOT/UDOT */
+    MOR_CPU_DOTPROD    = 1u << 6,   /* aarch64 SDOT/UDOT */
+    MOR_CPU_AVX512VBMI = 1u << 7,   /* byte permutes (vpermb, vpermt2b) */
+    MOR_CPU_GFNI       = 1u << 8    /* Galois-field byte transforms (gf2p8affineqb) */
 };
 
 /* MOR_CPU_* bits of this CPU (and OS support). Thread-safe; detection runs

@@ -70,7 +70,7 @@ typedef void (*mor_attend_fn)(const float *q, int32_t group, int32_t hd, const v
                               float scale, float *probs, float *out);
 
 typedef struct mor_kernels {
-    const char   *name;                 /* "ref", "avx2", "avx512", "neon" */
+    const char   *name;                 /* "ref", "avx2", "avx512" (or "avx512-novbmi"), "neon" */
     /* one row of k floats (k a multiple of 32) into a mor_act_q8 row */
     void        (*act_q8)(const float *x, void *row, int64_t k);
     mor_matmul_fn matmul;
@@ -106,6 +106,9 @@ void mor_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, co
 
 /* The fast sets (kernels_<isa>.c), defined only where compiled in. */
 extern const mor_kernels mor_kernels_avx2, mor_kernels_avx512, mor_kernels_neon;
+/* The AVX-512 set for CPUs without VBMI and GFNI (mor_kernels_get picks it
+ * there): the same results as mor_kernels_avx512, bitwise. */
+extern const mor_kernels mor_kernels_avx512_novbmi;
 /* AVX2 members the AVX-512 set shares (only to be called where AVX2 runs). */
 void mor_act_q8_avx2(const float *x, void *row, int64_t k);
 void mor_swiglu_avx2(float *g, const float *u, int64_t n);

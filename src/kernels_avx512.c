@@ -252,9 +252,62 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
  * w + 128 (w xor 0x80), and the offset comes back out by starting each sum
  * at -8 (or -128) times the activations' lane sums (one vpdpbusd per
  * activation pair, shared by every weight row of the tile). The integers are
- * exact; each block's scale is the float product d_w * d_x. */
+ * exact; each block's scale is the float product d_w * d_x.
+ *
+ * Two ways to take a pair of blocks apart, with the same integers and
+ * scales (so the same bits): with VBMI and GFNI (Ice Lake, Zen 4 and later)
+ * one load of the pair, one byte permute and one affine byte transform
+ * (which masks the low nibbles of some 64-bit lanes and shifts the high ones
+ * down in the others) for the codes and one word permute for the two
+ * scales; without them, 16-byte loads, shifts and inserts, and two scalar
+ * scale loads. The first takes about half the instructions, which is what
+ * a Q4_0 matrix-vector product is bound by.
+ *
+ * Matrix-vector products (up to four activation rows) also compute the
+ * activations' part of every pair (lane sums times the offset, scales)
+ * once per call into the scratch, instead of once per tile. */
 
-/* The unsigned codes of blocks b and b+1 (hi = 0: block b only, zeros after). */
+enum { QPAIR_PRE = 128 };   /* precomputed bytes per pair and activation row: 16 int32 offsets, 16 float scales */
+
+/* The activation side of the pair (b, b+1) of activation row xr (two = 0:
+ * block b and zeros): its codes, -offset x its lane sums, its scales;
+ * from pre (this row's precomputed pairs) when given. */
+AI void qx_get(const char *xr, const char *pre, int64_t K, int t, int64_t b, int two,
+               __m512i *xv, __m512i *base, __m512 *xd)
+{
+    const int8_t *q = mor_act_q8_qs(xr) + b * MOR_QK;
+    if (two) {
+        *xv = _mm512_load_si512((const void *)q);
+        if (pre) {
+            *base = _mm512_loadu_si512((const void *)(pre + (size_t)(b / 2) * QPAIR_PRE));
+            *xd = _mm512_loadu_ps((const void *)(pre + (size_t)(b / 2) * QPAIR_PRE + 64));
+            return;
+        }
+    } else {
+        *xv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)q)), _mm256_setzero_si256(), 1);
+    }
+    const float *d = mor_act_q8_d(xr, K) + b;
+    const __m512i off = _mm512_set1_epi8(t == GGML_Q4_0 ? 8 : (char)0x80);   /* the code offset, as u8 */
+    *xd = _mm512_insertf32x8(_mm512_set1_ps(d[0]), _mm256_set1_ps(two ? d[1] : 0.0f), 1);
+    *base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, *xv));
+}
+
+/* Precompute qx_get's offsets and scales of every whole pair of n activation rows into pre
+ * (nb / 2 * QPAIR_PRE bytes per row, rows ps bytes apart). */
+static void qx_prepare(const char *x, size_t xs, int32_t n, int64_t K, int t, char *pre, size_t ps)
+{
+    for (int32_t c = 0; c < n; c++)
+        for (int64_t b = 0; b + 2 <= K / MOR_QK; b += 2) {
+            __m512i xv, base;
+            __m512 xd;
+            qx_get(x + (size_t)c * xs, NULL, K, t, b, 1, &xv, &base, &xd);
+            char *p = pre + (size_t)c * ps + (size_t)(b / 2) * QPAIR_PRE;
+            _mm512_storeu_si512((void *)p, base);
+            _mm512_storeu_ps((void *)(p + 64), xd);
+        }
+}
+
+/* Without VBMI: the unsigned codes of blocks b and b+1 (two = 0: block b only, zeros after). */
 AI __m512i ldq2(const char *row, int64_t b, int t, int two)
 {
     if (t == GGML_Q4_0) {
@@ -274,7 +327,7 @@ AI __m512i ldq2(const char *row, int64_t b, int t, int two)
     return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1), _mm512_set1_epi8((char)0x80));
 }
 
-/* d of blocks b and b+1 as 8 + 8 floats (0 for a missing b+1) */
+/* Without VBMI: d of blocks b and b+1 as 8 + 8 floats (0 for a missing b+1) */
 AI __m512 ldd2(const char *row, int64_t b, int t, int two)
 {
     uint16_t d0, d1 = 0;
@@ -283,30 +336,93 @@ AI __m512 ldd2(const char *row, int64_t b, int t, int two)
     return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)d1), _mm_set1_epi16((short)d0)));
 }
 
-/* One pair of blocks (b, b+1; two = 0: block b and zeros) into the tile's accumulators. */
-AI void qpair(__m512 a[4][4], const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
-              int64_t b, int two)
+/* With VBMI and GFNI (only inlined into functions compiled for them): the
+ * same codes and scales from whole-pair loads. A Q4_0 pair is 36 bytes:
+ * d0, 16 bytes of nibbles, d1, 16 bytes; a Q8_0 pair 68: d0, 32, d1, 32.
+ * Masked loads never touch a byte past the pair. Not always_inline: the
+ * tiles without VBMI keep a (dead) call; those with it inline it (flatten). */
+#define VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,gfni,avx2,fma,f16c")))
+
+/* Q4_0: the codes of the pair whose bytes were loaded into raw */
+VBMI_TARGET static inline __m512i q4_codes_vbmi(__m512i raw)
 {
-    const __m512i off = _mm512_set1_epi8(t == GGML_Q4_0 ? 8 : (char)0x80);   /* the code offset, as u8 */
+    /* byte j of lanes 0-15 and 16-31 <- nibble byte j of block b (bytes 2 + j), lanes 32-63 the same of b+1 */
+    const __m512i perm = _mm512_set_epi8(
+        35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+        35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2,
+        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2);
+    /* GF(2) affine byte transforms per 64-bit lane: x & 15 (lanes 0-1, 4-5), x >> 4 (2-3, 6-7) */
+    const long long lo = 0x0102040800000000ll, hi = 0x1020408000000000ll;
+    const __m512i nib = _mm512_set_epi64(hi, hi, lo, lo, hi, hi, lo, lo);
+    return _mm512_gf2p8affine_epi64_epi8(_mm512_permutexvar_epi8(perm, raw), nib, 0);
+}
+
+/* The bytes of the pair (b, b+1) of a Q4_0 row (two = 0: block b, zeros after). A masked load
+ * reads only the pair (it costs ~13% of a matrix-vector product here); with `over` the 28 bytes
+ * after the pair are read too (they must exist) and ignored. */
+VBMI_TARGET static inline __m512i q4_load(const char *row, int64_t b, int two, int over)
+{
+    const char *p = row + (size_t)b * sizeof(mor_block_q4_0);
+    if (over) return _mm512_loadu_si512((const void *)p);
+    return _mm512_maskz_loadu_epi8(two ? 0xFFFFFFFFFull : 0x3FFFFull, p);
+}
+
+/* Codes and scales of the pair (b, b+1) */
+VBMI_TARGET static inline void ldq2_vbmi(const char *row, int64_t b, int t, int two, __m512i *wu, __m512 *wd)
+{
+    if (t == GGML_Q4_0) {
+        const __m512i raw = q4_load(row, b, two, 0);
+        *wu = q4_codes_vbmi(raw);
+        /* d0 (word 0) into words 0-7, d1 (word 9) into 8-15 */
+        const __m512i dperm = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                               9, 9, 9, 9, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0);
+        *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(dperm, raw)));
+        return;
+    }
+    /* Q8_0: the codes as without VBMI (a two-register byte permute measured slower); d0 at word 0, d1 at 17 */
+    *wu = ldq2(row, b, t, two);
+    const __m512i dperm = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                           17, 17, 17, 17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i r0 = _mm512_maskz_loadu_epi8(two ? 0xFFFFFFFFFull : 0x3ull, row + (size_t)b * sizeof(mor_block_q8_0));
+    *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(dperm, r0)));
+}
+
+/* Pairs per scale group: the d of 2 QG(t) blocks from b on lie within 128 bytes */
+#define QG(t) ((t) == GGML_Q4_0 ? 4 : 2)
+
+/* The d of the 2 QG(t) blocks from b on, as floats (Q8_0: 4 of the 8 lanes) */
+VBMI_TARGET static inline __m256 ldd_group(const char *row, int64_t b, int t)
+{
+    const char *p = row + (size_t)b * (t == GGML_Q4_0 ? sizeof(mor_block_q4_0) : sizeof(mor_block_q8_0));
+    const __m512i l0 = _mm512_loadu_si512((const void *)p), l1 = _mm512_loadu_si512((const void *)(p + 64));
+    if (t == GGML_Q4_0) {   /* blocks 18 bytes apart: words 0, 9, 18, 27 of l0, 4, 13, 22, 31 of l1 */
+        const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                             0, 0, 0, 0, 0, 0, 0, 0, 63, 54, 45, 36, 27, 18, 9, 0);
+        return _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(l0, idx, l1)));
+    }
+    /* blocks 34 bytes apart: words 0, 17 of l0, 2, 19 of l1 */
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
+    return _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(l0, idx, l1)));
+}
+
+/* One pair of blocks (b, b+1; two = 0: block b and zeros) into the tile's accumulators. */
+AI void qpair(__m512 a[4][4], const char *w, size_t rb, int t, const char *x, size_t xs, const char *pre, size_t ps,
+              int64_t K, int R, int C, int64_t b, int two, int vbmi)
+{
     __m512i xv[4], base[4];
     __m512 xd[4];
 #pragma GCC unroll 4
-    for (int c = 0; c < C; c++) {
-        const char *xr = x + (size_t)c * xs;
-        const int8_t *q = mor_act_q8_qs(xr) + b * MOR_QK;
-        const float *d = mor_act_q8_d(xr, K) + b;
-        xv[c] = two ? _mm512_load_si512((const void *)q)
-                    : _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)q)),
-                                         _mm256_setzero_si256(), 1);
-        xd[c] = _mm512_insertf32x8(_mm512_set1_ps(d[0]), _mm256_set1_ps(two ? d[1] : 0.0f), 1);
-        /* -offset x (sum of each lane's 4 activations) */
-        base[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, xv[c]));
-    }
+    for (int c = 0; c < C; c++)
+        qx_get(x + (size_t)c * xs, pre ? pre + (size_t)c * ps : NULL, K, t, b, two, &xv[c], &base[c], &xd[c]);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const char *wr = w + (size_t)r * rb;
-        const __m512i wu = ldq2(wr, b, t, two);
-        const __m512 wd = ldd2(wr, b, t, two);
+        __m512i wu;
+        __m512 wd;
+        if (vbmi) ldq2_vbmi(wr, b, t, two, &wu, &wd);
+        else { wu = ldq2(wr, b, t, two); wd = ldd2(wr, b, t, two); }
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++)
             a[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(wd, xd[c]),
@@ -314,8 +430,10 @@ AI void qpair(__m512 a[4][4], const char *w, size_t rb, int t, const char *x, si
     }
 }
 
-AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_t K, int R, int C,
-               float *y, int64_t ldy, int acc, const char *pf, size_t pfn)
+/* R weight rows x C activation rows. pf (matrix-vector products): bytes to
+ * prefetch over the loop; pre: the activations' precomputed pairs or NULL. */
+AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, const char *pre, size_t ps, int64_t K,
+               int R, int C, float *y, int64_t ldy, int acc, const char *pf, size_t pfn, int vbmi)
 {
     __m512 a[4][4];
 #pragma GCC unroll 4
@@ -326,10 +444,10 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
     pf_cursor pc = pf_start(pf, pfn, (nb + 1) / 2);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        if (C <= 2) pf_step(&pc);   /* matrix-vector tiles only: GEMM tiles reuse their strip from L1 */
-        qpair(a, w, rb, t, x, xs, K, R, C, b, 1);
+        pf_step(&pc);   /* nothing to do for GEMM tiles (pf NULL): they reuse their strip from L1 */
+        qpair(a, w, rb, t, x, xs, pre, ps, K, R, C, b, 1, vbmi);
     }
-    if (b < nb) qpair(a, w, rb, t, x, xs, K, R, C, b, 0);
+    if (b < nb) qpair(a, w, rb, t, x, xs, pre, ps, K, R, C, b, 0, vbmi);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -339,30 +457,126 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
         }
 }
 
+/* Matrix-vector tiles (C <= 2) with VBMI: the scales of a group of QG(t)
+ * pairs are gathered and multiplied once (d_w * d_x for 8 blocks in one
+ * instruction) and spread over each pair's lanes by one permute, instead of
+ * a permute, a conversion and a multiply per pair. The same products, so
+ * the same bits. */
+VBMI_TARGET static inline void tile_qv(const char *w, size_t rb, int t, const char *x, size_t xs, const char *pre,
+                                       size_t ps, int64_t K, int R, int C, float *y, int64_t ldy, int acc,
+                                       const char *pf, size_t pfn, const char *wend)
+{
+    __m512 a[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int c = 0; c < C; c++) a[r][c] = _mm512_setzero_ps();
+    const int64_t nb = K / MOR_QK;
+    const int G = QG(t);
+    pf_cursor pc = pf_start(pf, pfn, (nb + 1) / 2);
+    /* Q4_0 pairs load 28 bytes past themselves: groups stop two blocks short of the end of a row
+     * unless a row of the matrix follows the tile's last (wend: the end of the matrix) */
+    const int64_t nbg = t == GGML_Q4_0 && w + (size_t)R * rb >= wend ? nb - 2 : nb;
+    int64_t b = 0;
+    for (; b + 2 * G <= nbg; b += 2 * G) {
+        __m256 sc[4][2];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m256 wd = ldd_group(w + (size_t)r * rb, b, t);
+#pragma GCC unroll 2
+            for (int c = 0; c < C; c++) sc[r][c] = _mm256_mul_ps(wd, _mm256_loadu_ps(mor_act_q8_d(x + (size_t)c * xs, K) + b));
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < G; p++) {
+            pf_step(&pc);
+            const __m512i sel = _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                                 2 * p + 1, 2 * p + 1, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p,
+                                                 2 * p, 2 * p);
+            __m512i xv[2], base[2];
+            __m512 xd;
+#pragma GCC unroll 2
+            for (int c = 0; c < C; c++)
+                qx_get(x + (size_t)c * xs, pre ? pre + (size_t)c * ps : NULL, K, t, b + 2 * p, 1, &xv[c], &base[c], &xd);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const char *wr = w + (size_t)r * rb;
+                const __m512i wu = t == GGML_Q4_0 ? q4_codes_vbmi(q4_load(wr, b + 2 * p, 1, 1)) : ldq2(wr, b + 2 * p, t, 1);
+#pragma GCC unroll 2
+                for (int c = 0; c < C; c++)
+                    a[r][c] = _mm512_fmadd_ps(_mm512_permutexvar_ps(sel, _mm512_castps256_ps512(sc[r][c])),
+                                              _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base[c], wu, xv[c])), a[r][c]);
+            }
+        }
+    }
+    __m512 a4[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int c = 0; c < C; c++) a4[r][c] = a[r][c];
+    for (; b + 2 <= nb; b += 2) {
+        pf_step(&pc);
+        qpair(a4, w, rb, t, x, xs, pre, ps, K, R, C, b, 1, 1);
+    }
+    if (b < nb) qpair(a4, w, rb, t, x, xs, pre, ps, K, R, C, b, 0, 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int c = 0; c < C; c++) {
+            float s = hsum16(a4[r][c]), *p = y + (int64_t)c * ldy + r;
+            *p = acc ? *p + s : s;
+        }
+}
+
+typedef void (*qtile_fn)(const char *w, size_t rb, const char *x, size_t xs, const char *pre, size_t ps, int64_t K,
+                         float *y, int64_t ldy, int acc, const char *pf, size_t pfn, const char *wend);
 #define QTILE(T, R, C) \
-    static void qtile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, int64_t K, \
-                                      float *y, int64_t ldy, int acc, const char *pf, size_t pfn) \
-    { tile_q(w, rb, T, x, xs, K, R, C, y, ldy, acc, pf, pfn); }
+    static void qtile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, const char *pre, size_t ps, \
+                                      int64_t K, float *y, int64_t ldy, int acc, const char *pf, size_t pfn, \
+                                      const char *wend) \
+    { (void)wend; tile_q(w, rb, T, x, xs, pre, ps, K, R, C, y, ldy, acc, pf, pfn, 0); } \
+    VBMI_TARGET __attribute__((flatten)) static void vtile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, const char *pre, \
+                                      size_t ps, int64_t K, float *y, int64_t ldy, int acc, const char *pf, size_t pfn, \
+                                      const char *wend) \
+    { if (C <= 2) tile_qv(w, rb, T, x, xs, pre, ps, K, R, C, y, ldy, acc, pf, pfn, wend); \
+      else tile_q(w, rb, T, x, xs, pre, ps, K, R, C, y, ldy, acc, pf, pfn, 1); }
 #define QROW(T, R) QTILE(T, R, 1) QTILE(T, R, 2) QTILE(T, R, 3) QTILE(T, R, 4)
 #define QTILES(T) QROW(T, 1) QROW(T, 2) QROW(T, 3) QROW(T, 4)
 enum { TQ8 = GGML_Q8_0, TQ4 = GGML_Q4_0 };
 QTILES(TQ8)
 QTILES(TQ4)
-#define QGROW(T, R) { qtile_##T##_##R##_1, qtile_##T##_##R##_2, qtile_##T##_##R##_3, qtile_##T##_##R##_4 }
-#define QGRID(T) { QGROW(T, 1), QGROW(T, 2), QGROW(T, 3), QGROW(T, 4) }
-static const tile_fn grid_q8[4][4] = QGRID(TQ8), grid_q4[4][4] = QGRID(TQ4);
+#define QGROW(P, T, R) { P##tile_##T##_##R##_1, P##tile_##T##_##R##_2, P##tile_##T##_##R##_3, P##tile_##T##_##R##_4 }
+#define QGRID(P, T) { QGROW(P, T, 1), QGROW(P, T, 2), QGROW(P, T, 3), QGROW(P, T, 4) }
+static const qtile_fn grid_q8[4][4] = QGRID(q, TQ8), grid_q4[4][4] = QGRID(q, TQ4);
+static const qtile_fn vgrid_q8[4][4] = QGRID(v, TQ8), vgrid_q4[4][4] = QGRID(v, TQ4);
+
+/* Up to this many activation rows, a matmul streams its weights as a
+ * matrix-vector product does (tiles of 4 weight rows x all activation rows,
+ * prefetching ahead): decoding one token of a few sequences. */
+enum { Q_STREAM_ROWS = 4 };
 
 static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
-                     int64_t o0, int64_t o1, int acc)
+                     int64_t o0, int64_t o1, int acc, float *scratch, int vbmi)
 {
     const int64_t K = w->cols;
     const size_t rb = mor_row_bytes(w->type, K);
-    const char *W = (const char *)w->data;
-    const tile_fn (*g)[4] = w->type == GGML_Q4_0 ? grid_q4 : grid_q8;
-    if (n == 1) {
+    const char *W = (const char *)w->data, *wend = W + (size_t)w->rows * rb;
+    const qtile_fn (*g)[4] = w->type == GGML_Q4_0 ? (vbmi ? vgrid_q4 : grid_q4) : (vbmi ? vgrid_q8 : grid_q8);
+    if (n <= Q_STREAM_ROWS) {
+        /* the scratch holds MOR_MM_SCRATCH_FLOATS(K) floats: 32 K bytes, and this needs n x K / 64 x 128 */
+        const size_t ps = (size_t)(K / MOR_QK / 2) * QPAIR_PRE;
+        char *pre = scratch && ps ? (char *)scratch : NULL;
+        if (pre) qx_prepare(x, xs, n, K, (int)w->type, pre, ps);
         int64_t o = o0;
-        for (; o + 4 <= o1; o += 4) { size_t pn; const char *pf = pf_ahead(W, rb, o, 4, o1, &pn); g[3][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
-        for (; o < o1; o++) { size_t pn; const char *pf = pf_ahead(W, rb, o, 1, o1, &pn); g[0][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
+        for (; o + 4 <= o1; o += 4) {
+            size_t pn;
+            const char *pf = pf_ahead(W, rb, o, 4, o1, &pn);
+            g[3][n - 1](W + (size_t)o * rb, rb, x, xs, pre, ps, K, y + o, ldy, acc, pf, pn, wend);
+        }
+        if (o < o1) {
+            size_t pn;
+            const char *pf = pf_ahead(W, rb, o, o1 - o, o1, &pn);
+            g[o1 - o - 1][n - 1](W + (size_t)o * rb, rb, x, xs, pre, ps, K, y + o, ldy, acc, pf, pn, wend);
+        }
         return;
     }
     const int32_t IB = i_block((int64_t)xs);
@@ -375,24 +589,36 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
             int32_t i = i0;
             for (; i + 4 <= i1; i += 4) {
                 if (next) prefetch_slice(W + (size_t)(o + 4) * rb, next, (i - i0) / 4, tiles);
-                g[R - 1][3](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+                g[R - 1][3](ws, rb, x + (size_t)i * xs, xs, NULL, 0, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0, wend);
             }
-            if (i < i1) g[R - 1][i1 - i - 1](ws, rb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
+            if (i < i1) g[R - 1][i1 - i - 1](ws, rb, x + (size_t)i * xs, xs, NULL, 0, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0, wend);
         }
+    }
+}
+
+static void matmul_any(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                       int64_t o0, int64_t o1, int acc, float *scratch, int vbmi)
+{
+    switch (w->type) {
+    case GGML_F32: case GGML_F16: case GGML_BF16:
+        mm_float(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    case GGML_Q8_0: case GGML_Q4_0:
+        mm_quant(w, x, xs, y, ldy, n, o0, o1, acc, scratch, vbmi); break;
+    default:
+        mor_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     }
 }
 
 static void matmul_avx512(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
                           int64_t o0, int64_t o1, int acc, float *scratch)
 {
-    switch (w->type) {
-    case GGML_F32: case GGML_F16: case GGML_BF16:
-        mm_float(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
-    case GGML_Q8_0: case GGML_Q4_0:
-        mm_quant(w, x, xs, y, ldy, n, o0, o1, acc); break;
-    default:
-        mor_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
-    }
+    matmul_any(w, x, xs, y, ldy, n, o0, o1, acc, scratch, 1);
+}
+
+static void matmul_avx512_novbmi(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                                 int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    matmul_any(w, x, xs, y, ldy, n, o0, o1, acc, scratch, 0);
 }
 
 /* ---- attention ----
@@ -576,7 +802,11 @@ static void attend_avx512(const float *q, int32_t group, int32_t hd, const void 
 #pragma GCC pop_options
 #endif
 
+/* The set for CPUs with VBMI and GFNI, and the same without them (the same bits). */
 const mor_kernels mor_kernels_avx512 = {
     "avx512", mor_act_q8_avx2, matmul_avx512, attend_avx512, mor_rms_norm_avx2, mor_swiglu_avx2
+};
+const mor_kernels mor_kernels_avx512_novbmi = {
+    "avx512-novbmi", mor_act_q8_avx2, matmul_avx512_novbmi, attend_avx512, mor_rms_norm_avx2, mor_swiglu_avx2
 };
 #endif

@@ -13,8 +13,10 @@ const mor_kernels *mor_kernels_get(int isa)
 #if defined(__x86_64__)
     case MOR_ISA_AVX2: return (f & MOR_CPU_AVX2) ? &mor_kernels_avx2 : NULL;
     case MOR_ISA_AVX512:
-        /* the set also uses VNNI for the quantized dot products */
-        return (f & MOR_CPU_AVX512) && (f & MOR_CPU_AVX512VNNI) ? &mor_kernels_avx512 : NULL;
+        /* the set also uses VNNI for the quantized dot products, and VBMI + GFNI where present
+         * to unpack quantized blocks (the same results without them) */
+        if (!(f & MOR_CPU_AVX512) || !(f & MOR_CPU_AVX512VNNI)) return NULL;
+        return (f & MOR_CPU_AVX512VBMI) && (f & MOR_CPU_GFNI) ? &mor_kernels_avx512 : &mor_kernels_avx512_novbmi;
 #endif
 #if defined(__aarch64__)
     case MOR_ISA_NEON: return (f & MOR_CPU_NEON) ? &mor_kernels_neon : NULL;

@@ -4,6 +4,10 @@
  *    odd sizes included: close to the reference, and bitwise the same
  *    whatever the number of rows, the output range a thread is given, or
  *    whether the strip-conversion scratch is used;
+ *  - quantized matmuls on block counts around the kernels' pair and group
+ *    loops, with the matrix ending at an unreadable page (no kernel reads
+ *    past the weights), and the AVX-512 set without VBMI bitwise the same
+ *    as with it;
  *  - the Q8_0 activation quantizer bitwise the reference (ties included);
  *  - attention over F32, F16 and Q8_0 caches, RMSNorm and SwiGLU;
  *  - decode through a context (a random-weight MoR model large enough for
@@ -13,6 +17,7 @@
  * Sets the CPU lacks are reported as skipped. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "check.h"
 #include "context.h"
@@ -106,6 +111,54 @@ static void test_matmul(const mor_kernels *ks, uint32_t t, int64_t rows, int64_t
     free(wd); free(x); free(xp); free(ref); free(y); free(y1); free(y2); free(scr);
 }
 
+/* Quantized weights that end where an unreadable page begins: a kernel that
+ * reads a byte past the matrix faults. n rows of activations; outputs close
+ * to the reference's, bitwise the same whatever the number of rows, and (for
+ * `twin`, a set that must give the same bits) bitwise twin's. */
+static void test_matmul_edge(const mor_kernels *ks, const mor_kernels *twin, uint32_t t, int64_t rows, int64_t cols,
+                             int32_t n)
+{
+    const size_t rb = mor_row_bytes(t, cols), bytes = rb * (size_t)rows, pg = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t span = (bytes + pg - 1) / pg * pg;
+    unsigned char *map = mmap(NULL, span + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (!CHECK(map != MAP_FAILED && mprotect(map + span, pg, PROT_NONE) == 0, "guard page for a %s matrix", tname(t)))
+        return;
+    mor_weight w;
+    void *tmp = make_weight(t, rows, cols, &w);
+    memcpy(map + span - bytes, tmp, bytes);
+    free(tmp);
+    w.data = map + span - bytes;
+    float *x = malloc(sizeof(float) * (size_t)(n * cols));
+    for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
+    const size_t xs = mor_act_stride(t, cols), ny = (size_t)n * (size_t)rows;
+    unsigned char *xp = aligned_alloc(64, ((size_t)n * xs + 63) & ~(size_t)63);
+    for (int32_t i = 0; i < n; i++) mor_act_prepare(&mor_kernels_ref, t, x + i * cols, xp + (size_t)i * xs, cols);
+    float *ref = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny), *y1 = malloc(sizeof(float) * ny);
+    float *scr = malloc(sizeof(float) * MOR_MM_SCRATCH_FLOATS(cols));
+    mor_matmul_ref_range(&w, xp, xs, ref, rows, n, 0, rows, 0, NULL);
+    ks->matmul(&w, xp, xs, y, rows, n, 0, rows, 0, scr);
+    double worst = 0;
+    for (int32_t i = 0; i < n; i++)
+        for (int64_t o = 0; o < rows; o++) {
+            double e = fabs((double)y[i * rows + o] - ref[i * rows + o]) / (abs_dot(&w, x + i * cols, o) + 1e-30);
+            if (e > worst || e != e) worst = e != e ? INFINITY : e;
+        }
+    for (int32_t i = 0; i < n; i++) ks->matmul(&w, xp + (size_t)i * xs, xs, y1 + i * rows, rows, 1, 0, rows, 0, scr);
+    int same = !memcmp(y, y1, sizeof(float) * ny), twin_same = 1;
+    if (twin) {
+        twin->matmul(&w, xp, xs, y1, rows, n, 0, rows, 0, scr);
+        twin_same = !memcmp(y, y1, sizeof(float) * ny);
+        twin->matmul(&w, xp, xs, y1, rows, n, 0, rows, 0, NULL);
+        twin_same &= !memcmp(y, y1, sizeof(float) * ny);
+    }
+    CHECK(worst < 1e-5 && same && twin_same,
+          "%s matmul %s %lldx%lld ending at a guard page, %d rows: max err %.2g; rows one at a time %s%s",
+          ks->name, tname(t), (long long)rows, (long long)cols, n, worst, same ? "bitwise" : "DIFFER",
+          twin ? (twin_same ? "; the set without VBMI bitwise the same" : "; the set without VBMI DIFFERS") : "");
+    munmap(map, span + pg);
+    free(x); free(xp); free(ref); free(y); free(y1); free(scr);
+}
+
 static void test_act_q8(const mor_kernels *ks)
 {
     enum { K = 32 * 9 };
@@ -195,6 +248,18 @@ static void test_set(const mor_kernels *ks)
         for (size_t c = 0; c < 4; c++)
             for (size_t r = 0; r < 3; r++)
                 test_matmul(ks, qtypes[t], frows[(c + 3 * r + t) % 9], qcols[c], ns[(c + 2 * r + t) % 8]);
+    /* block counts around the pair (2 blocks) and scale-group (4 or 8 blocks) loops; 1-4 activation rows
+     * stream the weights, more go through GEMM tiles; row counts with and without a 4-row tail */
+    const mor_kernels *twin = NULL;
+#if defined(__x86_64__)
+    if (ks == &mor_kernels_avx512) twin = &mor_kernels_avx512_novbmi;   /* picked where the CPU has VBMI + GFNI */
+#endif
+    static const int64_t ecols[] = { 32, 64, 96, 128, 160, 224, 256, 288, 320, 352, 512, 544, 576, 608 };
+    static const int64_t erows[] = { 1, 3, 4, 5, 7, 8, 13 };
+    static const int32_t ens[] = { 1, 2, 3, 4, 5, 6 };
+    for (size_t t = 0; t < 2; t++)
+        for (size_t c = 0; c < sizeof ecols / sizeof *ecols; c++)
+            test_matmul_edge(ks, twin, qtypes[t], erows[(c + t) % 7], ecols[c], ens[(c + 3 * t) % 6]);
     test_act_q8(ks);
     static const uint32_t kvt[] = { GGML_F32, GGML_F16, GGML_Q8_0 };
     for (size_t t = 0; t < 3; t++) {
@@ -299,6 +364,10 @@ int main(void)
         if (!ks) { printf("# skip %s: not compiled in or not supported by this CPU\n", names[isa]); continue; }
         test_set(ks);
     }
+#if defined(__x86_64__)
+    /* the AVX-512 set without VBMI, which this CPU would not pick */
+    if (mor_kernels_get(MOR_ISA_AVX512) == &mor_kernels_avx512) test_set(&mor_kernels_avx512_novbmi);
+#endif
     const char *out = getenv("OUT");
     char dir[600], cmd[700];
     snprintf(dir, sizeof dir, "%s/build/tmp", out ? out : ".");
