@@ -254,14 +254,15 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
  * activation pair, shared by every weight row of the tile). The integers are
  * exact; each block's scale is the float product d_w * d_x.
  *
- * Two ways to take a pair of blocks apart, with the same integers and
- * scales (so the same bits): with VBMI and GFNI (Ice Lake, Zen 4 and later)
- * one load of the pair, one byte permute and one affine byte transform
- * (which masks the low nibbles of some 64-bit lanes and shifts the high ones
- * down in the others) for the codes and one word permute for the two
- * scales; without them, 16-byte loads, shifts and inserts, and two scalar
- * scale loads. The first takes about half the instructions, which is what
- * a Q4_0 matrix-vector product is bound by.
+ * Two ways to take a Q4_0 pair apart, with the same integers and scales
+ * (so the same bits): with VBMI and GFNI (Ice Lake, Zen 4 and later) one
+ * load of the pair, one byte permute and one affine byte transform (which
+ * masks the low nibbles of some 64-bit lanes and shifts the high ones down
+ * in the others) for the codes and one word permute for the two scales;
+ * without them, 16-byte loads, shifts and inserts, and two scalar scale
+ * loads. Unpacking is what a Q4_0 matrix-vector product is bound by: the
+ * first ran 1.4x as fast from L2. Q8_0 codes need no unpacking and take the
+ * second way with or without VBMI (the first measured no faster).
  *
  * Matrix-vector products (up to four activation rows) also compute the
  * activations' part of every pair (lane sums times the offset, scales)
@@ -336,11 +337,10 @@ AI __m512 ldd2(const char *row, int64_t b, int t, int two)
     return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)d1), _mm_set1_epi16((short)d0)));
 }
 
-/* With VBMI and GFNI (only inlined into functions compiled for them): the
- * same codes and scales from whole-pair loads. A Q4_0 pair is 36 bytes:
- * d0, 16 bytes of nibbles, d1, 16 bytes; a Q8_0 pair 68: d0, 32, d1, 32.
- * Masked loads never touch a byte past the pair. Not always_inline: the
- * tiles without VBMI keep a (dead) call; those with it inline it (flatten). */
+/* Q4_0 with VBMI and GFNI (only inlined into functions compiled for them):
+ * the same codes and scales from whole-pair loads. A pair is 36 bytes: d0,
+ * 16 bytes of nibbles, d1, 16 bytes. Not always_inline: the tiles without
+ * VBMI keep a (dead) call; those with it inline it (flatten). */
 #define VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,gfni,avx2,fma,f16c")))
 
 /* Q4_0: the codes of the pair whose bytes were loaded into raw */
@@ -368,42 +368,25 @@ VBMI_TARGET static inline __m512i q4_load(const char *row, int64_t b, int two, i
     return _mm512_maskz_loadu_epi8(two ? 0xFFFFFFFFFull : 0x3FFFFull, p);
 }
 
-/* Codes and scales of the pair (b, b+1) */
-VBMI_TARGET static inline void ldq2_vbmi(const char *row, int64_t b, int t, int two, __m512i *wu, __m512 *wd)
+/* Q4_0 codes and scales of the pair (b, b+1) */
+VBMI_TARGET static inline void ldq2_vbmi(const char *row, int64_t b, int two, __m512i *wu, __m512 *wd)
 {
-    if (t == GGML_Q4_0) {
-        const __m512i raw = q4_load(row, b, two, 0);
-        *wu = q4_codes_vbmi(raw);
-        /* d0 (word 0) into words 0-7, d1 (word 9) into 8-15 */
-        const __m512i dperm = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                               9, 9, 9, 9, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0);
-        *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(dperm, raw)));
-        return;
-    }
-    /* Q8_0: the codes as without VBMI (a two-register byte permute measured slower); d0 at word 0, d1 at 17 */
-    *wu = ldq2(row, b, t, two);
+    const __m512i raw = q4_load(row, b, two, 0);
+    *wu = q4_codes_vbmi(raw);
+    /* d0 (word 0) into words 0-7, d1 (word 9) into 8-15 */
     const __m512i dperm = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                           17, 17, 17, 17, 17, 17, 17, 17, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i r0 = _mm512_maskz_loadu_epi8(two ? 0xFFFFFFFFFull : 0x3ull, row + (size_t)b * sizeof(mor_block_q8_0));
-    *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(dperm, r0)));
+                                           9, 9, 9, 9, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0, 0, 0);
+    *wd = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(dperm, raw)));
 }
 
-/* Pairs per scale group: the d of 2 QG(t) blocks from b on lie within 128 bytes */
-#define QG(t) ((t) == GGML_Q4_0 ? 4 : 2)
-
-/* The d of the 2 QG(t) blocks from b on, as floats (Q8_0: 4 of the 8 lanes) */
-VBMI_TARGET static inline __m256 ldd_group(const char *row, int64_t b, int t)
+/* The d of the 8 Q4_0 blocks from b on (144 bytes; these loads read 128) as floats */
+VBMI_TARGET static inline __m256 ldd_group(const char *row, int64_t b)
 {
-    const char *p = row + (size_t)b * (t == GGML_Q4_0 ? sizeof(mor_block_q4_0) : sizeof(mor_block_q8_0));
+    const char *p = row + (size_t)b * sizeof(mor_block_q4_0);
     const __m512i l0 = _mm512_loadu_si512((const void *)p), l1 = _mm512_loadu_si512((const void *)(p + 64));
-    if (t == GGML_Q4_0) {   /* blocks 18 bytes apart: words 0, 9, 18, 27 of l0, 4, 13, 22, 31 of l1 */
-        const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                             0, 0, 0, 0, 0, 0, 0, 0, 63, 54, 45, 36, 27, 18, 9, 0);
-        return _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(l0, idx, l1)));
-    }
-    /* blocks 34 bytes apart: words 0, 17 of l0, 2, 19 of l1 */
+    /* blocks 18 bytes apart: words 0, 9, 18, 27 of l0, 4, 13, 22, 31 of l1 */
     const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
+                                         0, 0, 0, 0, 0, 0, 0, 0, 63, 54, 45, 36, 27, 18, 9, 0);
     return _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(l0, idx, l1)));
 }
 
@@ -421,7 +404,7 @@ AI void qpair(__m512 a[4][4], const char *w, size_t rb, int t, const char *x, si
         const char *wr = w + (size_t)r * rb;
         __m512i wu;
         __m512 wd;
-        if (vbmi) ldq2_vbmi(wr, b, t, two, &wu, &wd);
+        if (vbmi) ldq2_vbmi(wr, b, two, &wu, &wd);   /* Q4_0 only */
         else { wu = ldq2(wr, b, t, two); wd = ldd2(wr, b, t, two); }
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++)
@@ -444,7 +427,7 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, const 
     pf_cursor pc = pf_start(pf, pfn, (nb + 1) / 2);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        pf_step(&pc);   /* nothing to do for GEMM tiles (pf NULL): they reuse their strip from L1 */
+        if (pf) pf_step(&pc);   /* matrix-vector tiles only: GEMM tiles reuse their strip from L1 */
         qpair(a, w, rb, t, x, xs, pre, ps, K, R, C, b, 1, vbmi);
     }
     if (b < nb) qpair(a, w, rb, t, x, xs, pre, ps, K, R, C, b, 0, vbmi);
@@ -457,12 +440,12 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, const 
         }
 }
 
-/* Matrix-vector tiles (C <= 2) with VBMI: the scales of a group of QG(t)
+/* Q4_0 matrix-vector tiles (C <= 2) with VBMI: the scales of a group of 4
  * pairs are gathered and multiplied once (d_w * d_x for 8 blocks in one
  * instruction) and spread over each pair's lanes by one permute, instead of
  * a permute, a conversion and a multiply per pair. The same products, so
  * the same bits. */
-VBMI_TARGET static inline void tile_qv(const char *w, size_t rb, int t, const char *x, size_t xs, const char *pre,
+VBMI_TARGET static inline void tile_qv(const char *w, size_t rb, const char *x, size_t xs, const char *pre,
                                        size_t ps, int64_t K, int R, int C, float *y, int64_t ldy, int acc,
                                        const char *pf, size_t pfn, const char *wend)
 {
@@ -471,18 +454,18 @@ VBMI_TARGET static inline void tile_qv(const char *w, size_t rb, int t, const ch
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 2
         for (int c = 0; c < C; c++) a[r][c] = _mm512_setzero_ps();
+    const int t = GGML_Q4_0, G = 4;
     const int64_t nb = K / MOR_QK;
-    const int G = QG(t);
     pf_cursor pc = pf_start(pf, pfn, (nb + 1) / 2);
     /* Q4_0 pairs load 28 bytes past themselves: groups stop two blocks short of the end of a row
      * unless a row of the matrix follows the tile's last (wend: the end of the matrix) */
-    const int64_t nbg = t == GGML_Q4_0 && w + (size_t)R * rb >= wend ? nb - 2 : nb;
+    const int64_t nbg = w + (size_t)R * rb >= wend ? nb - 2 : nb;
     int64_t b = 0;
     for (; b + 2 * G <= nbg; b += 2 * G) {
         __m256 sc[4][2];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            const __m256 wd = ldd_group(w + (size_t)r * rb, b, t);
+            const __m256 wd = ldd_group(w + (size_t)r * rb, b);
 #pragma GCC unroll 2
             for (int c = 0; c < C; c++) sc[r][c] = _mm256_mul_ps(wd, _mm256_loadu_ps(mor_act_q8_d(x + (size_t)c * xs, K) + b));
         }
@@ -500,7 +483,7 @@ VBMI_TARGET static inline void tile_qv(const char *w, size_t rb, int t, const ch
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 const char *wr = w + (size_t)r * rb;
-                const __m512i wu = t == GGML_Q4_0 ? q4_codes_vbmi(q4_load(wr, b + 2 * p, 1, 1)) : ldq2(wr, b + 2 * p, t, 1);
+                const __m512i wu = q4_codes_vbmi(q4_load(wr, b + 2 * p, 1, 1));
 #pragma GCC unroll 2
                 for (int c = 0; c < C; c++)
                     a[r][c] = _mm512_fmadd_ps(_mm512_permutexvar_ps(sel, _mm512_castps256_ps512(sc[r][c])),
@@ -533,21 +516,25 @@ typedef void (*qtile_fn)(const char *w, size_t rb, const char *x, size_t xs, con
     static void qtile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, const char *pre, size_t ps, \
                                       int64_t K, float *y, int64_t ldy, int acc, const char *pf, size_t pfn, \
                                       const char *wend) \
-    { (void)wend; tile_q(w, rb, T, x, xs, pre, ps, K, R, C, y, ldy, acc, pf, pfn, 0); } \
-    VBMI_TARGET __attribute__((flatten)) static void vtile_##T##_##R##_##C(const char *w, size_t rb, const char *x, size_t xs, const char *pre, \
-                                      size_t ps, int64_t K, float *y, int64_t ldy, int acc, const char *pf, size_t pfn, \
-                                      const char *wend) \
-    { if (C <= 2) tile_qv(w, rb, T, x, xs, pre, ps, K, R, C, y, ldy, acc, pf, pfn, wend); \
-      else tile_q(w, rb, T, x, xs, pre, ps, K, R, C, y, ldy, acc, pf, pfn, 1); }
+    { (void)wend; tile_q(w, rb, T, x, xs, pre, ps, K, R, C, y, ldy, acc, pf, pfn, 0); }
+/* Q4_0 with VBMI + GFNI */
+#define VTILE(R, C) \
+    VBMI_TARGET __attribute__((flatten)) static void vtile_TQ4_##R##_##C(const char *w, size_t rb, const char *x, \
+        size_t xs, const char *pre, size_t ps, int64_t K, float *y, int64_t ldy, int acc, const char *pf, size_t pfn, \
+        const char *wend) \
+    { if (C <= 2) tile_qv(w, rb, x, xs, pre, ps, K, R, C, y, ldy, acc, pf, pfn, wend); \
+      else tile_q(w, rb, GGML_Q4_0, x, xs, pre, ps, K, R, C, y, ldy, acc, pf, pfn, 1); }
 #define QROW(T, R) QTILE(T, R, 1) QTILE(T, R, 2) QTILE(T, R, 3) QTILE(T, R, 4)
 #define QTILES(T) QROW(T, 1) QROW(T, 2) QROW(T, 3) QROW(T, 4)
+#define VROW(R) VTILE(R, 1) VTILE(R, 2) VTILE(R, 3) VTILE(R, 4)
 enum { TQ8 = GGML_Q8_0, TQ4 = GGML_Q4_0 };
 QTILES(TQ8)
 QTILES(TQ4)
+VROW(1) VROW(2) VROW(3) VROW(4)
 #define QGROW(P, T, R) { P##tile_##T##_##R##_1, P##tile_##T##_##R##_2, P##tile_##T##_##R##_3, P##tile_##T##_##R##_4 }
 #define QGRID(P, T) { QGROW(P, T, 1), QGROW(P, T, 2), QGROW(P, T, 3), QGROW(P, T, 4) }
 static const qtile_fn grid_q8[4][4] = QGRID(q, TQ8), grid_q4[4][4] = QGRID(q, TQ4);
-static const qtile_fn vgrid_q8[4][4] = QGRID(v, TQ8), vgrid_q4[4][4] = QGRID(v, TQ4);
+static const qtile_fn vgrid_q4[4][4] = QGRID(v, TQ4);
 
 /* Up to this many activation rows, a matmul streams its weights as a
  * matrix-vector product does (tiles of 4 weight rows x all activation rows,
@@ -560,7 +547,9 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
     const int64_t K = w->cols;
     const size_t rb = mor_row_bytes(w->type, K);
     const char *W = (const char *)w->data, *wend = W + (size_t)w->rows * rb;
-    const qtile_fn (*g)[4] = w->type == GGML_Q4_0 ? (vbmi ? vgrid_q4 : grid_q4) : (vbmi ? vgrid_q8 : grid_q8);
+    /* Q8_0 codes need no unpacking: its VBMI tiles measured no faster (a little slower from DRAM and in
+     * GEMM tiles), so Q8_0 takes the plain ones everywhere */
+    const qtile_fn (*g)[4] = w->type == GGML_Q4_0 ? (vbmi ? vgrid_q4 : grid_q4) : grid_q8;
     if (n <= Q_STREAM_ROWS) {
         /* the scratch holds MOR_MM_SCRATCH_FLOATS(K) floats: 32 K bytes, and this needs n x K / 64 x 128 */
         const size_t ps = (size_t)(K / MOR_QK / 2) * QPAIR_PRE;
