@@ -51,7 +51,7 @@ AI void hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d, float *out)
     __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
     s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4E));   /* x0 + x2, x1 + x3 */
     s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xB1));   /* (x0 + x2) + (x1 + x3) */
-    _mm512_mask_compressstoreu_ps(out, 0x1111, s);
+    _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, s)));
 }
 
 AI __m512 ldw(const char *row, int64_t k, int t)
