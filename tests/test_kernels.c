@@ -242,6 +242,14 @@ static void test_set(const mor_kernels *ks)
     for (size_t t = 0; t < 3; t++)
         for (size_t c = 0; c < sizeof fcols / sizeof *fcols; c++)
             test_matmul(ks, ftypes[t], frows[(c + t) % 9], fcols[c], ns[(c * 3 + t) % 8]);
+    /* rows long enough for the AVX-512 set's K-blocked GEMM (more than 768 columns, in blocks of about 512,
+     * with and without a partial last 16), with and without scratch, and over more rows than one block of
+     * activation rows */
+    static const int64_t kcols[] = { 769, 1000, 1536, 1541 }, krows[] = { 7, 13, 50 };
+    static const int32_t kns[] = { 3, 5, 70, 130 };
+    for (size_t t = 0; t < 3; t++)
+        for (size_t c = 0; c < 4; c++)
+            test_matmul(ks, ftypes[t], krows[(c + t) % 3], kcols[c], kns[(c + t) % 4]);
     static const uint32_t qtypes[] = { GGML_Q8_0, GGML_Q4_0 };
     static const int64_t qcols[] = { 32, 64, 96, 576 };
     for (size_t t = 0; t < 2; t++)
