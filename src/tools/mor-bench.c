@@ -357,6 +357,21 @@ static void set_thresholds(variant *v, float t1, float t2)
     mor_router_set_threshold(r, 2, t2);
 }
 
+/* One test's reps of v (0: pp, 1: tg): median [min-max] tok/s and the median cpu
+ * fraction (cpu[] alternates pp, tg per rep). Sorts v's tok/s of that test. */
+typedef struct { double med, mn, mx, busy; } rep_stats;
+static rep_stats summarize(variant *v, int test, int reps)
+{
+    double *s = test == 0 ? v->pp : v->tg, cpus[64];
+    rep_stats r = { 0, s[0], s[0], 0 };
+    for (int i = 0; i < reps; i++) { if (s[i] < r.mn) r.mn = s[i]; if (s[i] > r.mx) r.mx = s[i]; }
+    r.med = median(s, reps);
+    int nc = 0;
+    for (int i = test; i < v->n_cpu && nc < 64; i += 2) cpus[nc++] = v->cpu[i];
+    r.busy = nc ? median(cpus, nc) : 0;
+    return r;
+}
+
 static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" : "thr"; }
 
 /* --model: each file loaded twice, LoRA deltas unfolded (the default) and
@@ -405,14 +420,11 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
                 }
             for (int k = 0; k < 2; k++)
                 for (int test = 0; test < 2; test++) {
-                    double *s = test == 0 ? var[k].pp : var[k].tg, mn = s[0], mx = s[0], cpus[64];
-                    for (int r = 0; r < reps; r++) { if (s[r] < mn) mn = s[r]; if (s[r] > mx) mx = s[r]; }
-                    int nc = 0;
-                    for (int r = test; r < var[k].n_cpu && nc < 64; r += 2) cpus[nc++] = var[k].cpu[r];
+                    const rep_stats rs = summarize(&var[k], test, reps);
                     const char *base = strrchr(path, '/');
                     printf("| %s | %s | %.0f | %d | %s%d | %.1f [%.1f-%.1f] | %.0f%% |\n", base ? base + 1 : path,
                            k ? "folded" : "unfolded", (double)mor_model_size_bytes(var[k].m) / 1e6, threads[ti],
-                           test ? "tg" : "pp", test ? ng : np, median(s, reps), mn, mx, 100 * (nc ? median(cpus, nc) : 0));
+                           test ? "tg" : "pp", test ? ng : np, rs.med, rs.mn, rs.mx, 100 * rs.busy);
                 }
             fflush(stdout);
             for (int k = 0; k < 2; k++) { mor_context_free(var[k].c); var[k].c = NULL; }
@@ -566,10 +578,8 @@ int main(int argc, char **argv)
                     const mor_model *m = v->m;
                     /* per-token work: layers run (MoR: prelude + coda + depth x block) */
                     for (int test = 0; test < 2; test++) {
-                        double *s = test == 0 ? v->pp : v->tg;
-                        double mn = s[0], mx = s[0];
-                        for (int r = 0; r < reps; r++) { if (s[r] < mn) mn = s[r]; if (s[r] > mx) mx = s[r]; }
-                        double med = median(s, reps);
+                        const rep_stats rs = summarize(v, test, reps);
+                        const double med = rs.med;
                         double depth = m->router_type == MOR_ROUTER_TYPE_NONE ? m->n_rec : test == 0 ? v->depth_pp : v->depth_tg;
                         double lb = 0, lm = 0, unique = 0;
                         for (int32_t l = 0; l < m->prelude; l++) { lb += layer_bytes(m, l); lm += layer_macs(m, l); }
@@ -607,21 +617,17 @@ int main(int argc, char **argv)
                         }
                         char name[16];
                         snprintf(name, sizeof name, "%s%d", test == 0 ? "pp" : "tg", ntok);
-                        double cpus[64];
-                        int nc = 0;
-                        for (int r = test; r < v->n_cpu && nc < 64; r += 2) cpus[nc++] = v->cpu[r];
-                        double busy = nc ? median(cpus, nc) : 0;
                         printf("| %s | %s | %d | %s | %s | %d | %s | %.1f [%.1f-%.1f] | %.2f | %.0f%% | %s |\n", sh->name,
                                arch_names[v->arch], m->n_layer, routing_name(v->routing), wtypes[ti].name, nt, name,
-                               med, mn, mx, depth, 100 * busy, roofs);
+                               med, rs.mn, rs.mx, depth, 100 * rs.busy, roofs);
                         if (jf) {
                             fprintf(jf, "%s  {\"model\": \"%s\", \"arch\": \"%s\", \"layers\": %d, \"routing\": \"%s\", "
                                         "\"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"test\": \"%s\", "
                                         "\"tok_s\": %.3f, \"tok_s_min\": %.3f, \"tok_s_max\": %.3f, \"reps\": %d, "
                                         "\"mean_depth\": %.4f, \"cpu\": %.3f, \"roofline_fraction\": %.4f, \"bw_gbs\": %.2f, \"fma_gflops\": %.1f}",
                                     first_json ? "" : ",\n", sh->name, arch_names[v->arch], m->n_layer,
-                                    routing_name(v->routing), wtypes[ti].name, nt, ks->name, name, med, mn, mx, reps,
-                                    depth, busy, roof, pr[ti2].bw_med, pr[ti2].fma_med);
+                                    routing_name(v->routing), wtypes[ti].name, nt, ks->name, name, med, rs.mn, rs.mx, reps,
+                                    depth, rs.busy, roof, pr[ti2].bw_med, pr[ti2].fma_med);
                             first_json = 0;
                         }
                     }
