@@ -10,6 +10,7 @@ must agree within 1e-4 and per-token depths exactly.
 import json
 import os
 import random
+import struct
 import subprocess
 import tempfile
 
@@ -21,6 +22,7 @@ FIX = os.path.join(t.ROOT, "tests", "data", "fixtures")
 CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
 TOL = 1e-4
+OUTPUT_NAME = struct.pack("<Q", 13) + b"output.weight"   # the GGUF tensor name, length-prefixed
 
 
 def fixture_settings(mc):
@@ -107,7 +109,13 @@ def make_checkpoint(case, rng):
             last = P + 1
         if P:
             put(w, "model.layers.%d." % last, decoder_layer(rng))
-    w["lm_head.weight"] = w["model.embed_tokens.weight"] if case.get("tied", True) else rand_mat(rng, V, D, 0.3)
+    # "head": "own" (a matrix of its own, whatever the config says), "equal"
+    # (saved, equal to the embedding) or "absent"; default by "tied"
+    head = case.get("head", "equal" if case.get("tied", True) else "own")
+    if head == "own":
+        w["lm_head.weight"] = rand_mat(rng, V, D, 0.3)
+    elif head == "equal":
+        w["lm_head.weight"] = w["model.embed_tokens.weight"]
     return w
 
 
@@ -130,6 +138,13 @@ CASES = [
          sharing="sequence", flags=["--sharing", "sequence"]),
     dict(name="recursive, middle-cycle, no router", type="none", num_recursion=2, K=2, L=6, map=[-1, 0, 1, 0, 1, -1],
          sharing="middle_cycle", flags=["--sharing", "middle_cycle"]),
+    # the official RecursiveLlamaForCausalLM never ties its lm_head, though config.json says so
+    dict(name="recursive baseline, middle-cycle, tie_word_embeddings but its own lm_head", type="none",
+         num_recursion=3, K=1, L=5, map=[-1, 0, 0, 0, -1], sharing="middle_cycle", head="own", expect_head="untied",
+         flags=["--sharing", "middle_cycle"]),
+    dict(name="recursive baseline, middle-cycle, saved lm_head equal to the embedding", type="none",
+         num_recursion=3, K=1, L=5, map=[-1, 0, 0, 0, -1], sharing="middle_cycle", head="equal", expect_head="tied",
+         flags=["--sharing", "middle_cycle"]),
 ]
 
 
@@ -157,6 +172,20 @@ def run_case(case, tmp, seed):
     p = subprocess.run([CONVERT, d, "-o", out] + flags, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if not t.check(p.returncode == 0, "%s: converts (%s)" % (case["name"], p.stderr.strip()[:300])):
         return
+    if case.get("expect_head"):
+        with open(out, "rb") as f:
+            has_output = OUTPUT_NAME in f.read()
+        noted = "note: lm_head.weight differs" in p.stderr
+        if case["expect_head"] == "untied":
+            t.check(has_output and noted, "%s: stored as its own output matrix, with a note" % case["name"])
+            tied = os.path.join(tmp, "case%d.tied.gguf" % seed)
+            q = subprocess.run([CONVERT, d, "-o", tied, "--tie-lm-head"] + flags, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+            with open(tied, "rb") as f:
+                t.check(q.returncode == 0 and OUTPUT_NAME not in f.read() and "note:" not in q.stderr,
+                        "%s: --tie-lm-head ties it, as transformers would" % case["name"])
+        else:
+            t.check(not has_output and not noted, "%s: stored tied (no output.weight)" % case["name"])
     mor = dict(type=typ, sharing=case.get("sharing", "middle_cycle" if P else "cycle"), num_recursion=nr,
                capacity=case.get("capacity", [(nr - r) / nr for r in range(nr)]), router_type=case.get("router_type", "linear"),
                router_func=case.get("router_func", "sigmoid"), alpha=case.get("alpha", 0.1), temp=case.get("temp", 1.0),

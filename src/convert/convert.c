@@ -548,15 +548,18 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
 
     /* embeddings and head */
     if (tensor_bytes(lo.embed, matrix_type(o, lo.embed), &own, &emb_d, &emb_n, err, errcap)) goto done;
+    if (o->note && o->notecap) o->note[0] = 0;
     if (lo.lm_head) {
-        if (tensor_bytes(lo.lm_head, matrix_type(o, lo.lm_head), &own, &head_d, &head_n, err, errcap)) goto done;
-        if (matrix_type(o, lo.lm_head) == matrix_type(o, lo.embed) && head_n == emb_n &&
-            (head_d == emb_d || memcmp(head_d, emb_d, (size_t)emb_n) == 0))
-            head_d = NULL;   /* tied: no output.weight */
-        else if (cfg.tie_embeddings) {
-            cv_fail(err, errcap, "lm_head.weight differs from model.embed_tokens.weight but config.json says "
-                                 "tie_word_embeddings = true");
-            goto done;
+        /* bitwise equal as saved (not after --outtype): tied, no output.weight */
+        const ckpt_tensor *h = lo.lm_head, *e = lo.embed;
+        int equal = h->dtype == e->dtype && h->nbytes == e->nbytes &&
+                    (h->data == e->data || memcmp(h->data, e->data, (size_t)h->nbytes) == 0);
+        if (!equal && !(o->tie_lm_head && cfg.tie_embeddings)) {
+            if (tensor_bytes(h, matrix_type(o, h), &own, &head_d, &head_n, err, errcap)) goto done;
+            if (cfg.tie_embeddings && o->note && o->notecap)
+                snprintf(o->note, o->notecap, "lm_head.weight differs from model.embed_tokens.weight although "
+                         "config.json says tie_word_embeddings = true: it is stored as the output matrix (the "
+                         "official recursive baseline trains it untied); --tie-lm-head ties it as transformers would");
         }
     } else if (!cfg.tie_embeddings) {
         cv_fail(err, errcap, "lm_head.weight is missing and config.json does not tie the word embeddings");

@@ -25,6 +25,15 @@ typedef struct {
     int lora_rank[9];         /* per CV role (norms ignored): SVD LoRA rank, 0 = not relaxed */
     int svd_exact;            /* full Jacobi SVD even for small ranks */
     int threads;              /* SVDs in parallel; <= 0: 1 */
+    /* The output matrix. A saved lm_head.weight bitwise equal to the
+     * embedding is stored tied; one that differs is kept as the output matrix
+     * whatever config.json says (the official RecursiveLlamaForCausalLM never
+     * ties it, and its eval path loads the saved matrix), with a note. With
+     * tie_lm_head, a config that says tie_word_embeddings ties it anyway, as
+     * transformers' from_pretrained does (the saved lm_head is ignored). */
+    int tie_lm_head;
+    char *note;               /* may be NULL: receives what the tool should tell (e.g. that */
+    size_t notecap;           /*   an lm_head was kept untied), "" when nothing */
 } convert_opts;
 
 void convert_opts_init(convert_opts *o);

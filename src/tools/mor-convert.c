@@ -41,6 +41,11 @@ static const char usage[] =
     "                          checkpoint); norms and routers are always f32\n"
     "  --name NAME             general.name\n"
     "  --vocab-only            write only the tokenizer of DIR/tokenizer.json\n"
+    "  --tie-lm-head           tie the output matrix to the embedding when config.json says\n"
+    "                          tie_word_embeddings, as transformers' from_pretrained does (default:\n"
+    "                          a saved lm_head.weight that differs from the embedding is kept, as\n"
+    "                          the official code trains recursive baselines; one equal to it is\n"
+    "                          stored tied)\n"
     "MoR settings (override the config file):\n"
     "  --mor-type expert|token|none     --num-recursion N     --base-depth K\n"
     "  --sharing cycle|middle_cycle|sequence|middle_sequence\n"
@@ -132,7 +137,7 @@ int main(int argc, char **argv)
     convert_opts o;
     const char *out = NULL, *dir = NULL;
     int vocab_only = 0, rc;
-    char err[1024] = "", summary[512] = "", *tmp;
+    char err[1024] = "", summary[512] = "", note[512] = "", *tmp;
     FILE *f;
 
     convert_opts_init(&o);
@@ -153,6 +158,7 @@ int main(int argc, char **argv)
         if (strcmp(a, "--vocab-only") == 0) { vocab_only = 1; continue; }
         if (strcmp(a, "--bias-balancing") == 0) { o.flags.balancing = BAL_LOSS_FREE; continue; }
         if (strcmp(a, "--keep-norms") == 0) { o.keep_norms = 1; continue; }
+        if (strcmp(a, "--tie-lm-head") == 0) { o.tie_lm_head = 1; continue; }
         for (int k = 0; valued[k]; k++)
             if (strcmp(a, valued[k]) == 0) {
                 if (i + 1 >= argc) die("%s needs a value", a);
@@ -214,6 +220,7 @@ int main(int argc, char **argv)
         die("%s", err);
     }
     o.dir = dir;
+    o.note = note; o.notecap = sizeof note;
     if (vocab_only) rc = convert_vocab_only(dir, o.tokenizer, f, summary, sizeof summary, err, sizeof err);
     else rc = convert_model(&o, f, summary, sizeof summary, err, sizeof err);
     if (fclose(f) != 0 && rc == 0) {
@@ -230,6 +237,7 @@ int main(int argc, char **argv)
         die("%s", err);
     }
     free(tmp);
+    if (note[0]) fprintf(stderr, "mor-convert: note: %s\n", note);
     printf("mor-convert: wrote %s (%s)\n", out, summary);
     return 0;
 }
