@@ -47,37 +47,37 @@ static void *alloc_n(size_t n, size_t size, int *ok)
 mor_status mor_context_create(mor_model *m, const mor_context_params *params, mor_context **out)
 {
     mor_status st;
-    if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_context_create: out is NULL");
+    if (!out) return err_set(MOR_E_INVALID_ARG, "mor_context_create: out is NULL");
     *out = NULL;
-    if (!m) return mor_err(MOR_E_INVALID_ARG, "mor_context_create: model is NULL");
-    if (!m->layers) return mor_err(MOR_E_INVALID_ARG, "mor_context_create: the model was loaded vocab-only");
+    if (!m) return err_set(MOR_E_INVALID_ARG, "mor_context_create: model is NULL");
+    if (!m->layers) return err_set(MOR_E_INVALID_ARG, "mor_context_create: the model was loaded vocab-only");
 
     mor_context_params p;
     mor_context_params_init(&p, sizeof p);
     if (params) {
         if (params->size < offsetof(mor_context_params, abort_callback) || params->size > sizeof p)
-            return mor_err(MOR_E_ABI, "mor_context_params.size %u is not one this libmor knows (max %zu)",
+            return err_set(MOR_E_ABI, "mor_context_params.size %u is not one this libmor knows (max %zu)",
                            params->size, sizeof p);
         memcpy(&p, params, params->size);
         p.size = sizeof p;
     }
     if (p.n_ctx == 0) p.n_ctx = (uint32_t)(m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
     if (p.n_batch == 0 || p.n_batch > (1u << 20) || p.n_ctx > (1u << 24) || p.n_seq_max == 0 || p.n_seq_max > (1u << 16))
-        return mor_err(MOR_E_INVALID_ARG, "mor_context_create: n_batch %u, n_ctx %u or n_seq_max %u out of range",
+        return err_set(MOR_E_INVALID_ARG, "mor_context_create: n_batch %u, n_ctx %u or n_seq_max %u out of range",
                        p.n_batch, p.n_ctx, p.n_seq_max);
     int32_t mode = p.kv_mode;
     if (mode == MOR_KV_MODEL_DEFAULT) mode = m->kv_shared ? MOR_KV_SHARED : MOR_KV_RECURSION_WISE;
     if (mode != MOR_KV_RECURSION_WISE && mode != MOR_KV_SHARED)
-        return mor_err(MOR_E_INVALID_ARG, "mor_context_create: unknown kv_mode %d", p.kv_mode);
+        return err_set(MOR_E_INVALID_ARG, "mor_context_create: unknown kv_mode %d", p.kv_mode);
     if (p.kv_type != MOR_KV_TYPE_F32 && p.kv_type != MOR_KV_TYPE_F16 && p.kv_type != MOR_KV_TYPE_Q8_0)
-        return mor_err(MOR_E_INVALID_ARG, "mor_context_create: unknown kv_type %d", p.kv_type);
+        return err_set(MOR_E_INVALID_ARG, "mor_context_create: unknown kv_type %d", p.kv_type);
     if (p.kv_type == MOR_KV_TYPE_Q8_0 && m->head_dim % 32)
-        return mor_err(MOR_E_UNSUPPORTED, "a Q8_0 KV cache needs head_dim %d to be a multiple of 32", m->head_dim);
+        return err_set(MOR_E_UNSUPPORTED, "a Q8_0 KV cache needs head_dim %d to be a multiple of 32", m->head_dim);
     if (mode == MOR_KV_SHARED && m->n_rec < 2)
-        return mor_err(MOR_E_UNSUPPORTED, "KV sharing needs a model with at least 2 recursions");
+        return err_set(MOR_E_UNSUPPORTED, "KV sharing needs a model with at least 2 recursions");
 
     mor_context *c = calloc(1, sizeof *c);
-    if (!c) return mor_err(MOR_E_NOMEM, "out of memory");
+    if (!c) return err_set(MOR_E_NOMEM, "out of memory");
     c->model = m; c->params = p;
     const size_t n = p.n_batch, d = (size_t)m->n_embd, nr = (size_t)m->n_rec;
     const size_t qd = (size_t)m->n_head * m->head_dim, kvd = (size_t)m->n_head_kv * m->head_dim;
@@ -93,7 +93,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     s->up = alloc_n(n * (size_t)m->n_ff, sizeof(float), &ok);
     s->inv_freq = alloc_n((size_t)m->head_dim / 2, sizeof(float), &ok);
     s->cs_own = alloc_n(n * (size_t)m->head_dim, sizeof(float), &ok);
-    if (s->inv_freq) mor_rope_inv_freq(s->inv_freq, m->head_dim, m->rope_theta);
+    if (s->inv_freq) k_rope_inv_freq(s->inv_freq, m->head_dim, m->rope_theta);
     c->x = alloc_n(n * d, sizeof(float), &ok);
     c->y = alloc_n(n * d, sizeof(float), &ok);
     c->h1 = alloc_n(n * d, sizeof(float), &ok);
@@ -118,7 +118,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
         c->hidden = alloc_n((size_t)c->n_boundaries * n * d, sizeof(float), &ok);
         c->st_hidden = alloc_n((size_t)c->n_boundaries * n * d, sizeof(float), &ok);
     }
-    if (!ok) { mor_context_free(c); return mor_err(MOR_E_NOMEM, "cannot allocate context scratch for n_batch %u", p.n_batch); }
+    if (!ok) { mor_context_free(c); return err_set(MOR_E_NOMEM, "cannot allocate context scratch for n_batch %u", p.n_batch); }
     if ((st = exec_init(&s->exec, m, p.n_threads, p.n_batch, p.n_ctx)) || (st = lora_scratch_init(&s->lora, m, p.n_batch))) {
         mor_context_free(c);
         return st;

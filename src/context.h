@@ -9,7 +9,7 @@
 /* Scratch for one decoder layer over up to n_batch rows (see layer.c). */
 typedef struct {
     float   *xn, *q, *k, *v, *att, *o, *gate, *up;
-    mor_exec exec;             /* kernels, threads and their per-thread scratch */
+    exec_ctx exec;             /* kernels, threads and their per-thread scratch */
     lora_scratch lora;         /* the unfolded LoRA product's (lora.h) */
     float   *inv_freq;         /* [head_dim/2]: RoPE frequencies */
     /* [n][head_dim] cos | sin of each row's RoPE angles for the next

@@ -25,22 +25,22 @@ static uint32_t detect(void)
     if (__get_cpuid_max(0, 0) < 7) return 0;
     __cpuid_count(7, 0, a, b, c, d);
     int avx2 = (b >> 5) & 1;
-    if (avx2 && fma && f16c) f |= MOR_CPU_AVX2;
+    if (avx2 && fma && f16c) f |= CPU_AVX2;
     int zmm_os = (xcr0 & 0xe0) == 0xe0;               /* opmask, zmm0-15 high, zmm16-31 */
     int avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1); /* F DQ BW VL */
-    if ((f & MOR_CPU_AVX2) && avx512 && zmm_os) {
-        f |= MOR_CPU_AVX512;
-        if ((c >> 11) & 1) f |= MOR_CPU_AVX512VNNI;
-        if ((c >> 1) & 1) f |= MOR_CPU_AVX512VBMI;
-        if ((c >> 8) & 1) f |= MOR_CPU_GFNI;
+    if ((f & CPU_AVX2) && avx512 && zmm_os) {
+        f |= CPU_AVX512;
+        if ((c >> 11) & 1) f |= CPU_AVX512VNNI;
+        if ((c >> 1) & 1) f |= CPU_AVX512VBMI;
+        if ((c >> 8) & 1) f |= CPU_GFNI;
         uint32_t a1, b1, c1, d1;
         __cpuid_count(7, 1, a1, b1, c1, d1);
-        if ((a1 >> 5) & 1) f |= MOR_CPU_AVX512BF16;
+        if ((a1 >> 5) & 1) f |= CPU_AVX512BF16;
     }
-    if (f & MOR_CPU_AVX2) {
+    if (f & CPU_AVX2) {
         uint32_t a1, b1, c1, d1;
         __cpuid_count(7, 1, a1, b1, c1, d1);
-        if ((a1 >> 4) & 1) f |= MOR_CPU_AVXVNNI;
+        if ((a1 >> 4) & 1) f |= CPU_AVXVNNI;
     }
     return f;
 }
@@ -52,12 +52,12 @@ static uint32_t detect(void)
 static uint32_t detect(void)
 {
     unsigned long hw = getauxval(AT_HWCAP);
-    uint32_t f = MOR_CPU_NEON;   /* Advanced SIMD is mandatory on aarch64 */
-    if (hw & HWCAP_ASIMDDP) f |= MOR_CPU_DOTPROD;
+    uint32_t f = CPU_NEON;   /* Advanced SIMD is mandatory on aarch64 */
+    if (hw & HWCAP_ASIMDDP) f |= CPU_DOTPROD;
     return f;
 }
 #elif defined(__aarch64__)
-static uint32_t detect(void) { return MOR_CPU_NEON; }
+static uint32_t detect(void) { return CPU_NEON; }
 #else
 static uint32_t detect(void) { return 0; }
 #endif
@@ -67,7 +67,7 @@ static uint32_t features;   /* written once, under `once` */
 
 static void init(void) { features = detect(); }
 
-uint32_t mor_cpu_features(void)
+uint32_t cpu_features(void)
 {
     pthread_once(&once, init);
     return features;

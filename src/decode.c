@@ -34,7 +34,7 @@ static void capture(mor_context *c, int32_t *b, int32_t n)
 static mor_status check_abort(mor_context *c)
 {
     if (c->params.abort_callback && c->params.abort_callback(c->params.abort_user_data))
-        return mor_err(MOR_E_ABORTED, "decode aborted by the abort callback");
+        return err_set(MOR_E_ABORTED, "decode aborted by the abort callback");
     return MOR_OK;
 }
 
@@ -125,7 +125,7 @@ static mor_status token_recursions(mor_context *c, const mor_batch *b, int32_t *
         router_token_logits(m, c->x + (size_t)i * d, zi, c->rtmp);
         if (m->router_func == ROUTER_FUNC_SOFTMAX) {
             memcpy(pi, zi, sizeof(float) * (size_t)nr);
-            mor_softmax(pi, nr);
+            k_softmax(pi, nr);
             for (int32_t t = 0; t < nr; t++) pi[t] *= m->alpha;
         } else {
             for (int32_t t = 0; t < nr; t++) pi[t] = router_gate(m, zi[t]);
@@ -189,20 +189,20 @@ static mor_status validate(mor_context *c, const mor_batch *b)
     const int32_t ns = (int32_t)c->params.n_seq_max;
     const int32_t max_pos = c->params.max_pos > 0 ? c->params.max_pos
                           : c->params.max_pos < 0 ? INT32_MAX : m->n_ctx_train;
-    if (b->n <= 0) return mor_err(MOR_E_INVALID_ARG, "mor_decode: empty batch");
+    if (b->n <= 0) return err_set(MOR_E_INVALID_ARG, "mor_decode: empty batch");
     if (b->n > (int32_t)c->params.n_batch)
-        return mor_err(MOR_E_INVALID_ARG, "mor_decode: %d tokens exceed n_batch %u", b->n, c->params.n_batch);
+        return err_set(MOR_E_INVALID_ARG, "mor_decode: %d tokens exceed n_batch %u", b->n, c->params.n_batch);
     for (int32_t s = 0; s < ns; s++) c->seq_rows[s] = 0;
     for (int32_t i = 0; i < b->n; i++) {
         if (b->token[i] < 0 || b->token[i] >= m->n_vocab)
-            return mor_err(MOR_E_OUT_OF_RANGE, "mor_decode: token %d at row %d is out of range [0, %d)",
+            return err_set(MOR_E_OUT_OF_RANGE, "mor_decode: token %d at row %d is out of range [0, %d)",
                            b->token[i], i, m->n_vocab);
         if (b->seq[i] < 0 || b->seq[i] >= ns)
-            return mor_err(MOR_E_OUT_OF_RANGE, "mor_decode: sequence %d at row %d is out of range [0, %d)",
+            return err_set(MOR_E_OUT_OF_RANGE, "mor_decode: sequence %d at row %d is out of range [0, %d)",
                            b->seq[i], i, ns);
-        if (b->pos[i] < 0) return mor_err(MOR_E_POSITION, "mor_decode: negative position at row %d", i);
+        if (b->pos[i] < 0) return err_set(MOR_E_POSITION, "mor_decode: negative position at row %d", i);
         if (b->pos[i] >= max_pos)
-            return mor_err(MOR_E_POSITION, "mor_decode: position %d at row %d is past the maximum context %d "
+            return err_set(MOR_E_POSITION, "mor_decode: position %d at row %d is past the maximum context %d "
                            "(mor_context_params.max_pos)", b->pos[i], i, max_pos);
         c->seq_rows[b->seq[i]]++;
     }
@@ -212,14 +212,14 @@ static mor_status validate(mor_context *c, const mor_batch *b)
         for (int32_t j = 0; j < i; j++)
             if (b->seq[j] == b->seq[i] && b->pos[j] > last) last = b->pos[j];
         if (b->pos[i] <= last)
-            return mor_err(MOR_E_POSITION, "mor_decode: row %d (sequence %d) has position %d, but position %d "
+            return err_set(MOR_E_POSITION, "mor_decode: row %d (sequence %d) has position %d, but position %d "
                            "is already cached or earlier in the batch", i, b->seq[i], b->pos[i], last);
     }
     int32_t want = 0;
     for (int32_t i = 0; i < b->n; i++) want += b->want[i];
     if (want > c->cap_logits) {   /* grow the output buffer before anything changes */
         float *nl = realloc(c->logits, sizeof(float) * (size_t)want * m->n_vocab);
-        if (!nl) return mor_err(MOR_E_NOMEM, "cannot allocate logits for %d rows", want);
+        if (!nl) return err_set(MOR_E_NOMEM, "cannot allocate logits for %d rows", want);
         c->logits = nl; c->cap_logits = want;
     }
     return MOR_OK;
@@ -234,8 +234,8 @@ static mor_status forward(mor_context *c, const mor_batch *b)
 
     for (int32_t i = 0; i < n; i++) {
         if (kv_append(c->kv, -1, b->seq[i], b->pos[i]) < 0)
-            return mor_err(MOR_E_KV_FULL, "KV cache full (%d cells)", c->kv->n_ctx);
-        mor_embed_row(&m->tok_embd, b->token[i], c->x + (size_t)i * d);
+            return err_set(MOR_E_KV_FULL, "KV cache full (%d cells)", c->kv->n_ctx);
+        k_embed_row(&m->tok_embd, b->token[i], c->x + (size_t)i * d);
         c->depth[i] = 0;
         for (int32_t r = 0; r < nr; r++) {
             c->z[(size_t)i * nr + r] = NAN;
@@ -260,7 +260,7 @@ static mor_status forward(mor_context *c, const mor_batch *b)
     }
     /* Nothing can fail from here on: publish into the outputs directly. */
     for (int32_t i = 0; i < n; i++)
-        mor_rms_norm(c->x + (size_t)i * d, c->x + (size_t)i * d, m->output_norm.data, d, m->eps);
+        k_rms_norm(c->x + (size_t)i * d, c->x + (size_t)i * d, m->output_norm.data, d, m->eps);
     capture(c, &bnd, n);
     /* the rows that want logits, packed, through one pass over the output matrix */
     int32_t slot = 0;
@@ -274,7 +274,7 @@ static mor_status forward(mor_context *c, const mor_batch *b)
 
 mor_status mor_decode(mor_context *c, const mor_batch *b)
 {
-    if (!c || !b) return mor_err(MOR_E_INVALID_ARG, "mor_decode: NULL %s", c ? "batch" : "context");
+    if (!c || !b) return err_set(MOR_E_INVALID_ARG, "mor_decode: NULL %s", c ? "batch" : "context");
     mor_status st = validate(c, b);
     if (st) return st;
     kv_begin(c->kv);
@@ -286,7 +286,7 @@ mor_status mor_decode(mor_context *c, const mor_batch *b)
     if (c->st_hidden) {
         float *t = c->hidden; c->hidden = c->st_hidden; c->st_hidden = t;
     }
-    mor_err_clear();
+    err_clear();
     return MOR_OK;
 }
 

@@ -79,9 +79,9 @@ uint64_t gguf_row_bytes(uint32_t type, int64_t ne0)
 static mor_status parse_kv(cursor *c, gguf_kv *kv, uint64_t idx)
 {
     if (!rd_str(c, &kv->key) || kv->key.n == 0 || kv->key.n > GGUF_MAX_NAME)
-        return mor_err(MOR_E_FORMAT, "gguf: key %llu: bad or truncated name", (unsigned long long)idx);
+        return err_set(MOR_E_FORMAT, "gguf: key %llu: bad or truncated name", (unsigned long long)idx);
     if (!rd_u32(c, &kv->type))
-        return mor_err(MOR_E_FORMAT, "gguf: key '%.*s': truncated type", (int)kv->key.n, kv->key.p);
+        return err_set(MOR_E_FORMAT, "gguf: key '%.*s': truncated type", (int)kv->key.n, kv->key.p);
     kv->data = c->p;
     if (kv->type == GGUF_STR) {
         gguf_str s;
@@ -95,28 +95,28 @@ static mor_status parse_kv(cursor *c, gguf_kv *kv, uint64_t idx)
             /* each string needs at least its 8-byte length: bounds n before allocating */
             if (kv->arr_n > c->left / 8) goto truncated;
             kv->strs = malloc(sizeof(gguf_str) * (kv->arr_n ? kv->arr_n : 1));
-            if (!kv->strs) return mor_err(MOR_E_NOMEM, "gguf: out of memory");
+            if (!kv->strs) return err_set(MOR_E_NOMEM, "gguf: out of memory");
             for (uint64_t i = 0; i < kv->arr_n; i++)
                 if (!rd_str(c, &kv->strs[i])) goto truncated;
             return MOR_OK;
         }
         size_t es = vtype_size(kv->arr_type);
         if (!es)
-            return mor_err(MOR_E_FORMAT, "gguf: key '%.*s': unsupported array element type %u",
+            return err_set(MOR_E_FORMAT, "gguf: key '%.*s': unsupported array element type %u",
                            (int)kv->key.n, kv->key.p, kv->arr_type);
         if (kv->arr_n > c->left / es || !take(c, NULL, (size_t)kv->arr_n * es)) goto truncated;
         return MOR_OK;
     }
     size_t sz = vtype_size(kv->type);
     if (!sz)
-        return mor_err(MOR_E_FORMAT, "gguf: key '%.*s': unknown value type %u",
+        return err_set(MOR_E_FORMAT, "gguf: key '%.*s': unknown value type %u",
                        (int)kv->key.n, kv->key.p, kv->type);
     if (!take(c, NULL, sz)) goto truncated;
     if (kv->type == GGUF_BOOL && *kv->data > 1)
-        return mor_err(MOR_E_FORMAT, "gguf: key '%.*s': bool value %u", (int)kv->key.n, kv->key.p, *kv->data);
+        return err_set(MOR_E_FORMAT, "gguf: key '%.*s': bool value %u", (int)kv->key.n, kv->key.p, *kv->data);
     return MOR_OK;
 truncated:
-    return mor_err(MOR_E_FORMAT, "gguf: key '%.*s': value truncated or too long", (int)kv->key.n, kv->key.p);
+    return err_set(MOR_E_FORMAT, "gguf: key '%.*s': value truncated or too long", (int)kv->key.n, kv->key.p);
 }
 
 static int name_eq(gguf_str a, gguf_str b) { return a.n == b.n && memcmp(a.p, b.p, a.n) == 0; }
@@ -144,24 +144,24 @@ mor_status gguf_parse(const void *buf, size_t size, gguf_file **out)
     uint32_t magic, version;
     uint64_t n_tensors, n_kv;
     if (!rd_u32(&c, &magic) || magic != GGUF_MAGIC)
-        return mor_err(MOR_E_FORMAT, "not a GGUF file (bad magic)");
+        return err_set(MOR_E_FORMAT, "not a GGUF file (bad magic)");
     if (!rd_u32(&c, &version))
-        return mor_err(MOR_E_FORMAT, "gguf: truncated header");
+        return err_set(MOR_E_FORMAT, "gguf: truncated header");
     if (version != 3)
-        return mor_err(MOR_E_FORMAT, "gguf: version %u not supported (need 3; big-endian files are rejected)", version);
+        return err_set(MOR_E_FORMAT, "gguf: version %u not supported (need 3; big-endian files are rejected)", version);
     if (!rd_u64(&c, &n_tensors) || !rd_u64(&c, &n_kv))
-        return mor_err(MOR_E_FORMAT, "gguf: truncated header");
+        return err_set(MOR_E_FORMAT, "gguf: truncated header");
     /* a key needs >= 12 bytes, a tensor info >= 24: reject absurd counts before allocating */
     if (n_kv > c.left / 12 || n_tensors > c.left / 24)
-        return mor_err(MOR_E_FORMAT, "gguf: counts (%llu keys, %llu tensors) exceed the file size",
+        return err_set(MOR_E_FORMAT, "gguf: counts (%llu keys, %llu tensors) exceed the file size",
                        (unsigned long long)n_kv, (unsigned long long)n_tensors);
 
     gguf_file *g = calloc(1, sizeof *g);
-    if (!g) return mor_err(MOR_E_NOMEM, "gguf: out of memory");
+    if (!g) return err_set(MOR_E_NOMEM, "gguf: out of memory");
     g->buf = buf; g->size = size; g->version = version; g->alignment = 32;
     g->kv = calloc(n_kv ? n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
-    if (!g->kv || !g->tensors) { gguf_free(g); return mor_err(MOR_E_NOMEM, "gguf: out of memory"); }
+    if (!g->kv || !g->tensors) { gguf_free(g); return err_set(MOR_E_NOMEM, "gguf: out of memory"); }
 
     mor_status st;
     for (uint64_t i = 0; i < n_kv; i++) {
@@ -169,7 +169,7 @@ mor_status gguf_parse(const void *buf, size_t size, gguf_file **out)
         if ((st = parse_kv(&c, &g->kv[i], i)) != MOR_OK) { gguf_free(g); return st; }
         for (uint64_t j = 0; j < i; j++)
             if (name_eq(g->kv[j].key, g->kv[i].key)) {
-                st = mor_err(MOR_E_FORMAT, "gguf: duplicate key '%.*s'", (int)g->kv[i].key.n, g->kv[i].key.p);
+                st = err_set(MOR_E_FORMAT, "gguf: duplicate key '%.*s'", (int)g->kv[i].key.n, g->kv[i].key.p);
                 gguf_free(g); return st;
             }
     }
@@ -178,47 +178,47 @@ mor_status gguf_parse(const void *buf, size_t size, gguf_file **out)
     const gguf_kv *al = gguf_find_kv(g, "general.alignment");
     if (al) {
         uint32_t a;
-        if (al->type != GGUF_U32) { gguf_free(g); return mor_err(MOR_E_FORMAT, "gguf: general.alignment must be uint32"); }
+        if (al->type != GGUF_U32) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: general.alignment must be uint32"); }
         memcpy(&a, al->data, 4);
-        if (a == 0 || (a & (a - 1)) || a > 4096) { gguf_free(g); return mor_err(MOR_E_FORMAT, "gguf: bad alignment %u", a); }
+        if (a == 0 || (a & (a - 1)) || a > 4096) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: bad alignment %u", a); }
         g->alignment = a;
     }
 
     for (uint64_t i = 0; i < n_tensors; i++) {
         gguf_tensor *t = &g->tensors[i];
         if (!rd_str(&c, &t->name) || t->name.n == 0 || t->name.n > GGUF_MAX_NAME || !rd_u32(&c, &t->n_dims)) {
-            gguf_free(g); return mor_err(MOR_E_FORMAT, "gguf: tensor info %llu truncated or bad name", (unsigned long long)i);
+            gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor info %llu truncated or bad name", (unsigned long long)i);
         }
         if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS) {
-            st = mor_err(MOR_E_FORMAT, "gguf: tensor '%.*s' has %u dims", (int)t->name.n, t->name.p, t->n_dims);
+            st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' has %u dims", (int)t->name.n, t->name.p, t->n_dims);
             gguf_free(g); return st;
         }
         uint64_t nel = 1;
         for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
             uint64_t ne = 1;
-            if (d < t->n_dims && !rd_u64(&c, &ne)) { gguf_free(g); return mor_err(MOR_E_FORMAT, "gguf: tensor info truncated"); }
+            if (d < t->n_dims && !rd_u64(&c, &ne)) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor info truncated"); }
             if (ne == 0 || ne > (uint64_t)INT32_MAX || nel > UINT64_MAX / ne) {
-                st = mor_err(MOR_E_FORMAT, "gguf: tensor '%.*s' has a bad dimension", (int)t->name.n, t->name.p);
+                st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' has a bad dimension", (int)t->name.n, t->name.p);
                 gguf_free(g); return st;
             }
             t->ne[d] = (int64_t)ne; nel *= ne;
         }
-        if (!rd_u32(&c, &t->type) || !rd_u64(&c, &t->offset)) { gguf_free(g); return mor_err(MOR_E_FORMAT, "gguf: tensor info truncated"); }
+        if (!rd_u32(&c, &t->type) || !rd_u64(&c, &t->offset)) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor info truncated"); }
         uint64_t rb = gguf_row_bytes(t->type, t->ne[0]);
         if (!rb) {
-            st = mor_err(MOR_E_FORMAT, "gguf: tensor '%.*s': unsupported type %u or row size", (int)t->name.n, t->name.p, t->type);
+            st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s': unsupported type %u or row size", (int)t->name.n, t->name.p, t->type);
             gguf_free(g); return st;
         }
         uint64_t rows = nel / (uint64_t)t->ne[0];
-        if (rows > UINT64_MAX / rb) { gguf_free(g); return mor_err(MOR_E_FORMAT, "gguf: tensor too large"); }
+        if (rows > UINT64_MAX / rb) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor too large"); }
         t->nbytes = rb * rows;
         if (t->offset % g->alignment) {
-            st = mor_err(MOR_E_FORMAT, "gguf: tensor '%.*s' offset not aligned", (int)t->name.n, t->name.p);
+            st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' offset not aligned", (int)t->name.n, t->name.p);
             gguf_free(g); return st;
         }
         for (uint64_t j = 0; j < i; j++)
             if (name_eq(g->tensors[j].name, t->name)) {
-                st = mor_err(MOR_E_FORMAT, "gguf: duplicate tensor '%.*s'", (int)t->name.n, t->name.p);
+                st = err_set(MOR_E_FORMAT, "gguf: duplicate tensor '%.*s'", (int)t->name.n, t->name.p);
                 gguf_free(g); return st;
             }
     }
@@ -227,15 +227,15 @@ mor_status gguf_parse(const void *buf, size_t size, gguf_file **out)
     /* data section: aligned after the infos; every tensor inside the file, none overlapping */
     uint64_t pos = size - c.left;
     uint64_t data = (pos + g->alignment - 1) / g->alignment * g->alignment;
-    if (n_tensors && data > size) { gguf_free(g); return mor_err(MOR_E_FORMAT, "gguf: truncated before the data section"); }
+    if (n_tensors && data > size) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: truncated before the data section"); }
     g->data_offset = data;
     uint64_t *ranges = malloc(sizeof(uint64_t) * 2 * (n_tensors ? n_tensors : 1));
-    if (!ranges) { gguf_free(g); return mor_err(MOR_E_NOMEM, "gguf: out of memory"); }
+    if (!ranges) { gguf_free(g); return err_set(MOR_E_NOMEM, "gguf: out of memory"); }
     for (uint64_t i = 0; i < n_tensors; i++) {
         gguf_tensor *t = &g->tensors[i];
         uint64_t avail = size - data;
         if (t->offset > avail || t->nbytes > avail - t->offset) {
-            st = mor_err(MOR_E_FORMAT, "gguf: tensor '%.*s' data lies outside the file (truncated?)", (int)t->name.n, t->name.p);
+            st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' data lies outside the file (truncated?)", (int)t->name.n, t->name.p);
             free(ranges); gguf_free(g); return st;
         }
         t->data = (const uint8_t *)buf + data + t->offset;
@@ -244,7 +244,7 @@ mor_status gguf_parse(const void *buf, size_t size, gguf_file **out)
     qsort(ranges, n_tensors, 2 * sizeof(uint64_t), cmp_u64_pair);
     for (uint64_t i = 1; i < n_tensors; i++)
         if (ranges[2 * i] < ranges[2 * i - 1]) {
-            free(ranges); gguf_free(g); return mor_err(MOR_E_FORMAT, "gguf: tensor data regions overlap");
+            free(ranges); gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor data regions overlap");
         }
     free(ranges);
     *out = g;
@@ -289,7 +289,7 @@ static mor_status lookup(const gguf_file *g, const char *key, const gguf_kv **kv
 
 static mor_status wrong_type(const char *key, const char *want)
 {
-    return mor_err(MOR_E_FORMAT, "key '%s' must be %s", key, want);
+    return err_set(MOR_E_FORMAT, "key '%s' must be %s", key, want);
 }
 
 mor_status gguf_get_i64(const gguf_file *g, const char *key, int64_t *out)
@@ -343,7 +343,7 @@ static mor_status get_arr(const gguf_file *g, const char *key, uint64_t n, const
     if (lookup(g, key, kv)) return MOR_E_OUT_OF_RANGE;
     if ((*kv)->type != GGUF_ARR) return wrong_type(key, "an array");
     if ((*kv)->arr_n != n)
-        return mor_err(MOR_E_FORMAT, "key '%s' has %llu elements, expected %llu", key,
+        return err_set(MOR_E_FORMAT, "key '%s' has %llu elements, expected %llu", key,
                        (unsigned long long)(*kv)->arr_n, (unsigned long long)n);
     return MOR_OK;
 }

@@ -16,50 +16,50 @@
 #include <stdint.h>
 #include "model.h"
 
-float mor_bf16_to_f32(uint16_t h);
-float mor_f16_to_f32(uint16_t h);
+float bf16_to_f32(uint16_t h);
+float f16_to_f32(uint16_t h);
 
 /* y[i][o] = sum_c W[o][c] * x[i][c] for n input rows: W is rows x cols in
  * any stored type; x is n x cols; y is n x rows. Uses the best kernel set of
  * this CPU, on the calling thread. For Q8_0/Q4_0 weights x is quantized to
  * Q8_0 first, as ggml does. */
-void mor_matmul(const mor_weight *w, const float *x, float *y, int32_t n);
+void k_matmul(const tensor *w, const float *x, float *y, int32_t n);
 /* The same with the reference kernels (the oracle of the fast ones). */
-void mor_matmul_ref(const mor_weight *w, const float *x, float *y, int32_t n);
+void k_matmul_ref(const tensor *w, const float *x, float *y, int32_t n);
 /* Row `row` of an embedding table, converted to float. */
-void mor_embed_row(const mor_weight *w, int32_t row, float *out);
+void k_embed_row(const tensor *w, int32_t row, float *out);
 /* out = w * (x / sqrt(mean(x^2) + eps)), as HF LlamaRMSNorm in fp32. */
-void mor_rms_norm(float *out, const float *x, const float *w, int32_t n, float eps);
+void k_rms_norm(float *out, const float *x, const float *w, int32_t n, float eps);
 /* Rotate n_heads heads of head_dim at position pos, HF default RoPE (rotate_half). */
-void mor_rope(float *v, int32_t n_heads, int32_t head_dim, int32_t pos, float theta);
+void k_rope(float *v, int32_t n_heads, int32_t head_dim, int32_t pos, float theta);
 /* The same rotation with precomputed cos/sin of the row's angles:
  * cs[i] = cos(pos * inv_freq[i]), cs[half + i] = sin(...), i < head_dim/2. */
-void mor_rope_cs(float *v, int32_t n_heads, int32_t head_dim, const float *cs);
+void k_rope_cs(float *v, int32_t n_heads, int32_t head_dim, const float *cs);
 /* inv_freq[i] = 1 / theta^(2i/head_dim), in fp32 as HF computes it. */
-void mor_rope_inv_freq(float *inv_freq, int32_t head_dim, float theta);
-float mor_silu(float x);
-float mor_gelu(float x);   /* exact (erf) GELU, as nn.GELU() */
+void k_rope_inv_freq(float *inv_freq, int32_t head_dim, float theta);
+float k_silu(float x);
+float k_gelu(float x);   /* exact (erf) GELU, as nn.GELU() */
 /* In-place softmax of n floats, max-subtracted, in float like torch's fp32 softmax. */
-void mor_softmax(float *x, int32_t n);
+void k_softmax(float *x, int32_t n);
 
 /* ---- kernel sets ---- */
 
-/* Activations as a matmul reads them (see mor_kernels.act_stride): float
+/* Activations as a matmul reads them (see kernel_set.act_stride): float
  * rows for F32/F16/BF16 weights; quantized rows (quant.h, mor_act_q8) for
  * Q8_0/Q4_0 weights. */
-int    mor_act_is_q8(uint32_t weight_type);
+int    act_is_q8(uint32_t weight_type);
 
 /* Floats of per-thread scratch a matmul over rows of k values may use
  * (the AVX-512 set's K-blocked GEMM keeps up to 64 tiles of 6 x 4 x 16
  * partial sums there). */
-#define MOR_MM_SCRATCH_FLOATS(k) (8 * (size_t)(k) + 64 + 64 * 384)
+#define MM_SCRATCH_FLOATS(k) (8 * (size_t)(k) + 64 + 64 * 384)
 
 /* For o in [o0, o1) and i in [0, n):
  *     y[i*ldy + o] = dot(W row o, x row i)      (acc != 0: y[...] += dot)
  * x holds n prepared activation rows, xs bytes apart. scratch: NULL, or
- * MOR_MM_SCRATCH_FLOATS(w->cols) floats private to the calling thread (it
+ * MM_SCRATCH_FLOATS(w->cols) floats private to the calling thread (it
  * only makes the kernel faster, never changes a result). */
-typedef void (*mor_matmul_fn)(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy,
+typedef void (*matmul_fn)(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy,
                               int32_t n, int64_t o0, int64_t o1, int acc, float *scratch);
 
 /* Attention of one query row for `group` query heads that share one KV head:
@@ -67,55 +67,55 @@ typedef void (*mor_matmul_fn)(const mor_weight *w, const void *x, size_t xs, flo
  * q and out: group * hd floats (head after head); k and v point at this KV
  * head's part of cache row 0, rows `stride` bytes apart, of kv_type (F32,
  * F16 or Q8_0 with hd a multiple of 32); probs: scratch of group * nv floats. */
-typedef void (*mor_attend_fn)(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
+typedef void (*attend_fn)(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
                               size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
                               float scale, float *probs, float *out);
 
-typedef struct mor_kernels {
+typedef struct kernel_set {
     const char   *name;                 /* "ref", "avx2", "avx512" (or "avx512-novbmi"), "neon" */
     /* one row of k floats (k a multiple of 32) into a mor_act_q8 row */
     void        (*act_q8)(const float *x, void *row, int64_t k);
-    mor_matmul_fn matmul;
-    mor_attend_fn attend;
+    matmul_fn matmul;
+    attend_fn attend;
     void        (*rms_norm)(float *out, const float *x, const float *w, int32_t n, float eps);
     /* g[i] = silu(g[i]) * u[i] */
     void        (*swiglu)(float *g, const float *u, int64_t n);
-} mor_kernels;
+} kernel_set;
 
-enum { MOR_ISA_REF, MOR_ISA_AVX2, MOR_ISA_AVX512, MOR_ISA_NEON, MOR_ISA_COUNT };
+enum { ISA_REF, ISA_AVX2, ISA_AVX512, ISA_NEON, ISA_COUNT };
 
 /* The kernel set for isa if it is compiled in and this CPU runs it, else
- * NULL. MOR_ISA_REF always exists. Thread-safe; tables are immutable. */
-const mor_kernels *mor_kernels_get(int isa);
+ * NULL. ISA_REF always exists. Thread-safe; tables are immutable. */
+const kernel_set *kernels_get(int isa);
 /* The fastest kernel set this CPU runs. */
-const mor_kernels *mor_kernels_best(void);
+const kernel_set *kernels_best(void);
 /* Names of the kernel sets compiled in, e.g. "ref,avx2,avx512". */
-const char *mor_kernels_compiled(void);
+const char *kernels_compiled(void);
 
 /* Bytes between prepared activation rows of k values for a weight type. */
-size_t mor_act_stride(uint32_t weight_type, int64_t k);
+size_t act_stride(uint32_t weight_type, int64_t k);
 /* Prepare row x (k floats) for weights of type wtype into out. */
-void   mor_act_prepare(const mor_kernels *ks, uint32_t wtype, const float *x, void *out, int64_t k);
+void   act_prepare(const kernel_set *ks, uint32_t wtype, const float *x, void *out, int64_t k);
 
 /* The reference set's members, also used by the fast sets for what they do
  * not speed up (tests compare against these). */
-extern const mor_kernels mor_kernels_ref;
-void mor_matmul_ref_range(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy,
+extern const kernel_set kernels_ref;
+void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy,
                           int32_t n, int64_t o0, int64_t o1, int acc, float *scratch);
-void mor_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
+void k_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
                     size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
                     float scale, float *probs, float *out);
 
 /* The fast sets (kernels_<isa>.c), defined only where compiled in. */
-extern const mor_kernels mor_kernels_avx2, mor_kernels_avx512, mor_kernels_neon;
-/* The AVX-512 set for CPUs without VBMI and GFNI (mor_kernels_get picks it
- * there): the same results as mor_kernels_avx512, bitwise. */
-extern const mor_kernels mor_kernels_avx512_novbmi;
+extern const kernel_set kernels_avx2, kernels_avx512, kernels_neon;
+/* The AVX-512 set for CPUs without VBMI and GFNI (kernels_get picks it
+ * there): the same results as kernels_avx512, bitwise. */
+extern const kernel_set kernels_avx512_novbmi;
 /* AVX2 members the AVX-512 set shares (only to be called where AVX2 runs). */
-void mor_act_q8_avx2(const float *x, void *row, int64_t k);
-void mor_swiglu_avx2(float *g, const float *u, int64_t n);
-void mor_rms_norm_avx2(float *out, const float *x, const float *w, int32_t n, float eps);
-void mor_attend_avx2(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
+void act_q8_avx2(const float *x, void *row, int64_t k);
+void k_swiglu_avx2(float *g, const float *u, int64_t n);
+void k_rms_norm_avx2(float *out, const float *x, const float *w, int32_t n, float eps);
+void k_attend_avx2(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
                      size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
                      float scale, float *probs, float *out);
 #endif

@@ -170,12 +170,12 @@ static int32_t i_block(int64_t row_bytes)
 
   /* x rows per block: a block of activations stays in L2 while W streams by */
 
-static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void mm_float(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc, float *scratch)
 {
     const int t = (int)w->type;
     const int64_t K = w->cols;
-    const size_t rb = mor_row_bytes(w->type, K);
+    const size_t rb = tensor_row_bytes(w->type, K);
     const char *W = (const char *)w->data;
     const tile_fn (*grid)[3] = t == TF16 ? grid_f16 : t == TBF16 ? grid_bf16 : grid_f32;
     if (n <= 2) {   /* matrix-vector: many rows in flight, weights converted on the fly */
@@ -204,7 +204,7 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
                     for (; k + 8 <= K; k += 8) _mm256_storeu_ps(dst + k, ldw(src, k, t));
                     for (; k < K; k++)
                         dst[k] = t == TF16 ? _cvtsh_ss(((const uint16_t *)src)[k])
-                                           : mor_bf16_to_f32(((const uint16_t *)src)[k]);
+                                           : bf16_to_f32(((const uint16_t *)src)[k]);
                 }
                 ws = (const char *)scratch; wrb = sizeof(float) * (size_t)K; g = grid_f32;
             }
@@ -220,17 +220,17 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
 AI __m256i ldq(const char *row, int64_t b, int t)
 {
     if (t == GGML_Q4_0) {
-        const mor_block_q4_0 *q = (const mor_block_q4_0 *)row + b;
+        const block_q4_0 *q = (const block_q4_0 *)row + b;
         __m128i v = _mm_loadu_si128((const __m128i *)q->qs);
         __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
         return _mm256_sub_epi8(u, _mm256_set1_epi8(8));   /* low nibbles are 0..15, high 16..31 */
     }
-    return _mm256_loadu_si256((const __m256i *)((const mor_block_q8_0 *)row + b)->qs);
+    return _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)row + b)->qs);
 }
 
 AI float ldd(const char *row, int64_t b, int t)
 {
-    uint16_t d = t == GGML_Q4_0 ? ((const mor_block_q4_0 *)row + b)->d : ((const mor_block_q8_0 *)row + b)->d;
+    uint16_t d = t == GGML_Q4_0 ? ((const block_q4_0 *)row + b)->d : ((const block_q8_0 *)row + b)->d;
     return _cvtsh_ss(d);
 }
 
@@ -249,7 +249,7 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 3
         for (int c = 0; c < C; c++) a[r][c] = _mm256_setzero_ps();
-    const int64_t nb = K / MOR_QK;
+    const int64_t nb = K / QK;
     pf_cursor pc = pf_start(pf, pfn, nb);
     for (int64_t b = 0; b < nb; b++) {
         if (C <= 2) pf_step(&pc);   /* matrix-vector tiles only: GEMM tiles reuse their strip from L1 */
@@ -258,8 +258,8 @@ AI void tile_q(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
 #pragma GCC unroll 3
         for (int c = 0; c < C; c++) {
             const char *xr = x + (size_t)c * xs;
-            xv[c] = _mm256_load_si256((const __m256i *)(mor_act_q8_qs(xr) + b * MOR_QK));
-            xd[c] = mor_act_q8_d(xr, K)[b];
+            xv[c] = _mm256_load_si256((const __m256i *)(act_q8_qs(xr) + b * QK));
+            xd[c] = act_q8_d(xr, K)[b];
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -294,11 +294,11 @@ QTILES(TQ4)
                    { qtile_##T##_3_1, qtile_##T##_3_2, qtile_##T##_3_3 } }
 static const tile_fn grid_q8[3][3] = QGRID(TQ8), grid_q4[3][3] = QGRID(TQ4);
 
-static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc)
 {
     const int64_t K = w->cols;
-    const size_t rb = mor_row_bytes(w->type, K);
+    const size_t rb = tensor_row_bytes(w->type, K);
     const char *W = (const char *)w->data;
     const tile_fn (*g)[3] = w->type == GGML_Q4_0 ? grid_q4 : grid_q8;
     if (n == 1) {
@@ -322,7 +322,7 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
     }
 }
 
-static void matmul_avx2(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void matmul_avx2(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
                         int64_t o0, int64_t o1, int acc, float *scratch)
 {
     switch (w->type) {
@@ -331,7 +331,7 @@ static void matmul_avx2(const mor_weight *w, const void *x, size_t xs, float *y,
     case GGML_Q8_0: case GGML_Q4_0:
         mm_quant(w, x, xs, y, ldy, n, o0, o1, acc); break;
     default:
-        mor_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+        k_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     }
 }
 
@@ -347,13 +347,13 @@ AI __m256 round_away(__m256 v)
     return _mm256_add_ps(t, _mm256_and_ps(one, _mm256_cmp_ps(absf, _mm256_set1_ps(0.5f), _CMP_GE_OQ)));
 }
 
-void mor_act_q8_avx2(const float *x, void *row, int64_t k)
+void act_q8_avx2(const float *x, void *row, int64_t k)
 {
     int8_t *qs = (int8_t *)row;
     float *dd = (float *)(qs + k);
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int64_t b = 0; b < k / MOR_QK; b++) {
-        const float *xb = x + b * MOR_QK;
+    for (int64_t b = 0; b < k / QK; b++) {
+        const float *xb = x + b * QK;
         __m256 v[4];
         __m256 mx = _mm256_setzero_ps();
         for (int j = 0; j < 4; j++) {
@@ -370,7 +370,7 @@ void mor_act_q8_avx2(const float *x, void *row, int64_t k)
             q[j] = _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v[j], _mm256_set1_ps(id))));
         __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)(qs + b * MOR_QK), p);
+        _mm256_storeu_si256((__m256i *)(qs + b * QK), p);
     }
 }
 
@@ -397,7 +397,7 @@ AI __m256 exp8(__m256 x)
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-void mor_swiglu_avx2(float *g, const float *u, int64_t n)
+void k_swiglu_avx2(float *g, const float *u, int64_t n)
 {
     int64_t i = 0;
     const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
@@ -406,10 +406,10 @@ void mor_swiglu_avx2(float *g, const float *u, int64_t n)
         __m256 s = _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_xor_ps(v, neg))));
         _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
     }
-    for (; i < n; i++) g[i] = mor_silu(g[i]) * u[i];
+    for (; i < n; i++) g[i] = k_silu(g[i]) * u[i];
 }
 
-void mor_rms_norm_avx2(float *out, const float *x, const float *w, int32_t n, float eps)
+void k_rms_norm_avx2(float *out, const float *x, const float *w, int32_t n, float eps)
 {
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     int32_t i = 0;
@@ -437,8 +437,8 @@ AI __m256 ldkv(const char *row, int32_t i, uint32_t t)
 {
     if (t == GGML_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * (size_t)i)));
     if (t == GGML_Q8_0) {
-        const mor_block_q8_0 *b = (const mor_block_q8_0 *)row + i / MOR_QK;
-        __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + i % MOR_QK))));
+        const block_q8_0 *b = (const block_q8_0 *)row + i / QK;
+        __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + i % QK))));
         return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b->d)), q);
     }
     return _mm256_loadu_ps((const float *)row + i);
@@ -500,12 +500,12 @@ AI void attend_t(const float *q, int32_t group, int32_t hd, const char *k, const
     }
 }
 
-void mor_attend_avx2(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
+void k_attend_avx2(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
                         size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
                         float scale, float *probs, float *out)
 {
     if (hd % 8 || nv == 0) {
-        mor_attend_ref(q, group, hd, k, v, stride, kv_type, cells, nv, scale, probs, out);
+        k_attend_ref(q, group, hd, k, v, stride, kv_type, cells, nv, scale, probs, out);
         return;
     }
     switch (kv_type) {
@@ -521,7 +521,7 @@ void mor_attend_avx2(const float *q, int32_t group, int32_t hd, const void *k, c
 #pragma GCC pop_options
 #endif
 
-const mor_kernels mor_kernels_avx2 = {
-    "avx2", mor_act_q8_avx2, matmul_avx2, mor_attend_avx2, mor_rms_norm_avx2, mor_swiglu_avx2
+const kernel_set kernels_avx2 = {
+    "avx2", act_q8_avx2, matmul_avx2, k_attend_avx2, k_rms_norm_avx2, k_swiglu_avx2
 };
 #endif

@@ -238,12 +238,12 @@ static void to_f32(float *dst, int64_t ds, const char *src, size_t rb, int R, in
  * faster, blocks of 384 or 768 no better.) */
 enum { KB_MIN = 768, KB_COLS = 512, ACC_TILE = GR * GC * 16 };
 
-static void mm_float_kblocked(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void mm_float_kblocked(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                               int64_t o0, int64_t o1, int acc, float *scratch)
 {
     const int t = (int)w->type;
     const int64_t K = w->cols, nkb = (K + KB_COLS - 1) / KB_COLS, KB = ((K + nkb - 1) / nkb + 15) / 16 * 16;
-    const size_t rb = mor_row_bytes(w->type, K), es = rb / (size_t)K;   /* es: bytes per weight */
+    const size_t rb = tensor_row_bytes(w->type, K), es = rb / (size_t)K;   /* es: bytes per weight */
     const char *W = (const char *)w->data;
     float *cv = scratch, *abuf = scratch + GR * KB;   /* converted block (F16, BF16); accumulators per tile */
     const int32_t IB = i_block((int64_t)xs);
@@ -275,12 +275,12 @@ static void mm_float_kblocked(const mor_weight *w, const char *x, size_t xs, flo
     }
 }
 
-static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void mm_float(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc, float *scratch)
 {
     const int t = (int)w->type;
     const int64_t K = w->cols;
-    const size_t rb = mor_row_bytes(w->type, K);
+    const size_t rb = tensor_row_bytes(w->type, K);
     const char *W = (const char *)w->data;
     const tile_fn (*grid)[4] = t == TF16 ? grid_f16 : t == TBF16 ? grid_bf16 : grid_f32;
     if (n <= 2) {
@@ -352,7 +352,7 @@ enum { QPAIR_PRE = 128 };   /* precomputed bytes per pair and activation row: 16
 AI void qx_get(const char *xr, const char *pre, int64_t K, int t, int64_t b, int two,
                __m512i *xv, __m512i *base, __m512 *xd)
 {
-    const int8_t *q = mor_act_q8_qs(xr) + b * MOR_QK;
+    const int8_t *q = act_q8_qs(xr) + b * QK;
     if (two) {
         *xv = _mm512_load_si512((const void *)q);
         if (pre) {
@@ -363,7 +363,7 @@ AI void qx_get(const char *xr, const char *pre, int64_t K, int t, int64_t b, int
     } else {
         *xv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)q)), _mm256_setzero_si256(), 1);
     }
-    const float *d = mor_act_q8_d(xr, K) + b;
+    const float *d = act_q8_d(xr, K) + b;
     const __m512i off = _mm512_set1_epi8(t == GGML_Q4_0 ? 8 : (char)0x80);   /* the code offset, as u8 */
     *xd = _mm512_insertf32x8(_mm512_set1_ps(d[0]), _mm256_set1_ps(two ? d[1] : 0.0f), 1);
     *base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, *xv));
@@ -374,7 +374,7 @@ AI void qx_get(const char *xr, const char *pre, int64_t K, int t, int64_t b, int
 static void qx_prepare(const char *x, size_t xs, int32_t n, int64_t K, int t, char *pre, size_t ps)
 {
     for (int32_t c = 0; c < n; c++)
-        for (int64_t b = 0; b + 2 <= K / MOR_QK; b += 2) {
+        for (int64_t b = 0; b + 2 <= K / QK; b += 2) {
             __m512i xv, base;
             __m512 xd;
             qx_get(x + (size_t)c * xs, NULL, K, t, b, 1, &xv, &base, &xd);
@@ -388,7 +388,7 @@ static void qx_prepare(const char *x, size_t xs, int32_t n, int64_t K, int t, ch
 AI __m512i ldq2(const char *row, int64_t b, int t, int two)
 {
     if (t == GGML_Q4_0) {
-        const mor_block_q4_0 *q = (const mor_block_q4_0 *)row + b;
+        const block_q4_0 *q = (const block_q4_0 *)row + b;
         const __m128i v0 = _mm_loadu_si128((const __m128i *)q[0].qs);
         const __m256i y0 = _mm256_set_m128i(_mm_srli_epi16(v0, 4), v0);   /* values 0..15, then 16..31 */
         __m256i y1 = _mm256_setzero_si256();
@@ -398,7 +398,7 @@ AI __m512i ldq2(const char *row, int64_t b, int t, int two)
         }
         return _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1), _mm512_set1_epi8(15));
     }
-    const mor_block_q8_0 *q = (const mor_block_q8_0 *)row + b;
+    const block_q8_0 *q = (const block_q8_0 *)row + b;
     const __m256i y0 = _mm256_loadu_si256((const __m256i *)q[0].qs);
     const __m256i y1 = two ? _mm256_loadu_si256((const __m256i *)q[1].qs) : _mm256_set1_epi8((char)0x80);
     return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1), _mm512_set1_epi8((char)0x80));
@@ -408,8 +408,8 @@ AI __m512i ldq2(const char *row, int64_t b, int t, int two)
 AI __m512 ldd2(const char *row, int64_t b, int t, int two)
 {
     uint16_t d0, d1 = 0;
-    if (t == GGML_Q4_0) { d0 = ((const mor_block_q4_0 *)row)[b].d; if (two) d1 = ((const mor_block_q4_0 *)row)[b + 1].d; }
-    else                { d0 = ((const mor_block_q8_0 *)row)[b].d; if (two) d1 = ((const mor_block_q8_0 *)row)[b + 1].d; }
+    if (t == GGML_Q4_0) { d0 = ((const block_q4_0 *)row)[b].d; if (two) d1 = ((const block_q4_0 *)row)[b + 1].d; }
+    else                { d0 = ((const block_q8_0 *)row)[b].d; if (two) d1 = ((const block_q8_0 *)row)[b + 1].d; }
     return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)d1), _mm_set1_epi16((short)d0)));
 }
 
@@ -439,7 +439,7 @@ VBMI_TARGET static inline __m512i q4_codes_vbmi(__m512i raw)
  * after the pair are read too (they must exist) and ignored. */
 VBMI_TARGET static inline __m512i q4_load(const char *row, int64_t b, int two, int over)
 {
-    const char *p = row + (size_t)b * sizeof(mor_block_q4_0);
+    const char *p = row + (size_t)b * sizeof(block_q4_0);
     if (over) return _mm512_loadu_si512((const void *)p);
     return _mm512_maskz_loadu_epi8(two ? 0xFFFFFFFFFull : 0x3FFFFull, p);
 }
@@ -458,7 +458,7 @@ VBMI_TARGET static inline void ldq2_vbmi(const char *row, int64_t b, int two, __
 /* The d of the 8 Q4_0 blocks from b on (144 bytes; these loads read 128) as floats */
 VBMI_TARGET static inline __m256 ldd_group(const char *row, int64_t b)
 {
-    const char *p = row + (size_t)b * sizeof(mor_block_q4_0);
+    const char *p = row + (size_t)b * sizeof(block_q4_0);
     const __m512i l0 = _mm512_loadu_si512((const void *)p), l1 = _mm512_loadu_si512((const void *)(p + 64));
     /* blocks 18 bytes apart: words 0, 9, 18, 27 of l0, 4, 13, 22, 31 of l1 */
     const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -499,7 +499,7 @@ AI void tile_q_body(const char *w, size_t rb, int t, const char *x, size_t xs, c
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) a[r][c] = _mm512_setzero_ps();
-    const int64_t nb = K / MOR_QK;
+    const int64_t nb = K / QK;
     pf_cursor pc = pf_start(pf, pfn, (nb + 1) / 2);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
@@ -531,7 +531,7 @@ VBMI_TARGET static inline void tile_qv(const char *w, size_t rb, const char *x, 
 #pragma GCC unroll 2
         for (int c = 0; c < C; c++) a[r][c] = _mm512_setzero_ps();
     const int t = GGML_Q4_0, G = 4;
-    const int64_t nb = K / MOR_QK;
+    const int64_t nb = K / QK;
     pf_cursor pc = pf_start(pf, pfn, (nb + 1) / 2);
     /* Q4_0 pairs load 28 bytes past themselves: groups stop two blocks short of the end of a row
      * unless a row of the matrix follows the tile's last (wend: the end of the matrix) */
@@ -543,7 +543,7 @@ VBMI_TARGET static inline void tile_qv(const char *w, size_t rb, const char *x, 
         for (int r = 0; r < R; r++) {
             const __m256 wd = ldd_group(w + (size_t)r * rb, b);
 #pragma GCC unroll 2
-            for (int c = 0; c < C; c++) sc[r][c] = _mm256_mul_ps(wd, _mm256_loadu_ps(mor_act_q8_d(x + (size_t)c * xs, K) + b));
+            for (int c = 0; c < C; c++) sc[r][c] = _mm256_mul_ps(wd, _mm256_loadu_ps(act_q8_d(x + (size_t)c * xs, K) + b));
         }
 #pragma GCC unroll 4
         for (int p = 0; p < G; p++) {
@@ -626,18 +626,18 @@ static const qtile_fn vgrid_q4[4][4] = QGRID(v, TQ4);
  * prefetching ahead): decoding one token of a few sequences. */
 enum { Q_STREAM_ROWS = 4 };
 
-static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc, float *scratch, int vbmi)
 {
     const int64_t K = w->cols;
-    const size_t rb = mor_row_bytes(w->type, K);
+    const size_t rb = tensor_row_bytes(w->type, K);
     const char *W = (const char *)w->data, *wend = W + (size_t)w->rows * rb;
     /* Q8_0 codes need no unpacking: its VBMI tiles measured no faster (a little slower from DRAM and in
      * GEMM tiles), so Q8_0 takes the plain ones everywhere */
     const qtile_fn (*g)[4] = w->type == GGML_Q4_0 ? (vbmi ? vgrid_q4 : grid_q4) : grid_q8;
     if (n <= Q_STREAM_ROWS) {
-        /* the scratch holds MOR_MM_SCRATCH_FLOATS(K) floats: 32 K bytes, and this needs n x K / 64 x 128 */
-        const size_t ps = (size_t)(K / MOR_QK / 2) * QPAIR_PRE;
+        /* the scratch holds MM_SCRATCH_FLOATS(K) floats: 32 K bytes, and this needs n x K / 64 x 128 */
+        const size_t ps = (size_t)(K / QK / 2) * QPAIR_PRE;
         char *pre = scratch && ps ? (char *)scratch : NULL;
         if (pre) qx_prepare(x, xs, n, K, (int)w->type, pre, ps);
         int64_t o = o0;
@@ -670,7 +670,7 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
     }
 }
 
-static void matmul_any(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void matmul_any(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
                        int64_t o0, int64_t o1, int acc, float *scratch, int vbmi)
 {
     switch (w->type) {
@@ -679,17 +679,17 @@ static void matmul_any(const mor_weight *w, const void *x, size_t xs, float *y, 
     case GGML_Q8_0: case GGML_Q4_0:
         mm_quant(w, x, xs, y, ldy, n, o0, o1, acc, scratch, vbmi); break;
     default:
-        mor_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+        k_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     }
 }
 
-static void matmul_avx512(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void matmul_avx512(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
                           int64_t o0, int64_t o1, int acc, float *scratch)
 {
     matmul_any(w, x, xs, y, ldy, n, o0, o1, acc, scratch, 1);
 }
 
-static void matmul_avx512_novbmi(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void matmul_avx512_novbmi(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
                                  int64_t o0, int64_t o1, int acc, float *scratch)
 {
     matmul_any(w, x, xs, y, ldy, n, o0, o1, acc, scratch, 0);
@@ -708,8 +708,8 @@ AI __m512 ldkv16(const char *row, int32_t i, uint32_t t)
 {
     if (t == GGML_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (size_t)i)));
     if (t == GGML_Q8_0) {
-        const mor_block_q8_0 *b = (const mor_block_q8_0 *)row + i / MOR_QK;
-        const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + i % MOR_QK))));
+        const block_q8_0 *b = (const block_q8_0 *)row + i / QK;
+        const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + i % QK))));
         return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(b->d)), q);
     }
     return _mm512_loadu_ps((const float *)row + i);
@@ -864,7 +864,7 @@ static void attend_avx512(const float *q, int32_t group, int32_t hd, const void 
             }
             return;
         }
-        mor_attend_avx2(q, group, hd, k, v, stride, kv_type, cells, nv, scale, probs, out);
+        k_attend_avx2(q, group, hd, k, v, stride, kv_type, cells, nv, scale, probs, out);
         return;
     }
     f(q, (const char *)k, (const char *)v, stride, kv_type, cells, nv, scale, probs, out);
@@ -877,10 +877,10 @@ static void attend_avx512(const float *q, int32_t group, int32_t hd, const void 
 #endif
 
 /* The set for CPUs with VBMI and GFNI, and the same without them (the same bits). */
-const mor_kernels mor_kernels_avx512 = {
-    "avx512", mor_act_q8_avx2, matmul_avx512, attend_avx512, mor_rms_norm_avx2, mor_swiglu_avx2
+const kernel_set kernels_avx512 = {
+    "avx512", act_q8_avx2, matmul_avx512, attend_avx512, k_rms_norm_avx2, k_swiglu_avx2
 };
-const mor_kernels mor_kernels_avx512_novbmi = {
-    "avx512-novbmi", mor_act_q8_avx2, matmul_avx512_novbmi, attend_avx512, mor_rms_norm_avx2, mor_swiglu_avx2
+const kernel_set kernels_avx512_novbmi = {
+    "avx512-novbmi", act_q8_avx2, matmul_avx512_novbmi, attend_avx512, k_rms_norm_avx2, k_swiglu_avx2
 };
 #endif

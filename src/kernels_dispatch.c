@@ -4,37 +4,37 @@
 #include "cpu.h"
 #include "kernels.h"
 
-const mor_kernels *mor_kernels_get(int isa)
+const kernel_set *kernels_get(int isa)
 {
-    uint32_t f = mor_cpu_features();
+    uint32_t f = cpu_features();
     (void)f;
     switch (isa) {
-    case MOR_ISA_REF: return &mor_kernels_ref;
+    case ISA_REF: return &kernels_ref;
 #if defined(__x86_64__)
-    case MOR_ISA_AVX2: return (f & MOR_CPU_AVX2) ? &mor_kernels_avx2 : NULL;
-    case MOR_ISA_AVX512:
+    case ISA_AVX2: return (f & CPU_AVX2) ? &kernels_avx2 : NULL;
+    case ISA_AVX512:
         /* the set also uses VNNI for the quantized dot products, and VBMI + GFNI where present
          * to unpack quantized blocks (the same results without them) */
-        if (!(f & MOR_CPU_AVX512) || !(f & MOR_CPU_AVX512VNNI)) return NULL;
-        return (f & MOR_CPU_AVX512VBMI) && (f & MOR_CPU_GFNI) ? &mor_kernels_avx512 : &mor_kernels_avx512_novbmi;
+        if (!(f & CPU_AVX512) || !(f & CPU_AVX512VNNI)) return NULL;
+        return (f & CPU_AVX512VBMI) && (f & CPU_GFNI) ? &kernels_avx512 : &kernels_avx512_novbmi;
 #endif
 #if defined(__aarch64__)
-    case MOR_ISA_NEON: return (f & MOR_CPU_NEON) ? &mor_kernels_neon : NULL;
+    case ISA_NEON: return (f & CPU_NEON) ? &kernels_neon : NULL;
 #endif
     default: return NULL;
     }
 }
 
-const mor_kernels *mor_kernels_best(void)
+const kernel_set *kernels_best(void)
 {
-    for (int isa = MOR_ISA_COUNT - 1; isa > MOR_ISA_REF; isa--) {
-        const mor_kernels *k = mor_kernels_get(isa);
+    for (int isa = ISA_COUNT - 1; isa > ISA_REF; isa--) {
+        const kernel_set *k = kernels_get(isa);
         if (k) return k;
     }
-    return &mor_kernels_ref;
+    return &kernels_ref;
 }
 
-const char *mor_kernels_compiled(void)
+const char *kernels_compiled(void)
 {
 #if defined(__x86_64__)
     return "ref,avx2,avx512";

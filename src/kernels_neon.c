@@ -105,12 +105,12 @@ static const tile_fn grid_f32[4][4] = GRID(TF32), grid_f16[4][4] = GRID(TF16), g
 
 #define IB 64
 
-static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void mm_float(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc, float *scratch)
 {
     const int t = (int)w->type;
     const int64_t K = w->cols;
-    const size_t rb = mor_row_bytes(w->type, K);
+    const size_t rb = tensor_row_bytes(w->type, K);
     const char *W = (const char *)w->data;
     const tile_fn (*grid)[4] = t == TF16 ? grid_f16 : t == TBF16 ? grid_bf16 : grid_f32;
     if (n <= 2) {
@@ -138,7 +138,7 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
                     int64_t k = 0;
                     for (; k + 4 <= K; k += 4) vst1q_f32(dst + k, ldw(src, k, t));
                     for (; k < K; k++)
-                        dst[k] = t == TF16 ? mor_f16_to_f32(((const uint16_t *)src)[k]) : mor_bf16_to_f32(((const uint16_t *)src)[k]);
+                        dst[k] = t == TF16 ? f16_to_f32(((const uint16_t *)src)[k]) : bf16_to_f32(((const uint16_t *)src)[k]);
                 }
                 ws = (const char *)scratch; wrb = sizeof(float) * (size_t)K; g = grid_f32;
             }
@@ -154,20 +154,20 @@ static void mm_float(const mor_weight *w, const char *x, size_t xs, float *y, in
 AI void ldq(const char *row, int64_t b, int t, int8x16_t *lo, int8x16_t *hi)
 {
     if (t == GGML_Q4_0) {
-        const mor_block_q4_0 *q = (const mor_block_q4_0 *)row + b;
+        const block_q4_0 *q = (const block_q4_0 *)row + b;
         uint8x16_t v = vld1q_u8(q->qs);
         *lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), vdupq_n_s8(8));   /* values 0..15 */
         *hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));               /* values 16..31 */
         return;
     }
-    const mor_block_q8_0 *q = (const mor_block_q8_0 *)row + b;
+    const block_q8_0 *q = (const block_q8_0 *)row + b;
     *lo = vld1q_s8(q->qs);
     *hi = vld1q_s8(q->qs + 16);
 }
 
 AI float ldd(const char *row, int64_t b, int t)
 {
-    return mor_f16_to_f32(t == GGML_Q4_0 ? ((const mor_block_q4_0 *)row + b)->d : ((const mor_block_q8_0 *)row + b)->d);
+    return f16_to_f32(t == GGML_Q4_0 ? ((const block_q4_0 *)row + b)->d : ((const block_q8_0 *)row + b)->d);
 }
 
 /* lane j = products 4j..4j+3 of both 16-value halves (exact) */
@@ -186,15 +186,15 @@ AI float32x4_t dotq_plain(int8x16_t wl, int8x16_t wh, int8x16_t xl, int8x16_t xh
     float32x4_t a[4][4]; \
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) \
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) a[r][c] = vdupq_n_f32(0); \
-    const int64_t nb = K / MOR_QK; \
+    const int64_t nb = K / QK; \
     for (int64_t b = 0; b < nb; b++) { \
         int8x16_t xl[4], xh[4]; \
         float xd[4]; \
         _Pragma("GCC unroll 4") for (int c = 0; c < C; c++) { \
             const char *xr = x + (size_t)c * xs; \
-            xl[c] = vld1q_s8(mor_act_q8_qs(xr) + b * MOR_QK); \
-            xh[c] = vld1q_s8(mor_act_q8_qs(xr) + b * MOR_QK + 16); \
-            xd[c] = mor_act_q8_d(xr, K)[b]; \
+            xl[c] = vld1q_s8(act_q8_qs(xr) + b * QK); \
+            xh[c] = vld1q_s8(act_q8_qs(xr) + b * QK + 16); \
+            xd[c] = act_q8_d(xr, K)[b]; \
         } \
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) { \
             const char *wr = w + (size_t)r * rb; \
@@ -255,13 +255,13 @@ DROW(TQ4, 1) DROW(TQ4, 2) DROW(TQ4, 3) DROW(TQ4, 4)
 #pragma GCC pop_options
 static const tile_fn grid_q8d[4][4] = QGRID(dtile, TQ8), grid_q4d[4][4] = QGRID(dtile, TQ4);
 
-static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc)
 {
     const int64_t K = w->cols;
-    const size_t rb = mor_row_bytes(w->type, K);
+    const size_t rb = tensor_row_bytes(w->type, K);
     const char *W = (const char *)w->data;
-    const int sdot = (mor_cpu_features() & MOR_CPU_DOTPROD) != 0;
+    const int sdot = (cpu_features() & CPU_DOTPROD) != 0;
     const tile_fn (*g)[4] = w->type == GGML_Q4_0 ? (sdot ? grid_q4d : grid_q4) : (sdot ? grid_q8d : grid_q8);
     if (n == 1) {
         int64_t o = o0;
@@ -281,7 +281,7 @@ static void mm_quant(const mor_weight *w, const char *x, size_t xs, float *y, in
     }
 }
 
-static void matmul_neon(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
+static void matmul_neon(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
                         int64_t o0, int64_t o1, int acc, float *scratch)
 {
     switch (w->type) {
@@ -290,7 +290,7 @@ static void matmul_neon(const mor_weight *w, const void *x, size_t xs, float *y,
     case GGML_Q8_0: case GGML_Q4_0:
         mm_quant(w, x, xs, y, ldy, n, o0, o1, acc); break;
     default:
-        mor_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+        k_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     }
 }
 
@@ -300,18 +300,18 @@ static void act_q8_neon(const float *x, void *row, int64_t k)
 {
     int8_t *qs = (int8_t *)row;
     float *dd = (float *)(qs + k);
-    for (int64_t b = 0; b < k / MOR_QK; b++) {
-        const float *xb = x + b * MOR_QK;
+    for (int64_t b = 0; b < k / QK; b++) {
+        const float *xb = x + b * QK;
         float32x4_t v[8], mx = vdupq_n_f32(0);
         for (int j = 0; j < 8; j++) { v[j] = vld1q_f32(xb + 4 * j); mx = vmaxq_f32(mx, vabsq_f32(v[j])); }
         const float amax = vmaxvq_f32(mx), d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-        dd[b] = mor_f16_to_f32(mor_f32_to_f16(d));
+        dd[b] = f16_to_f32(f32_to_f16(d));
         for (int j = 0; j < 8; j += 2) {
             /* vrndaq: round to nearest, ties away from zero, as roundf */
             int32x4_t q0 = vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[j], id)));
             int32x4_t q1 = vcvtq_s32_f32(vrndaq_f32(vmulq_n_f32(v[j + 1], id)));
             int16x8_t q = vcombine_s16(vqmovn_s32(q0), vqmovn_s32(q1));
-            vst1_s8(qs + b * MOR_QK + 4 * j, vqmovn_s16(q));
+            vst1_s8(qs + b * QK + 4 * j, vqmovn_s16(q));
         }
     }
 }
@@ -344,7 +344,7 @@ static void swiglu_neon(float *g, const float *u, int64_t n)
         float32x4_t s = vdivq_f32(v, vaddq_f32(vdupq_n_f32(1.0f), exp4(vnegq_f32(v))));
         vst1q_f32(g + i, vmulq_f32(s, vld1q_f32(u + i)));
     }
-    for (; i < n; i++) g[i] = mor_silu(g[i]) * u[i];
+    for (; i < n; i++) g[i] = k_silu(g[i]) * u[i];
 }
 
 static void rms_norm_neon(float *out, const float *x, const float *w, int32_t n, float eps)
@@ -372,11 +372,11 @@ AI float32x4_t ldkv(const char *row, int32_t i, uint32_t t)
 {
     if (t == GGML_F16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)row + i)));
     if (t == GGML_Q8_0) {
-        const mor_block_q8_0 *b = (const mor_block_q8_0 *)row + i / MOR_QK;
+        const block_q8_0 *b = (const block_q8_0 *)row + i / QK;
         uint32_t four;   /* 4 values: a wider load could run past the cache's last row */
-        memcpy(&four, b->qs + i % MOR_QK, 4);
+        memcpy(&four, b->qs + i % QK, 4);
         int32x4_t q = vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_u32(vdup_n_u32(four)))));
-        return vmulq_n_f32(vcvtq_f32_s32(q), mor_f16_to_f32(b->d));
+        return vmulq_n_f32(vcvtq_f32_s32(q), f16_to_f32(b->d));
     }
     return vld1q_f32((const float *)row + i);
 }
@@ -385,7 +385,7 @@ static void attend_neon(const float *q, int32_t group, int32_t hd, const void *k
                         uint32_t t, const int32_t *cells, int32_t nv, float scale, float *probs, float *out)
 {
     if (hd % 4 || nv == 0) {
-        mor_attend_ref(q, group, hd, kp, vp, stride, t, cells, nv, scale, probs, out);
+        k_attend_ref(q, group, hd, kp, vp, stride, t, cells, nv, scale, probs, out);
         return;
     }
     const char *k = kp, *v = vp;
@@ -420,7 +420,7 @@ static void attend_neon(const float *q, int32_t group, int32_t hd, const void *k
     }
 }
 
-const mor_kernels mor_kernels_neon = {
+const kernel_set kernels_neon = {
     "neon", act_q8_neon, matmul_neon, attend_neon, rms_norm_neon, swiglu_neon
 };
 #endif

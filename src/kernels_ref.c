@@ -5,7 +5,7 @@
 #include "kernels.h"
 #include "quant.h"
 
-float mor_bf16_to_f32(uint16_t h)
+float bf16_to_f32(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;   /* bf16 is the top half of an f32: exact */
     float f;
@@ -13,7 +13,7 @@ float mor_bf16_to_f32(uint16_t h)
     return f;
 }
 
-float mor_f16_to_f32(uint16_t h)
+float f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
     if (exp == 0) {
@@ -33,7 +33,7 @@ float mor_f16_to_f32(uint16_t h)
     return f;
 }
 
-int mor_act_is_q8(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0; }
+int act_is_q8(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0; }
 
 static float dot_f32(const float *w, const float *x, int64_t n)
 {
@@ -45,55 +45,55 @@ static float dot_f32(const float *w, const float *x, int64_t n)
 static float dot_bf16(const uint16_t *w, const float *x, int64_t n)
 {
     float s = 0;
-    for (int64_t i = 0; i < n; i++) s += mor_bf16_to_f32(w[i]) * x[i];
+    for (int64_t i = 0; i < n; i++) s += bf16_to_f32(w[i]) * x[i];
     return s;
 }
 
 static float dot_f16(const uint16_t *w, const float *x, int64_t n)
 {
     float s = 0;
-    for (int64_t i = 0; i < n; i++) s += mor_f16_to_f32(w[i]) * x[i];
+    for (int64_t i = 0; i < n; i++) s += f16_to_f32(w[i]) * x[i];
     return s;
 }
 
 /* Quantized weights against Q8_0 activations, as ggml's vec_dot_q8_0_q8_0 /
  * q4_0_q8_0: an exact integer sum per block, scaled by d_w * d_x. */
-static float dot_q8_0(const mor_block_q8_0 *w, const void *xrow, int64_t n)
+static float dot_q8_0(const block_q8_0 *w, const void *xrow, int64_t n)
 {
-    const int8_t *xq = mor_act_q8_qs(xrow);
-    const float *xd = mor_act_q8_d(xrow, n);
+    const int8_t *xq = act_q8_qs(xrow);
+    const float *xd = act_q8_d(xrow, n);
     float s = 0;
-    for (int64_t b = 0; b < n / MOR_QK; b++) {
+    for (int64_t b = 0; b < n / QK; b++) {
         int32_t sumi = 0;
-        for (int j = 0; j < MOR_QK; j++) sumi += (int32_t)w[b].qs[j] * xq[b * MOR_QK + j];
-        s += (float)sumi * (mor_f16_to_f32(w[b].d) * xd[b]);
+        for (int j = 0; j < QK; j++) sumi += (int32_t)w[b].qs[j] * xq[b * QK + j];
+        s += (float)sumi * (f16_to_f32(w[b].d) * xd[b]);
     }
     return s;
 }
 
-static float dot_q4_0(const mor_block_q4_0 *w, const void *xrow, int64_t n)
+static float dot_q4_0(const block_q4_0 *w, const void *xrow, int64_t n)
 {
-    const int8_t *xq = mor_act_q8_qs(xrow);
-    const float *xd = mor_act_q8_d(xrow, n);
+    const int8_t *xq = act_q8_qs(xrow);
+    const float *xd = act_q8_d(xrow, n);
     float s = 0;
-    for (int64_t b = 0; b < n / MOR_QK; b++) {
+    for (int64_t b = 0; b < n / QK; b++) {
         int32_t sumi = 0;
-        for (int j = 0; j < MOR_QK / 2; j++) {
-            sumi += ((w[b].qs[j] & 15) - 8) * xq[b * MOR_QK + j];
-            sumi += ((w[b].qs[j] >> 4) - 8) * xq[b * MOR_QK + j + MOR_QK / 2];
+        for (int j = 0; j < QK / 2; j++) {
+            sumi += ((w[b].qs[j] & 15) - 8) * xq[b * QK + j];
+            sumi += ((w[b].qs[j] >> 4) - 8) * xq[b * QK + j + QK / 2];
         }
-        s += (float)sumi * (mor_f16_to_f32(w[b].d) * xd[b]);
+        s += (float)sumi * (f16_to_f32(w[b].d) * xd[b]);
     }
     return s;
 }
 
 /* Weight rows outermost: each weight row is read once for all n inputs. */
-void mor_matmul_ref_range(const mor_weight *w, const void *x, size_t xs, float *y, int64_t ldy,
+void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy,
                           int32_t n, int64_t o0, int64_t o1, int acc, float *scratch)
 {
     (void)scratch;
     const int64_t C = w->cols;
-    const size_t rb = mor_row_bytes(w->type, C);
+    const size_t rb = tensor_row_bytes(w->type, C);
     for (int64_t o = o0; o < o1; o++) {
         const void *row = (const char *)w->data + (size_t)o * rb;
         for (int32_t i = 0; i < n; i++) {
@@ -112,14 +112,14 @@ void mor_matmul_ref_range(const mor_weight *w, const void *x, size_t xs, float *
     }
 }
 
-size_t mor_act_stride(uint32_t wtype, int64_t k)
+size_t act_stride(uint32_t wtype, int64_t k)
 {
-    return mor_act_is_q8(wtype) ? mor_act_q8_stride(k) : sizeof(float) * (size_t)k;
+    return act_is_q8(wtype) ? act_q8_stride(k) : sizeof(float) * (size_t)k;
 }
 
-void mor_act_prepare(const mor_kernels *ks, uint32_t wtype, const float *x, void *out, int64_t k)
+void act_prepare(const kernel_set *ks, uint32_t wtype, const float *x, void *out, int64_t k)
 {
-    if (mor_act_is_q8(wtype)) ks->act_q8(x, out, k);
+    if (act_is_q8(wtype)) ks->act_q8(x, out, k);
     else memcpy(out, x, sizeof(float) * (size_t)k);
 }
 
@@ -127,14 +127,14 @@ void mor_act_prepare(const mor_kernels *ks, uint32_t wtype, const float *x, void
  * their activations quantized: done a segment of columns at a time into a
  * stack buffer, so this never allocates. */
 #define SEG 4096
-static void matmul_here(const mor_kernels *ks, const mor_weight *w, const float *x, float *y, int32_t n)
+static void matmul_here(const kernel_set *ks, const tensor *w, const float *x, float *y, int32_t n)
 {
     const int64_t K = w->cols;
-    if (!mor_act_is_q8(w->type)) {
+    if (!act_is_q8(w->type)) {
         ks->matmul(w, x, sizeof(float) * (size_t)K, y, w->rows, n, 0, w->rows, 0, NULL);
         return;
     }
-    _Alignas(64) unsigned char buf[SEG + SEG / MOR_QK * sizeof(float) + 64];
+    _Alignas(64) unsigned char buf[SEG + SEG / QK * sizeof(float) + 64];
     for (int32_t i = 0; i < n; i++) {
         const float *xi = x + (int64_t)i * K;
         float *yi = y + (int64_t)i * w->rows;
@@ -144,15 +144,15 @@ static void matmul_here(const mor_kernels *ks, const mor_weight *w, const float 
             continue;
         }
         /* wider rows: column segments of the weight, accumulated */
-        const size_t rb = mor_row_bytes(w->type, K);
+        const size_t rb = tensor_row_bytes(w->type, K);
         for (int64_t c0 = 0; c0 < K; c0 += SEG) {
             int64_t kc = K - c0 < SEG ? K - c0 : SEG;
-            mor_weight part = *w;
+            tensor part = *w;
             part.cols = kc;
-            part.data = (const char *)w->data + mor_row_bytes(w->type, c0);
+            part.data = (const char *)w->data + tensor_row_bytes(w->type, c0);
             ks->act_q8(xi + c0, buf, kc);
             for (int64_t o = 0; o < w->rows; o++) {   /* rows keep their full stride */
-                mor_weight row = part;
+                tensor row = part;
                 row.rows = 1;
                 row.data = (const char *)part.data + (size_t)o * rb;
                 ks->matmul(&row, buf, 0, yi + o, 1, 1, 0, 1, c0 > 0, NULL);
@@ -161,23 +161,23 @@ static void matmul_here(const mor_kernels *ks, const mor_weight *w, const float 
     }
 }
 
-void mor_matmul(const mor_weight *w, const float *x, float *y, int32_t n)
+void k_matmul(const tensor *w, const float *x, float *y, int32_t n)
 {
-    matmul_here(mor_kernels_best(), w, x, y, n);
+    matmul_here(kernels_best(), w, x, y, n);
 }
 
-void mor_matmul_ref(const mor_weight *w, const float *x, float *y, int32_t n)
+void k_matmul_ref(const tensor *w, const float *x, float *y, int32_t n)
 {
-    matmul_here(&mor_kernels_ref, w, x, y, n);
+    matmul_here(&kernels_ref, w, x, y, n);
 }
 
-void mor_embed_row(const mor_weight *w, int32_t row, float *out)
+void k_embed_row(const tensor *w, int32_t row, float *out)
 {
     const int64_t C = w->cols;
-    mor_dequantize_row(w->type, (const char *)w->data + (size_t)row * mor_row_bytes(w->type, C), out, C);
+    dequant_row(w->type, (const char *)w->data + (size_t)row * tensor_row_bytes(w->type, C), out, C);
 }
 
-void mor_rms_norm(float *out, const float *x, const float *w, int32_t n, float eps)
+void k_rms_norm(float *out, const float *x, const float *w, int32_t n, float eps)
 {
     double ss = 0;
     for (int32_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
@@ -185,14 +185,14 @@ void mor_rms_norm(float *out, const float *x, const float *w, int32_t n, float e
     for (int32_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * r);
 }
 
-void mor_rope_inv_freq(float *inv_freq, int32_t head_dim, float theta)
+void k_rope_inv_freq(float *inv_freq, int32_t head_dim, float theta)
 {
     /* as HF computes it in fp32: inv_freq = 1 / theta^(2i/d) */
     for (int32_t i = 0; i < head_dim / 2; i++)
         inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
 }
 
-void mor_rope_cs(float *v, int32_t n_heads, int32_t head_dim, const float *cs)
+void k_rope_cs(float *v, int32_t n_heads, int32_t head_dim, const float *cs)
 {
     const int32_t half = head_dim / 2;
     for (int32_t h = 0; h < n_heads; h++) {
@@ -205,7 +205,7 @@ void mor_rope_cs(float *v, int32_t n_heads, int32_t head_dim, const float *cs)
     }
 }
 
-void mor_rope(float *v, int32_t n_heads, int32_t head_dim, int32_t pos, float theta)
+void k_rope(float *v, int32_t n_heads, int32_t head_dim, int32_t pos, float theta)
 {
     const int32_t half = head_dim / 2;
     for (int32_t i = 0; i < half; i++) {
@@ -221,11 +221,11 @@ void mor_rope(float *v, int32_t n_heads, int32_t head_dim, int32_t pos, float th
     }
 }
 
-float mor_silu(float x) { return x / (1.0f + expf(-x)); }
+float k_silu(float x) { return x / (1.0f + expf(-x)); }
 
-float mor_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
+float k_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
 
-void mor_softmax(float *x, int32_t n)
+void k_softmax(float *x, int32_t n)
 {
     float mx = -INFINITY, sum = 0;
     for (int32_t i = 0; i < n; i++) if (x[i] > mx) mx = x[i];
@@ -237,16 +237,16 @@ void mor_softmax(float *x, int32_t n)
 static float kv_at(const void *row, uint32_t t, int32_t i)
 {
     switch (t) {
-    case GGML_F16: return mor_f16_to_f32(((const uint16_t *)row)[i]);
+    case GGML_F16: return f16_to_f32(((const uint16_t *)row)[i]);
     case GGML_Q8_0: {
-        const mor_block_q8_0 *b = (const mor_block_q8_0 *)row + i / MOR_QK;
-        return mor_f16_to_f32(b->d) * (float)b->qs[i % MOR_QK];
+        const block_q8_0 *b = (const block_q8_0 *)row + i / QK;
+        return f16_to_f32(b->d) * (float)b->qs[i % QK];
     }
     default: return ((const float *)row)[i];
     }
 }
 
-void mor_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
+void k_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
                     size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
                     float scale, float *probs, float *out)
 {
@@ -259,7 +259,7 @@ void mor_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, co
             for (int32_t i = 0; i < hd; i++) d += qh[i] * kv_at(kr, kv_type, i);
             p[t] = d * scale;
         }
-        mor_softmax(p, nv);
+        k_softmax(p, nv);
         float *oh = out + (int64_t)g * hd;
         memset(oh, 0, sizeof(float) * (size_t)hd);
         for (int32_t t = 0; t < nv; t++) {
@@ -271,9 +271,9 @@ void mor_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, co
 
 static void swiglu_ref(float *g, const float *u, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) g[i] = mor_silu(g[i]) * u[i];
+    for (int64_t i = 0; i < n; i++) g[i] = k_silu(g[i]) * u[i];
 }
 
-const mor_kernels mor_kernels_ref = {
-    "ref", mor_quantize_act_q8_ref, mor_matmul_ref_range, mor_attend_ref, mor_rms_norm, swiglu_ref
+const kernel_set kernels_ref = {
+    "ref", act_q8_ref, k_matmul_ref_range, k_attend_ref, k_rms_norm, swiglu_ref
 };

@@ -28,13 +28,13 @@ static int64_t mm_chunk(int64_t rows, int32_t n, int32_t nth)
 #define MIN_PARALLEL_MACS 65536
 
 /* Run n_chunks chunks of a job: on the pool, or here when the job is small. */
-static void run(mor_exec *e, int64_t n_chunks, mor_chunk_fn fn, void *arg, int64_t macs)
+static void run(exec_ctx *e, int64_t n_chunks, chunk_fn fn, void *arg, int64_t macs)
 {
     if (e->nth > 1 && macs >= MIN_PARALLEL_MACS) pool_run(e->pool, n_chunks, fn, arg);
     else for (int64_t c = 0; c < n_chunks; c++) fn(arg, c, 0);
 }
 
-void exec_free(mor_exec *e)
+void exec_free(exec_ctx *e)
 {
     pool_free(e->pool);
     for (int32_t t = 0; t < e->nth; t++) {
@@ -46,12 +46,12 @@ void exec_free(mor_exec *e)
     memset(e, 0, sizeof *e);
 }
 
-mor_status exec_init(mor_exec *e, const mor_model *m, int32_t n_threads, uint32_t n_batch, uint32_t n_ctx)
+mor_status exec_init(exec_ctx *e, const mor_model *m, int32_t n_threads, uint32_t n_batch, uint32_t n_ctx)
 {
     memset(e, 0, sizeof *e);
     if (n_threads < 1) n_threads = 1;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
-    e->k = mor_kernels_best();
+    e->k = kernels_best();
     int64_t kmax = m->n_embd;   /* the widest matmul input: n_embd, H*hd or n_ff */
     if ((int64_t)m->n_head * m->head_dim > kmax) kmax = (int64_t)m->n_head * m->head_dim;
     if (m->n_ff > kmax) kmax = m->n_ff;
@@ -61,16 +61,16 @@ mor_status exec_init(mor_exec *e, const mor_model *m, int32_t n_threads, uint32_
     e->probs = calloc((size_t)n_threads, sizeof(float *));
     e->vis = calloc((size_t)n_threads, sizeof(int32_t *));
     /* malloc + manual alignment: the one allocator users and tests can hook */
-    e->act_mem = malloc(n_batch * mor_act_q8_stride(kmax) + 64);
+    e->act_mem = malloc(n_batch * act_q8_stride(kmax) + 64);
     if (e->act_mem) e->act = (void *)(((uintptr_t)e->act_mem + 63) & ~(uintptr_t)63);
     int ok = e->mm_scratch && e->probs && e->vis && e->act;
     for (int32_t t = 0; ok && t < n_threads; t++) {
-        e->mm_scratch[t] = malloc(sizeof(float) * MOR_MM_SCRATCH_FLOATS(kmax));
+        e->mm_scratch[t] = malloc(sizeof(float) * MM_SCRATCH_FLOATS(kmax));
         e->probs[t] = malloc(sizeof(float) * group * (n_ctx ? n_ctx : 1));
         e->vis[t] = malloc(sizeof(int32_t) * 2 * (n_ctx ? n_ctx : 1));   /* the list, then sort scratch */
         ok = e->mm_scratch[t] && e->probs[t] && e->vis[t];
     }
-    if (!ok) { exec_free(e); return mor_err(MOR_E_NOMEM, "cannot allocate per-thread scratch for %d threads", n_threads); }
+    if (!ok) { exec_free(e); return err_set(MOR_E_NOMEM, "cannot allocate per-thread scratch for %d threads", n_threads); }
     mor_status st = pool_create(n_threads, &e->pool);
     if (st) { exec_free(e); return st; }
     e->nth = pool_size(e->pool);
@@ -79,7 +79,7 @@ mor_status exec_init(mor_exec *e, const mor_model *m, int32_t n_threads, uint32_
 
 /* ---- activation preparation (Q8_0 for quantized weights) ---- */
 
-typedef struct { mor_exec *e; const float *x; int64_t ldx, k, chunk; int32_t n; size_t stride; } prep_job;
+typedef struct { exec_ctx *e; const float *x; int64_t ldx, k, chunk; int32_t n; size_t stride; } prep_job;
 
 static void prep_task(void *arg, int64_t c, int32_t ith)
 {
@@ -91,10 +91,10 @@ static void prep_task(void *arg, int64_t c, int32_t ith)
 
 /* The activations a matmul with weights of type t reads: x itself for float
  * types, else x quantized into e->act. Returns the pointer and row stride. */
-static const void *prepare(mor_exec *e, uint32_t t, const float *x, int64_t ldx, int64_t k, int32_t n, size_t *xs)
+static const void *prepare(exec_ctx *e, uint32_t t, const float *x, int64_t ldx, int64_t k, int32_t n, size_t *xs)
 {
-    if (!mor_act_is_q8(t)) { *xs = sizeof(float) * (size_t)ldx; return x; }
-    prep_job j = { e, x, ldx, k, pool_chunk(n, 1, e->nth), n, mor_act_q8_stride(k) };
+    if (!act_is_q8(t)) { *xs = sizeof(float) * (size_t)ldx; return x; }
+    prep_job j = { e, x, ldx, k, pool_chunk(n, 1, e->nth), n, act_q8_stride(k) };
     *xs = j.stride;
     run(e, (n + j.chunk - 1) / j.chunk, prep_task, &j, (int64_t)n * k / 4);
     return e->act;
@@ -103,10 +103,10 @@ static const void *prepare(mor_exec *e, uint32_t t, const float *x, int64_t ldx,
 /* ---- matmul ---- */
 
 typedef struct {
-    mor_exec *e;
+    exec_ctx *e;
     int32_t nw, n, acc;
     int64_t total, chunk;        /* rows of all matrices; rows per chunk */
-    const mor_weight *w[3];
+    const tensor *w[3];
     const void *x[3];
     size_t xs[3];
     float *y[3];
@@ -127,7 +127,7 @@ static void mm_task(void *arg, int64_t c, int32_t ith)
     }
 }
 
-void exec_matmul(mor_exec *e, const mor_weight *w, const float *x, int64_t ldx, float *y, int64_t ldy,
+void exec_matmul(exec_ctx *e, const tensor *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                  int32_t n, int acc)
 {
     mm_job j = { .e = e, .nw = 1, .n = n, .acc = acc };
@@ -138,7 +138,7 @@ void exec_matmul(mor_exec *e, const mor_weight *w, const float *x, int64_t ldx, 
     run(e, (j.total + j.chunk - 1) / j.chunk, mm_task, &j, (int64_t)n * w->rows * w->cols);
 }
 
-void exec_matmul_multi(mor_exec *e, int32_t nw, const mor_weight *const *w, const float *x, int64_t ldx,
+void exec_matmul_multi(exec_ctx *e, int32_t nw, const tensor *const *w, const float *x, int64_t ldx,
                        float *const *y, int32_t n)
 {
     mm_job j = { .e = e, .nw = nw, .n = n, .acc = 0 };
@@ -146,7 +146,7 @@ void exec_matmul_multi(mor_exec *e, int32_t nw, const mor_weight *const *w, cons
     size_t q8s = 0;
     for (int32_t q = 0; q < nw; q++) {
         j.w[q] = w[q]; j.y[q] = y[q]; j.ldy[q] = w[q]->rows;
-        if (mor_act_is_q8(w[q]->type)) {   /* one quantization serves every quantized matrix */
+        if (act_is_q8(w[q]->type)) {   /* one quantization serves every quantized matrix */
             if (!q8) q8 = prepare(e, w[q]->type, x, ldx, w[q]->cols, n, &q8s);
             j.x[q] = q8; j.xs[q] = q8s;
         } else {
@@ -162,8 +162,8 @@ void exec_matmul_multi(mor_exec *e, int32_t nw, const mor_weight *const *w, cons
 /* ---- gate/up + SwiGLU ---- */
 
 typedef struct {
-    mor_exec *e;
-    const mor_weight *wg, *wu;
+    exec_ctx *e;
+    const tensor *wg, *wu;
     const void *xg, *xu;
     size_t xgs, xus;
     float *g, *u;
@@ -175,19 +175,19 @@ static void ffn_task(void *arg, int64_t c, int32_t ith)
 {
     ffn_job *j = arg;
     const int64_t F = j->wg->rows, b = c * j->chunk, end = b + j->chunk < F ? b + j->chunk : F;
-    const mor_kernels *k = j->e->k;
+    const kernel_set *k = j->e->k;
     k->matmul(j->wg, j->xg, j->xgs, j->g, F, j->n, b, end, 0, j->e->mm_scratch[ith]);
     k->matmul(j->wu, j->xu, j->xus, j->u, F, j->n, b, end, 0, j->e->mm_scratch[ith]);
     for (int32_t i = 0; i < j->n; i++) k->swiglu(j->g + i * F + b, j->u + i * F + b, end - b);
 }
 
-void exec_ffn_up(mor_exec *e, const mor_weight *wg, const mor_weight *wu, const float *x, int64_t ldx,
+void exec_ffn_up(exec_ctx *e, const tensor *wg, const tensor *wu, const float *x, int64_t ldx,
                  float *g, float *u, int32_t n)
 {
     ffn_job j = { .e = e, .wg = wg, .wu = wu, .g = g, .u = u, .n = n };
     j.xg = prepare(e, wg->type, x, ldx, wg->cols, n, &j.xgs);
-    if (mor_act_is_q8(wu->type) && mor_act_is_q8(wg->type)) { j.xu = j.xg; j.xus = j.xgs; }
-    else if (mor_act_is_q8(wu->type)) j.xu = prepare(e, wu->type, x, ldx, wu->cols, n, &j.xus);
+    if (act_is_q8(wu->type) && act_is_q8(wg->type)) { j.xu = j.xg; j.xus = j.xgs; }
+    else if (act_is_q8(wu->type)) j.xu = prepare(e, wu->type, x, ldx, wu->cols, n, &j.xus);
     else { j.xu = x; j.xus = sizeof(float) * (size_t)ldx; }
     j.chunk = mm_chunk(wg->rows, n, e->nth);
     run(e, (wg->rows + j.chunk - 1) / j.chunk, ffn_task, &j, 2 * (int64_t)n * wg->rows * wg->cols);
@@ -196,7 +196,7 @@ void exec_ffn_up(mor_exec *e, const mor_weight *wg, const mor_weight *wu, const 
 /* ---- attention ---- */
 
 typedef struct {
-    mor_exec *e;
+    exec_ctx *e;
     const mor_model *m;
     const kv_layer *L;
     uint32_t kv_type;
@@ -272,7 +272,7 @@ static void att_task(void *arg, int64_t ch, int32_t ith)
     }
 }
 
-void exec_attention(mor_exec *e, const mor_model *m, const kv_layer *L, uint32_t kv_type, size_t kv_row_bytes,
+void exec_attention(exec_ctx *e, const mor_model *m, const kv_layer *L, uint32_t kv_type, size_t kv_row_bytes,
                     const float *q, const int32_t *pos, const int32_t *seq, float *out, int32_t n)
 {
     att_job j = { e, m, L, kv_type, kv_row_bytes, q, pos, seq, out, n, 0 };
@@ -283,7 +283,7 @@ void exec_attention(mor_exec *e, const mor_model *m, const kv_layer *L, uint32_t
 
 /* ---- jobs defined elsewhere (lora.c) ---- */
 
-void exec_run(mor_exec *e, int64_t n_chunks, mor_chunk_fn fn, void *arg, int64_t macs)
+void exec_run(exec_ctx *e, int64_t n_chunks, chunk_fn fn, void *arg, int64_t macs)
 {
     run(e, n_chunks, fn, arg, macs);
 }

@@ -11,37 +11,37 @@
 #include "threadpool.h"
 
 typedef struct {
-    const mor_kernels *k;
-    mor_pool   *pool;
+    const kernel_set *k;
+    thread_pool   *pool;
     int32_t     nth;            /* pool_size(pool) */
-    float     **mm_scratch;     /* [nth]: MOR_MM_SCRATCH_FLOATS(max cols) each */
+    float     **mm_scratch;     /* [nth]: MM_SCRATCH_FLOATS(max cols) each */
     float     **probs;          /* [nth]: group * n_ctx attention weights each */
     int32_t   **vis;            /* [nth]: n_ctx visible cells, then n_ctx of sort scratch, each */
     void       *act;            /* n_batch rows of prepared activations (max stride), 64-aligned */
     void       *act_mem;        /* the allocation act points into */
-} mor_exec;
+} exec_ctx;
 
 /* Start n_threads (<= 0: one) with the best kernel set of this CPU and the
  * scratch for batches of n_batch rows over caches of n_ctx cells. */
-mor_status exec_init(mor_exec *e, const mor_model *m, int32_t n_threads, uint32_t n_batch, uint32_t n_ctx);
-void       exec_free(mor_exec *e);
+mor_status exec_init(exec_ctx *e, const mor_model *m, int32_t n_threads, uint32_t n_batch, uint32_t n_ctx);
+void       exec_free(exec_ctx *e);
 
 /* y[i*ldy + o] (+)= W[o] . x[i] for the n rows of x (ldx floats apart). */
-void exec_matmul(mor_exec *e, const mor_weight *w, const float *x, int64_t ldx, float *y, int64_t ldy,
+void exec_matmul(exec_ctx *e, const tensor *w, const float *x, int64_t ldx, float *y, int64_t ldy,
                  int32_t n, int acc);
 /* Up to 3 matrices reading the same x (e.g. Q, K, V) in one parallel pass;
  * y[j] has w[j]->rows floats per row. */
-void exec_matmul_multi(mor_exec *e, int32_t nw, const mor_weight *const *w, const float *x, int64_t ldx,
+void exec_matmul_multi(exec_ctx *e, int32_t nw, const tensor *const *w, const float *x, int64_t ldx,
                        float *const *y, int32_t n);
 /* g = silu(x Wg^T) * (x Wu^T), n rows of F = wg->rows values; u is scratch
  * of the same size. */
-void exec_ffn_up(mor_exec *e, const mor_weight *wg, const mor_weight *wu, const float *x, int64_t ldx,
+void exec_ffn_up(exec_ctx *e, const tensor *wg, const tensor *wu, const float *x, int64_t ldx,
                  float *g, float *u, int32_t n);
 /* Attention of n query rows (q: n x H*hd, out: the same) over the cells of
  * cache layer L visible to each row: same sequence, position <= its own. */
-void exec_attention(mor_exec *e, const mor_model *m, const kv_layer *L, uint32_t kv_type, size_t kv_row_bytes,
+void exec_attention(exec_ctx *e, const mor_model *m, const kv_layer *L, uint32_t kv_type, size_t kv_row_bytes,
                     const float *q, const int32_t *pos, const int32_t *seq, float *out, int32_t n);
 /* Run n_chunks chunks of a job of about macs multiply-adds: on e's pool, or
  * on the calling thread when it is too small to gain from more threads. */
-void exec_run(mor_exec *e, int64_t n_chunks, mor_chunk_fn fn, void *arg, int64_t macs);
+void exec_run(exec_ctx *e, int64_t n_chunks, chunk_fn fn, void *arg, int64_t macs);
 #endif

@@ -71,11 +71,11 @@ mor_status kv_create(const mor_model *m, int32_t mode, uint32_t type, int32_t n_
 {
     *out = NULL;
     mor_kv_cache *kv = calloc(1, sizeof *kv);
-    if (!kv) return mor_err(MOR_E_NOMEM, "out of memory");
+    if (!kv) return err_set(MOR_E_NOMEM, "out of memory");
     kv->m = m; kv->mode = mode; kv->n_ctx = n_ctx; kv->n_seq_max = n_seq_max;
     kv->kv_dim = m->n_head_kv * m->head_dim;
     kv->type = type;
-    kv->row_bytes = mor_row_bytes(type, kv->kv_dim);
+    kv->row_bytes = tensor_row_bytes(type, kv->kv_dim);
     kv->layers = calloc((size_t)m->n_layer, sizeof(kv_layer));
     kv->seq_pos_max = malloc(sizeof(int32_t) * (size_t)n_seq_max);
     kv->cap_undo = 2 * max_batch * (m->n_layer + 1);
@@ -85,7 +85,7 @@ mor_status kv_create(const mor_model *m, int32_t mode, uint32_t type, int32_t n_
         ok = layer_alloc(&kv->layers[l], kv_layer_stores(kv, l) ? n_ctx : 0, kv->row_bytes);
     if (!ok) {
         kv_free(kv);
-        return mor_err(MOR_E_NOMEM, "cannot allocate the KV cache (%d cells x %d layers)", n_ctx, m->n_layer);
+        return err_set(MOR_E_NOMEM, "cannot allocate the KV cache (%d cells x %d layers)", n_ctx, m->n_layer);
     }
     for (int32_t s = 0; s < n_seq_max; s++) kv->seq_pos_max[s] = -1;
     *out = kv;
@@ -164,9 +164,9 @@ void mor_kv_clear(mor_kv_cache *kv)
 
 static mor_status check_seq(const mor_kv_cache *kv, mor_seq_id s, int allow_any, const char *fn)
 {
-    if (!kv) return mor_err(MOR_E_INVALID_ARG, "%s: kv is NULL", fn);
+    if (!kv) return err_set(MOR_E_INVALID_ARG, "%s: kv is NULL", fn);
     if ((s < 0 && !allow_any) || s >= kv->n_seq_max)
-        return mor_err(MOR_E_OUT_OF_RANGE, "%s: sequence id %d out of range [0, %d)", fn, s, kv->n_seq_max);
+        return err_set(MOR_E_OUT_OF_RANGE, "%s: sequence id %d out of range [0, %d)", fn, s, kv->n_seq_max);
     return MOR_OK;
 }
 
@@ -221,7 +221,7 @@ mor_status mor_kv_seq_cp(mor_kv_cache *kv, mor_seq_id src, mor_seq_id dst, mor_p
         kv_layer *L = layer_at(kv, l);
         int32_t need = layer_count(L, src, p0, p1) - layer_count(L, dst, p0, p1);
         if (L->n_used + need > L->n_cells)
-            return mor_err(MOR_E_KV_FULL, "mor_kv_seq_cp: no room to copy sequence %d into %d", src, dst);
+            return err_set(MOR_E_KV_FULL, "mor_kv_seq_cp: no room to copy sequence %d into %d", src, dst);
     }
     for (int32_t l = -1; l < kv->m->n_layer; l++) {
         kv_layer *L = layer_at(kv, l);
@@ -248,9 +248,9 @@ static int layer_selected(const mor_kv_cache *kv, int32_t l, int32_t r)
 
 static mor_status check_selector(const mor_kv_cache *kv, int32_t r, const char *fn)
 {
-    if (!kv) return mor_err(MOR_E_INVALID_ARG, "%s: kv is NULL", fn);
+    if (!kv) return err_set(MOR_E_INVALID_ARG, "%s: kv is NULL", fn);
     if (r != MOR_KV_ALL && r != MOR_KV_UNIQUE_LAYERS && (r < 0 || r >= kv->m->n_rec))
-        return mor_err(MOR_E_OUT_OF_RANGE, "%s: recursion %d out of range", fn, r);
+        return err_set(MOR_E_OUT_OF_RANGE, "%s: recursion %d out of range", fn, r);
     return MOR_OK;
 }
 

@@ -42,12 +42,12 @@ mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_
 mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv,
                               layer_scratch *s, float *x, const int32_t *pos, const int32_t *seq, int32_t n)
 {
-    const mor_layer *w = &m->layers[l];
+    const layer_weights *w = &m->layers[l];
     const int32_t d = m->n_embd, hd = m->head_dim, qd = m->n_head * hd, kvd = m->n_head_kv * hd;
     int stores = 0;   /* some row stores K/V (under sharing, recursion-0 rows only) */
     for (int32_t i = 0; i < n && !stores; i++) stores = ROW_STORES(i);
-    mor_exec *e = &s->exec;
-    const mor_kernels *k = e->k;
+    exec_ctx *e = &s->exec;
+    const kernel_set *k = e->k;
     const float *cs = s->rope_cs;
     s->rope_cs = NULL;   /* it describes these rows only */
     if (!cs) { layer_rope_cs(m, s, pos, n, s->cs_own); cs = s->cs_own; }
@@ -55,7 +55,7 @@ mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_
     for (int32_t i = 0; i < n; i++)
         k->rms_norm(s->xn + (int64_t)i * d, x + (int64_t)i * d, w->w[ROLE_ATTN_NORM].data, d, m->eps);
     if (stores) {   /* under KV sharing, recursions >= 1 skip the K/V projections entirely */
-        const mor_weight *qkv[3] = { &w->w[ROLE_ATTN_Q], &w->w[ROLE_ATTN_K], &w->w[ROLE_ATTN_V] };
+        const tensor *qkv[3] = { &w->w[ROLE_ATTN_Q], &w->w[ROLE_ATTN_K], &w->w[ROLE_ATTN_V] };
         float *const out[3] = { s->q, s->k, s->v };
         exec_matmul_multi(e, 3, qkv, s->xn, d, out, n);
     } else {
@@ -64,18 +64,18 @@ mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_
     /* depth-wise LoRA (lora.h): y += s B (A x) per row, after the shared weight; no-op without */
     LORA(ROLE_ATTN_Q, s->xn, d, s->q, qd);
     if (stores) { LORA(ROLE_ATTN_K, s->xn, d, s->k, kvd); LORA(ROLE_ATTN_V, s->xn, d, s->v, kvd); }
-    for (int32_t i = 0; i < n; i++) mor_rope_cs(s->q + (int64_t)i * qd, m->n_head, hd, cs + (int64_t)i * hd);
+    for (int32_t i = 0; i < n; i++) k_rope_cs(s->q + (int64_t)i * qd, m->n_head, hd, cs + (int64_t)i * hd);
 
     if (stores) {
         for (int32_t i = 0; i < n; i++) {
             if (!ROW_STORES(i)) continue;
             kv_layer *L = &kv->layers[ROW_LAYER(i)];
-            mor_rope_cs(s->k + (int64_t)i * kvd, m->n_head_kv, hd, cs + (int64_t)i * hd);
+            k_rope_cs(s->k + (int64_t)i * kvd, m->n_head_kv, hd, cs + (int64_t)i * hd);
             int32_t c = kv_append(kv, ROW_LAYER(i), seq[i], pos[i]);
-            if (c < 0) return mor_err(MOR_E_KV_FULL, "KV cache full at layer %d (%d cells)", ROW_LAYER(i), L->n_cells);
+            if (c < 0) return err_set(MOR_E_KV_FULL, "KV cache full at layer %d (%d cells)", ROW_LAYER(i), L->n_cells);
             /* into the cache's type (F32: a copy) */
-            mor_quantize_row(kv->type, s->k + (int64_t)i * kvd, L->k + (size_t)c * kv->row_bytes, kvd);
-            mor_quantize_row(kv->type, s->v + (int64_t)i * kvd, L->v + (size_t)c * kv->row_bytes, kvd);
+            quant_row(kv->type, s->k + (int64_t)i * kvd, L->k + (size_t)c * kv->row_bytes, kvd);
+            quant_row(kv->type, s->v + (int64_t)i * kvd, L->v + (size_t)c * kv->row_bytes, kvd);
         }
     }
     for (int32_t i0 = 0, i1; i0 < n; i0 = i1) {   /* one call per run of rows on the same cache layer */
@@ -93,7 +93,7 @@ mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_
     for (int32_t i = 0; i < n && !ffn_lora; i++)
         ffn_lora = lora_on(m, ROW_LAYER(i), ROLE_FFN_GATE) || lora_on(m, ROW_LAYER(i), ROLE_FFN_UP);
     if (ffn_lora) {   /* LoRA deltas go in before SwiGLU */
-        const mor_weight *gu[2] = { &w->w[ROLE_FFN_GATE], &w->w[ROLE_FFN_UP] };
+        const tensor *gu[2] = { &w->w[ROLE_FFN_GATE], &w->w[ROLE_FFN_UP] };
         float *const gu_out[2] = { s->gate, s->up };
         exec_matmul_multi(e, 2, gu, s->xn, d, gu_out, n);
         LORA(ROLE_FFN_GATE, s->xn, d, s->gate, m->n_ff);

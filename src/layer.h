@@ -23,6 +23,6 @@ mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_
                               layer_scratch *s, float *x, const int32_t *pos, const int32_t *seq, int32_t n);
 
 /* cs[i] (head_dim floats: cos then sin of the half-dim angles) for the n
- * positions pos, as mor_rope computes them. */
+ * positions pos, as k_rope computes them. */
 void layer_rope_cs(const mor_model *m, const layer_scratch *s, const int32_t *pos, int32_t n, float *cs);
 #endif

@@ -18,7 +18,7 @@ void mor_log_set(mor_log_fn fn, void *user_data, int32_t max_level)
     pthread_mutex_unlock(&log_lock);
 }
 
-void mor_log(int32_t level, const char *fmt, ...)
+void log_emit(int32_t level, const char *fmt, ...)
 {
     pthread_mutex_lock(&log_lock);
     mor_log_fn fn = log_fn; void *ud = log_ud; int32_t max = log_max_level;

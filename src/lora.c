@@ -25,8 +25,8 @@ static int parse_name(gguf_str nm, int32_t n_layer, int32_t *l, int *role, int *
     }
     if (p == end || *p++ != '.') return 0;
     for (int r = 0; r < ROLE_COUNT; r++) {
-        size_t k = strlen(mor_role_names[r]);
-        if (!is_linear(r) || (size_t)(end - p) != k + 2 || memcmp(p, mor_role_names[r], k) != 0 || p[k] != '.') continue;
+        size_t k = strlen(role_names[r]);
+        if (!is_linear(r) || (size_t)(end - p) != k + 2 || memcmp(p, role_names[r], k) != 0 || p[k] != '.') continue;
         if (p[k + 1] != 'a' && p[k + 1] != 'b') return 0;
         *l = (int32_t)v; *role = r; *part = p[k + 1] == 'b';
         return 1;
@@ -39,7 +39,7 @@ static mor_status read_scale(const gguf_file *g, const char *key, float def, flo
     mor_status st = gguf_get_f32(g, key, out);
     if (st == MOR_E_OUT_OF_RANGE) { *out = def; return MOR_OK; }
     if (st) return st;
-    if (!isfinite(*out)) return mor_err(MOR_E_FORMAT, "key '%s' is not finite", key);
+    if (!isfinite(*out)) return err_set(MOR_E_FORMAT, "key '%s' is not finite", key);
     return MOR_OK;
 }
 
@@ -52,36 +52,36 @@ mor_status lora_load(const gguf_file *g, mor_model *m, unsigned char *used)
     if (!any) return MOR_OK;
     uint32_t fv = 0;
     if (gguf_get_u32(g, "mor.format_version", &fv) || fv < 2)
-        return mor_err(MOR_E_FORMAT, "LoRA tensors need mor.format_version >= 2 (the file says %u)", fv);
+        return err_set(MOR_E_FORMAT, "LoRA tensors need mor.format_version >= 2 (the file says %u)", fv);
     float scale[ROLE_COUNT], s_all;
     if ((st = read_scale(g, "mor.lora.scale", 1.0f, &s_all))) return st;
     for (int r = 0; r < ROLE_COUNT; r++) {
         char key[64];
-        snprintf(key, sizeof key, "mor.lora.scale.%s", mor_role_names[r]);
+        snprintf(key, sizeof key, "mor.lora.scale.%s", role_names[r]);
         if ((st = read_scale(g, key, s_all, &scale[r]))) return st;
     }
-    struct mor_lora *lo = calloc(1, sizeof *lo);
+    struct lora_set *lo = calloc(1, sizeof *lo);
     if (!lo || !(lo->d = calloc((size_t)m->n_layer, sizeof *lo->d))) {
         free(lo);
-        return mor_err(MOR_E_NOMEM, "out of memory");
+        return err_set(MOR_E_NOMEM, "out of memory");
     }
     lo->n_layer = m->n_layer;
     const gguf_tensor **bt = calloc((size_t)m->n_layer * ROLE_COUNT, sizeof *bt);   /* the b of each delta */
-    if (!bt) { lora_free(lo); return mor_err(MOR_E_NOMEM, "out of memory"); }
+    if (!bt) { lora_free(lo); return err_set(MOR_E_NOMEM, "out of memory"); }
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
         int32_t l;
         int role, part;
         if (t->name.n < 5 || memcmp(t->name.p, "lora.", 5) != 0) continue;
         if (!parse_name(t->name, m->n_layer, &l, &role, &part)) {
-            st = mor_err(MOR_E_FORMAT, "tensor '%.*s': not lora.<layer>.<projection>.<a|b> of this model",
+            st = err_set(MOR_E_FORMAT, "tensor '%.*s': not lora.<layer>.<projection>.<a|b> of this model",
                          (int)(t->name.n > 96 ? 96 : t->name.n), t->name.p);
             goto fail;
         }
-        const mor_weight *w = &m->layers[l].w[role];
+        const tensor *w = &m->layers[l].w[role];
         const int64_t in = w->cols, out = w->rows, rmax = in < out ? in : out;
         if (t->type != GGML_F32) {
-            st = mor_err(MOR_E_FORMAT, "tensor '%.*s' has type %s; LoRA factors must be F32", (int)t->name.n, t->name.p,
+            st = err_set(MOR_E_FORMAT, "tensor '%.*s' has type %s; LoRA factors must be F32", (int)t->name.n, t->name.p,
                          gguf_type_name(t->type));
             goto fail;
         }
@@ -89,35 +89,35 @@ mor_status lora_load(const gguf_file *g, mor_model *m, unsigned char *used)
          * product within the model's dims (and the kernels' per-thread scratch) */
         int64_t r = part ? t->ne[0] : t->ne[1];
         if (t->n_dims != 2 || (part ? t->ne[1] != out : t->ne[0] != in) || r < 1 || r > rmax) {
-            st = mor_err(MOR_E_FORMAT, "tensor '%.*s' has shape [%lld, %lld]; expected [%s] with 1 <= r <= %lld",
+            st = err_set(MOR_E_FORMAT, "tensor '%.*s' has shape [%lld, %lld]; expected [%s] with 1 <= r <= %lld",
                          (int)t->name.n, t->name.p, (long long)t->ne[0], (long long)t->ne[1],
                          part ? "r, out" : "in, r", (long long)rmax);
             goto fail;
         }
-        mor_lora_delta *d = &lo->d[l][role];
+        lora_delta *d = &lo->d[l][role];
         if (part) bt[(size_t)l * ROLE_COUNT + role] = t;
         else { d->a = (const float *)t->data; d->r = (int32_t)r; d->s = scale[role]; }
         used[t - g->tensors] = 1;
     }
     for (int32_t l = 0; l < m->n_layer; l++)
         for (int role = 0; role < ROLE_COUNT; role++) {
-            mor_lora_delta *d = &lo->d[l][role];
+            lora_delta *d = &lo->d[l][role];
             const gguf_tensor *b = bt[(size_t)l * ROLE_COUNT + role];
             if (!d->a != !b) {
-                st = mor_err(MOR_E_FORMAT, "lora.%d.%s has %s but not %s", l, mor_role_names[role], d->a ? "a" : "b",
+                st = err_set(MOR_E_FORMAT, "lora.%d.%s has %s but not %s", l, role_names[role], d->a ? "a" : "b",
                              d->a ? "b" : "a");
                 goto fail;
             }
             if (!b) continue;
             if (b->ne[0] != d->r) {
-                st = mor_err(MOR_E_FORMAT, "lora.%d.%s: a has rank %d but b has %lld", l, mor_role_names[role], d->r,
+                st = err_set(MOR_E_FORMAT, "lora.%d.%s: a has rank %d but b has %lld", l, role_names[role], d->r,
                              (long long)b->ne[0]);
                 goto fail;
             }
             d->b = (const float *)b->data;
             const int64_t out = m->layers[l].w[role].rows;
             if (!(d->bt = malloc(sizeof(float) * (size_t)(d->r * out)))) {
-                st = mor_err(MOR_E_NOMEM, "out of memory");
+                st = err_set(MOR_E_NOMEM, "out of memory");
                 goto fail;
             }
             for (int64_t o = 0; o < out; o++)
@@ -132,7 +132,7 @@ fail:
     return st;
 }
 
-void lora_free(struct mor_lora *lo)
+void lora_free(struct lora_set *lo)
 {
     if (!lo) return;
     for (int32_t l = 0; l < lo->n_layer && lo->d; l++)
@@ -152,7 +152,7 @@ static uint64_t tensor_nbytes(const gguf_file *g, const void *data)
 
 mor_status lora_fold(mor_model *m)
 {
-    struct mor_lora *lo = m->lora;
+    struct lora_set *lo = m->lora;
     if (!lo || lo->folded) return MOR_OK;
     int32_t n = 0, k = 0;
     for (int32_t l = 0; l < m->n_layer; l++)
@@ -167,14 +167,14 @@ mor_status lora_fold(mor_model *m)
     if (!own || !old || !acc || !row) goto oom;
     for (int32_t l = 0; l < m->n_layer; l++)
         for (int role = 0; role < ROLE_COUNT; role++) {
-            const mor_lora_delta *d = &lo->d[l][role];
-            const mor_weight *w = &m->layers[l].w[role];
+            const lora_delta *d = &lo->d[l][role];
+            const tensor *w = &m->layers[l].w[role];
             if (!d->a) continue;
             float *f = malloc(sizeof(float) * (size_t)(w->rows * w->cols));
             if (!f) goto oom;
             own[k++] = f;
             for (int64_t o = 0; o < w->rows; o++) {
-                mor_embed_row(w, (int32_t)o, row);   /* any stored type, as float */
+                k_embed_row(w, (int32_t)o, row);   /* any stored type, as float */
                 for (int64_t c = 0; c < w->cols; c++) acc[c] = row[c];
                 for (int32_t q = 0; q < d->r; q++) {
                     const double bq = (double)d->s * d->b[o * d->r + q];
@@ -191,8 +191,8 @@ mor_status lora_fold(mor_model *m)
     k = 0;
     for (int32_t l = 0; l < m->n_layer; l++)
         for (int role = 0; role < ROLE_COUNT; role++) {
-            const mor_lora_delta *d = &lo->d[l][role];
-            mor_weight *w = &m->layers[l].w[role];
+            const lora_delta *d = &lo->d[l][role];
+            tensor *w = &m->layers[l].w[role];
             if (!d->a) continue;
             bytes -= (uint64_t)d->r * (uint64_t)(w->rows + w->cols) * sizeof(float);
             bytes += (uint64_t)(w->rows * w->cols) * sizeof(float);
@@ -223,7 +223,7 @@ oom:
     free(old);
     free(acc);
     free(row);
-    return mor_err(MOR_E_NOMEM, "out of memory folding the LoRA deltas");
+    return err_set(MOR_E_NOMEM, "out of memory folding the LoRA deltas");
 }
 
 /* ---- the unfolded product, y += s B (A x), on the context's threads ----
@@ -248,7 +248,7 @@ mor_status lora_scratch_init(lora_scratch *s, const mor_model *m, uint32_t n_bat
     s->g = malloc(sizeof *s->g * (size_t)n_batch);
     if (!s->t || !s->g) {
         lora_scratch_free(s);
-        return mor_err(MOR_E_NOMEM, "cannot allocate LoRA scratch for n_batch %u", n_batch);
+        return err_set(MOR_E_NOMEM, "cannot allocate LoRA scratch for n_batch %u", n_batch);
     }
     s->cap = (int32_t)n_batch;
     s->axpy = lora_axpy(0);
@@ -356,17 +356,17 @@ LORA_AXPY(axpy_8, __attribute__((target("avx2"))), 8)
 LORA_AXPY(axpy_16, __attribute__((target("avx512f"))), 16)
 lora_axpy_fn lora_axpy(int width)
 {
-    const uint32_t f = mor_cpu_features();
-    if (!width) width = f & MOR_CPU_AVX512 ? 16 : f & MOR_CPU_AVX2 ? 8 : 4;
-    return width == 4 ? axpy_4 : width == 8 && (f & MOR_CPU_AVX2) ? axpy_8
-         : width == 16 && (f & MOR_CPU_AVX512) ? axpy_16 : NULL;
+    const uint32_t f = cpu_features();
+    if (!width) width = f & CPU_AVX512 ? 16 : f & CPU_AVX2 ? 8 : 4;
+    return width == 4 ? axpy_4 : width == 8 && (f & CPU_AVX2) ? axpy_8
+         : width == 16 && (f & CPU_AVX512) ? axpy_16 : NULL;
 }
 #else
 lora_axpy_fn lora_axpy(int width) { return width == 0 || width == 4 ? axpy_4 : NULL; }
 #endif
 
 typedef struct {
-    mor_exec *e;
+    exec_ctx *e;
     lora_axpy_fn axpy;
     const lora_group *g;
     int32_t ng, phase;          /* 0: T = s (X A^T); 1: Y += T B^T */
@@ -391,13 +391,13 @@ static void lora_task(void *arg, int64_t c, int32_t ith)
         if (j->g[mid].c0 <= c) lo = mid; else hi = mid - 1;
     }
     const lora_group *g = &j->g[lo];
-    const mor_lora_delta *d = g->d;
+    const lora_delta *d = g->d;
     const int64_t R = phase_outputs(j, g), nob = ceil_div(R, j->oc), k = c - g->c0;
     const int32_t i0 = g->i0 + (int32_t)(k / nob) * j->rc, i1 = i0 + j->rc < g->i0 + g->n ? i0 + j->rc : g->i0 + g->n;
     const int64_t o0 = (k % nob) * j->oc, o1 = o0 + j->oc < R ? o0 + j->oc : R;
     float *scratch = j->e->mm_scratch[ith];
     if (j->phase == 0) {
-        const mor_weight a = { d->a, GGML_F32, d->r, j->in };
+        const tensor a = { d->a, GGML_F32, d->r, j->in };
         j->e->k->matmul(&a, j->x + i0 * j->ldx, sizeof(float) * (size_t)j->ldx, j->t + i0 * j->ldt, j->ldt, i1 - i0,
                         o0, o1, 0, scratch);
         for (int32_t i = i0; i < i1; i++)
@@ -429,11 +429,11 @@ static void run_phase(lora_job *j, lora_group *g, int32_t n_rows)
     exec_run(j->e, n_chunks, lora_task, j, macs);
 }
 
-void lora_apply_exec(mor_exec *e, lora_scratch *s, const mor_model *m, int32_t l, const int32_t *row_layer, int role,
+void lora_apply_exec(exec_ctx *e, lora_scratch *s, const mor_model *m, int32_t l, const int32_t *row_layer, int role,
                      const float *x, int64_t ldx, float *y, int64_t ldy, int32_t n)
 {
     if (!m->lora || m->lora->folded) return;
-    const mor_weight *w = &m->layers[l].w[role];
+    const tensor *w = &m->layers[l].w[role];
     lora_job j = { .e = e, .axpy = s->axpy, .g = s->g, .x = x, .y = y, .t = s->t, .ldx = ldx, .ldy = ldy, .ldt = s->rmax,
                    .in = w->cols, .out = w->rows };
     for (int32_t b0 = 0; b0 < n; b0 += s->cap) {   /* windows of the scratch's rows (callers stay within) */

@@ -18,12 +18,12 @@ typedef struct {
     float       *bt;      /* b transposed, r rows of `out` (owned; unfolded deltas only) */
     int32_t      r;
     float        s;
-} mor_lora_delta;
+} lora_delta;
 
-struct mor_lora {
+struct lora_set {
     int32_t          n_layer;
     int              folded;          /* the deltas live in m->layers (folded), not applied at run time */
-    mor_lora_delta (*d)[ROLE_COUNT];  /* [n_layer][role] */
+    lora_delta (*d)[ROLE_COUNT];  /* [n_layer][role] */
     float          **own;             /* folded weights, owned; [n_own] */
     int32_t          n_own;
 };
@@ -36,7 +36,7 @@ mor_status lora_load(const gguf_file *g, mor_model *m, unsigned char *used);
  * W + s B A (computed in double), and m->weight_bytes counts what the model
  * now reads. MOR_E_NOMEM leaves the model unfolded. */
 mor_status lora_fold(mor_model *m);
-void       lora_free(struct mor_lora *lo);
+void       lora_free(struct lora_set *lo);
 
 /* Does unrolled layer l carry a delta on role that layer_forward must apply? */
 static inline int lora_on(const mor_model *m, int32_t l, int role)
@@ -47,7 +47,7 @@ static inline int lora_on(const mor_model *m, int32_t l, int role)
 /* The context's scratch for the unfolded product, sized at context creation:
  * nothing when the model has no unfolded delta. */
 typedef struct {
-    const mor_lora_delta *d;
+    const lora_delta *d;
     int32_t i0, n;   /* the group's rows [i0, i0 + n): consecutive rows at one unrolled layer */
     int64_t c0;      /* its first chunk in the current pass */
 } lora_group;
@@ -73,6 +73,6 @@ void       lora_scratch_free(lora_scratch *s);
  * over A and one over B per run of consecutive such rows (so callers order
  * rows by layer), split over e's threads and run with e's kernels. A row's
  * result is bitwise the same whatever the other rows and the thread count. */
-void lora_apply_exec(mor_exec *e, lora_scratch *s, const mor_model *m, int32_t l, const int32_t *row_layer, int role,
+void lora_apply_exec(exec_ctx *e, lora_scratch *s, const mor_model *m, int32_t l, const int32_t *row_layer, int role,
                      const float *x, int64_t ldx, float *y, int64_t ldy, int32_t n);
 #endif

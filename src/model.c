@@ -18,7 +18,7 @@
 #include "model.h"
 #include "status.h"
 
-const char *const mor_role_names[ROLE_COUNT] = {
+const char *const role_names[ROLE_COUNT] = {
     "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
     "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"
 };
@@ -45,13 +45,13 @@ static int key_known(gguf_str k)
     if (k.n > sizeof pfx - 1 && memcmp(k.p, pfx, sizeof pfx - 1) == 0)
         for (int r = 0; r < ROLE_COUNT; r++) {
             gguf_str tail = { k.p + sizeof pfx - 1, k.n - (sizeof pfx - 1) };
-            if (gguf_str_eq(tail, mor_role_names[r])) return 1;
+            if (gguf_str_eq(tail, role_names[r])) return 1;
         }
     static const char lpfx[] = "mor.lora.scale.";   /* per-projection LoRA scale */
     if (k.n > sizeof lpfx - 1 && memcmp(k.p, lpfx, sizeof lpfx - 1) == 0)
         for (int r = 0; r < ROLE_COUNT; r++) {
             gguf_str tail = { k.p + sizeof lpfx - 1, k.n - (sizeof lpfx - 1) };
-            if (r != ROLE_ATTN_NORM && r != ROLE_FFN_NORM && gguf_str_eq(tail, mor_role_names[r])) return 1;
+            if (r != ROLE_ATTN_NORM && r != ROLE_FFN_NORM && gguf_str_eq(tail, role_names[r])) return 1;
         }
     return 0;
 }
@@ -62,10 +62,10 @@ static mor_status req_u32(const gguf_file *g, const char *key, int32_t lo, int32
 {
     uint32_t v;
     mor_status st = gguf_get_u32(g, key, &v);
-    if (st == MOR_E_OUT_OF_RANGE) return mor_err(MOR_E_FORMAT, "missing key '%s'", key);
+    if (st == MOR_E_OUT_OF_RANGE) return err_set(MOR_E_FORMAT, "missing key '%s'", key);
     if (st) return st;
     if ((int64_t)v < lo || (int64_t)v > hi)
-        return mor_err(MOR_E_FORMAT, "key '%s' = %u is out of range [%d, %d]", key, v, lo, hi);
+        return err_set(MOR_E_FORMAT, "key '%s' = %u is out of range [%d, %d]", key, v, lo, hi);
     *out = (int32_t)v;
     return MOR_OK;
 }
@@ -76,13 +76,13 @@ static mor_status opt_str_choice(const gguf_file *g, const char *key, const char
     gguf_str s;
     mor_status st = gguf_get_str(g, key, &s);
     if (st == MOR_E_OUT_OF_RANGE) {
-        if (def < 0) return mor_err(MOR_E_FORMAT, "missing key '%s'", key);
+        if (def < 0) return err_set(MOR_E_FORMAT, "missing key '%s'", key);
         *out = def; return MOR_OK;
     }
     if (st) return st;
     for (int i = 0; choices[i]; i++)
         if (gguf_str_eq(s, choices[i])) { *out = i; return MOR_OK; }
-    return mor_err(MOR_E_FORMAT, "key '%s' has unknown value '%.*s'", key, (int)(s.n > 64 ? 64 : s.n), s.p);
+    return err_set(MOR_E_FORMAT, "key '%s' has unknown value '%.*s'", key, (int)(s.n > 64 ? 64 : s.n), s.p);
 }
 
 /* ---- tensors ---- */
@@ -102,16 +102,16 @@ static int is_matrix_type(uint32_t t)
 /* Find tensor `name` with GGUF dims [ne0, ne1] (ne1 = 0 for a vector); F32
  * only when f32_only. Marks it used. */
 static mor_status get_tensor(loader *ld, const char *name, int64_t ne0, int64_t ne1, int f32_only,
-                             mor_weight *w)
+                             tensor *w)
 {
     const gguf_tensor *t = gguf_find_tensor(ld->g, name);
-    if (!t) return mor_err(MOR_E_FORMAT, "missing tensor '%s'", name);
+    if (!t) return err_set(MOR_E_FORMAT, "missing tensor '%s'", name);
     int want_dims = ne1 ? 2 : 1;
     if ((int)t->n_dims != want_dims || t->ne[0] != ne0 || (ne1 && t->ne[1] != ne1))
-        return mor_err(MOR_E_FORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
+        return err_set(MOR_E_FORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
                        name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)ne0, (long long)ne1);
     if (f32_only ? t->type != GGML_F32 : !is_matrix_type(t->type))
-        return mor_err(MOR_E_FORMAT, "tensor '%s' has type %s; %s", name, gguf_type_name(t->type),
+        return err_set(MOR_E_FORMAT, "tensor '%s' has type %s; %s", name, gguf_type_name(t->type),
                        f32_only ? "must be F32" : "weights must be F32, F16, BF16, Q8_0 or Q4_0");
     ld->used[t - ld->g->tensors] = 1;
     w->data = t->data; w->type = t->type; w->cols = ne0; w->rows = ne1 ? ne1 : 1;
@@ -119,7 +119,7 @@ static mor_status get_tensor(loader *ld, const char *name, int64_t ne0, int64_t 
 }
 
 static mor_status load_router(loader *ld, const char *prefix, int mlp, int32_t d, int32_t n_out,
-                              mor_router_weights *rw)
+                              router_weights *rw)
 {
     char name[96];
     mor_status st;
@@ -142,7 +142,7 @@ static mor_status skip_aux_routers(loader *ld, const mor_model *m)
     for (int r = 0; r < m->n_rec; r++) {
         snprintf(pfx, sizeof pfx, "rtr_aux.%d.weight", r);
         const gguf_tensor *t = gguf_find_tensor(ld->g, pfx);
-        mor_router_weights tmp;
+        router_weights tmp;
         snprintf(pfx, sizeof pfx, "rtr_aux.%d", r);
         if (t) { mor_status st = load_router(ld, pfx, 0, m->n_embd, 1, &tmp); if (st) return st; continue; }
         snprintf(pfx, sizeof pfx, "rtr_aux.%d.fc1.weight", r);
@@ -161,15 +161,15 @@ static mor_status load_hparams(const gguf_file *g, mor_model *m)
     int32_t fv;
     gguf_str arch;
     if (gguf_get_str(g, "general.architecture", &arch) || !gguf_str_eq(arch, "mor"))
-        return mor_err(MOR_E_FORMAT, "general.architecture is not \"mor\"");
+        return err_set(MOR_E_FORMAT, "general.architecture is not \"mor\"");
     if ((st = req_u32(g, "mor.format_version", 1, INT32_MAX, &fv))) return st;
     if (fv > MOR_FORMAT_VERSION)
-        return mor_err(MOR_E_UNSUPPORTED, "mor.format_version %d is newer than this libmor supports (%d)",
+        return err_set(MOR_E_UNSUPPORTED, "mor.format_version %d is newer than this libmor supports (%d)",
                        fv, MOR_FORMAT_VERSION);
     for (uint64_t i = 0; i < g->n_kv; i++) {
         gguf_str k = g->kv[i].key;
         if (k.n >= 4 && memcmp(k.p, "mor.", 4) == 0 && !key_known(k))
-            return mor_err(MOR_E_FORMAT, "unknown key '%.*s'", (int)k.n, k.p);
+            return err_set(MOR_E_FORMAT, "unknown key '%.*s'", (int)k.n, k.p);
     }
     return req_u32(g, "mor.vocab_size", 1, INT32_MAX, &m->n_vocab);
 }
@@ -191,16 +191,16 @@ static mor_status load_arch(const gguf_file *g, mor_model *m)
         (st = req_u32(g, "mor.recursion.coda", 0, 4096, &m->coda)))
         return st;
     if (m->n_head % m->n_head_kv)
-        return mor_err(MOR_E_FORMAT, "head_count %d is not a multiple of head_count_kv %d", m->n_head, m->n_head_kv);
-    if (m->head_dim % 2) return mor_err(MOR_E_FORMAT, "key_length %d is odd (RoPE needs pairs)", m->head_dim);
+        return err_set(MOR_E_FORMAT, "head_count %d is not a multiple of head_count_kv %d", m->n_head, m->n_head_kv);
+    if (m->head_dim % 2) return err_set(MOR_E_FORMAT, "key_length %d is odd (RoPE needs pairs)", m->head_dim);
     if ((int64_t)m->prelude + (int64_t)m->n_rec * m->base_depth + m->coda != m->n_layer)
-        return mor_err(MOR_E_FORMAT, "layer_count %d != prelude %d + recursion.count %d * base_depth %d + coda %d",
+        return err_set(MOR_E_FORMAT, "layer_count %d != prelude %d + recursion.count %d * base_depth %d + coda %d",
                        m->n_layer, m->prelude, m->n_rec, m->base_depth, m->coda);
     if ((st = gguf_get_f32(g, "mor.attention.layer_norm_rms_epsilon", &m->eps)) ||
         (st = gguf_get_f32(g, "mor.rope.freq_base", &m->rope_theta)))
-        return st == MOR_E_OUT_OF_RANGE ? mor_err(MOR_E_FORMAT, "missing epsilon or rope.freq_base") : st;
+        return st == MOR_E_OUT_OF_RANGE ? err_set(MOR_E_FORMAT, "missing epsilon or rope.freq_base") : st;
     if (!(m->eps > 0 && m->eps < 1) || !(m->rope_theta > 1) || !isfinite(m->rope_theta))
-        return mor_err(MOR_E_FORMAT, "bad rms epsilon %g or rope.freq_base %g", m->eps, m->rope_theta);
+        return err_set(MOR_E_FORMAT, "bad rms epsilon %g or rope.freq_base %g", m->eps, m->rope_theta);
 
     /* routing */
     static const char *const rtypes[] = { "none", "expert", "token", NULL };
@@ -214,29 +214,29 @@ static mor_status load_arch(const gguf_file *g, mor_model *m)
     if (m->router_type != MOR_ROUTER_TYPE_NONE) {
         gguf_str sh;
         if (!gguf_get_str(g, "mor.recursion.sharing", &sh) && !gguf_str_eq(sh, "cycle") && !gguf_str_eq(sh, "middle_cycle"))
-            return mor_err(MOR_E_FORMAT, "routers need cycle or middle_cycle sharing");
+            return err_set(MOR_E_FORMAT, "routers need cycle or middle_cycle sharing");
         if ((st = opt_str_choice(g, "mor.router.func", funcs, -1, &m->router_func))) return st;
         if (m->router_func == ROUTER_FUNC_SOFTMAX && m->router_type == MOR_ROUTER_TYPE_EXPERT)
-            return mor_err(MOR_E_FORMAT, "an expert-choice router cannot use softmax");
+            return err_set(MOR_E_FORMAT, "an expert-choice router cannot use softmax");
         if ((st = opt_str_choice(g, "mor.router.gating", gatings, 0, &m->gating_additive))) return st;
         if ((st = gguf_get_f32(g, "mor.router.alpha", &m->alpha)) && st != MOR_E_OUT_OF_RANGE) return st;
         if ((st = gguf_get_f32(g, "mor.router.temp", &m->temp)) && st != MOR_E_OUT_OF_RANGE) return st;
         if (!isfinite(m->alpha) || !isfinite(m->temp) || m->temp == 0)
-            return mor_err(MOR_E_FORMAT, "bad router alpha %g or temp %g", m->alpha, m->temp);
+            return err_set(MOR_E_FORMAT, "bad router alpha %g or temp %g", m->alpha, m->temp);
         st = gguf_get_arr_f64(g, "mor.router.capacity", m->capacity, (uint64_t)m->n_rec);
         if (st && st != MOR_E_OUT_OF_RANGE) return st;
         for (int r = 0; r < m->n_rec; r++)
             if (!(m->capacity[r] > 0 && m->capacity[r] <= 1) || (r && m->capacity[r] > m->capacity[r - 1]))
-                return mor_err(MOR_E_FORMAT, "router capacities must be in (0,1] and non-increasing");
+                return err_set(MOR_E_FORMAT, "router capacities must be in (0,1] and non-increasing");
         st = gguf_get_arr_f32(g, "mor.router.threshold", m->threshold, (uint64_t)m->n_rec);
         if (st && st != MOR_E_OUT_OF_RANGE) return st;
         for (int r = 0; r < m->n_rec; r++)
-            if (isnan(m->threshold[r])) return mor_err(MOR_E_FORMAT, "router threshold is NaN");
+            if (isnan(m->threshold[r])) return err_set(MOR_E_FORMAT, "router threshold is NaN");
     }
     st = gguf_get_bool(g, "mor.kv.shared", &m->kv_shared);
     if (st && st != MOR_E_OUT_OF_RANGE) return st;
     if (st == MOR_E_OUT_OF_RANGE) m->kv_shared = 0;
-    mor_err_clear();
+    err_clear();
     return MOR_OK;
 }
 
@@ -245,7 +245,7 @@ static mor_status load_arch(const gguf_file *g, mor_model *m)
 static mor_status report(const mor_model_params *p, float f)
 {
     if (p->progress && p->progress(f, p->progress_user_data))
-        return mor_err(MOR_E_ABORTED, "model load cancelled by the progress callback");
+        return err_set(MOR_E_ABORTED, "model load cancelled by the progress callback");
     return MOR_OK;
 }
 
@@ -253,11 +253,11 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
 {
     mor_status st;
     loader ld = { g, calloc(g->n_tensors ? g->n_tensors : 1, 1) };
-    if (!ld.used) return mor_err(MOR_E_NOMEM, "out of memory");
+    if (!ld.used) return err_set(MOR_E_NOMEM, "out of memory");
     int32_t L = m->n_layer, d = m->n_embd;
     int32_t *map = malloc(sizeof(int32_t) * (size_t)L * (ROLE_COUNT + 1));
-    m->layers = calloc((size_t)L, sizeof(mor_layer));
-    if (!map || !m->layers) { st = mor_err(MOR_E_NOMEM, "out of memory"); goto done; }
+    m->layers = calloc((size_t)L, sizeof(layer_weights));
+    if (!map || !m->layers) { st = err_set(MOR_E_NOMEM, "out of memory"); goto done; }
 
     if ((st = get_tensor(&ld, "token_embd.weight", d, m->n_vocab, 0, &m->tok_embd))) goto done;
     if ((st = get_tensor(&ld, "output_norm.weight", d, 0, 1, &m->output_norm))) goto done;
@@ -270,7 +270,7 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
     /* per-role layer maps: the default map, overridden per role */
     int32_t *defmap = map + (size_t)L * ROLE_COUNT;
     st = gguf_get_arr_i32(g, "mor.layer_map", defmap, (uint64_t)L);
-    if (st) { if (st == MOR_E_OUT_OF_RANGE) st = mor_err(MOR_E_FORMAT, "missing key 'mor.layer_map'"); goto done; }
+    if (st) { if (st == MOR_E_OUT_OF_RANGE) st = err_set(MOR_E_FORMAT, "missing key 'mor.layer_map'"); goto done; }
     const int64_t hd = m->head_dim, qd = hd * m->n_head, kvd = hd * m->n_head_kv;
     const int64_t shape[ROLE_COUNT][2] = {
         { d, 0 }, { d, qd }, { d, kvd }, { d, kvd }, { qd, d }, { d, 0 }, { d, m->n_ff }, { d, m->n_ff }, { m->n_ff, d }
@@ -279,13 +279,13 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
         char key[64], name[96];
         if ((st = report(p, 0.6f + 0.3f * (float)role / ROLE_COUNT))) goto done;
         int32_t *rm = map + (size_t)L * role;
-        snprintf(key, sizeof key, "mor.layer_map.%s", mor_role_names[role]);
+        snprintf(key, sizeof key, "mor.layer_map.%s", role_names[role]);
         st = gguf_get_arr_i32(g, key, rm, (uint64_t)L);
         if (st == MOR_E_OUT_OF_RANGE) memcpy(rm, defmap, sizeof(int32_t) * (size_t)L);
         else if (st) goto done;
         for (int32_t l = 0; l < L; l++) {
-            if (rm[l] < 0 || rm[l] >= 4096) { st = mor_err(MOR_E_FORMAT, "%s[%d] = %d is out of range", key, l, rm[l]); goto done; }
-            snprintf(name, sizeof name, "blk.%d.%s.weight", rm[l], mor_role_names[role]);
+            if (rm[l] < 0 || rm[l] >= 4096) { st = err_set(MOR_E_FORMAT, "%s[%d] = %d is out of range", key, l, rm[l]); goto done; }
+            snprintf(name, sizeof name, "blk.%d.%s.weight", rm[l], role_names[role]);
             int norm = role == ROLE_ATTN_NORM || role == ROLE_FFN_NORM;
             if ((st = get_tensor(&ld, name, shape[role][0], shape[role][1], norm, &m->layers[l].w[role]))) goto done;
         }
@@ -305,7 +305,7 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
         } else {
             if ((st = load_router(&ld, "rtr", mlp, d, m->n_rec, &m->router_tc))) goto done;
             if (gguf_find_tensor(g, "rtr.bias")) {
-                mor_weight b;
+                tensor b;
                 if ((st = get_tensor(&ld, "rtr.bias", m->n_rec, 0, 1, &b))) goto done;
                 m->router_bias = b.data;
             }
@@ -315,7 +315,7 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
     if ((st = lora_load(g, m, ld.used))) goto done;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         if (!ld.used[i]) {
-            st = mor_err(MOR_E_FORMAT, "tensor '%.*s' is not used by the model (unknown name or wrong map)",
+            st = err_set(MOR_E_FORMAT, "tensor '%.*s' is not used by the model (unknown name or wrong map)",
                          (int)g->tensors[i].name.n, g->tensors[i].name.p);
             goto done;
         }
@@ -324,7 +324,7 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
     /* float data must be 4-byte aligned for direct use; GGUF alignment >= 32 guarantees it
      * when the image itself is aligned, which mmap and malloc ensure; a borrowed buffer may not be. */
     for (uint64_t i = 0; i < g->n_tensors; i++)
-        if ((uintptr_t)g->tensors[i].data % 4) { st = mor_err(MOR_E_INVALID_ARG, "model buffer is not 4-byte aligned"); goto done; }
+        if ((uintptr_t)g->tensors[i].data % 4) { st = err_set(MOR_E_INVALID_ARG, "model buffer is not 4-byte aligned"); goto done; }
     if ((p->flags & MOR_MODEL_FOLD_LORA) && (st = lora_fold(m))) goto done;
     st = MOR_OK;
 done:
@@ -349,7 +349,7 @@ static mor_status model_params_read(const mor_model_params *in, mor_model_params
     mor_model_params_init(out, sizeof *out);
     if (!in) return MOR_OK;
     if (in->size < offsetof(mor_model_params, progress) || in->size > sizeof *out)
-        return mor_err(MOR_E_ABI, "mor_model_params.size %u is not one this libmor knows (max %zu)",
+        return err_set(MOR_E_ABI, "mor_model_params.size %u is not one this libmor knows (max %zu)",
                        in->size, sizeof *out);
     memcpy(out, in, in->size);
     out->size = sizeof *out;
@@ -359,7 +359,7 @@ static mor_status model_params_read(const mor_model_params *in, mor_model_params
 void mor_model_free(mor_model *m)
 {
     if (!m) return;
-    mor_tokenizer_free(m->tok);
+    tokenizer_free(m->tok);
     lora_free(m->lora);
     gguf_free(m->gguf);
     free(m->layers);
@@ -382,9 +382,9 @@ static mor_status load_image(const void *buf, size_t size, const mor_model_param
         if ((st = load_arch(m->gguf, m))) return st;
         if ((st = load_weights(m->gguf, m, p)) || (st = report(p, 0.9f))) return st;
     }
-    if ((st = mor_tokenizer_load(m->gguf, m->n_vocab, &m->tok)) || (st = report(p, 0.95f))) return st;
+    if ((st = tokenizer_load(m->gguf, m->n_vocab, &m->tok)) || (st = report(p, 0.95f))) return st;
     if ((p->flags & MOR_MODEL_VOCAB_ONLY) && !m->tok)
-        return mor_err(MOR_E_FORMAT, "vocab-only load of a file without tokenizer");
+        return err_set(MOR_E_FORMAT, "vocab-only load of a file without tokenizer");
     return report(p, 1.0f);
 }
 
@@ -392,12 +392,12 @@ mor_status mor_model_load_memory(const void *data, size_t size, const mor_model_
 {
     mor_model_params p;
     mor_status st;
-    if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_memory: out is NULL");
+    if (!out) return err_set(MOR_E_INVALID_ARG, "mor_model_load_memory: out is NULL");
     *out = NULL;
-    if (!data) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_memory: data is NULL");
+    if (!data) return err_set(MOR_E_INVALID_ARG, "mor_model_load_memory: data is NULL");
     if ((st = model_params_read(params, &p)) || (st = report(&p, 0.0f))) return st;
     mor_model *m = calloc(1, sizeof *m);
-    if (!m) return mor_err(MOR_E_NOMEM, "out of memory");
+    if (!m) return err_set(MOR_E_NOMEM, "out of memory");
     if ((st = load_image(data, size, &p, m))) { mor_model_free(m); return st; }
     *out = m;
     return MOR_OK;
@@ -418,22 +418,22 @@ mor_status mor_model_load_file(const char *path, const mor_model_params *params,
 {
     mor_model_params p;
     mor_status st;
-    if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_file: out is NULL");
+    if (!out) return err_set(MOR_E_INVALID_ARG, "mor_model_load_file: out is NULL");
     *out = NULL;
-    if (!path) return mor_err(MOR_E_INVALID_ARG, "mor_model_load_file: path is NULL");
+    if (!path) return err_set(MOR_E_INVALID_ARG, "mor_model_load_file: path is NULL");
     if ((st = model_params_read(params, &p)) || (st = report(&p, 0.0f))) return st;
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return mor_err(MOR_E_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0) return err_set(MOR_E_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return mor_err(MOR_E_IO, "'%s' is not a regular file", path);
+        return err_set(MOR_E_IO, "'%s' is not a regular file", path);
     }
     size_t size = (size_t)sb.st_size;
-    if (size == 0) { close(fd); return mor_err(MOR_E_FORMAT, "'%s' is empty", path); }
+    if (size == 0) { close(fd); return err_set(MOR_E_FORMAT, "'%s' is empty", path); }
     mor_model *m = calloc(1, sizeof *m);
-    if (!m) { close(fd); return mor_err(MOR_E_NOMEM, "out of memory"); }
+    if (!m) { close(fd); return err_set(MOR_E_NOMEM, "out of memory"); }
     m->map_size = size;
     if (!(p.flags & MOR_MODEL_NO_MMAP)) {
         void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -453,7 +453,7 @@ mor_status mor_model_load_file(const char *path, const mor_model_params *params,
          * per 4 KiB costs read bandwidth, most under virtualization */
         const size_t huge = (size_t)2 << 20, extra = size >= huge ? huge : 0;
         m->map_alloc = malloc(size + extra);
-        if (!m->map_alloc) { close(fd); free(m); return mor_err(MOR_E_NOMEM, "cannot allocate %zu bytes for '%s'", size, path); }
+        if (!m->map_alloc) { close(fd); free(m); return err_set(MOR_E_NOMEM, "cannot allocate %zu bytes for '%s'", size, path); }
         m->map = extra ? (void *)(((uintptr_t)m->map_alloc + huge - 1) & ~(uintptr_t)(huge - 1)) : m->map_alloc;
         if (extra) advise_huge(m->map, size);
         /* in chunks of 1/16 of the file (at least 1 MiB), reporting each */
@@ -461,7 +461,7 @@ mor_status mor_model_load_file(const char *path, const mor_model_params *params,
         while (got < size) {
             ssize_t n = read(fd, (char *)m->map + got, size - got < chunk ? size - got : chunk);
             if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) { close(fd); mor_model_free(m); return mor_err(MOR_E_IO, "read error on '%s'", path); }
+            if (n <= 0) { close(fd); mor_model_free(m); return err_set(MOR_E_IO, "read error on '%s'", path); }
             got += (size_t)n;
             if ((st = report(&p, 0.5f * (float)got / (float)size))) { close(fd); mor_model_free(m); return st; }
         }
@@ -472,7 +472,7 @@ mor_status mor_model_load_file(const char *path, const mor_model_params *params,
     return MOR_OK;
 }
 
-const mor_tokenizer *model_tokenizer(const mor_model *m) { return m ? m->tok : NULL; }
+const tokenizer *model_tokenizer(const mor_model *m) { return m ? m->tok : NULL; }
 
 int32_t mor_model_n_vocab(const mor_model *m)     { return m ? m->n_vocab : 0; }
 int32_t mor_model_n_embd(const mor_model *m)      { return m ? m->n_embd : 0; }
@@ -484,8 +484,8 @@ int32_t mor_model_head_dim(const mor_model *m)    { return m ? m->head_dim : 0; 
 int32_t mor_model_n_ctx_train(const mor_model *m) { return m ? m->n_ctx_train : 0; }
 int32_t mor_model_router_type(const mor_model *m) { return m ? m->router_type : 0; }
 uint64_t mor_model_size_bytes(const mor_model *m) { return m ? m->weight_bytes : 0; }
-mor_token mor_model_token_bos(const mor_model *m) { return m && m->tok ? mor_tokenizer_bos(m->tok) : -1; }
-mor_token mor_model_token_eos(const mor_model *m) { return m && m->tok ? mor_tokenizer_eos(m->tok) : -1; }
+mor_token mor_model_token_bos(const mor_model *m) { return m && m->tok ? tokenizer_bos(m->tok) : -1; }
+mor_token mor_model_token_eos(const mor_model *m) { return m && m->tok ? tokenizer_eos(m->tok) : -1; }
 int32_t mor_max_recursions(void) { return MOR_MAX_RECURSIONS; }
 
 /* Modules as the official model lists them: each prelude/coda layer, each
@@ -503,9 +503,9 @@ int32_t mor_model_n_boundaries(const mor_model *m)
 
 mor_status mor_model_meta_str(const mor_model *m, const char *key, char *buf, size_t cap, size_t *len_out)
 {
-    if (!m || !key || (!buf && cap)) return mor_err(MOR_E_INVALID_ARG, "mor_model_meta_str: NULL argument");
+    if (!m || !key || (!buf && cap)) return err_set(MOR_E_INVALID_ARG, "mor_model_meta_str: NULL argument");
     const gguf_kv *kv = gguf_find_kv(m->gguf, key);
-    if (!kv) return mor_err(MOR_E_OUT_OF_RANGE, "no metadata key '%s'", key);
+    if (!kv) return err_set(MOR_E_OUT_OF_RANGE, "no metadata key '%s'", key);
     char tmp[64];
     const char *s = tmp;
     size_t n;
@@ -517,13 +517,13 @@ mor_status mor_model_meta_str(const mor_model *m, const char *key, char *buf, si
     else if (kv->type == GGUF_BOOL) { gguf_get_bool(m->gguf, key, &b); n = (size_t)snprintf(tmp, sizeof tmp, "%s", b ? "true" : "false"); }
     else if (kv->type == GGUF_F32 || kv->type == GGUF_F64) { gguf_get_f32(m->gguf, key, &f); n = (size_t)snprintf(tmp, sizeof tmp, "%.9g", f); }
     else if (!gguf_get_i64(m->gguf, key, &iv)) n = (size_t)snprintf(tmp, sizeof tmp, "%lld", (long long)iv);
-    else return mor_err(MOR_E_UNSUPPORTED, "metadata key '%s' is an array", key);
+    else return err_set(MOR_E_UNSUPPORTED, "metadata key '%s' is an array", key);
     if (len_out) *len_out = n;
     if (cap) {
         size_t c = n < cap - 1 ? n : cap - 1;
         memcpy(buf, s, c);
         buf[c] = 0;
     }
-    if (n >= cap) return mor_err(MOR_E_BUFFER_TOO_SMALL, "metadata value needs %zu bytes", n + 1);
+    if (n >= cap) return err_set(MOR_E_BUFFER_TOO_SMALL, "metadata value needs %zu bytes", n + 1);
     return MOR_OK;
 }

@@ -13,7 +13,7 @@
 /* The nine weights of a Llama decoder layer, in FORMAT.md's role order. */
 enum { ROLE_ATTN_NORM, ROLE_ATTN_Q, ROLE_ATTN_K, ROLE_ATTN_V, ROLE_ATTN_OUT,
        ROLE_FFN_NORM, ROLE_FFN_GATE, ROLE_FFN_UP, ROLE_FFN_DOWN, ROLE_COUNT };
-extern const char *const mor_role_names[ROLE_COUNT];
+extern const char *const role_names[ROLE_COUNT];
 
 /* A view of a stored matrix: `rows` outputs of `cols` inputs each, row-major,
  * in the file's type (F32, F16, BF16, Q8_0 or Q4_0; quant.h), pointing into the
@@ -22,16 +22,16 @@ typedef struct {
     const void *data;
     uint32_t    type;
     int64_t     rows, cols;
-} mor_weight;
+} tensor;
 
-typedef struct { mor_weight w[ROLE_COUNT]; } mor_layer;   /* one unrolled layer */
+typedef struct { tensor w[ROLE_COUNT]; } layer_weights;   /* one unrolled layer */
 
 /* A router: linear (w) or MLP (fc1, then exact GELU, then fc2). n_out is 1 for
  * expert-choice, N_r for token-choice. */
 typedef struct {
     int        mlp;
-    mor_weight w, fc1, fc2;
-} mor_router_weights;
+    tensor w, fc1, fc2;
+} router_weights;
 
 enum { ROUTER_FUNC_SIGMOID, ROUTER_FUNC_TANH, ROUTER_FUNC_SOFTMAX, ROUTER_FUNC_NONE };
 
@@ -49,14 +49,14 @@ struct mor_model {
     double  capacity[MOR_MAX_RECURSIONS];  /* expert-choice c_r */
     float   threshold[MOR_MAX_RECURSIONS]; /* THRESHOLD-mode defaults */
     int     kv_shared;                     /* file default for the KV mode */
-    mor_router_weights router[MOR_MAX_RECURSIONS]; /* expert: one per recursion */
-    mor_router_weights router_tc;          /* token-choice: one router, n_out = N_r */
+    router_weights router[MOR_MAX_RECURSIONS]; /* expert: one per recursion */
+    router_weights router_tc;          /* token-choice: one router, n_out = N_r */
     const float *router_bias;              /* token-choice selection bias, or NULL */
     /* weights */
-    mor_weight  tok_embd, output, output_norm;
-    mor_layer  *layers;                    /* [n_layer], views into the file */
+    tensor  tok_embd, output, output_norm;
+    layer_weights  *layers;                    /* [n_layer], views into the file */
     /* tokenizer, file */
-    mor_tokenizer *tok;
+    tokenizer *tok;
     gguf_file  *gguf;
     void       *map;          /* mmap'd or malloc'd image, or NULL (borrowed memory) */
     void       *map_alloc;    /* what malloc returned, when map was aligned inside it */
@@ -64,11 +64,11 @@ struct mor_model {
     int         map_is_mmap;
     uint64_t    weight_bytes;
     /* depth-wise LoRA deltas (lora.h), or NULL when the file has none */
-    struct mor_lora *lora;
+    struct lora_set *lora;
 };
 
 /* Borrowed view of the model's tokenizer (NULL if it has none). */
-const mor_tokenizer *model_tokenizer(const mor_model *m);
+const tokenizer *model_tokenizer(const mor_model *m);
 
 /* Unrolled layer index of block position j of recursion r. */
 static inline int32_t model_layer_of(const mor_model *m, int32_t r, int32_t j)

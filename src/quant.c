@@ -8,7 +8,7 @@
 #include "model.h"
 #include "quant.h"
 
-uint16_t mor_f32_to_f16(float f)
+uint16_t f32_to_f16(float f)
 {
     uint32_t x;
     memcpy(&x, &f, 4);
@@ -27,7 +27,7 @@ uint16_t mor_f32_to_f16(float f)
     return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
 
-uint16_t mor_f32_to_bf16(float f)
+uint16_t f32_to_bf16(float f)
 {
     uint32_t x;
     memcpy(&x, &f, 4);
@@ -35,66 +35,66 @@ uint16_t mor_f32_to_bf16(float f)
     return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
-size_t mor_row_bytes(uint32_t type, int64_t k)
+size_t tensor_row_bytes(uint32_t type, int64_t k)
 {
     if (k < 0) return 0;
     switch (type) {
     case 0:  return (size_t)k * 4;                                            /* F32 */
     case 1:  case 30: return (size_t)k * 2;                                   /* F16, BF16 */
-    case 8:  return k % MOR_QK ? 0 : (size_t)(k / MOR_QK) * sizeof(mor_block_q8_0);
-    case 2:  return k % MOR_QK ? 0 : (size_t)(k / MOR_QK) * sizeof(mor_block_q4_0);
+    case 8:  return k % QK ? 0 : (size_t)(k / QK) * sizeof(block_q8_0);
+    case 2:  return k % QK ? 0 : (size_t)(k / QK) * sizeof(block_q4_0);
     default: return 0;
     }
 }
 
-void mor_quantize_row_q8_0(const float *x, mor_block_q8_0 *y, int64_t k)
+void quant_row_q8_0(const float *x, block_q8_0 *y, int64_t k)
 {
-    for (int64_t b = 0; b < k / MOR_QK; b++) {
-        const float *xb = x + b * MOR_QK;
+    for (int64_t b = 0; b < k / QK; b++) {
+        const float *xb = x + b * QK;
         float amax = 0;
-        for (int j = 0; j < MOR_QK; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(xb[j]));
         const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-        y[b].d = mor_f32_to_f16(d);
-        for (int j = 0; j < MOR_QK; j++) y[b].qs[j] = (int8_t)roundf(xb[j] * id);
+        y[b].d = f32_to_f16(d);
+        for (int j = 0; j < QK; j++) y[b].qs[j] = (int8_t)roundf(xb[j] * id);
     }
 }
 
-void mor_quantize_row_q4_0(const float *x, mor_block_q4_0 *y, int64_t k)
+void quant_row_q4_0(const float *x, block_q4_0 *y, int64_t k)
 {
-    for (int64_t b = 0; b < k / MOR_QK; b++) {
-        const float *xb = x + b * MOR_QK;
+    for (int64_t b = 0; b < k / QK; b++) {
+        const float *xb = x + b * QK;
         float amax = 0, max = 0;
-        for (int j = 0; j < MOR_QK; j++)
+        for (int j = 0; j < QK; j++)
             if (amax < fabsf(xb[j])) { amax = fabsf(xb[j]); max = xb[j]; }
         const float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
-        y[b].d = mor_f32_to_f16(d);
-        for (int j = 0; j < MOR_QK / 2; j++) {
-            int8_t a = (int8_t)(xb[j] * id + 8.5f), c = (int8_t)(xb[j + MOR_QK / 2] * id + 8.5f);
+        y[b].d = f32_to_f16(d);
+        for (int j = 0; j < QK / 2; j++) {
+            int8_t a = (int8_t)(xb[j] * id + 8.5f), c = (int8_t)(xb[j + QK / 2] * id + 8.5f);
             uint8_t lo = (uint8_t)(a < 15 ? a : 15), hi = (uint8_t)(c < 15 ? c : 15);
             y[b].qs[j] = (uint8_t)(lo | (hi << 4));
         }
     }
 }
 
-void mor_dequantize_row(uint32_t type, const void *row, float *out, int64_t k)
+void dequant_row(uint32_t type, const void *row, float *out, int64_t k)
 {
     switch (type) {
-    case 1: for (int64_t i = 0; i < k; i++) out[i] = mor_f16_to_f32(((const uint16_t *)row)[i]); break;
-    case 30: for (int64_t i = 0; i < k; i++) out[i] = mor_bf16_to_f32(((const uint16_t *)row)[i]); break;
+    case 1: for (int64_t i = 0; i < k; i++) out[i] = f16_to_f32(((const uint16_t *)row)[i]); break;
+    case 30: for (int64_t i = 0; i < k; i++) out[i] = bf16_to_f32(((const uint16_t *)row)[i]); break;
     case 8:
-        for (int64_t b = 0; b < k / MOR_QK; b++) {
-            const mor_block_q8_0 *y = (const mor_block_q8_0 *)row + b;
-            const float d = mor_f16_to_f32(y->d);
-            for (int j = 0; j < MOR_QK; j++) out[b * MOR_QK + j] = d * (float)y->qs[j];
+        for (int64_t b = 0; b < k / QK; b++) {
+            const block_q8_0 *y = (const block_q8_0 *)row + b;
+            const float d = f16_to_f32(y->d);
+            for (int j = 0; j < QK; j++) out[b * QK + j] = d * (float)y->qs[j];
         }
         break;
     case 2:
-        for (int64_t b = 0; b < k / MOR_QK; b++) {
-            const mor_block_q4_0 *y = (const mor_block_q4_0 *)row + b;
-            const float d = mor_f16_to_f32(y->d);
-            for (int j = 0; j < MOR_QK / 2; j++) {
-                out[b * MOR_QK + j] = d * (float)((y->qs[j] & 15) - 8);
-                out[b * MOR_QK + j + MOR_QK / 2] = d * (float)((y->qs[j] >> 4) - 8);
+        for (int64_t b = 0; b < k / QK; b++) {
+            const block_q4_0 *y = (const block_q4_0 *)row + b;
+            const float d = f16_to_f32(y->d);
+            for (int j = 0; j < QK / 2; j++) {
+                out[b * QK + j] = d * (float)((y->qs[j] & 15) - 8);
+                out[b * QK + j + QK / 2] = d * (float)((y->qs[j] >> 4) - 8);
             }
         }
         break;
@@ -102,31 +102,31 @@ void mor_dequantize_row(uint32_t type, const void *row, float *out, int64_t k)
     }
 }
 
-void mor_quantize_row(uint32_t type, const float *x, void *out, int64_t k)
+void quant_row(uint32_t type, const float *x, void *out, int64_t k)
 {
     switch (type) {
-    case 1: for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = mor_f32_to_f16(x[i]); break;
-    case 30: for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = mor_f32_to_bf16(x[i]); break;
-    case 8: mor_quantize_row_q8_0(x, out, k); break;
-    case 2: mor_quantize_row_q4_0(x, out, k); break;
+    case 1: for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = f32_to_f16(x[i]); break;
+    case 30: for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = f32_to_bf16(x[i]); break;
+    case 8: quant_row_q8_0(x, out, k); break;
+    case 2: quant_row_q4_0(x, out, k); break;
     default: memcpy(out, x, sizeof(float) * (size_t)k); break;
     }
 }
 
-size_t mor_act_q8_stride(int64_t k)
+size_t act_q8_stride(int64_t k)
 {
-    size_t n = (size_t)k + (size_t)(k / MOR_QK) * sizeof(float);
+    size_t n = (size_t)k + (size_t)(k / QK) * sizeof(float);
     return (n + 63) & ~(size_t)63;   /* rows start on a cache line: aligned SIMD loads */
 }
 
-void mor_quantize_act_q8_ref(const float *x, void *row, int64_t k)
+void act_q8_ref(const float *x, void *row, int64_t k)
 {
     int8_t *qs = (int8_t *)row;
     float *d = (float *)(qs + k);
-    for (int64_t b = 0; b < k / MOR_QK; b++) {
-        mor_block_q8_0 blk;
-        mor_quantize_row_q8_0(x + b * MOR_QK, &blk, MOR_QK);
-        memcpy(qs + b * MOR_QK, blk.qs, MOR_QK);
-        d[b] = mor_f16_to_f32(blk.d);
+    for (int64_t b = 0; b < k / QK; b++) {
+        block_q8_0 blk;
+        quant_row_q8_0(x + b * QK, &blk, QK);
+        memcpy(qs + b * QK, blk.qs, QK);
+        d[b] = f16_to_f32(blk.d);
     }
 }

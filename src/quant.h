@@ -6,40 +6,40 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MOR_QK 32   /* values per Q8_0 / Q4_0 block */
+#define QK 32   /* values per Q8_0 / Q4_0 block */
 
 /* ggml block_q8_0: value j = d * qs[j]. */
-typedef struct { uint16_t d; int8_t qs[MOR_QK]; } mor_block_q8_0;
+typedef struct { uint16_t d; int8_t qs[QK]; } block_q8_0;
 /* ggml block_q4_0: value j = d * ((qs[j] & 15) - 8), value j+16 = d * ((qs[j] >> 4) - 8). */
-typedef struct { uint16_t d; uint8_t qs[MOR_QK / 2]; } mor_block_q4_0;
-_Static_assert(sizeof(mor_block_q8_0) == 34, "block_q8_0 is 34 bytes, as in ggml");
-_Static_assert(sizeof(mor_block_q4_0) == 18, "block_q4_0 is 18 bytes, as in ggml");
+typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_q4_0;
+_Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 is 34 bytes, as in ggml");
+_Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 is 18 bytes, as in ggml");
 
-uint16_t mor_f32_to_f16(float f);    /* round to nearest even; overflow -> inf; NaN stays NaN */
-uint16_t mor_f32_to_bf16(float f);   /* round to nearest even; NaN stays NaN */
+uint16_t f32_to_f16(float f);    /* round to nearest even; overflow -> inf; NaN stays NaN */
+uint16_t f32_to_bf16(float f);   /* round to nearest even; NaN stays NaN */
 
 /* Bytes of a row of k values of ggml type `type` (F32, F16, BF16, Q8_0, Q4_0),
  * 0 for another type or a k that is not a multiple of the block size. */
-size_t mor_row_bytes(uint32_t type, int64_t k);
+size_t tensor_row_bytes(uint32_t type, int64_t k);
 
 /* ggml's reference quantizers (quantize_row_q8_0_ref / q4_0_ref): k is a
  * multiple of 32. Q8_0: d = amax/127, q = roundf(x/d). Q4_0: d = max/-8 with
  * max the value of largest magnitude, q = min(15, (int8)(x/d + 8.5)). */
-void mor_quantize_row_q8_0(const float *x, mor_block_q8_0 *y, int64_t k);
-void mor_quantize_row_q4_0(const float *x, mor_block_q4_0 *y, int64_t k);
+void quant_row_q8_0(const float *x, block_q8_0 *y, int64_t k);
+void quant_row_q4_0(const float *x, block_q4_0 *y, int64_t k);
 /* Convert a row of k values of any of the five types to float (exact for
  * F32/F16/BF16; d * q for the blocks, also exact in float). */
-void mor_dequantize_row(uint32_t type, const void *row, float *out, int64_t k);
+void dequant_row(uint32_t type, const void *row, float *out, int64_t k);
 /* Convert a row of k floats to `type` (any of the five). */
-void mor_quantize_row(uint32_t type, const float *x, void *out, int64_t k);
+void quant_row(uint32_t type, const float *x, void *out, int64_t k);
 
 /* Activations for quantized weights: each row of x quantized like Q8_0, but
  * stored for SIMD: the k int8 values first (32-byte aligned), then the k/32
  * block scales as floats (each an F16-rounded value, as ggml's block d).
- * Rows are mor_act_q8_stride(k) bytes apart. */
-size_t mor_act_q8_stride(int64_t k);
-static inline const int8_t *mor_act_q8_qs(const void *row) { return (const int8_t *)row; }
-static inline const float *mor_act_q8_d(const void *row, int64_t k) { return (const float *)((const int8_t *)row + k); }
-/* The reference activation quantizer: the same numbers as mor_quantize_row_q8_0. */
-void mor_quantize_act_q8_ref(const float *x, void *row, int64_t k);
+ * Rows are act_q8_stride(k) bytes apart. */
+size_t act_q8_stride(int64_t k);
+static inline const int8_t *act_q8_qs(const void *row) { return (const int8_t *)row; }
+static inline const float *act_q8_d(const void *row, int64_t k) { return (const float *)((const int8_t *)row + k); }
+/* The reference activation quantizer: the same numbers as quant_row_q8_0. */
+void act_q8_ref(const float *x, void *row, int64_t k);
 #endif

@@ -20,13 +20,13 @@ mor_status router_create(const mor_model *m, int32_t cap_rows, mor_router **out)
 {
     *out = NULL;
     mor_router *r = calloc(1, sizeof *r);
-    if (!r) return mor_err(MOR_E_NOMEM, "out of memory");
+    if (!r) return err_set(MOR_E_NOMEM, "out of memory");
     r->m = m; r->cap_rows = cap_rows;
     memcpy(r->threshold, m->threshold, sizeof r->threshold);
     r->depth = malloc(sizeof(int32_t) * (size_t)cap_rows);
     r->scores = malloc(sizeof(float) * (size_t)cap_rows * m->n_rec);
     r->logits = malloc(sizeof(float) * (size_t)cap_rows * m->n_rec);
-    if (!r->depth || !r->scores || !r->logits) { router_free(r); return mor_err(MOR_E_NOMEM, "out of memory"); }
+    if (!r->depth || !r->scores || !r->logits) { router_free(r); return err_set(MOR_E_NOMEM, "out of memory"); }
     *out = r;
     return MOR_OK;
 }
@@ -56,13 +56,13 @@ int32_t router_depth_cap(const mor_router *r)
     return cap;
 }
 
-static float router_apply(const mor_router_weights *rw, const float *x, int32_t d, int32_t n_out,
+static float router_apply(const router_weights *rw, const float *x, int32_t d, int32_t n_out,
                           float *z, float *tmp)
 {
-    if (!rw->mlp) { mor_matmul(&rw->w, x, z, 1); return z[0]; }
-    mor_matmul(&rw->fc1, x, tmp, 1);
-    for (int32_t i = 0; i < 2 * d; i++) tmp[i] = mor_gelu(tmp[i]);
-    mor_matmul(&rw->fc2, tmp, z, 1);
+    if (!rw->mlp) { k_matmul(&rw->w, x, z, 1); return z[0]; }
+    k_matmul(&rw->fc1, x, tmp, 1);
+    for (int32_t i = 0; i < 2 * d; i++) tmp[i] = k_gelu(tmp[i]);
+    k_matmul(&rw->fc2, tmp, z, 1);
     (void)n_out;
     return z[0];
 }
@@ -181,26 +181,26 @@ void router_publish(mor_router *r, int32_t n, const int32_t *depth, const float 
 
 mor_status mor_router_set_mode(mor_router *r, int32_t mode, int32_t forced_depth)
 {
-    if (!r) return mor_err(MOR_E_INVALID_ARG, "mor_router_set_mode: router is NULL");
+    if (!r) return err_set(MOR_E_INVALID_ARG, "mor_router_set_mode: router is NULL");
     const mor_model *m = r->m;
     switch (mode) {
     case MOR_ROUTE_DEFAULT: break;
     case MOR_ROUTE_TOPK:
     case MOR_ROUTE_THRESHOLD:
         if (m->router_type != MOR_ROUTER_TYPE_EXPERT)
-            return mor_err(MOR_E_UNSUPPORTED, "%s routing needs an expert-choice model",
+            return err_set(MOR_E_UNSUPPORTED, "%s routing needs an expert-choice model",
                            mode == MOR_ROUTE_TOPK ? "TOPK" : "THRESHOLD");
         break;
     case MOR_ROUTE_TOKEN:
         if (m->router_type != MOR_ROUTER_TYPE_TOKEN)
-            return mor_err(MOR_E_UNSUPPORTED, "TOKEN routing needs a token-choice model");
+            return err_set(MOR_E_UNSUPPORTED, "TOKEN routing needs a token-choice model");
         break;
     case MOR_ROUTE_FORCED:
         if (forced_depth < 1 || forced_depth > m->n_rec)
-            return mor_err(MOR_E_OUT_OF_RANGE, "forced depth %d out of range [1, %d]", forced_depth, m->n_rec);
+            return err_set(MOR_E_OUT_OF_RANGE, "forced depth %d out of range [1, %d]", forced_depth, m->n_rec);
         break;
     default:
-        return mor_err(MOR_E_INVALID_ARG, "unknown routing mode %d", mode);
+        return err_set(MOR_E_INVALID_ARG, "unknown routing mode %d", mode);
     }
     r->mode = mode;
     r->forced_depth = mode == MOR_ROUTE_FORCED ? forced_depth : 0;
@@ -211,9 +211,9 @@ int32_t mor_router_get_mode(const mor_router *r) { return r ? r->mode : MOR_E_IN
 
 mor_status mor_router_set_threshold(mor_router *r, int32_t rec, float thr)
 {
-    if (!r) return mor_err(MOR_E_INVALID_ARG, "mor_router_set_threshold: router is NULL");
-    if (rec < 0 || rec >= r->m->n_rec) return mor_err(MOR_E_OUT_OF_RANGE, "recursion %d out of range", rec);
-    if (isnan(thr)) return mor_err(MOR_E_INVALID_ARG, "threshold is NaN");
+    if (!r) return err_set(MOR_E_INVALID_ARG, "mor_router_set_threshold: router is NULL");
+    if (rec < 0 || rec >= r->m->n_rec) return err_set(MOR_E_OUT_OF_RANGE, "recursion %d out of range", rec);
+    if (isnan(thr)) return err_set(MOR_E_INVALID_ARG, "threshold is NaN");
     r->threshold[rec] = thr;
     return MOR_OK;
 }
@@ -226,16 +226,16 @@ float mor_router_get_threshold(const mor_router *r, int32_t rec)
 
 mor_status mor_router_set_max_depth(mor_router *r, int32_t max_depth)
 {
-    if (!r) return mor_err(MOR_E_INVALID_ARG, "mor_router_set_max_depth: router is NULL");
+    if (!r) return err_set(MOR_E_INVALID_ARG, "mor_router_set_max_depth: router is NULL");
     if (max_depth < 0 || max_depth > r->m->n_rec)
-        return mor_err(MOR_E_OUT_OF_RANGE, "max depth %d out of range [0, %d]", max_depth, r->m->n_rec);
+        return err_set(MOR_E_OUT_OF_RANGE, "max depth %d out of range [0, %d]", max_depth, r->m->n_rec);
     r->max_depth = max_depth;
     return MOR_OK;
 }
 
 int32_t mor_router_get_depths(const mor_router *r, int32_t *depths, int32_t n)
 {
-    if (!r || (!depths && n > 0) || n < 0) return mor_err(MOR_E_INVALID_ARG, "mor_router_get_depths: bad arguments");
+    if (!r || (!depths && n > 0) || n < 0) return err_set(MOR_E_INVALID_ARG, "mor_router_get_depths: bad arguments");
     int32_t c = n < r->n_rows ? n : r->n_rows;
     if (c > 0) memcpy(depths, r->depth, sizeof(int32_t) * (size_t)c);
     return r->n_rows;
@@ -243,8 +243,8 @@ int32_t mor_router_get_depths(const mor_router *r, int32_t *depths, int32_t n)
 
 static int32_t get_row(const mor_router *r, const float *src, int32_t i, float *out, int32_t n)
 {
-    if (!r || !out || n < 0) return mor_err(MOR_E_INVALID_ARG, "mor_router_get_scores/logits: bad arguments");
-    if (i < 0 || i >= r->n_rows) return mor_err(MOR_E_OUT_OF_RANGE, "row %d out of range [0, %d)", i, r->n_rows);
+    if (!r || !out || n < 0) return err_set(MOR_E_INVALID_ARG, "mor_router_get_scores/logits: bad arguments");
+    if (i < 0 || i >= r->n_rows) return err_set(MOR_E_OUT_OF_RANGE, "row %d out of range [0, %d)", i, r->n_rows);
     int32_t nr = r->m->n_rec, c = n < nr ? n : nr;
     memcpy(out, src + (size_t)i * nr, sizeof(float) * (size_t)c);
     return nr;
@@ -262,9 +262,9 @@ int32_t mor_router_get_logits(const mor_router *r, int32_t i, float *out, int32_
 
 mor_status mor_router_get_stats(const mor_router *r, mor_router_stats *out)
 {
-    if (!r || !out) return mor_err(MOR_E_INVALID_ARG, "mor_router_get_stats: NULL argument");
+    if (!r || !out) return err_set(MOR_E_INVALID_ARG, "mor_router_get_stats: NULL argument");
     if (out->size < sizeof(mor_router_stats))
-        return mor_err(MOR_E_ABI, "mor_router_stats.size %u is too small", out->size);
+        return err_set(MOR_E_ABI, "mor_router_stats.size %u is too small", out->size);
     out->n_tokens = r->n_tokens;
     out->mean_depth = r->n_tokens ? (double)r->depth_sum / (double)r->n_tokens : 0.0;
     memcpy(out->n_at_depth, r->n_at_depth, sizeof out->n_at_depth);

@@ -248,7 +248,7 @@ static mor_status sampler_params_get(const mor_sampler_params *in, mor_sampler_p
     sampler_defaults(out);
     if (!in) return MOR_OK;
     if (in->size < SAMPLER_PARAMS_V1_SIZE || in->size > sizeof(mor_sampler_params))
-        return mor_err(MOR_E_ABI,
+        return err_set(MOR_E_ABI,
                        "mor_sampler_create: params->size is %u, this library accepts %u..%u "
                        "(set it with MOR_SAMPLER_PARAMS_INIT)",
                        (unsigned)in->size, (unsigned)SAMPLER_PARAMS_V1_SIZE,
@@ -257,23 +257,23 @@ static mor_status sampler_params_get(const mor_sampler_params *in, mor_sampler_p
     out->size = (uint32_t)sizeof(mor_sampler_params);
 
     if (!is_finite_f(out->temperature))
-        return mor_err(MOR_E_INVALID_ARG,
+        return err_set(MOR_E_INVALID_ARG,
                        "mor_sampler_create: temperature must be a finite number (<= 0: greedy), got %g",
                        (double)out->temperature);
     if (is_nan_f(out->top_p) || out->top_p <= 0.0f)
-        return mor_err(MOR_E_INVALID_ARG,
+        return err_set(MOR_E_INVALID_ARG,
                        "mor_sampler_create: top_p must be in (0, 1] (>= 1: off), got %g",
                        (double)out->top_p);
     if (is_nan_f(out->min_p) || out->min_p > 1.0f)
-        return mor_err(MOR_E_INVALID_ARG,
+        return err_set(MOR_E_INVALID_ARG,
                        "mor_sampler_create: min_p must be in [0, 1] (<= 0: off), got %g",
                        (double)out->min_p);
     if (!is_finite_f(out->repeat_penalty) || out->repeat_penalty <= 0.0f)
-        return mor_err(MOR_E_INVALID_ARG,
+        return err_set(MOR_E_INVALID_ARG,
                        "mor_sampler_create: repeat_penalty must be finite and > 0 (1: off), got %g",
                        (double)out->repeat_penalty);
     if (out->repeat_last_n < 0)
-        return mor_err(MOR_E_INVALID_ARG,
+        return err_set(MOR_E_INVALID_ARG,
                        "mor_sampler_create: repeat_last_n must be >= 0 (0: off), got %d",
                        (int)out->repeat_last_n);
     return MOR_OK;
@@ -289,24 +289,24 @@ MOR_API mor_status mor_sampler_create(const mor_sampler_params *params, mor_samp
     mor_status st;
     mor_sampler *s;
 
-    mor_err_clear();
-    if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_sampler_create: out is NULL");
+    err_clear();
+    if (!out) return err_set(MOR_E_INVALID_ARG, "mor_sampler_create: out is NULL");
     st = sampler_params_get(params, &p);
     if (st != MOR_OK) return st;
 
     s = (mor_sampler *)calloc(1, sizeof(*s));
-    if (!s) return mor_err(MOR_E_NOMEM, "mor_sampler_create: out of memory");
+    if (!s) return err_set(MOR_E_NOMEM, "mor_sampler_create: out of memory");
     s->p = p;
     if (p.repeat_last_n > 0) {
         if ((size_t)p.repeat_last_n > SIZE_MAX / sizeof(mor_token)) {
             free(s);
-            return mor_err(MOR_E_NOMEM, "mor_sampler_create: repeat_last_n %d is too large",
+            return err_set(MOR_E_NOMEM, "mor_sampler_create: repeat_last_n %d is too large",
                            (int)p.repeat_last_n);
         }
         s->hist = (mor_token *)malloc((size_t)p.repeat_last_n * sizeof(mor_token));
         if (!s->hist) {
             free(s);
-            return mor_err(MOR_E_NOMEM,
+            return err_set(MOR_E_NOMEM,
                            "mor_sampler_create: out of memory for a history of %d tokens",
                            (int)p.repeat_last_n);
         }
@@ -348,13 +348,13 @@ mor_status sampler_reserve(mor_sampler *s, int32_t n)
     uint8_t *m;
     if (n <= s->cap) return MOR_OK;
     if ((size_t)n > SIZE_MAX / sizeof(sampler_cand))
-        return mor_err(MOR_E_NOMEM, "mor_sampler_sample: n_vocab %d is too large", (int)n);
+        return err_set(MOR_E_NOMEM, "mor_sampler_sample: n_vocab %d is too large", (int)n);
     c = (sampler_cand *)malloc((size_t)n * sizeof(*c));
     m = (uint8_t *)calloc((size_t)n, 1);
     if (!c || !m) {
         free(c);
         free(m);
-        return mor_err(MOR_E_NOMEM, "mor_sampler_sample: out of memory for n_vocab %d", (int)n);
+        return err_set(MOR_E_NOMEM, "mor_sampler_sample: out of memory for n_vocab %d", (int)n);
     }
     free(s->cand);
     free(s->mark);
@@ -478,12 +478,12 @@ MOR_API mor_status mor_sampler_sample(mor_sampler *s, const float *logits, int32
     mor_status st;
     mor_token tok;
 
-    mor_err_clear();
+    err_clear();
     if (!s || !logits || !out)
-        return mor_err(MOR_E_INVALID_ARG, "mor_sampler_sample: %s is NULL",
+        return err_set(MOR_E_INVALID_ARG, "mor_sampler_sample: %s is NULL",
                        !s ? "sampler" : !logits ? "logits" : "out");
     if (n_vocab <= 0)
-        return mor_err(MOR_E_INVALID_ARG, "mor_sampler_sample: n_vocab must be > 0, got %d",
+        return err_set(MOR_E_INVALID_ARG, "mor_sampler_sample: n_vocab must be > 0, got %d",
                        (int)n_vocab);
     st = sampler_reserve(s, n_vocab);
     if (st != MOR_OK) return st;

@@ -132,27 +132,27 @@ void mor_server_free(mor_server *s)
 
 mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_server **out)
 {
-    if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_server_create: out is NULL");
+    if (!out) return err_set(MOR_E_INVALID_ARG, "mor_server_create: out is NULL");
     *out = NULL;
-    if (!m) return mor_err(MOR_E_INVALID_ARG, "mor_server_create: model is NULL");
+    if (!m) return err_set(MOR_E_INVALID_ARG, "mor_server_create: model is NULL");
     mor_server_params p;
     mor_server_params_init(&p, sizeof p);
     if (params) {
         if (params->size < offsetof(mor_server_params, on_token) || params->size > sizeof p)
-            return mor_err(MOR_E_ABI, "mor_server_params.size %u is not one this libmor knows (max %zu)",
+            return err_set(MOR_E_ABI, "mor_server_params.size %u is not one this libmor knows (max %zu)",
                            params->size, sizeof p);
         memcpy(&p, params, params->size);
         p.size = sizeof p;
     }
     if (p.mode < MOR_SERVE_SERIAL || p.mode > MOR_SERVE_DEPTHWISE)
-        return mor_err(MOR_E_INVALID_ARG, "mor_server_create: unknown mode %d", p.mode);
+        return err_set(MOR_E_INVALID_ARG, "mor_server_create: unknown mode %d", p.mode);
     if (p.n_slots == 0 || p.n_slots > 4096 || p.n_batch == 0 || p.n_batch > (1u << 16))
-        return mor_err(MOR_E_INVALID_ARG, "mor_server_create: n_slots %u or n_batch %u out of range",
+        return err_set(MOR_E_INVALID_ARG, "mor_server_create: n_slots %u or n_batch %u out of range",
                        p.n_slots, p.n_batch);
     if (p.exit_mode < MOR_EXIT_NONE || p.exit_mode > MOR_EXIT_SATURATION || !(p.exit_threshold == p.exit_threshold))
-        return mor_err(MOR_E_INVALID_ARG, "mor_server_create: exit_mode %d or exit_threshold invalid", p.exit_mode);
+        return err_set(MOR_E_INVALID_ARG, "mor_server_create: exit_mode %d or exit_threshold invalid", p.exit_mode);
     if (p.exit_mode != MOR_EXIT_NONE && (p.mode != MOR_SERVE_DEPTHWISE || m->router_type == MOR_ROUTER_TYPE_TOKEN))
-        return mor_err(MOR_E_UNSUPPORTED, "mor_server_create: confidence exits need MOR_SERVE_DEPTHWISE and a "
+        return err_set(MOR_E_UNSUPPORTED, "mor_server_create: confidence exits need MOR_SERVE_DEPTHWISE and a "
                        "model with expert-choice routers or none");
     if (p.mode == MOR_SERVE_SERIAL) p.n_slots = 1;
 
@@ -162,7 +162,7 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     cp.kv_mode = p.kv_mode; cp.n_threads = p.n_threads;
     cp.abort_callback = p.abort_callback; cp.abort_user_data = p.abort_user_data;   /* mor_decode polls it too */
     mor_server *s = calloc(1, sizeof *s);
-    if (!s) return mor_err(MOR_E_NOMEM, "out of memory");
+    if (!s) return err_set(MOR_E_NOMEM, "out of memory");
     s->m = m;
     s->finish_every = 1;
     mor_status st = mor_context_create(m, &cp, &s->ctx);
@@ -182,9 +182,9 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     A(sv_gate, nb); A(sv_x, nb * d); A(sv_h2, nb * d); A(sv_hprev, nb * d);
     A(sv_slots, p.n_slots); A(admitted, p.n_slots);
 #undef A
-    if (!ok || !s->slots) { mor_server_free(s); return mor_err(MOR_E_NOMEM, "cannot allocate the server"); }
+    if (!ok || !s->slots) { mor_server_free(s); return err_set(MOR_E_NOMEM, "cannot allocate the server"); }
     *out = s;
-    mor_err_clear();
+    err_clear();
     return MOR_OK;
 }
 
@@ -200,17 +200,17 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
                              const mor_token *stop, int32_t n_stop, mor_request_id *id_out)
 {
     if (!s || !prompt || !id_out || n_prompt < 1 || max_tokens < 1 || n_stop < 0 || (n_stop && !stop))
-        return mor_err(MOR_E_INVALID_ARG, "mor_server_submit: NULL or negative argument");
+        return err_set(MOR_E_INVALID_ARG, "mor_server_submit: NULL or negative argument");
     for (int32_t i = 0; i < n_prompt + n_stop; i++) {
         mor_token t = i < n_prompt ? prompt[i] : stop[i - n_prompt];
-        if (t < 0 || t >= s->m->n_vocab) return mor_err(MOR_E_OUT_OF_RANGE, "mor_server_submit: token %d", t);
+        if (t < 0 || t >= s->m->n_vocab) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_submit: token %d", t);
     }
     int64_t need = (int64_t)n_prompt + max_tokens;
     if (need > (int64_t)s->p.n_ctx || need > s->m->n_ctx_train)
-        return mor_err(MOR_E_KV_FULL, "mor_server_submit: %lld cells needed, n_ctx is %u (training context %d)",
+        return err_set(MOR_E_KV_FULL, "mor_server_submit: %lld cells needed, n_ctx is %u (training context %d)",
                        (long long)need, s->p.n_ctx, s->m->n_ctx_train);
     serve_req *q = calloc(1, sizeof *q);
-    if (!q) return mor_err(MOR_E_NOMEM, "out of memory");
+    if (!q) return err_set(MOR_E_NOMEM, "out of memory");
     mor_status st = mor_sampler_create(sp, &q->smp);
     if (st) { free(q); return st; }
     /* its candidates now: sampling in a step must not fail (see mor_server_step) */
@@ -235,7 +235,7 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
     }
     if (!q->prompt || !q->stop || !q->out || !q->depth || s->n_reqs == s->cap_reqs || s->q_head + s->q_len == s->q_cap) {
         req_free(q);
-        return mor_err(MOR_E_NOMEM, "out of memory");
+        return err_set(MOR_E_NOMEM, "out of memory");
     }
     memcpy(q->prompt, prompt, sizeof(mor_token) * (size_t)n_prompt);
     if (n_stop) memcpy(q->stop, stop, sizeof(mor_token) * (size_t)n_stop);
@@ -245,7 +245,7 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
     s->reqs[s->n_reqs++] = q;
     s->queue[s->q_head + s->q_len++] = q->id;
     *id_out = q->id;
-    mor_err_clear();
+    err_clear();
     return MOR_OK;
 }
 
@@ -361,7 +361,7 @@ static float confidence(mor_server *s, int32_t i)
         for (int32_t e = 0; e < d; e++) { xy += (double)x[e] * h[e]; xx += (double)x[e] * x[e]; yy += (double)h[e] * h[e]; }
         return xx > 0 && yy > 0 ? (float)(xy / sqrt(xx * yy)) : 0.0f;
     }
-    mor_rms_norm(s->tmp, x, m->output_norm.data, d, m->eps);
+    k_rms_norm(s->tmp, x, m->output_norm.data, d, m->eps);
     exec_matmul(&s->ctx->ls.exec, &m->output, s->tmp, d, s->vocab, m->n_vocab, 1, 0);
     float l1 = -INFINITY, l2 = -INFINITY;
     for (int32_t v = 0; v < m->n_vocab; v++) {
@@ -399,7 +399,7 @@ static int goes_on(mor_server *s, int32_t i)
             router_token_logits(m, x, zi, s->tmp);
             if (m->router_func == ROUTER_FUNC_SOFTMAX) {
                 memcpy(pi, zi, sizeof(float) * (size_t)nr);
-                mor_softmax(pi, nr);
+                k_softmax(pi, nr);
                 for (int32_t t = 0; t < nr; t++) pi[t] *= m->alpha;
             } else {
                 for (int32_t t = 0; t < nr; t++) pi[t] = router_gate(m, zi[t]);
@@ -441,7 +441,7 @@ static void gather(mor_server *s, const float *src, const int32_t *rows, int32_t
 static mor_status check_abort(const mor_server *s)
 {
     if (s->p.abort_callback && s->p.abort_callback(s->p.abort_user_data))
-        return mor_err(MOR_E_ABORTED, "mor_server_step: aborted by the abort callback");
+        return err_set(MOR_E_ABORTED, "mor_server_step: aborted by the abort callback");
     return MOR_OK;
 }
 
@@ -487,8 +487,8 @@ static mor_status step_depthwise(mor_server *s)
                 mor_token tok = S->entered ? S->next : S->req->prompt[S->n_pos + t];
                 s->r_slot[i] = sl; s->r_pos[i] = S->n_pos + t; s->r_rec[i] = 0; s->r_depth[i] = 0;
                 if (kv_append(kv, -1, sl, s->r_pos[i]) < 0)
-                    return mor_err(MOR_E_INTERNAL, "server: token log full despite the KV budget");
-                mor_embed_row(&m->tok_embd, tok, s->x + (size_t)i * d);
+                    return err_set(MOR_E_INTERNAL, "server: token log full despite the KV budget");
+                k_embed_row(&m->tok_embd, tok, s->x + (size_t)i * d);
                 s->r_state[i] = ROW_RUN;
                 s->list[ne++] = i;
             }
@@ -578,7 +578,7 @@ static mor_status step_depthwise(mor_server *s)
         if ((st = run_layers(s, m->n_layer - m->coda, m->n_layer, nf))) return st;
         for (int32_t g = 0; g < nl; g++) {
             float *row = s->gx + (size_t)s->list2[g] * d;
-            mor_rms_norm(s->tmp, row, m->output_norm.data, d, m->eps);
+            k_rms_norm(s->tmp, row, m->output_norm.data, d, m->eps);
             memcpy(s->gx + (size_t)g * d, s->tmp, sizeof(float) * (size_t)d);   /* packed; g <= list2[g] */
         }
         if (nl) exec_matmul(&s->ctx->ls.exec, &m->output, s->gx, d, s->logits, m->n_vocab, nl, 0);
@@ -653,10 +653,10 @@ static void restore(mor_server *s)
  * reserved its candidates at submit. */
 mor_status mor_server_step(mor_server *s, int32_t *n_pending)
 {
-    if (!s) return mor_err(MOR_E_INVALID_ARG, "mor_server_step: NULL server");
+    if (!s) return err_set(MOR_E_INVALID_ARG, "mor_server_step: NULL server");
     int32_t mode = router_mode(s->ctx->router);
     if (mode == MOR_ROUTE_TOPK)
-        return mor_err(MOR_E_UNSUPPORTED, "mor_server_step: TOPK routing is not causal; use THRESHOLD or FORCED");
+        return err_set(MOR_E_UNSUPPORTED, "mor_server_step: TOPK routing is not causal; use THRESHOLD or FORCED");
     save(s);
     admit(s, 1);
     mor_status st;
@@ -671,7 +671,7 @@ mor_status mor_server_step(mor_server *s, int32_t *n_pending)
     if (st) { restore(s); return st; }
     admit(s, 0);
     if (n_pending) *n_pending = pending(s);
-    mor_err_clear();
+    err_clear();
     return MOR_OK;
 }
 
@@ -688,47 +688,47 @@ mor_status mor_server_run(mor_server *s)
 mor_status mor_server_cancel(mor_server *s, mor_request_id id)
 {
     serve_req *q = find(s, id);
-    if (!q) return mor_err(MOR_E_OUT_OF_RANGE, "mor_server_cancel: unknown request %d", id);
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_cancel: unknown request %d", id);
     if (q->state == MOR_REQ_QUEUED) q->state = MOR_REQ_CANCELLED;
     else if (q->state == MOR_REQ_RUNNING) {
         q->state = MOR_REQ_CANCELLED;
         /* rows in flight finish their step first; the slot is freed then (emit) */
         if (!s->slots[q->slot].n_rows) slot_release(s, q->slot);
     }
-    mor_err_clear();
+    err_clear();
     return MOR_OK;
 }
 
 int32_t mor_server_request_state(const mor_server *s, mor_request_id id)
 {
     const serve_req *q = find(s, id);
-    return q ? q->state : mor_err(MOR_E_OUT_OF_RANGE, "mor_server_request_state: unknown request %d", id);
+    return q ? q->state : err_set(MOR_E_OUT_OF_RANGE, "mor_server_request_state: unknown request %d", id);
 }
 
 mor_status mor_server_get_tokens(const mor_server *s, mor_request_id id, mor_token *out, int32_t *depths,
                                  int32_t cap, int32_t *n_out)
 {
     const serve_req *q = find(s, id);
-    if (!q) return mor_err(MOR_E_OUT_OF_RANGE, "mor_server_get_tokens: unknown request %d", id);
-    if (!n_out || cap < 0 || (cap && !out)) return mor_err(MOR_E_INVALID_ARG, "mor_server_get_tokens: bad buffer");
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_get_tokens: unknown request %d", id);
+    if (!n_out || cap < 0 || (cap && !out)) return err_set(MOR_E_INVALID_ARG, "mor_server_get_tokens: bad buffer");
     *n_out = q->n_out;
     if (cap < q->n_out)
-        return mor_err(MOR_E_BUFFER_TOO_SMALL, "mor_server_get_tokens: %d tokens, room for %d", q->n_out, cap);
+        return err_set(MOR_E_BUFFER_TOO_SMALL, "mor_server_get_tokens: %d tokens, room for %d", q->n_out, cap);
     if (q->n_out) memcpy(out, q->out, sizeof(mor_token) * (size_t)q->n_out);
     if (depths && q->n_out) memcpy(depths, q->depth, sizeof(int32_t) * (size_t)q->n_out);
-    mor_err_clear();
+    err_clear();
     return MOR_OK;
 }
 
 mor_status mor_server_release(mor_server *s, mor_request_id id)
 {
     serve_req *q = find(s, id);
-    if (!q) return mor_err(MOR_E_OUT_OF_RANGE, "mor_server_release: unknown request %d", id);
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_release: unknown request %d", id);
     if (q->state == MOR_REQ_QUEUED || q->state == MOR_REQ_RUNNING || q->slot >= 0)
-        return mor_err(MOR_E_INVALID_ARG, "mor_server_release: request %d is still queued or running", id);
+        return err_set(MOR_E_INVALID_ARG, "mor_server_release: request %d is still queued or running", id);
     req_free(q);
     s->reqs[id] = NULL;
-    mor_err_clear();
+    err_clear();
     return MOR_OK;
 }
 

@@ -28,14 +28,14 @@ const char *mor_status_str(mor_status s)
 
 const char *mor_last_error(void) { return last_error; }
 
-void mor_err_clear(void) { last_error[0] = 0; }
+void err_clear(void) { last_error[0] = 0; }
 
-mor_status mor_err(mor_status s, const char *fmt, ...)
+mor_status err_set(mor_status s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
-    mor_log(MOR_LOG_DEBUG, "%s: %s", mor_status_str(s), last_error);
+    log_emit(MOR_LOG_DEBUG, "%s: %s", mor_status_str(s), last_error);
     return s;
 }

@@ -10,12 +10,12 @@
 #endif
 
 /* Record a message for mor_last_error() in this thread and return s, so that
- * callers can write `return mor_err(MOR_E_FORMAT, "bad %s", what);`. */
-mor_status mor_err(mor_status s, const char *fmt, ...) MOR_PRINTF(2, 3);
+ * callers can write `return err_set(MOR_E_FORMAT, "bad %s", what);`. */
+mor_status err_set(mor_status s, const char *fmt, ...) MOR_PRINTF(2, 3);
 /* Forget the last message (called on entry of public functions that succeed). */
-void mor_err_clear(void);
+void err_clear(void);
 
 /* Internal logging through the user's callback; no output without one. */
-void mor_log(int32_t level, const char *fmt, ...) MOR_PRINTF(2, 3);
+void log_emit(int32_t level, const char *fmt, ...) MOR_PRINTF(2, 3);
 
 #endif

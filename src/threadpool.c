@@ -28,12 +28,12 @@
 #define SPIN_ITERS  256    /* pause loops (a few us) before yielding */
 #define YIELD_ITERS 2000   /* sched_yield loops (~0.1-1 ms) before sleeping */
 
-struct mor_pool {
+struct thread_pool {
     int32_t         n;             /* threads including the caller */
     pthread_t      *threads;       /* n - 1 workers */
     int32_t         n_started;
     /* the current job; written by the caller only while no worker is active in it */
-    mor_chunk_fn    fn;
+    chunk_fn    fn;
     void           *arg;
     int64_t         n_chunks;
     atomic_llong    next;          /* next chunk to take */
@@ -45,7 +45,7 @@ struct mor_pool {
     atomic_int      caller_sleeping;
     pthread_mutex_t mu;
     pthread_cond_t  cv, done_cv;
-    struct worker { mor_pool *p; int32_t ith; } *workers;
+    struct worker { thread_pool *p; int32_t ith; } *workers;
 };
 
 static inline void cpu_relax(void)
@@ -57,7 +57,7 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void take_chunks(mor_pool *p, int32_t ith)
+static void take_chunks(thread_pool *p, int32_t ith)
 {
     for (;;) {
         int64_t c = atomic_fetch_add(&p->next, 1);
@@ -69,7 +69,7 @@ static void take_chunks(mor_pool *p, int32_t ith)
 static void *worker_main(void *varg)
 {
     struct worker *w = varg;
-    mor_pool *p = w->p;
+    thread_pool *p = w->p;
     unsigned seen = 0;   /* gen at creation: a job may be published before this thread first runs */
     for (;;) {
         unsigned g;
@@ -97,7 +97,7 @@ static void *worker_main(void *varg)
     }
 }
 
-void pool_free(mor_pool *p)
+void pool_free(thread_pool *p)
 {
     if (!p) return;
     if (p->n_started) {
@@ -115,12 +115,12 @@ void pool_free(mor_pool *p)
     free(p);
 }
 
-mor_status pool_create(int32_t n_threads, mor_pool **out)
+mor_status pool_create(int32_t n_threads, thread_pool **out)
 {
     *out = NULL;
     if (n_threads < 1) n_threads = 1;
-    mor_pool *p = calloc(1, sizeof *p);
-    if (!p) return mor_err(MOR_E_NOMEM, "out of memory");
+    thread_pool *p = calloc(1, sizeof *p);
+    if (!p) return err_set(MOR_E_NOMEM, "out of memory");
     p->n = n_threads;
     atomic_init(&p->next, 0);
     atomic_init(&p->gen, 0);
@@ -129,26 +129,26 @@ mor_status pool_create(int32_t n_threads, mor_pool **out)
     atomic_init(&p->n_sleeping, 0);
     atomic_init(&p->stop, 0);
     atomic_init(&p->caller_sleeping, 0);
-    if (pthread_mutex_init(&p->mu, NULL)) { free(p); return mor_err(MOR_E_NOMEM, "cannot create a mutex"); }
+    if (pthread_mutex_init(&p->mu, NULL)) { free(p); return err_set(MOR_E_NOMEM, "cannot create a mutex"); }
     if (pthread_cond_init(&p->cv, NULL)) {
         pthread_mutex_destroy(&p->mu); free(p);
-        return mor_err(MOR_E_NOMEM, "cannot create a condition variable");
+        return err_set(MOR_E_NOMEM, "cannot create a condition variable");
     }
     if (pthread_cond_init(&p->done_cv, NULL)) {
         pthread_cond_destroy(&p->cv); pthread_mutex_destroy(&p->mu); free(p);
-        return mor_err(MOR_E_NOMEM, "cannot create a condition variable");
+        return err_set(MOR_E_NOMEM, "cannot create a condition variable");
     }
 #ifndef MOR_USE_OPENMP
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
-        if (!p->threads || !p->workers) { pool_free(p); return mor_err(MOR_E_NOMEM, "out of memory"); }
+        if (!p->threads || !p->workers) { pool_free(p); return err_set(MOR_E_NOMEM, "out of memory"); }
         for (int32_t i = 0; i < n_threads - 1; i++) {
             p->workers[i].p = p;
             p->workers[i].ith = i + 1;
             if (pthread_create(&p->threads[i], NULL, worker_main, &p->workers[i])) {
                 pool_free(p);
-                return mor_err(MOR_E_NOMEM, "cannot start worker thread %d of %d", i + 1, n_threads - 1);
+                return err_set(MOR_E_NOMEM, "cannot start worker thread %d of %d", i + 1, n_threads - 1);
             }
             p->n_started++;
         }
@@ -158,9 +158,9 @@ mor_status pool_create(int32_t n_threads, mor_pool **out)
     return MOR_OK;
 }
 
-int32_t pool_size(const mor_pool *p) { return p ? p->n : 1; }
+int32_t pool_size(const thread_pool *p) { return p ? p->n : 1; }
 
-void pool_run(mor_pool *p, int64_t n_chunks, mor_chunk_fn fn, void *arg)
+void pool_run(thread_pool *p, int64_t n_chunks, chunk_fn fn, void *arg)
 {
     if (n_chunks <= 0) return;
     if (!p || p->n <= 1 || n_chunks == 1) {

@@ -17,15 +17,15 @@
 #include <stdint.h>
 #include "mor.h"
 
-typedef struct mor_pool mor_pool;
-typedef void (*mor_chunk_fn)(void *arg, int64_t chunk, int32_t ith);
+typedef struct thread_pool thread_pool;
+typedef void (*chunk_fn)(void *arg, int64_t chunk, int32_t ith);
 
 /* n_threads <= 1: no workers, jobs run on the caller. MOR_E_NOMEM if memory
  * or threads cannot be had. */
-mor_status pool_create(int32_t n_threads, mor_pool **out);
-void       pool_free(mor_pool *p);    /* NULL ok; joins the workers */
-int32_t    pool_size(const mor_pool *p);
-void       pool_run(mor_pool *p, int64_t n_chunks, mor_chunk_fn fn, void *arg);
+mor_status pool_create(int32_t n_threads, thread_pool **out);
+void       pool_free(thread_pool *p);    /* NULL ok; joins the workers */
+int32_t    pool_size(const thread_pool *p);
+void       pool_run(thread_pool *p, int64_t n_chunks, chunk_fn fn, void *arg);
 
 /* Chunks of `align` units for n units shared by nth threads: about four per
  * thread (so that a late or slow thread costs little), at least `align`. */

@@ -33,12 +33,12 @@ enum { PRE_GPT2 = 0, PRE_SMOLLM = 1 };
 enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER_DEFINED = 4 };
 
 typedef struct {
-    const char *p;   /* into mor_tokenizer.bytes */
+    const char *p;   /* into tokenizer.bytes */
     uint32_t    n;
     mor_token   id;
 } special_token;
 
-struct mor_tokenizer {
+struct tokenizer {
     int32_t   n_tokens;     /* V': tokens with a text                          */
     int32_t   n_vocab;      /* the model's V >= V'; ids in [V', V) decode to "" */
     int       pre;          /* PRE_*                                           */
@@ -126,7 +126,7 @@ static uint64_t pair_key_of(mor_token left, mor_token right)
 }
 
 /* The rank of the merge of (left, right), or -1. */
-static int32_t pair_rank_of(const mor_tokenizer *t, mor_token left, mor_token right)
+static int32_t pair_rank_of(const tokenizer *t, mor_token left, mor_token right)
 {
     if (t->n_merges == 0) return -1;
     uint64_t key = pair_key_of(left, right);
@@ -167,7 +167,7 @@ static int32_t text_index_find(const text_index *ix, const char *p, size_t n)
 /* Loading                                                                  */
 /* ------------------------------------------------------------------------ */
 
-void mor_tokenizer_free(mor_tokenizer *t)
+void tokenizer_free(tokenizer *t)
 {
     if (!t) return;
     free(t->type);
@@ -182,8 +182,8 @@ void mor_tokenizer_free(mor_tokenizer *t)
     free(t);
 }
 
-mor_token mor_tokenizer_bos(const mor_tokenizer *t) { return t ? t->bos : -1; }
-mor_token mor_tokenizer_eos(const mor_tokenizer *t) { return t ? t->eos : -1; }
+mor_token tokenizer_bos(const tokenizer *t) { return t ? t->bos : -1; }
+mor_token tokenizer_eos(const tokenizer *t) { return t ? t->eos : -1; }
 
 /* For messages: at most 40 bytes of a string. */
 #define STR_ARG(s) (int)((s).n < 40 ? (s).n : 40), (s).p
@@ -205,7 +205,7 @@ static mor_status load_token_id(const gguf_file *g, const char *key, int32_t n_t
     if (s == MOR_E_OUT_OF_RANGE) { *out = -1; return MOR_OK; }
     if (s != MOR_OK) return s;
     if (v >= (uint32_t)n_tokens)
-        return mor_err(MOR_E_FORMAT, "%s = %u is not a token id (the vocabulary has %d tokens)",
+        return err_set(MOR_E_FORMAT, "%s = %u is not a token id (the vocabulary has %d tokens)",
                        key, v, (int)n_tokens);
     *out = (mor_token)v;
     return MOR_OK;
@@ -214,26 +214,26 @@ static mor_status load_token_id(const gguf_file *g, const char *key, int32_t n_t
 static mor_status load_string_array(const gguf_file *g, const char *key, const gguf_kv **out)
 {
     mor_status s = gguf_get_arr_str(g, key, out);
-    if (s == MOR_E_OUT_OF_RANGE) return mor_err(MOR_E_FORMAT, "%s is missing", key);
+    if (s == MOR_E_OUT_OF_RANGE) return err_set(MOR_E_FORMAT, "%s is missing", key);
     if (s != MOR_OK) return s;
     if ((*out)->type != GGUF_ARR || (*out)->arr_type != GGUF_STR || (!(*out)->strs && (*out)->arr_n))
-        return mor_err(MOR_E_FORMAT, "%s is not an array of strings", key);
+        return err_set(MOR_E_FORMAT, "%s is not an array of strings", key);
     return MOR_OK;
 }
 
 /* The texts: type and decoded bytes of every token, and a temporary index. */
-static mor_status load_tokens(mor_tokenizer *t, const gguf_file *g, const gguf_kv *tokens_kv,
+static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *tokens_kv,
                               text_index *ix)
 {
     const char *types_key = "tokenizer.ggml.token_type";
     int32_t n = t->n_tokens;
     const gguf_kv *tkv = gguf_find_kv(g, types_key);
-    if (!tkv) return mor_err(MOR_E_FORMAT, "%s is missing", types_key);
+    if (!tkv) return err_set(MOR_E_FORMAT, "%s is missing", types_key);
     if (tkv->type != GGUF_ARR || tkv->arr_n != (uint64_t)n)
-        return mor_err(MOR_E_FORMAT, "%s must be an array of %d integers, like tokenizer.ggml.tokens",
+        return err_set(MOR_E_FORMAT, "%s must be an array of %d integers, like tokenizer.ggml.tokens",
                        types_key, (int)n);
     int32_t *types = malloc((size_t)n * sizeof *types);
-    if (!types) return mor_err(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    if (!types) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
     mor_status s = gguf_get_arr_i32(g, types_key, types, (uint64_t)n);
     if (s != MOR_OK) { free(types); return s; }
 
@@ -242,7 +242,7 @@ static mor_status load_tokens(mor_tokenizer *t, const gguf_file *g, const gguf_k
         if (types[i] != TT_NORMAL && types[i] != TT_CONTROL && types[i] != TT_USER_DEFINED) {
             int32_t bad = types[i];
             free(types);
-            return mor_err(MOR_E_FORMAT, "%s[%d] = %d: only 1 (normal), 3 (control) and 4 "
+            return err_set(MOR_E_FORMAT, "%s[%d] = %d: only 1 (normal), 3 (control) and 4 "
                            "(user-defined) are valid", types_key, (int)i, (int)bad);
         }
         t->type[i] = (uint8_t)types[i];
@@ -250,13 +250,13 @@ static mor_status load_tokens(mor_tokenizer *t, const gguf_file *g, const gguf_k
     }
     free(types);
     if (total >= UINT32_MAX)
-        return mor_err(MOR_E_FORMAT, "tokenizer.ggml.tokens: texts too long in total");
+        return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: texts too long in total");
 
     /* Decoded bytes are never longer than the text. A character outside the
      * byte-level alphabet (or an invalid byte) in a normal token is kept as it
      * is, as HF's ByteLevel decoder does. */
     t->bytes = malloc(total ? (size_t)total : 1);
-    if (!t->bytes) return mor_err(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    if (!t->bytes) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
     uint32_t pos = 0;
     for (int32_t i = 0; i < n; i++) {
         const gguf_str *e = &tokens_kv->strs[i];
@@ -269,8 +269,8 @@ static mor_status load_tokens(mor_tokenizer *t, const gguf_file *g, const gguf_k
         }
         for (size_t k = 0; k < e->n;) {
             uint32_t cp;
-            size_t len = mor_utf8_decode(p + k, e->n - k, &cp);
-            int b = cp == MOR_UTF8_INVALID ? -1 : cp_to_byte(cp);
+            size_t len = utf8_decode(p + k, e->n - k, &cp);
+            int b = cp == UTF8_INVALID ? -1 : cp_to_byte(cp);
             if (b >= 0) t->bytes[pos++] = (char)b;
             else { memcpy(t->bytes + pos, p + k, len); pos += (uint32_t)len; }
             k += len;
@@ -283,7 +283,7 @@ static mor_status load_tokens(mor_tokenizer *t, const gguf_file *g, const gguf_k
     ix->texts = tokens_kv->strs;
     ix->mask = size - 1;
     ix->slot = calloc((size_t)size, sizeof *ix->slot);
-    if (!ix->slot) return mor_err(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    if (!ix->slot) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
     for (int32_t i = 0; i < n; i++) {
         const gguf_str *e = &tokens_kv->strs[i];
         if (e->n == 0) continue;     /* never matched; padding entries may be empty */
@@ -293,7 +293,7 @@ static mor_status load_tokens(mor_tokenizer *t, const gguf_file *g, const gguf_k
             if (sl == 0) { ix->slot[h] = i + 1; break; }
             const gguf_str *o = &tokens_kv->strs[sl - 1];
             if (o->n == e->n && memcmp(o->p, e->p, e->n) == 0)
-                return mor_err(MOR_E_FORMAT, "tokenizer.ggml.tokens: token %d \"%.*s\" repeats token %d",
+                return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: token %d \"%.*s\" repeats token %d",
                                (int)i, STR_ARG(*e), (int)(sl - 1));
         }
     }
@@ -305,20 +305,20 @@ static mor_status load_tokens(mor_tokenizer *t, const gguf_file *g, const gguf_k
         size_t len = utf8_put_small(byte_to_cp((uint8_t)b), ch);
         int32_t id = text_index_find(ix, ch, len);
         if (id < 0 || t->type[id] != TT_NORMAL)
-            return mor_err(MOR_E_FORMAT, "tokenizer.ggml.tokens: no normal token for byte 0x%02X "
+            return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: no normal token for byte 0x%02X "
                            "(\"%.*s\"); a byte-level vocabulary needs all 256", b, (int)len, ch);
         t->byte_token[b] = id;
     }
     return MOR_OK;
 }
 
-static mor_status load_merges(mor_tokenizer *t, const gguf_file *g, const text_index *ix)
+static mor_status load_merges(tokenizer *t, const gguf_file *g, const text_index *ix)
 {
     const char *key = "tokenizer.ggml.merges";
     const gguf_kv *kv;
     mor_status s = load_string_array(g, key, &kv);
     if (s != MOR_OK) return s;
-    if (kv->arr_n > INT32_MAX) return mor_err(MOR_E_FORMAT, "%s: too many merges", key);
+    if (kv->arr_n > INT32_MAX) return err_set(MOR_E_FORMAT, "%s: too many merges", key);
     int32_t n = (int32_t)kv->arr_n;
     t->n_merges = n;
     if (n == 0) return MOR_OK;
@@ -334,7 +334,7 @@ static mor_status load_merges(mor_tokenizer *t, const gguf_file *g, const text_i
     char *cat = malloc(cat_cap);
     if (!t->merge_left || !t->merge_right || !t->merge_result || !t->pair_key || !t->pair_rank || !cat) {
         free(cat);
-        return mor_err(MOR_E_NOMEM, "out of memory loading the tokenizer");
+        return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
     }
     for (uint64_t i = 0; i < size; i++) t->pair_key[i] = PAIR_EMPTY;
 
@@ -347,18 +347,18 @@ static mor_status load_merges(mor_tokenizer *t, const gguf_file *g, const text_i
         size_t nr = sp ? m.n - nl - 1 : 0;
         if (!sp || nl == 0 || nr == 0 || memchr(sp + 1, ' ', nr)) {
             free(cat);
-            return mor_err(MOR_E_FORMAT, "%s[%d] = \"%.*s\" is not \"left right\"", key, (int)r, STR_ARG(m));
+            return err_set(MOR_E_FORMAT, "%s[%d] = \"%.*s\" is not \"left right\"", key, (int)r, STR_ARG(m));
         }
         int32_t left = text_index_find(ix, m.p, nl);
         int32_t right = text_index_find(ix, sp + 1, nr);
         if (left < 0 || right < 0) {
             free(cat);
-            return mor_err(MOR_E_FORMAT, "%s[%d] = \"%.*s\" names a token that is not in the vocabulary",
+            return err_set(MOR_E_FORMAT, "%s[%d] = \"%.*s\" names a token that is not in the vocabulary",
                            key, (int)r, STR_ARG(m));
         }
         if (nl + nr > cat_cap) {
             char *c2 = realloc(cat, nl + nr);
-            if (!c2) { free(cat); return mor_err(MOR_E_NOMEM, "out of memory loading the tokenizer"); }
+            if (!c2) { free(cat); return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer"); }
             cat = c2;
             cat_cap = nl + nr;
         }
@@ -367,7 +367,7 @@ static mor_status load_merges(mor_tokenizer *t, const gguf_file *g, const text_i
         int32_t result = text_index_find(ix, cat, nl + nr);
         if (result < 0) {
             free(cat);
-            return mor_err(MOR_E_FORMAT, "%s[%d] = \"%.*s\": the merged text is not a token",
+            return err_set(MOR_E_FORMAT, "%s[%d] = \"%.*s\": the merged text is not a token",
                            key, (int)r, STR_ARG(m));
         }
         t->merge_left[r] = left;
@@ -386,7 +386,7 @@ static mor_status load_merges(mor_tokenizer *t, const gguf_file *g, const text_i
     return MOR_OK;
 }
 
-static mor_status load_specials(mor_tokenizer *t)
+static mor_status load_specials(tokenizer *t)
 {
     int32_t n = 0;
     for (int32_t i = 0; i < t->n_tokens; i++)
@@ -394,7 +394,7 @@ static mor_status load_specials(mor_tokenizer *t)
     t->n_special = n;
     if (n == 0) return MOR_OK;
     t->special = malloc((size_t)n * sizeof *t->special);
-    if (!t->special) return mor_err(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    if (!t->special) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
     n = 0;
     for (int32_t i = 0; i < t->n_tokens; i++) {
         if (t->type[i] == TT_NORMAL || t->off[i + 1] == t->off[i]) continue;
@@ -408,28 +408,28 @@ static mor_status load_specials(mor_tokenizer *t)
     return MOR_OK;
 }
 
-static mor_status load_all(mor_tokenizer *t, const gguf_file *g, int32_t n_vocab_model, text_index *ix)
+static mor_status load_all(tokenizer *t, const gguf_file *g, int32_t n_vocab_model, text_index *ix)
 {
     gguf_str pre;
     mor_status s = gguf_get_str(g, "tokenizer.ggml.pre", &pre);
-    if (s == MOR_E_OUT_OF_RANGE) return mor_err(MOR_E_FORMAT, "tokenizer.ggml.pre is missing");
+    if (s == MOR_E_OUT_OF_RANGE) return err_set(MOR_E_FORMAT, "tokenizer.ggml.pre is missing");
     if (s != MOR_OK) return s;
     if (gguf_str_eq(pre, "gpt2")) t->pre = PRE_GPT2;
     else if (gguf_str_eq(pre, "smollm")) t->pre = PRE_SMOLLM;
-    else return mor_err(MOR_E_FORMAT, "tokenizer.ggml.pre = \"%.*s\": only \"gpt2\" and \"smollm\" "
+    else return err_set(MOR_E_FORMAT, "tokenizer.ggml.pre = \"%.*s\": only \"gpt2\" and \"smollm\" "
                         "are supported", STR_ARG(pre));
 
     const gguf_kv *tokens_kv;
     s = load_string_array(g, "tokenizer.ggml.tokens", &tokens_kv);
     if (s != MOR_OK) return s;
     if (tokens_kv->arr_n > (uint64_t)n_vocab_model)
-        return mor_err(MOR_E_FORMAT, "tokenizer.ggml.tokens has %llu tokens, more than the model's "
+        return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens has %llu tokens, more than the model's "
                        "vocabulary of %d", (unsigned long long)tokens_kv->arr_n, (int)n_vocab_model);
     t->n_tokens = (int32_t)tokens_kv->arr_n;
     t->n_vocab = n_vocab_model;
     t->type = malloc((size_t)t->n_tokens + 1);
     t->off = malloc(((size_t)t->n_tokens + 1) * sizeof *t->off);
-    if (!t->type || !t->off) return mor_err(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    if (!t->type || !t->off) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
 
     if ((s = load_tokens(t, g, tokens_kv, ix)) != MOR_OK) return s;
     if ((s = load_merges(t, g, ix)) != MOR_OK) return s;
@@ -442,34 +442,34 @@ static mor_status load_all(mor_tokenizer *t, const gguf_file *g, int32_t n_vocab
     return s;
 }
 
-mor_status mor_tokenizer_load(const gguf_file *g, int32_t n_vocab_model, mor_tokenizer **out)
+mor_status tokenizer_load(const gguf_file *g, int32_t n_vocab_model, tokenizer **out)
 {
-    if (!out) return mor_err(MOR_E_INVALID_ARG, "mor_tokenizer_load: out is NULL");
+    if (!out) return err_set(MOR_E_INVALID_ARG, "tokenizer_load: out is NULL");
     *out = NULL;
-    if (!g) return mor_err(MOR_E_INVALID_ARG, "mor_tokenizer_load: no file");
+    if (!g) return err_set(MOR_E_INVALID_ARG, "tokenizer_load: no file");
 
     gguf_str model;
     mor_status s = gguf_get_str(g, "tokenizer.ggml.model", &model);
     if (s == MOR_E_OUT_OF_RANGE) {
         /* No tokenizer. Other tokenizer keys without this one are an error. */
         if (gguf_find_kv(g, "tokenizer.ggml.tokens") || gguf_find_kv(g, "tokenizer.ggml.merges"))
-            return mor_err(MOR_E_FORMAT, "tokenizer.ggml.tokens without tokenizer.ggml.model");
+            return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens without tokenizer.ggml.model");
         return MOR_OK;
     }
     if (s != MOR_OK) return s;
     if (!gguf_str_eq(model, "gpt2"))
-        return mor_err(MOR_E_FORMAT, "tokenizer.ggml.model = \"%.*s\": only \"gpt2\" (byte-level BPE) "
+        return err_set(MOR_E_FORMAT, "tokenizer.ggml.model = \"%.*s\": only \"gpt2\" (byte-level BPE) "
                        "is supported", STR_ARG(model));
     if (n_vocab_model <= 0)
-        return mor_err(MOR_E_INVALID_ARG, "mor_tokenizer_load: model vocabulary size %d", (int)n_vocab_model);
+        return err_set(MOR_E_INVALID_ARG, "tokenizer_load: model vocabulary size %d", (int)n_vocab_model);
 
-    mor_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return mor_err(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
     t->bos = t->eos = t->pad = -1;
     text_index ix = { 0 };
     s = load_all(t, g, n_vocab_model, &ix);
     free(ix.slot);
-    if (s != MOR_OK) { mor_tokenizer_free(t); return s; }
+    if (s != MOR_OK) { tokenizer_free(t); return s; }
     *out = t;
     return MOR_OK;
 }
@@ -501,11 +501,11 @@ static void enc_free(enc_state *st)
 static mor_status push_id(enc_state *st, mor_token id)
 {
     if (st->n >= INT32_MAX)   /* the count must fit *n_out */
-        return mor_err(MOR_E_INVALID_ARG, "the text gives more than %d tokens", INT32_MAX);
+        return err_set(MOR_E_INVALID_ARG, "the text gives more than %d tokens", INT32_MAX);
     if (st->n == st->cap) {
         size_t cap = st->cap ? st->cap * 2 : 64;
         mor_token *p = realloc(st->ids, cap * sizeof *p);
-        if (!p) return mor_err(MOR_E_NOMEM, "out of memory tokenizing");
+        if (!p) return err_set(MOR_E_NOMEM, "out of memory tokenizing");
         st->ids = p;
         st->cap = cap;
     }
@@ -517,10 +517,10 @@ static mor_status ensure_scratch(enc_state *st, size_t n)
 {
     if (n <= st->scap) return MOR_OK;
     if (n > INT32_MAX)
-        return mor_err(MOR_E_INVALID_ARG, "a pre-token of %zu bytes is too long to tokenize", n);
+        return err_set(MOR_E_INVALID_ARG, "a pre-token of %zu bytes is too long to tokenize", n);
     size_t cap = st->scap ? st->scap : 64;
     while (cap < n) cap *= 2;
-    if (cap > SIZE_MAX / (3 * sizeof *st->heap)) return mor_err(MOR_E_NOMEM, "out of memory tokenizing");
+    if (cap > SIZE_MAX / (3 * sizeof *st->heap)) return err_set(MOR_E_NOMEM, "out of memory tokenizing");
     free(st->sym); free(st->next); free(st->prev); free(st->heap);
     st->sym = malloc(cap * sizeof *st->sym);
     st->next = malloc(cap * sizeof *st->next);
@@ -528,7 +528,7 @@ static mor_status ensure_scratch(enc_state *st, size_t n)
     /* Each merge pushes at most two pairs: n - 1 + 2 (n - 1) entries at most. */
     st->heap = malloc(3 * cap * sizeof *st->heap);
     st->scap = (st->sym && st->next && st->prev && st->heap) ? cap : 0;
-    if (!st->scap) return mor_err(MOR_E_NOMEM, "out of memory tokenizing");
+    if (!st->scap) return err_set(MOR_E_NOMEM, "out of memory tokenizing");
     return MOR_OK;
 }
 
@@ -560,14 +560,14 @@ static uint64_t heap_pop(uint64_t *h, size_t *n)
     return top;
 }
 
-static void push_pair(const mor_tokenizer *t, enc_state *st, size_t *hn, int32_t pos)
+static void push_pair(const tokenizer *t, enc_state *st, size_t *hn, int32_t pos)
 {
     int32_t r = pair_rank_of(t, st->sym[pos], st->sym[st->next[pos]]);
     if (r >= 0) heap_push(st->heap, hn, ((uint64_t)r << 32) | (uint32_t)pos);
 }
 
 /* BPE of one pre-token: lowest rank first, leftmost first among equal ranks. */
-static mor_status bpe_piece(const mor_tokenizer *t, const uint8_t *s, size_t n, enc_state *st)
+static mor_status bpe_piece(const tokenizer *t, const uint8_t *s, size_t n, enc_state *st)
 {
     if (n == 1) return push_id(st, t->byte_token[s[0]]);
     mor_status err = ensure_scratch(st, n);
@@ -606,13 +606,13 @@ static mor_status bpe_piece(const mor_tokenizer *t, const uint8_t *s, size_t n, 
 static size_t char_at(const uint8_t *s, size_t n, size_t i, int *cls)
 {
     uint32_t cp;
-    size_t len = mor_utf8_decode(s + i, n - i, &cp);
-    *cls = mor_unicode_class(cp);
+    size_t len = utf8_decode(s + i, n - i, &cp);
+    *cls = unicode_class(cp);
     return len;
 }
 
 /* Encode text without specials: pre-tokenize, then BPE each piece. */
-static mor_status encode_fragment(const mor_tokenizer *t, const uint8_t *s, size_t n, enc_state *st)
+static mor_status encode_fragment(const tokenizer *t, const uint8_t *s, size_t n, enc_state *st)
 {
     mor_status err;
     size_t i = 0;
@@ -623,18 +623,18 @@ static mor_status encode_fragment(const mor_tokenizer *t, const uint8_t *s, size
              * stretches between them as on whole texts. */
             int c;
             size_t len = char_at(s, n, i, &c);
-            if (c == MOR_UC_NUMBER) {
+            if (c == UC_NUMBER) {
                 if ((err = bpe_piece(t, s + i, len, st)) != MOR_OK) return err;
                 i += len;
                 continue;
             }
             for (end = i + len; end < n; end += len) {
                 len = char_at(s, n, end, &c);
-                if (c == MOR_UC_NUMBER) break;
+                if (c == UC_NUMBER) break;
             }
         }
         while (i < end) {
-            size_t e = mor_gpt2_piece_end(s, end, i);
+            size_t e = gpt2_piece_end(s, end, i);
             if ((err = bpe_piece(t, s + i, e - i, st)) != MOR_OK) return err;
             i = e;
         }
@@ -645,7 +645,7 @@ static mor_status encode_fragment(const mor_tokenizer *t, const uint8_t *s, size
 /* The longest special token that s[0..n) starts with: its length (0 if none)
  * and id. The sorted list is narrowed byte by byte; a special that ends at
  * byte k sorts first among those sharing its k bytes. */
-static size_t special_match(const mor_tokenizer *t, const uint8_t *s, size_t n, mor_token *id)
+static size_t special_match(const tokenizer *t, const uint8_t *s, size_t n, mor_token *id)
 {
     const special_token *sp = t->special;
     size_t lo = 0, hi = (size_t)t->n_special, k = 0, best = 0;
@@ -675,7 +675,7 @@ static size_t special_match(const mor_tokenizer *t, const uint8_t *s, size_t n, 
     return best;
 }
 
-static mor_status encode_all(const mor_tokenizer *t, const uint8_t *s, size_t len, uint32_t flags,
+static mor_status encode_all(const tokenizer *t, const uint8_t *s, size_t len, uint32_t flags,
                              enc_state *st)
 {
     mor_status err;
@@ -696,29 +696,29 @@ static mor_status encode_all(const mor_tokenizer *t, const uint8_t *s, size_t le
                 }
             }
             uint32_t cp;
-            i += mor_utf8_decode(s + i, len - i, &cp);   /* specials start on a character */
+            i += utf8_decode(s + i, len - i, &cp);   /* specials start on a character */
         }
     }
     return encode_fragment(t, s + start, len - start, st);
 }
 
-mor_status mor_tokenizer_encode(const mor_tokenizer *t, const char *text, size_t len, uint32_t flags,
+mor_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, uint32_t flags,
                                 mor_token *out, int32_t cap, int32_t *n_out)
 {
-    if (!t) return mor_err(MOR_E_INVALID_ARG, "mor_tokenize: no tokenizer");
-    if (!text && len > 0) return mor_err(MOR_E_INVALID_ARG, "mor_tokenize: text is NULL");
-    if (!n_out) return mor_err(MOR_E_INVALID_ARG, "mor_tokenize: n_out is NULL");
+    if (!t) return err_set(MOR_E_INVALID_ARG, "mor_tokenize: no tokenizer");
+    if (!text && len > 0) return err_set(MOR_E_INVALID_ARG, "mor_tokenize: text is NULL");
+    if (!n_out) return err_set(MOR_E_INVALID_ARG, "mor_tokenize: n_out is NULL");
     if (cap < 0 || (cap > 0 && !out))
-        return mor_err(MOR_E_INVALID_ARG, "mor_tokenize: bad output buffer (cap %d)", (int)cap);
+        return err_set(MOR_E_INVALID_ARG, "mor_tokenize: bad output buffer (cap %d)", (int)cap);
     if (flags & ~(uint32_t)(MOR_TOKENIZE_ADD_BOS | MOR_TOKENIZE_PARSE_SPECIAL))
-        return mor_err(MOR_E_INVALID_ARG, "mor_tokenize: unknown flags 0x%x", (unsigned)flags);
+        return err_set(MOR_E_INVALID_ARG, "mor_tokenize: unknown flags 0x%x", (unsigned)flags);
 
     /* Encode into our own buffer so that a failing call leaves out alone. */
     enc_state st = { 0 };
     mor_status err = encode_all(t, (const uint8_t *)text, len, flags, &st);
     if (err == MOR_OK) {
         if (st.n > (size_t)cap) {
-            err = mor_err(MOR_E_BUFFER_TOO_SMALL, "mor_tokenize: %zu tokens do not fit in %d",
+            err = err_set(MOR_E_BUFFER_TOO_SMALL, "mor_tokenize: %zu tokens do not fit in %d",
                           st.n, (int)cap);
         } else if (st.n > 0) {
             memcpy(out, st.ids, st.n * sizeof *out);
@@ -733,30 +733,30 @@ mor_status mor_tokenizer_encode(const mor_tokenizer *t, const char *text, size_t
 /* Decoding                                                                 */
 /* ------------------------------------------------------------------------ */
 
-mor_status mor_tokenizer_decode(const mor_tokenizer *t, const mor_token *toks, int32_t n,
+mor_status tokenizer_decode(const tokenizer *t, const mor_token *toks, int32_t n,
                                 char *buf, size_t cap, size_t *len_out)
 {
-    if (!t) return mor_err(MOR_E_INVALID_ARG, "mor_detokenize: no tokenizer");
-    if (n < 0 || (n > 0 && !toks)) return mor_err(MOR_E_INVALID_ARG, "mor_detokenize: bad tokens (n %d)", (int)n);
-    if (!len_out) return mor_err(MOR_E_INVALID_ARG, "mor_detokenize: len_out is NULL");
-    if (cap > 0 && !buf) return mor_err(MOR_E_INVALID_ARG, "mor_detokenize: buf is NULL");
+    if (!t) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: no tokenizer");
+    if (n < 0 || (n > 0 && !toks)) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: bad tokens (n %d)", (int)n);
+    if (!len_out) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: len_out is NULL");
+    if (cap > 0 && !buf) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: buf is NULL");
 
     size_t need = 0;
     for (int32_t i = 0; i < n; i++) {
         mor_token id = toks[i];
         if (id < 0 || id >= t->n_vocab)
-            return mor_err(MOR_E_OUT_OF_RANGE, "mor_detokenize: token %d (at %d) is not in [0, %d)",
+            return err_set(MOR_E_OUT_OF_RANGE, "mor_detokenize: token %d (at %d) is not in [0, %d)",
                            (int)id, (int)i, (int)t->n_vocab);
         if (id < t->n_tokens) {   /* ids of the model's padding have no text */
             size_t len = t->off[id + 1] - t->off[id];
             if (len > SIZE_MAX - need)
-                return mor_err(MOR_E_INVALID_ARG, "mor_detokenize: the text would be too long");
+                return err_set(MOR_E_INVALID_ARG, "mor_detokenize: the text would be too long");
             need += len;
         }
     }
     if (need > cap) {
         *len_out = need;
-        return mor_err(MOR_E_BUFFER_TOO_SMALL, "mor_detokenize: %zu bytes do not fit in %zu", need, cap);
+        return err_set(MOR_E_BUFFER_TOO_SMALL, "mor_detokenize: %zu bytes do not fit in %zu", need, cap);
     }
     size_t pos = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -777,19 +777,19 @@ mor_status mor_tokenizer_decode(const mor_tokenizer *t, const mor_token *toks, i
 mor_status mor_tokenize(const mor_model *model, const char *text, size_t len,
                         uint32_t flags, mor_token *out, int32_t cap, int32_t *n_out)
 {
-    mor_err_clear();
-    if (!model) return mor_err(MOR_E_INVALID_ARG, "mor_tokenize: model is NULL");
-    const mor_tokenizer *t = model_tokenizer(model);
-    if (!t) return mor_err(MOR_E_UNSUPPORTED, "mor_tokenize: the model has no tokenizer");
-    return mor_tokenizer_encode(t, text, len, flags, out, cap, n_out);
+    err_clear();
+    if (!model) return err_set(MOR_E_INVALID_ARG, "mor_tokenize: model is NULL");
+    const tokenizer *t = model_tokenizer(model);
+    if (!t) return err_set(MOR_E_UNSUPPORTED, "mor_tokenize: the model has no tokenizer");
+    return tokenizer_encode(t, text, len, flags, out, cap, n_out);
 }
 
 mor_status mor_detokenize(const mor_model *model, const mor_token *tokens, int32_t n,
                           char *buf, size_t cap, size_t *len_out)
 {
-    mor_err_clear();
-    if (!model) return mor_err(MOR_E_INVALID_ARG, "mor_detokenize: model is NULL");
-    const mor_tokenizer *t = model_tokenizer(model);
-    if (!t) return mor_err(MOR_E_UNSUPPORTED, "mor_detokenize: the model has no tokenizer");
-    return mor_tokenizer_decode(t, tokens, n, buf, cap, len_out);
+    err_clear();
+    if (!model) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: model is NULL");
+    const tokenizer *t = model_tokenizer(model);
+    if (!t) return err_set(MOR_E_UNSUPPORTED, "mor_detokenize: the model has no tokenizer");
+    return tokenizer_decode(t, tokens, n, buf, cap, len_out);
 }

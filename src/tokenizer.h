@@ -4,21 +4,21 @@
 #include "mor.h"
 #include "gguf.h"
 
-typedef struct mor_tokenizer mor_tokenizer;
+typedef struct tokenizer tokenizer;
 
 /* Build the tokenizer from the tokenizer.ggml.* keys of g. *out = NULL and
  * MOR_OK when the file has no tokenizer.ggml.model key. n_vocab_model is the
  * model's vocab size (token ids must be below it). The tokenizer copies what
  * it needs: g may be freed afterwards. */
-mor_status mor_tokenizer_load(const gguf_file *g, int32_t n_vocab_model, mor_tokenizer **out);
-void       mor_tokenizer_free(mor_tokenizer *t);
-mor_token  mor_tokenizer_bos(const mor_tokenizer *t);   /* -1 if none */
-mor_token  mor_tokenizer_eos(const mor_tokenizer *t);   /* -1 if none */
+mor_status tokenizer_load(const gguf_file *g, int32_t n_vocab_model, tokenizer **out);
+void       tokenizer_free(tokenizer *t);
+mor_token  tokenizer_bos(const tokenizer *t);   /* -1 if none */
+mor_token  tokenizer_eos(const tokenizer *t);   /* -1 if none */
 
 /* The public mor_tokenize / mor_detokenize are implemented in tokenizer.c on
  * top of these, through model_tokenizer() from model.h. */
-mor_status mor_tokenizer_encode(const mor_tokenizer *t, const char *text, size_t len, uint32_t flags,
+mor_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, uint32_t flags,
                                 mor_token *out, int32_t cap, int32_t *n_out);
-mor_status mor_tokenizer_decode(const mor_tokenizer *t, const mor_token *toks, int32_t n,
+mor_status tokenizer_decode(const tokenizer *t, const mor_token *toks, int32_t n,
                                 char *buf, size_t cap, size_t *len_out);
 #endif

@@ -5,7 +5,7 @@
  * lookup is a binary search over ~1600 words. */
 #include "unicode.h"
 
-size_t mor_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
+size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
 {
     uint8_t b0 = s[0];
     if (b0 < 0x80) { *cp = b0; return 1; }
@@ -26,12 +26,12 @@ size_t mor_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
         if (b0 == 0xF0) lo = 0x90;
         if (b0 == 0xF4) hi = 0x8F;
     } else {
-        *cp = MOR_UTF8_INVALID;
+        *cp = UTF8_INVALID;
         return 1;
     }
-    if (n < len || s[1] < lo || s[1] > hi) { *cp = MOR_UTF8_INVALID; return 1; }
+    if (n < len || s[1] < lo || s[1] > hi) { *cp = UTF8_INVALID; return 1; }
     for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) { *cp = MOR_UTF8_INVALID; return 1; }
+        if ((s[i] & 0xC0) != 0x80) { *cp = UTF8_INVALID; return 1; }
         c = (c << 6) | (s[i] & 0x3F);
     }
     *cp = c;
@@ -245,7 +245,7 @@ static const uint32_t class_table[1609] = {
 };
 /* END GENERATED */
 
-int mor_unicode_class(uint32_t cp)
+int unicode_class(uint32_t cp)
 {
     /* White_Space, which Oniguruma's \s matches in Unicode mode (the regex
      * engine of HF tokenizers). None of these is a letter or a number. */
@@ -253,18 +253,18 @@ int mor_unicode_class(uint32_t cp)
     case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20:
     case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029:
     case 0x202F: case 0x205F: case 0x3000:
-        return MOR_UC_SPACE;
+        return UC_SPACE;
     default:
         break;
     }
-    if (cp >= 0x2000 && cp <= 0x200A) return MOR_UC_SPACE;
+    if (cp >= 0x2000 && cp <= 0x200A) return UC_SPACE;
 
     if (cp < 0x80) {   /* the common case, without the table */
-        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return MOR_UC_LETTER;
-        if (cp >= '0' && cp <= '9') return MOR_UC_NUMBER;
-        return MOR_UC_OTHER;
+        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return UC_LETTER;
+        if (cp >= '0' && cp <= '9') return UC_NUMBER;
+        return UC_OTHER;
     }
-    if (cp > 0x10FFFF) return MOR_UC_OTHER;   /* includes MOR_UTF8_INVALID */
+    if (cp > 0x10FFFF) return UC_OTHER;   /* includes UTF8_INVALID */
 
     /* The last entry whose first code point is <= cp. Entry 0 starts at 0. */
     size_t lo = 0, hi = sizeof class_table / sizeof class_table[0];
@@ -279,15 +279,15 @@ int mor_unicode_class(uint32_t cp)
 static size_t char_at(const uint8_t *s, size_t n, size_t i, int *cls)
 {
     uint32_t cp;
-    size_t len = mor_utf8_decode(s + i, n - i, &cp);
-    *cls = mor_unicode_class(cp);
+    size_t len = utf8_decode(s + i, n - i, &cp);
+    *cls = unicode_class(cp);
     return len;
 }
 
 /* End of the GPT-2 regex match that starts at s[i], within s[0..n):
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  * The alternatives are tried in order, as a backtracking regex engine does. */
-size_t mor_gpt2_piece_end(const uint8_t *s, size_t n, size_t i)
+size_t gpt2_piece_end(const uint8_t *s, size_t n, size_t i)
 {
     if (s[i] == '\'' && i + 1 < n) {
         uint8_t c = s[i + 1];
@@ -305,9 +305,9 @@ size_t mor_gpt2_piece_end(const uint8_t *s, size_t n, size_t i)
     if (s[i] == ' ' && i + 1 < n) {
         int next_cls;
         char_at(s, n, i + 1, &next_cls);
-        if (next_cls != MOR_UC_SPACE) { j = i + 1; cls = next_cls; }
+        if (next_cls != UC_SPACE) { j = i + 1; cls = next_cls; }
     }
-    if (cls != MOR_UC_SPACE) {
+    if (cls != UC_SPACE) {
         while (j < n) {
             int c;
             size_t len = char_at(s, n, j, &c);
@@ -324,7 +324,7 @@ size_t mor_gpt2_piece_end(const uint8_t *s, size_t n, size_t i)
     while (k < n) {
         int c;
         size_t len = char_at(s, n, k, &c);
-        if (c != MOR_UC_SPACE) break;
+        if (c != UC_SPACE) break;
         last = k;
         k += len;
         count++;

@@ -31,7 +31,7 @@ static mor_token tok(int32_t seq, int32_t pos) { return (mor_token)((seq * 7919 
  * sequence 0 goes on in the holes it left. Returns the number of descents
  * of sequence 0's positions in cell order of layer 0 at the end (the
  * unique first layer: every token is there), or -1 if a call failed. */
-static int32_t run(mor_model *m, const mor_kernels *ks, int32_t kv_mode, int32_t kv_type, int32_t other,
+static int32_t run(mor_model *m, const kernel_set *ks, int32_t kv_mode, int32_t kv_type, int32_t other,
                    int32_t with, float *logits, int32_t *depth)
 {
     mor_context_params cp;
@@ -102,8 +102,8 @@ int main(void)
         mor_model *m = NULL;
         if (!CHECK(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK,
                    "random-weight MoR model, %s weights", tname(wtypes[wt]))) continue;
-        for (int isa = 0; isa < MOR_ISA_COUNT; isa++) {
-            const mor_kernels *ks = mor_kernels_get(isa);
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
+            const kernel_set *ks = kernels_get(isa);
             if (!ks) continue;
             for (int32_t kvm = MOR_KV_RECURSION_WISE; kvm <= MOR_KV_SHARED; kvm++)
                 for (int kt = 0; kt < 3; kt++) {

@@ -32,7 +32,7 @@
 #include "gguf_write.h"
 #include "hf_tokenizer.h"
 #include "json.h"
-#include "mor_settings.h"
+#include "settings.h"
 #include "pickle.h"
 #include "yaml.h"
 
@@ -502,7 +502,7 @@ static void test_yaml(void)
 
 /* ---- MoR settings ------------------------------------------------------------------- */
 
-static int settings_equal(const mor_settings *a, const mor_settings *b)
+static int settings_equal(const cv_settings *a, const cv_settings *b)
 {
     if (a->type != b->type || a->num_recursion != b->num_recursion || a->sharing != b->sharing ||
         a->n_capacity != b->n_capacity || a->arch != b->arch || a->func != b->func || a->have_alpha != b->have_alpha ||
@@ -517,37 +517,37 @@ static int settings_equal(const mor_settings *a, const mor_settings *b)
 static void test_settings(void)
 {
     char err[512], path[256];
-    mor_settings y, j;
+    cv_settings y, j;
     for (size_t i = 0; i < N_VARIANTS; i++) {
         int ry, rj;
-        mor_settings_init(&y);
-        mor_settings_init(&j);
+        cv_settings_init(&y);
+        cv_settings_init(&j);
         snprintf(path, sizeof path, FIX "/%s/mor_cfg.yaml", variants[i]);
-        ry = mor_settings_load(&y, path, err, sizeof err);
+        ry = cv_settings_load(&y, path, err, sizeof err);
         snprintf(path, sizeof path, FIX "/%s/mor_config.json", variants[i]);
-        rj = mor_settings_load(&j, path, err, sizeof err);
+        rj = cv_settings_load(&j, path, err, sizeof err);
         CHECK(ry == 0 && rj == 0 && settings_equal(&y, &j), "settings: %s: mor_cfg.yaml and mor_config.json agree", variants[i]);
     }
-    mor_settings_init(&y);
+    cv_settings_init(&y);
     snprintf(path, sizeof path, FIX "/expert_mc3_fix_perturbed/mor_cfg.yaml");
-    mor_settings_load(&y, path, err, sizeof err);
+    cv_settings_load(&y, path, err, sizeof err);
     CHECK(y.type == ROUTE_EXPERT && y.num_recursion == 3 && y.sharing == SHARE_MIDDLE_CYCLE && y.n_capacity == 3 &&
               y.capacity[1] == 0.6666666666666666 && y.func == FUNC_SIGMOID && y.alpha == 0.1 && y.arch == ARCH_LINEAR &&
               y.gating == GATE_WEIGHTED && y.sampling == SAMPLE_AUX_LOSS && y.kv_shared == 0,
           "settings: expert_mc3_fix values (expert, 3 x middle_cycle, sigmoid, alpha 0.1, capacities)");
-    mor_settings_init(&y);
-    mor_settings_load(&y, FIX "/expert_mc3_kvshare_fix_perturbed/mor_cfg.yaml", err, sizeof err);
+    cv_settings_init(&y);
+    cv_settings_load(&y, FIX "/expert_mc3_kvshare_fix_perturbed/mor_cfg.yaml", err, sizeof err);
     CHECK(y.kv_shared == 1, "settings: kv_sharing.enable read");
     {
         static const char dora[] = "recursive:\n  enable: true\nrelaxation:\n  enable: true\n  method: dora\n";
         static const char lora[] = "recursive:\n  enable: true\nrelaxation:\n  enable: true\n  method: lora\n"
                                    "  lora:\n    r: 16\n    alpha: 32\n    target_modules: ['q_proj', 'mlp']\n"
                                    "    rank_pattern: {self_attn: 8, ffn: 4}\n    alpha_pattern: 2.0\n";
-        mor_settings_init(&y);
-        CHECK(mor_settings_parse(&y, dora, strlen(dora), err, sizeof err) != 0 && strstr(err, "dora"),
+        cv_settings_init(&y);
+        CHECK(cv_settings_parse(&y, dora, strlen(dora), err, sizeof err) != 0 && strstr(err, "dora"),
               "settings: relaxation.method dora is refused (%s)", err);
-        mor_settings_init(&y);
-        CHECK(mor_settings_parse(&y, lora, strlen(lora), err, sizeof err) == 0 && y.relax == 1 &&
+        cv_settings_init(&y);
+        CHECK(cv_settings_parse(&y, lora, strlen(lora), err, sizeof err) == 0 && y.relax == 1 &&
                   y.relax_method == RELAX_LORA && y.lora_r == 16 && y.have_lora_alpha && y.lora_alpha == 32 &&
                   y.have_lora_alpha_pattern && y.lora_alpha_pattern == 2.0 && y.lora_rank_attn == 8 && y.lora_rank_ffn == 4 &&
                   y.lora_targets == (1u << MS_PROJ_Q | 1u << MS_PROJ_GATE | 1u << MS_PROJ_UP | 1u << MS_PROJ_DOWN),
@@ -556,23 +556,23 @@ static void test_settings(void)
     {
         static const char s[] = "recursive: {enable: true, num_recursion: 2, sharing: cycle}\n"
                                 "mor: {enable: true, type: expert, capacity: 1.0,0.5, router_type: wide_mlp,\n";
-        mor_settings_init(&y);
-        CHECK(mor_settings_parse(&y, s, strlen(s), err, sizeof err) != 0, "settings: a broken document is an error");
+        cv_settings_init(&y);
+        CHECK(cv_settings_parse(&y, s, strlen(s), err, sizeof err) != 0, "settings: a broken document is an error");
     }
     {
         static const char s[] = "recursive:\n  enable: true\n  num_recursion: 2\n  sharing: cycle\nmor:\n  enable: true\n"
                                 "  type: expert\n  capacity: [1.0, 0.5]\n  router_type: wide_mlp\n  expert:\n"
                                 "    router_func: null\n    alpha: 1\n    sampling: aux_router\n    gating: additive\n";
-        mor_settings_init(&y);
-        CHECK(mor_settings_parse(&y, s, strlen(s), err, sizeof err) == 0 && y.arch == ARCH_MLP && y.func == FUNC_NONE &&
+        cv_settings_init(&y);
+        CHECK(cv_settings_parse(&y, s, strlen(s), err, sizeof err) == 0 && y.arch == ARCH_MLP && y.func == FUNC_NONE &&
                   y.n_capacity == 2 && y.capacity[1] == 0.5 && y.sampling == SAMPLE_AUX_ROUTER && y.gating == GATE_ADDITIVE,
               "settings: wide_mlp = mlp, router_func null = none, capacity list, aux_router, additive");
     }
-    mor_settings_init(&y);
-    CHECK(mor_settings_parse_capacity(&y, "1.0, 0.75,0.5", err, sizeof err) == 0 && y.n_capacity == 3 && y.capacity[1] == 0.75,
+    cv_settings_init(&y);
+    CHECK(cv_settings_parse_capacity(&y, "1.0, 0.75,0.5", err, sizeof err) == 0 && y.n_capacity == 3 && y.capacity[1] == 0.75,
           "settings: capacity string with spaces");
-    CHECK(mor_settings_parse_capacity(&y, "1.0,,0.5", err, sizeof err) != 0 && mor_settings_parse_capacity(&y, "1.5", err, sizeof err) != 0 &&
-              mor_settings_parse_capacity(&y, "", err, sizeof err) != 0 && mor_settings_parse_capacity(&y, "0.5x", err, sizeof err) != 0,
+    CHECK(cv_settings_parse_capacity(&y, "1.0,,0.5", err, sizeof err) != 0 && cv_settings_parse_capacity(&y, "1.5", err, sizeof err) != 0 &&
+              cv_settings_parse_capacity(&y, "", err, sizeof err) != 0 && cv_settings_parse_capacity(&y, "0.5x", err, sizeof err) != 0,
           "settings: bad capacity strings rejected");
 }
 
@@ -1150,7 +1150,7 @@ static void test_synthetic(void)
     img = convert_opts_img(&o, err, sizeof err, &n);
     CHECK(!img && strstr(err, "cannot be"), "synthetic: 4 layers cannot be middle_cycle-shared over 3 recursions (%s)", err);
     free(img);
-    mor_settings_init(&o.flags);
+    cv_settings_init(&o.flags);
 
     /* token-choice, cycle sharing, MLP router, loss-free bias */
     l.n = 2;
@@ -1197,7 +1197,7 @@ static void test_synthetic(void)
     img = convert_opts_img(&o, err, sizeof err, &n);
     CHECK(!img && strstr(err, "token-choice"), "synthetic: --mor-type expert on a token-choice checkpoint is refused (%s)", err);
     free(img);
-    mor_settings_init(&o.flags);
+    cv_settings_init(&o.flags);
 
     /* expert-choice, middle-cycle, with aux routers, attention untied in recursion 1 */
     l.n = 2;

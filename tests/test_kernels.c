@@ -41,14 +41,14 @@ static const char *tname(uint32_t t)
 }
 
 /* A random weight of type t: rows x cols (made from floats, quantized). */
-static void *make_weight(uint32_t t, int64_t rows, int64_t cols, mor_weight *w)
+static void *make_weight(uint32_t t, int64_t rows, int64_t cols, tensor *w)
 {
-    size_t rb = mor_row_bytes(t, cols);
+    size_t rb = tensor_row_bytes(t, cols);
     unsigned char *data = malloc(rb * (size_t)rows + 1);
     float *tmp = malloc(sizeof(float) * (size_t)cols);
     for (int64_t o = 0; o < rows; o++) {
         for (int64_t c = 0; c < cols; c++) tmp[c] = frand();
-        mor_quantize_row(t, tmp, data + (size_t)o * rb, cols);
+        quant_row(t, tmp, data + (size_t)o * rb, cols);
     }
     free(tmp);
     w->data = data; w->type = t; w->rows = rows; w->cols = cols;
@@ -56,30 +56,30 @@ static void *make_weight(uint32_t t, int64_t rows, int64_t cols, mor_weight *w)
 }
 
 /* sum_c |W[o][c] * x[i][c]|: the scale a rounding difference is measured against */
-static double abs_dot(const mor_weight *w, const float *x, int64_t o)
+static double abs_dot(const tensor *w, const float *x, int64_t o)
 {
     float *row = malloc(sizeof(float) * (size_t)w->cols);
-    mor_dequantize_row(w->type, (const char *)w->data + (size_t)o * mor_row_bytes(w->type, w->cols), row, w->cols);
+    dequant_row(w->type, (const char *)w->data + (size_t)o * tensor_row_bytes(w->type, w->cols), row, w->cols);
     double s = 0;
     for (int64_t c = 0; c < w->cols; c++) s += fabs((double)row[c] * x[c]);
     free(row);
     return s;
 }
 
-static void test_matmul(const mor_kernels *ks, uint32_t t, int64_t rows, int64_t cols, int32_t n)
+static void test_matmul(const kernel_set *ks, uint32_t t, int64_t rows, int64_t cols, int32_t n)
 {
-    mor_weight w;
+    tensor w;
     void *wd = make_weight(t, rows, cols, &w);
     float *x = malloc(sizeof(float) * (size_t)(n * cols));
     for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
     /* prepared activations: the reference's (the quantizer is tested on its own) */
-    size_t xs = mor_act_stride(t, cols);
+    size_t xs = act_stride(t, cols);
     unsigned char *xp = aligned_alloc(64, ((size_t)n * xs + 63) & ~(size_t)63);
-    for (int32_t i = 0; i < n; i++) mor_act_prepare(&mor_kernels_ref, t, x + i * cols, xp + (size_t)i * xs, cols);
+    for (int32_t i = 0; i < n; i++) act_prepare(&kernels_ref, t, x + i * cols, xp + (size_t)i * xs, cols);
     size_t ny = (size_t)n * (size_t)rows;
     float *ref = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny), *y1 = malloc(sizeof(float) * ny);
-    float *y2 = malloc(sizeof(float) * ny), *scr = malloc(sizeof(float) * MOR_MM_SCRATCH_FLOATS(cols));
-    mor_matmul_ref_range(&w, xp, xs, ref, rows, n, 0, rows, 0, NULL);
+    float *y2 = malloc(sizeof(float) * ny), *scr = malloc(sizeof(float) * MM_SCRATCH_FLOATS(cols));
+    k_matmul_ref_range(&w, xp, xs, ref, rows, n, 0, rows, 0, NULL);
     ks->matmul(&w, xp, xs, y, rows, n, 0, rows, 0, scr);
     double worst = 0;
     for (int32_t i = 0; i < n; i++)
@@ -115,27 +115,27 @@ static void test_matmul(const mor_kernels *ks, uint32_t t, int64_t rows, int64_t
  * reads a byte past the matrix faults. n rows of activations; outputs close
  * to the reference's, bitwise the same whatever the number of rows, and (for
  * `twin`, a set that must give the same bits) bitwise twin's. */
-static void test_matmul_edge(const mor_kernels *ks, const mor_kernels *twin, uint32_t t, int64_t rows, int64_t cols,
+static void test_matmul_edge(const kernel_set *ks, const kernel_set *twin, uint32_t t, int64_t rows, int64_t cols,
                              int32_t n)
 {
-    const size_t rb = mor_row_bytes(t, cols), bytes = rb * (size_t)rows, pg = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t rb = tensor_row_bytes(t, cols), bytes = rb * (size_t)rows, pg = (size_t)sysconf(_SC_PAGESIZE);
     const size_t span = (bytes + pg - 1) / pg * pg;
     unsigned char *map = mmap(NULL, span + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (!CHECK(map != MAP_FAILED && mprotect(map + span, pg, PROT_NONE) == 0, "guard page for a %s matrix", tname(t)))
         return;
-    mor_weight w;
+    tensor w;
     void *tmp = make_weight(t, rows, cols, &w);
     memcpy(map + span - bytes, tmp, bytes);
     free(tmp);
     w.data = map + span - bytes;
     float *x = malloc(sizeof(float) * (size_t)(n * cols));
     for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
-    const size_t xs = mor_act_stride(t, cols), ny = (size_t)n * (size_t)rows;
+    const size_t xs = act_stride(t, cols), ny = (size_t)n * (size_t)rows;
     unsigned char *xp = aligned_alloc(64, ((size_t)n * xs + 63) & ~(size_t)63);
-    for (int32_t i = 0; i < n; i++) mor_act_prepare(&mor_kernels_ref, t, x + i * cols, xp + (size_t)i * xs, cols);
+    for (int32_t i = 0; i < n; i++) act_prepare(&kernels_ref, t, x + i * cols, xp + (size_t)i * xs, cols);
     float *ref = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny), *y1 = malloc(sizeof(float) * ny);
-    float *scr = malloc(sizeof(float) * MOR_MM_SCRATCH_FLOATS(cols));
-    mor_matmul_ref_range(&w, xp, xs, ref, rows, n, 0, rows, 0, NULL);
+    float *scr = malloc(sizeof(float) * MM_SCRATCH_FLOATS(cols));
+    k_matmul_ref_range(&w, xp, xs, ref, rows, n, 0, rows, 0, NULL);
     ks->matmul(&w, xp, xs, y, rows, n, 0, rows, 0, scr);
     double worst = 0;
     for (int32_t i = 0; i < n; i++)
@@ -159,7 +159,7 @@ static void test_matmul_edge(const mor_kernels *ks, const mor_kernels *twin, uin
     free(x); free(xp); free(ref); free(y); free(y1); free(scr);
 }
 
-static void test_act_q8(const mor_kernels *ks)
+static void test_act_q8(const kernel_set *ks)
 {
     enum { K = 32 * 9 };
     float x[K];
@@ -168,26 +168,26 @@ static void test_act_q8(const mor_kernels *ks)
     for (int j = 0; j < 32; j++) x[64 + j] = j == 0 ? 127.0f : (float)(j - 16) + 0.5f;
     /* block 3: all zero; block 4: one tiny value */
     for (int j = 0; j < 32; j++) { x[96 + j] = 0.0f; x[128 + j] = j == 5 ? -1e-30f : 0.0f; }
-    size_t st = mor_act_q8_stride(K);
+    size_t st = act_q8_stride(K);
     unsigned char *a = aligned_alloc(64, st), *b = aligned_alloc(64, st);
     memset(a, 0, st); memset(b, 0, st);
-    mor_kernels_ref.act_q8(x, a, K);
+    kernels_ref.act_q8(x, a, K);
     ks->act_q8(x, b, K);
     CHECK(!memcmp(a, b, K + sizeof(float) * (K / 32)), "%s Q8_0 activation quantizer bitwise the reference (ties, zeros, tiny)", ks->name);
     free(a); free(b);
 }
 
-static void test_attend(const mor_kernels *ks, uint32_t kvt, int32_t hd, int32_t group, int32_t nv)
+static void test_attend(const kernel_set *ks, uint32_t kvt, int32_t hd, int32_t group, int32_t nv)
 {
     const int32_t ncell = nv + 7;
-    size_t rb = mor_row_bytes(kvt, hd);
+    size_t rb = tensor_row_bytes(kvt, hd);
     unsigned char *k = malloc(rb * (size_t)ncell), *v = malloc(rb * (size_t)ncell);
     float *tmp = malloc(sizeof(float) * (size_t)hd), *q = malloc(sizeof(float) * (size_t)(group * hd));
     for (int32_t c = 0; c < ncell; c++) {
         for (int32_t i = 0; i < hd; i++) tmp[i] = 2 * frand();
-        mor_quantize_row(kvt, tmp, k + (size_t)c * rb, hd);
+        quant_row(kvt, tmp, k + (size_t)c * rb, hd);
         for (int32_t i = 0; i < hd; i++) tmp[i] = frand();
-        mor_quantize_row(kvt, tmp, v + (size_t)c * rb, hd);
+        quant_row(kvt, tmp, v + (size_t)c * rb, hd);
     }
     for (int32_t i = 0; i < group * hd; i++) q[i] = frand();
     int32_t *cells = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
@@ -195,19 +195,19 @@ static void test_attend(const mor_kernels *ks, uint32_t kvt, int32_t hd, int32_t
     float *p1 = malloc(sizeof(float) * (size_t)(group * nv + 1)), *p2 = malloc(sizeof(float) * (size_t)(group * nv + 1));
     float *o1 = malloc(sizeof(float) * (size_t)(group * hd)), *o2 = malloc(sizeof(float) * (size_t)(group * hd));
     const float scale = 1.0f / sqrtf((float)hd);
-    mor_attend_ref(q, group, hd, k, v, rb, kvt, cells, nv, scale, p1, o1);
+    k_attend_ref(q, group, hd, k, v, rb, kvt, cells, nv, scale, p1, o1);
     ks->attend(q, group, hd, k, v, rb, kvt, cells, nv, scale, p2, o2);
     double e = check_maxdiff(o1, o2, group * hd);
     CHECK(e < 2e-6, "%s attention %s cache, head_dim %d, group %d, %d cells: max diff %.2g", ks->name, tname(kvt), hd, group, nv, e);
     free(k); free(v); free(tmp); free(q); free(cells); free(p1); free(p2); free(o1); free(o2);
 }
 
-static void test_norm_swiglu(const mor_kernels *ks, int32_t n)
+static void test_norm_swiglu(const kernel_set *ks, int32_t n)
 {
     float *x = malloc(sizeof(float) * (size_t)n), *w = malloc(sizeof(float) * (size_t)n);
     float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
     for (int32_t i = 0; i < n; i++) { x[i] = 3 * frand(); w[i] = 1 + frand(); }
-    mor_rms_norm(a, x, w, n, 1e-5f);
+    k_rms_norm(a, x, w, n, 1e-5f);
     ks->rms_norm(b, x, w, n, 1e-5f);
     double e = check_maxdiff(a, b, n);
     CHECK(e <= 1e-6, "%s RMSNorm of %d: max diff %.2g", ks->name, n, e);
@@ -222,7 +222,7 @@ static void test_norm_swiglu(const mor_kernels *ks, int32_t n)
     }
     for (int32_t i = 0; i < n; i++) w[i] = frand();
     ks->swiglu(g2, w, n);
-    for (int32_t i = 0; i < n; i++) g1[i] = mor_silu(g1[i]) * w[i];
+    for (int32_t i = 0; i < n; i++) g1[i] = k_silu(g1[i]) * w[i];
     double rel = 0;
     for (int32_t i = 0; i < n; i++) {
         double d = fabs((double)g1[i] - g2[i]) / (fabs((double)g1[i]) + 1e-30);
@@ -233,7 +233,7 @@ static void test_norm_swiglu(const mor_kernels *ks, int32_t n)
     free(x); free(w); free(a); free(b); free(g1); free(g2);
 }
 
-static void test_set(const mor_kernels *ks)
+static void test_set(const kernel_set *ks)
 {
     static const uint32_t ftypes[] = { GGML_F32, GGML_F16, GGML_BF16 };
     static const int64_t fcols[] = { 1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 576 };
@@ -258,9 +258,9 @@ static void test_set(const mor_kernels *ks)
                 test_matmul(ks, qtypes[t], frows[(c + 3 * r + t) % 9], qcols[c], ns[(c + 2 * r + t) % 8]);
     /* block counts around the pair (2 blocks) and scale-group (4 or 8 blocks) loops; 1-4 activation rows
      * stream the weights, more go through GEMM tiles; row counts with and without a 4-row tail */
-    const mor_kernels *twin = NULL;
+    const kernel_set *twin = NULL;
 #if defined(__x86_64__)
-    if (ks == &mor_kernels_avx512) twin = &mor_kernels_avx512_novbmi;   /* picked where the CPU has VBMI + GFNI */
+    if (ks == &kernels_avx512) twin = &kernels_avx512_novbmi;   /* picked where the CPU has VBMI + GFNI */
 #endif
     static const int64_t ecols[] = { 32, 64, 96, 128, 160, 224, 256, 288, 320, 352, 512, 544, 576, 608 };
     static const int64_t erows[] = { 1, 3, 4, 5, 7, 8, 13 };
@@ -294,7 +294,7 @@ static void test_set(const mor_kernels *ks)
 /* Two sequences: a 24-token prefill (interleaved), then 3 one-token steps
  * each; every row's logits and the depths are recorded. */
 enum { PRE = 24, STEPS = 3, ROWS = 2 * (PRE + STEPS) };
-static int run_decode(mor_model *m, const mor_kernels *ks, int32_t nt, int32_t mode, float *logits, int32_t *depth)
+static int run_decode(mor_model *m, const kernel_set *ks, int32_t nt, int32_t mode, float *logits, int32_t *depth)
 {
     const int32_t V = mor_model_n_vocab(m);
     mor_context_params cp;
@@ -338,9 +338,9 @@ static void test_decode_threads(const char *dir)
         float *ref = malloc(sizeof(float) * n), *l1 = malloc(sizeof(float) * n), *l2 = malloc(sizeof(float) * n);
         int32_t dref[ROWS], d1[ROWS], d2[ROWS];
         /* the reference set, forced full depth: the yardstick of the others */
-        int ok_ref = run_decode(m, &mor_kernels_ref, 1, MOR_ROUTE_FORCED, ref, dref);
-        for (int isa = 0; isa < MOR_ISA_COUNT; isa++) {
-            const mor_kernels *ks = mor_kernels_get(isa);
+        int ok_ref = run_decode(m, &kernels_ref, 1, MOR_ROUTE_FORCED, ref, dref);
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
+            const kernel_set *ks = kernels_get(isa);
             if (!ks) continue;
             int ok = run_decode(m, ks, 1, 0, l1, d1), same = ok;
             for (int32_t nt = 2; nt <= 3 && same; nt++)
@@ -352,7 +352,7 @@ static void test_decode_threads(const char *dir)
             for (size_t i = 0; i < n; i++) if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
             /* quantized weights: the activations are re-quantized at every matmul, so a rounding
              * difference upstream can move a value to the next Q8_0 step (1/127 of its block) */
-            const double tol = mor_act_is_q8(types[ti]) ? 0.02 * scale : 1e-4;
+            const double tol = act_is_q8(types[ti]) ? 0.02 * scale : 1e-4;
             CHECK(e < tol, "%s %s: logits (forced full depth) within %.2g of the reference kernels' (max diff %.2g; "
                   "largest logit %.2g)", ks->name, tname(types[ti]), tol, e, scale);
         }
@@ -364,17 +364,17 @@ static void test_decode_threads(const char *dir)
 
 int main(void)
 {
-    static const char *const names[MOR_ISA_COUNT] = { "ref", "avx2", "avx512", "neon" };
-    const mor_kernels *best = mor_kernels_best();
-    CHECK(best != NULL, "best kernel set here: %s (compiled in: %s)", best ? best->name : "none", mor_kernels_compiled());
-    for (int isa = MOR_ISA_REF + 1; isa < MOR_ISA_COUNT; isa++) {
-        const mor_kernels *ks = mor_kernels_get(isa);
+    static const char *const names[ISA_COUNT] = { "ref", "avx2", "avx512", "neon" };
+    const kernel_set *best = kernels_best();
+    CHECK(best != NULL, "best kernel set here: %s (compiled in: %s)", best ? best->name : "none", kernels_compiled());
+    for (int isa = ISA_REF + 1; isa < ISA_COUNT; isa++) {
+        const kernel_set *ks = kernels_get(isa);
         if (!ks) { printf("# skip %s: not compiled in or not supported by this CPU\n", names[isa]); continue; }
         test_set(ks);
     }
 #if defined(__x86_64__)
     /* the AVX-512 set without VBMI, which this CPU would not pick */
-    if (mor_kernels_get(MOR_ISA_AVX512) == &mor_kernels_avx512) test_set(&mor_kernels_avx512_novbmi);
+    if (kernels_get(ISA_AVX512) == &kernels_avx512) test_set(&kernels_avx512_novbmi);
 #endif
     const char *out = getenv("OUT");
     char dir[600], cmd[700];

@@ -132,8 +132,8 @@ static void add_mat(gguf_writer *w, const char *name, int type, const float *src
         cv_convert(keep, CV_F16, src, CV_F32, (size_t)(rows * cols));
         gguf_writer_add_tensor(w, name, CV_F16, 2, dims, keep, (uint64_t)(rows * cols) * 2);
     } else if (type == GGML_Q8_0 || type == GGML_Q4_0) {
-        size_t rb = mor_row_bytes((uint32_t)type, cols);
-        for (int64_t r = 0; r < rows; r++) mor_quantize_row((uint32_t)type, src + r * cols, (char *)keep + r * rb, cols);
+        size_t rb = tensor_row_bytes((uint32_t)type, cols);
+        for (int64_t r = 0; r < rows; r++) quant_row((uint32_t)type, src + r * cols, (char *)keep + r * rb, cols);
         gguf_writer_add_tensor(w, name, type, 2, dims, keep, (uint64_t)rows * rb);
     } else {
         gguf_writer_add_tensor(w, name, CV_F32, nd, dims, src, (uint64_t)(rows * cols) * 4);
@@ -161,7 +161,7 @@ static uint8_t *relaxed_image(const relaxed *m, int wtype, int fault, size_t *si
     add_mat(w, "output_norm.weight", CV_F32, m->onorm, 1, D, (void *)1);
     for (int j = 0; j < K; j++)
         for (int role = 0; role < ROLE_COUNT; role++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", j, mor_role_names[role]);
+            snprintf(name, sizeof name, "blk.%d.%s.weight", j, role_names[role]);
             if (is_norm(role)) add_mat(w, name, CV_F32, m->w[j][role], 1, D, (void *)1);
             else {
                 add_mat(w, name, wtype, m->w[j][role], role_out[role], role_in[role], f16buf);
@@ -173,10 +173,10 @@ static uint8_t *relaxed_image(const relaxed *m, int wtype, int fault, size_t *si
             int r = m->r[l][role];
             if (!r) continue;
             uint64_t da[2] = { (uint64_t)role_in[role], (uint64_t)r }, db[2] = { (uint64_t)r, (uint64_t)role_out[role] };
-            snprintf(name, sizeof name, "lora.%d.%s.a", l, mor_role_names[role]);
+            snprintf(name, sizeof name, "lora.%d.%s.a", l, role_names[role]);
             if (l == 3 && role == ROLE_ATTN_Q) {   /* the faults go on one delta */
                 if (fault == BAD_NAME) snprintf(name, sizeof name, "lora.%d.attn_qq.a", l);
-                if (fault == BAD_LAYER) snprintf(name, sizeof name, "lora.%d.%s.a", L, mor_role_names[role]);
+                if (fault == BAD_LAYER) snprintf(name, sizeof name, "lora.%d.%s.a", L, role_names[role]);
                 if (fault == BAD_SHAPE) da[0]--;
                 if (fault == BAD_TYPE) {
                     gguf_writer_add_tensor(w, name, CV_F16, 2, da, f16buf, da[0] * da[1] * 2);
@@ -185,7 +185,7 @@ static uint8_t *relaxed_image(const relaxed *m, int wtype, int fault, size_t *si
             }
             gguf_writer_add_tensor(w, name, CV_F32, 2, da, m->a[l][role], da[0] * da[1] * 4);
         b:
-            snprintf(name, sizeof name, "lora.%d.%s.b", l, mor_role_names[role]);
+            snprintf(name, sizeof name, "lora.%d.%s.b", l, role_names[role]);
             if (l == 3 && role == ROLE_ATTN_Q && fault == MISSING_B) continue;
             gguf_writer_add_tensor(w, name, CV_F32, 2, db, m->b[l][role], db[0] * db[1] * 4);
         }
@@ -220,12 +220,12 @@ static uint8_t *folded_image(const relaxed *m, int wtype, size_t *size, float *s
     for (int l = 0; l < L; l++)
         for (int role = 0; role < ROLE_COUNT; role++) {
             const float *base = m->w[l % K][role];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, mor_role_names[role]);
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, role_names[role]);
             if (is_norm(role)) { add_mat(w, name, CV_F32, base, 1, D, (void *)1); continue; }
             int64_t out = role_out[role], in = role_in[role], r = m->r[l][role];
             if (!r && (wtype == GGML_Q8_0 || wtype == GGML_Q4_0)) {   /* no delta: the shared bytes themselves */
                 add_mat(w, name, wtype, base, out, in, qkeep + qoff);
-                qoff += (size_t)out * mor_row_bytes((uint32_t)wtype, in);
+                qoff += (size_t)out * tensor_row_bytes((uint32_t)wtype, in);
                 continue;
             }
             float deq[F * F];   /* the shared weight as the relaxed file stores it */
@@ -233,8 +233,8 @@ static uint8_t *folded_image(const relaxed *m, int wtype, size_t *size, float *s
             else if (wtype == GGML_Q8_0 || wtype == GGML_Q4_0)
                 for (int64_t o = 0; o < out; o++) {
                     uint8_t qrow[F * 2];
-                    mor_quantize_row((uint32_t)wtype, base + o * in, qrow, in);
-                    mor_dequantize_row((uint32_t)wtype, qrow, deq + o * in, in);
+                    quant_row((uint32_t)wtype, base + o * in, qrow, in);
+                    dequant_row((uint32_t)wtype, qrow, deq + o * in, in);
                 }
             else memcpy(deq, base, sizeof(float) * (size_t)(out * in));
             for (int64_t o = 0; o < out; o++)
@@ -290,10 +290,10 @@ static int logits_of(mor_model *m, int threads, int one_by_one, float *out)
  * (NULL: l), as layer.c applies them: on nth threads, with kernel set ks,
  * LoRA scratch for `cap` rows (fewer than n: the rows go in windows). */
 static int axpy_width;   /* of apply_deltas' second pass; 0: the widest this CPU runs */
-static int apply_deltas(const mor_model *m, const mor_kernels *ks, int nth, int cap, int32_t l, const int32_t *lay,
+static int apply_deltas(const mor_model *m, const kernel_set *ks, int nth, int cap, int32_t l, const int32_t *lay,
                         int role, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t n)
 {
-    mor_exec e;
+    exec_ctx e;
     lora_scratch s;
     if (exec_init(&e, m, nth, (uint32_t)n, 16)) return 0;
     if (lora_scratch_init(&s, m, (uint32_t)cap)) { exec_free(&e); return 0; }
@@ -363,10 +363,10 @@ static void test_runtime(void)
             }
         for (int j = 0; j < K; j++)
             for (int role = 0; role < ROLE_COUNT; role++)
-                if (used_shared[j][role]) shared_left += (uint64_t)role_out[role] * mor_row_bytes((uint32_t)wtype, role_in[role]);
+                if (used_shared[j][role]) shared_left += (uint64_t)role_out[role] * tensor_row_bytes((uint32_t)wtype, role_in[role]);
         uint64_t nonlin = (uint64_t)(V * D + D + K * 2 * D) * 4, all_shared = 0;
         for (int role = 0; role < ROLE_COUNT; role++)
-            if (!is_norm(role)) all_shared += K * (uint64_t)role_out[role] * mor_row_bytes((uint32_t)wtype, role_in[role]);
+            if (!is_norm(role)) all_shared += K * (uint64_t)role_out[role] * tensor_row_bytes((uint32_t)wtype, role_in[role]);
         CHECK(mor_model_size_bytes(unf) == nonlin + all_shared + factors &&
                   mor_model_size_bytes(fold) == nonlin + shared_left + folded,
               "%s: model size: unfolded %llu (shared + factors), folded %llu (per-layer copies + shared still used)", tn,
@@ -375,12 +375,12 @@ static void test_runtime(void)
             /* one projection: the quantized shared product, then the delta =
              * the same product plus s B A x computed here in double */
             float x[2 * D], y[2 * F], y0[2 * F];
-            const mor_lora_delta *dl = &unf->lora->d[3][ROLE_FFN_UP];
+            const lora_delta *dl = &unf->lora->d[3][ROLE_FFN_UP];
             double worst = 0;
             for (int i = 0; i < 2 * D; i++) x[i] = frand(1.0f);
-            mor_matmul(&unf->layers[3].w[ROLE_FFN_UP], x, y, 2);
+            k_matmul(&unf->layers[3].w[ROLE_FFN_UP], x, y, 2);
             memcpy(y0, y, sizeof y);
-            apply_deltas(unf, mor_kernels_best(), 1, 2, 3, NULL, ROLE_FFN_UP, x, D, y, F, 2);
+            apply_deltas(unf, kernels_best(), 1, 2, 3, NULL, ROLE_FFN_UP, x, D, y, F, 2);
             for (int i = 0; i < 2; i++)
                 for (int o = 0; o < F; o++) {
                     double acc = y0[i * F + o];
@@ -402,10 +402,10 @@ static void test_runtime(void)
             const int32_t lay[3] = { 0, 2, 0 };
             double worst = 0;
             for (int i = 0; i < 3 * D; i++) x[i] = frand(1.0f);
-            mor_matmul(&unf->layers[0].w[ROLE_ATTN_Q], x, y, 3);
-            apply_deltas(unf, mor_kernels_best(), 2, 3, 0, lay, ROLE_ATTN_Q, x, D, y, H * HD, 3);
+            k_matmul(&unf->layers[0].w[ROLE_ATTN_Q], x, y, 3);
+            apply_deltas(unf, kernels_best(), 2, 3, 0, lay, ROLE_ATTN_Q, x, D, y, H * HD, 3);
             for (int i = 0; i < 3; i++) {
-                mor_matmul(&fold->layers[lay[i]].w[ROLE_ATTN_Q], x + i * D, yf, 1);
+                k_matmul(&fold->layers[lay[i]].w[ROLE_ATTN_Q], x + i * D, yf, 1);
                 double dd = check_maxdiff(y + i * H * HD, yf, H * HD);
                 if (dd > worst) worst = dd;
             }
@@ -444,12 +444,12 @@ static void test_unfolded_product(void)
     if (!CHECK(u != NULL, "the relaxed model loads (%s)", mor_last_error())) { free(img); return; }
     for (int i = 0; i < N; i++) lay[i] = (i / 7) % 3 == 1 ? 2 : 0;   /* runs of 7 and 14 rows */
     static const int roles[] = { ROLE_ATTN_Q, ROLE_ATTN_V, ROLE_ATTN_OUT, ROLE_FFN_UP, ROLE_FFN_DOWN };
-    const mor_kernels *sets[2] = { &mor_kernels_ref, mor_kernels_best() };
+    const kernel_set *sets[2] = { &kernels_ref, kernels_best() };
     for (int si = 0; si < 2; si++)
         for (size_t ri = 0; ri < sizeof roles / sizeof *roles; ri++) {
             const int role = roles[ri];
             const int64_t in = role_in[role], out = role_out[role];
-            const char *ks = sets[si]->name, *rn = mor_role_names[role];
+            const char *ks = sets[si]->name, *rn = role_names[role];
             for (int64_t i = 0; i < N * in; i++) x[i] = frand(1.0f);
             for (int64_t i = 0; i < N * out; i++) y0[i] = frand(1.0f);
             int ok = 1;
@@ -475,7 +475,7 @@ static void test_unfolded_product(void)
                   "%s %s: rows 10-62 as a batch on 2 threads, 63-99 in windows of 13 rows on 3: the same bits", ks, rn);
             double worst = 0, plain = 0;
             for (int i = 0; i < N; i++) {
-                const mor_lora_delta *dl = &u->lora->d[lay[i]][role];
+                const lora_delta *dl = &u->lora->d[lay[i]][role];
                 for (int64_t o = 0; o < out; o++) {
                     double acc = y0[i * out + o];
                     float facc = 0, t[F];
@@ -647,7 +647,7 @@ static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_mode
                                           : r == ROLE_ATTN_OUT ? "o_proj" : r == ROLE_FFN_NORM ? "post_attention"
                                           : r == ROLE_FFN_GATE ? "gate_proj" : r == ROLE_FFN_UP ? "up_proj" : "down_proj"))
                         role = r;
-                snprintf(name, sizeof name, "blk.%d.%s.weight", l, mor_role_names[role]);
+                snprintf(name, sizeof name, "blk.%d.%s.weight", l, role_names[role]);
             }
             if (role == ROLE_ATTN_Q || role == ROLE_ATTN_K) {
                 float *p = perm[role == ROLE_ATTN_K][l];
@@ -759,8 +759,8 @@ static void test_conversion(void)
     for (int l = 0; l < L; l++)
         for (int role = 0; role < ROLE_COUNT; role++) {
             if (is_norm(role)) continue;
-            const mor_weight *sw = &m->layers[l].w[role];
-            const mor_lora_delta *d = &m->lora->d[l][role];
+            const tensor *sw = &m->layers[l].w[role];
+            const lora_delta *d = &m->lora->d[l][role];
             const int out = (int)role_out[role], in = (int)role_in[role], k = out < in ? out : in;
             double e2 = 0, tail2 = 0;
             shared_ok &= sw->data == m->layers[l % K].w[role].data && d->r == RANK && d->s == 1.0f;
@@ -802,7 +802,7 @@ static void test_conversion(void)
         long na = 0;
         for (int l = 0; l < L; l++)
             for (int role = 0; role < ROLE_COUNT; role++) {
-                const mor_lora_delta *d = &m->lora->d[l][role];
+                const lora_delta *d = &m->lora->d[l][role];
                 if (is_norm(role)) continue;
                 double b2 = 0;
                 for (int64_t i = 0; i < role_out[role] * d->r; i++) b2 += (double)d->b[i] * d->b[i];

@@ -42,25 +42,25 @@ static void test_half(void)
     };
     int ok = 1;
     for (size_t i = 0; i < sizeof f16 / sizeof *f16; i++) {
-        uint16_t h = mor_f32_to_f16(bits_f(f16[i].f));
+        uint16_t h = f32_to_f16(bits_f(f16[i].f));
         if (!CHECK(h == f16[i].h, "f32 -> f16: %s is 0x%04x (got 0x%04x)", f16[i].what, f16[i].h, h)) ok = 0;
     }
-    CHECK((mor_f32_to_f16(bits_f(0x7fc00000)) & 0x7fff) > 0x7c00, "f32 -> f16: NaN stays NaN");
+    CHECK((f32_to_f16(bits_f(0x7fc00000)) & 0x7fff) > 0x7c00, "f32 -> f16: NaN stays NaN");
     static const struct { uint32_t f; uint16_t h; const char *what; } bf[] = {
         { 0x3f800000, 0x3f80, "1" }, { 0x3f808000, 0x3f80, "1+2^-8: tie to even" }, { 0x3f818000, 0x3f82, "1+3*2^-8: tie to even" },
         { 0x3f808001, 0x3f81, "above the tie" }, { 0x7f7fffff, 0x7f80, "FLT_MAX rounds to inf" }, { 0x00000001, 0x0000, "smallest subnormal" },
     };
     for (size_t i = 0; i < sizeof bf / sizeof *bf; i++) {
-        uint16_t h = mor_f32_to_bf16(bits_f(bf[i].f));
+        uint16_t h = f32_to_bf16(bits_f(bf[i].f));
         CHECK(h == bf[i].h, "f32 -> bf16: %s is 0x%04x (got 0x%04x)", bf[i].what, bf[i].h, h);
     }
-    CHECK((mor_f32_to_bf16(bits_f(0x7f800001)) & 0x7fff) > 0x7f80, "f32 -> bf16: a signalling NaN stays NaN");
+    CHECK((f32_to_bf16(bits_f(0x7f800001)) & 0x7fff) > 0x7f80, "f32 -> bf16: a signalling NaN stays NaN");
     int bad16 = 0, badbf = 0;
     for (uint32_t h = 0; h < 65536; h++) {
-        float f = mor_f16_to_f32((uint16_t)h);
-        if (f == f && mor_f32_to_f16(f) != h) bad16++;
-        float g = mor_bf16_to_f32((uint16_t)h);
-        if (g == g && mor_f32_to_bf16(g) != h) badbf++;
+        float f = f16_to_f32((uint16_t)h);
+        if (f == f && f32_to_f16(f) != h) bad16++;
+        float g = bf16_to_f32((uint16_t)h);
+        if (g == g && f32_to_bf16(g) != h) badbf++;
     }
     CHECK(bad16 == 0 && badbf == 0, "every non-NaN F16 and BF16 value round-trips through f32 (%d, %d mismatches)", bad16, badbf);
     (void)ok; (void)f_bits;
@@ -72,49 +72,49 @@ static void test_blocks(void)
     float x[32];
     static const float q8in[8] = { 127, -127, 0.5f, -0.5f, 1.4f, 2.5f, -2.5f, 3 };
     for (int j = 0; j < 32; j++) x[j] = j < 8 ? q8in[j] : (float)(j - 20);
-    mor_block_q8_0 b8;
-    mor_quantize_row_q8_0(x, &b8, 32);
+    block_q8_0 b8;
+    quant_row_q8_0(x, &b8, 32);
     unsigned char want8[34] = { 0x00, 0x3c, 127, (unsigned char)-127, 1, (unsigned char)-1, 1, 3, (unsigned char)-3, 3 };
     for (int j = 8; j < 32; j++) want8[2 + j] = (unsigned char)(int8_t)(j - 20);
     CHECK(!memcmp(&b8, want8, 34), "Q8_0 block bytes: d = 1.0 as F16 (00 3c), then roundf(x) (ties away from 0)");
     float back[32];
-    mor_dequantize_row(GGML_Q8_0, &b8, back, 32);
+    dequant_row(GGML_Q8_0, &b8, back, 32);
     CHECK(back[0] == 127 && back[2] == 1 && back[3] == -1 && back[5] == 3 && back[31] == 11, "Q8_0 dequantizes to d * q");
     /* Q4_0: the value of largest magnitude is -8, so d = -8/-8 = 1 and q = min(15, (int8)(x + 8.5)) */
     static const float q4in[32] = { -8, 7, 0, 1, -1, 3.4f, -3.5f, 6.6f, 2, 2, 2, 2, 2, 2, 2, -7.9f,
                                     7.5f, 7.49f, -0.5f, 0.49f, 4, -4, 5, -5, 0, 0, 0, 0, 0, 0, 0, 6 };
-    mor_block_q4_0 b4;
-    mor_quantize_row_q4_0(q4in, &b4, 32);
+    block_q4_0 b4;
+    quant_row_q4_0(q4in, &b4, 32);
     /* low nibble: value j (0..15), high nibble: value j+16 */
     const unsigned char want4[18] = { 0x00, 0x3c,
         (0 | 15 << 4), (15 | 15 << 4), (8 | 8 << 4), (9 | 8 << 4), (7 | 12 << 4), (11 | 4 << 4), (5 | 13 << 4), (15 | 3 << 4),
         (10 | 8 << 4), (10 | 8 << 4), (10 | 8 << 4), (10 | 8 << 4), (10 | 8 << 4), (10 | 8 << 4), (10 | 8 << 4), (0 | 14 << 4) };
     CHECK(!memcmp(&b4, want4, 18), "Q4_0 block bytes: d = 1.0 as F16, value j in the low nibble of byte j, j+16 in the high one");
-    mor_dequantize_row(GGML_Q4_0, &b4, back, 32);
+    dequant_row(GGML_Q4_0, &b4, back, 32);
     CHECK(back[0] == -8 && back[1] == 7 && back[16] == 7 && back[20] == 4 && back[31] == 6,
           "Q4_0 dequantizes to d * (q - 8)");
     /* the row byte counts GGUF uses */
-    CHECK(mor_row_bytes(GGML_Q8_0, 576) == 18 * 34 && mor_row_bytes(GGML_Q4_0, 576) == 18 * 18 &&
-          mor_row_bytes(GGML_Q8_0, 33) == 0, "row bytes: 576 values are 18 blocks; 33 is not a whole block");
+    CHECK(tensor_row_bytes(GGML_Q8_0, 576) == 18 * 34 && tensor_row_bytes(GGML_Q4_0, 576) == 18 * 18 &&
+          tensor_row_bytes(GGML_Q8_0, 33) == 0, "row bytes: 576 values are 18 blocks; 33 is not a whole block");
     /* random rows: error within half a step (Q8_0) / one step (Q4_0: code 16 is clipped to 15) */
     uint64_t s = 7;
     float row[256], deq[256];
     double worst8 = 0, worst4 = 0;
     for (int rep = 0; rep < 50; rep++) {
         for (int j = 0; j < 256; j++) row[j] = synth_normal(&s) * (rep % 7 + 1);
-        mor_block_q8_0 q8[8];
-        mor_block_q4_0 q4[8];
-        mor_quantize_row_q8_0(row, q8, 256);
-        mor_dequantize_row(GGML_Q8_0, q8, deq, 256);
+        block_q8_0 q8[8];
+        block_q4_0 q4[8];
+        quant_row_q8_0(row, q8, 256);
+        dequant_row(GGML_Q8_0, q8, deq, 256);
         for (int j = 0; j < 256; j++) {
-            double d = fabs(mor_f16_to_f32(q8[j / 32].d));
+            double d = fabs(f16_to_f32(q8[j / 32].d));
             double e = fabs((double)row[j] - deq[j]) / (d > 0 ? d : 1);
             if (e > worst8) worst8 = e;
         }
-        mor_quantize_row_q4_0(row, q4, 256);
-        mor_dequantize_row(GGML_Q4_0, q4, deq, 256);
+        quant_row_q4_0(row, q4, 256);
+        dequant_row(GGML_Q4_0, q4, deq, 256);
         for (int j = 0; j < 256; j++) {
-            double d = fabs(mor_f16_to_f32(q4[j / 32].d));
+            double d = fabs(f16_to_f32(q4[j / 32].d));
             double e = fabs((double)row[j] - deq[j]) / (d > 0 ? d : 1);
             if (e > worst4) worst4 = e;
         }

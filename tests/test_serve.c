@@ -458,7 +458,7 @@ static int write_relaxed(const char *in, const char *out)
         gb_f32(&b, "mor.lora.scale", 0.5f);
         for (int32_t l = m->prelude; l < m->n_layer - m->coda; l++)
             for (int role = 0; role < ROLE_COUNT; role++) {
-                const mor_weight *w = &m->layers[l].w[role];
+                const tensor *w = &m->layers[l].w[role];
                 if (role == ROLE_ATTN_NORM || role == ROLE_FFN_NORM) continue;
                 const int64_t r = 1 + (l + role) % 4;
                 for (int part = 0; part < 2; part++) {
@@ -470,7 +470,7 @@ static int write_relaxed(const char *in, const char *out)
                         v[i] = (float)((double)(rng >> 11) / 9007199254740992.0 - 0.5) * 0.4f;
                     }
                     char name[96];
-                    snprintf(name, sizeof name, "lora.%d.%s.%c", l, mor_role_names[role], part ? 'b' : 'a');
+                    snprintf(name, sizeof name, "lora.%d.%s.%c", l, role_names[role], part ? 'b' : 'a');
                     gb_tensor_add(&b, name, GGML_F32, part ? r : w->cols, part ? w->rows : r, v, sizeof(float) * (size_t)n, 1);
                 }
             }

@@ -162,13 +162,13 @@ static buf vocab_gguf(const vocab *v)
 
 /* Parse a file and load its tokenizer; the file is freed before returning,
  * which also checks that the tokenizer keeps nothing of it. */
-static mor_status load_tokenizer(const vocab *v, int32_t n_vocab_model, mor_tokenizer **out)
+static mor_status load_tokenizer(const vocab *v, int32_t n_vocab_model, tokenizer **out)
 {
     buf b = vocab_gguf(v);
     gguf_file *g = NULL;
     mor_status s = gguf_parse(b.p, b.n, &g);
     if (s == MOR_OK) {
-        s = mor_tokenizer_load(g, n_vocab_model, out);
+        s = tokenizer_load(g, n_vocab_model, out);
         gguf_free(g);
     }
     memset(b.p, 0xAB, b.n);
@@ -320,13 +320,13 @@ static int gpt2_vocab(vocab *v, const char *cases)
 /* ------------------------------------------------------------------------ */
 
 /* Encode into a fresh array (*n tokens); NULL on error. */
-static mor_token *encode(const mor_tokenizer *t, const char *s, size_t len, uint32_t flags, int32_t *n)
+static mor_token *encode(const tokenizer *t, const char *s, size_t len, uint32_t flags, int32_t *n)
 {
     int32_t need = -1;
-    mor_status st = mor_tokenizer_encode(t, s, len, flags, NULL, 0, &need);
+    mor_status st = tokenizer_encode(t, s, len, flags, NULL, 0, &need);
     if (st != MOR_OK && st != MOR_E_BUFFER_TOO_SMALL) return NULL;
     mor_token *ids = malloc(((size_t)need + 1) * sizeof *ids);
-    if (mor_tokenizer_encode(t, s, len, flags, ids, need, n) != MOR_OK || *n != need) {
+    if (tokenizer_encode(t, s, len, flags, ids, need, n) != MOR_OK || *n != need) {
         free(ids);
         return NULL;
     }
@@ -334,16 +334,16 @@ static mor_token *encode(const mor_tokenizer *t, const char *s, size_t len, uint
 }
 
 /* decode(encode(s)) == s, byte for byte. */
-static int round_trip(const mor_tokenizer *t, const char *s, size_t len, uint32_t flags)
+static int round_trip(const tokenizer *t, const char *s, size_t len, uint32_t flags)
 {
     int32_t n;
     mor_token *ids = encode(t, s, len, flags, &n);
     if (!ids) return 0;
     size_t need = 0;
-    int ok = mor_tokenizer_decode(t, ids, n, NULL, 0, &need) == (len ? MOR_E_BUFFER_TOO_SMALL : MOR_OK);
+    int ok = tokenizer_decode(t, ids, n, NULL, 0, &need) == (len ? MOR_E_BUFFER_TOO_SMALL : MOR_OK);
     char *back = malloc(need + 1);
     size_t got = 0;
-    ok = ok && need == len && mor_tokenizer_decode(t, ids, n, back, need, &got) == MOR_OK && got == len &&
+    ok = ok && need == len && tokenizer_decode(t, ids, n, back, need, &got) == MOR_OK && got == len &&
          memcmp(back, s, len) == 0;
     free(back);
     free(ids);
@@ -381,7 +381,7 @@ static mor_token token_id(const vocab *v, const char *text)
 /* The oracle cases                                                         */
 /* ------------------------------------------------------------------------ */
 
-static void test_cases(const mor_tokenizer *gpt2, const mor_tokenizer *smollm, char *cases)
+static void test_cases(const tokenizer *gpt2, const tokenizer *smollm, char *cases)
 {
     int n_cases = 0;
     char *save = NULL;
@@ -402,7 +402,7 @@ static void test_cases(const mor_tokenizer *gpt2, const mor_tokenizer *smollm, c
             exp[i] = (mor_token)strtol(p, &end, 10);
             p = end;
         }
-        const mor_tokenizer *t = strcmp(pre, "smollm") == 0 ? smollm : gpt2;
+        const tokenizer *t = strcmp(pre, "smollm") == 0 ? smollm : gpt2;
         uint32_t flags = special ? MOR_TOKENIZE_PARSE_SPECIAL : 0;
         int32_t n = 0;
         mor_token *got = len >= 0 ? encode(t, text, (size_t)len, flags, &n) : NULL;
@@ -422,7 +422,7 @@ static void test_cases(const mor_tokenizer *gpt2, const mor_tokenizer *smollm, c
 /* Bytes that are not UTF-8, NULs, random bytes                             */
 /* ------------------------------------------------------------------------ */
 
-static void test_bytes(const mor_tokenizer *t, const vocab *v)
+static void test_bytes(const tokenizer *t, const vocab *v)
 {
 #define L(lit) lit, sizeof lit - 1   /* a literal and its length, NULs included */
     static const struct { const char *s; size_t n; } odd[] = {
@@ -482,7 +482,7 @@ static void test_bytes(const mor_tokenizer *t, const vocab *v)
 /* Flags, buffers, ids, arguments                                           */
 /* ------------------------------------------------------------------------ */
 
-static void test_api(const mor_tokenizer *t, const vocab *v)
+static void test_api(const tokenizer *t, const vocab *v)
 {
     mor_token out[16];
     int32_t n = -1;
@@ -490,38 +490,38 @@ static void test_api(const mor_tokenizer *t, const vocab *v)
     mor_token hello = token_id(v, "Hello"), world = token_id(v, "\xc4\xa0world");   /* "Ġworld" */
 
     /* Sizes. */
-    CHECK(mor_tokenizer_encode(t, hw, 11, 0, NULL, 0, &n) == MOR_E_BUFFER_TOO_SMALL && n == 2,
+    CHECK(tokenizer_encode(t, hw, 11, 0, NULL, 0, &n) == MOR_E_BUFFER_TOO_SMALL && n == 2,
           "cap 0: MOR_E_BUFFER_TOO_SMALL, 2 needed");
     for (int i = 0; i < 16; i++) out[i] = -7;
     n = -1;
-    CHECK(mor_tokenizer_encode(t, hw, 11, 0, out, 1, &n) == MOR_E_BUFFER_TOO_SMALL && n == 2 && out[0] == -7,
+    CHECK(tokenizer_encode(t, hw, 11, 0, out, 1, &n) == MOR_E_BUFFER_TOO_SMALL && n == 2 && out[0] == -7,
           "cap 1: MOR_E_BUFFER_TOO_SMALL, 2 needed, nothing written");
     CHECK(*mor_last_error() != 0, "... with a message: %s", mor_last_error());
-    CHECK(mor_tokenizer_encode(t, hw, 11, 0, out, 2, &n) == MOR_OK && n == 2 && out[0] == hello &&
+    CHECK(tokenizer_encode(t, hw, 11, 0, out, 2, &n) == MOR_OK && n == 2 && out[0] == hello &&
           out[1] == world && out[2] == -7, "cap 2: Hello, Gworld (%d %d)", (int)hello, (int)world);
-    CHECK(mor_tokenizer_encode(t, "", 0, 0, out, 0, &n) == MOR_OK && n == 0, "empty text: 0 tokens");
-    CHECK(mor_tokenizer_encode(t, NULL, 0, 0, NULL, 0, &n) == MOR_OK && n == 0, "NULL text of length 0: 0 tokens");
+    CHECK(tokenizer_encode(t, "", 0, 0, out, 0, &n) == MOR_OK && n == 0, "empty text: 0 tokens");
+    CHECK(tokenizer_encode(t, NULL, 0, 0, NULL, 0, &n) == MOR_OK && n == 0, "NULL text of length 0: 0 tokens");
 
     /* BOS. */
-    CHECK(mor_tokenizer_bos(t) == 50256 && mor_tokenizer_eos(t) == 50256, "bos and eos 50256");
-    CHECK(mor_tokenizer_encode(t, hw, 11, MOR_TOKENIZE_ADD_BOS, out, 16, &n) == MOR_OK && n == 3 &&
+    CHECK(tokenizer_bos(t) == 50256 && tokenizer_eos(t) == 50256, "bos and eos 50256");
+    CHECK(tokenizer_encode(t, hw, 11, MOR_TOKENIZE_ADD_BOS, out, 16, &n) == MOR_OK && n == 3 &&
           out[0] == 50256 && out[1] == hello, "ADD_BOS prepends BOS");
-    CHECK(mor_tokenizer_encode(t, "", 0, MOR_TOKENIZE_ADD_BOS, out, 16, &n) == MOR_OK && n == 1 &&
+    CHECK(tokenizer_encode(t, "", 0, MOR_TOKENIZE_ADD_BOS, out, 16, &n) == MOR_OK && n == 1 &&
           out[0] == 50256, "ADD_BOS on empty text: BOS alone");
-    CHECK(mor_tokenizer_encode(t, "", 0, MOR_TOKENIZE_ADD_BOS, out, 0, &n) == MOR_E_BUFFER_TOO_SMALL && n == 1,
+    CHECK(tokenizer_encode(t, "", 0, MOR_TOKENIZE_ADD_BOS, out, 0, &n) == MOR_E_BUFFER_TOO_SMALL && n == 1,
           "ADD_BOS counts BOS in the size needed");
 
     /* Specials on and off. */
     const char *eot = "<|endoftext|>";
-    CHECK(mor_tokenizer_encode(t, eot, 13, MOR_TOKENIZE_PARSE_SPECIAL, out, 16, &n) == MOR_OK && n == 1 &&
+    CHECK(tokenizer_encode(t, eot, 13, MOR_TOKENIZE_PARSE_SPECIAL, out, 16, &n) == MOR_OK && n == 1 &&
           out[0] == 50256, "PARSE_SPECIAL: <|endoftext|> is 50256");
     int has = 0;
-    CHECK(mor_tokenizer_encode(t, eot, 13, 0, out, 16, &n) == MOR_OK && n > 1, "without: %d ordinary tokens", (int)n);
+    CHECK(tokenizer_encode(t, eot, 13, 0, out, 16, &n) == MOR_OK && n > 1, "without: %d ordinary tokens", (int)n);
     for (int i = 0; i < n; i++) has |= out[i] >= 50256;
     CHECK(!has, "... none of them special");
-    CHECK(mor_tokenizer_encode(t, "<|end|>xyz", 10, MOR_TOKENIZE_PARSE_SPECIAL, out, 16, &n) == MOR_OK &&
+    CHECK(tokenizer_encode(t, "<|end|>xyz", 10, MOR_TOKENIZE_PARSE_SPECIAL, out, 16, &n) == MOR_OK &&
           n >= 2 && out[0] == 50259, "leftmost-longest: <|end|>xyz starts with <|end, not d|>xyz");
-    CHECK(mor_tokenizer_encode(t, "<|endoftext|>", 13, MOR_TOKENIZE_PARSE_SPECIAL | MOR_TOKENIZE_ADD_BOS, out, 16,
+    CHECK(tokenizer_encode(t, "<|endoftext|>", 13, MOR_TOKENIZE_PARSE_SPECIAL | MOR_TOKENIZE_ADD_BOS, out, 16,
                                &n) == MOR_OK && n == 2 && out[0] == 50256 && out[1] == 50256, "ADD_BOS + PARSE_SPECIAL");
 
     /* Decoding. */
@@ -529,43 +529,43 @@ static void test_api(const mor_tokenizer *t, const vocab *v)
     size_t len = 99;
     mor_token toks[4] = { hello, world, 50257, 50256 };
     memset(text, '#', sizeof text);
-    CHECK(mor_tokenizer_decode(t, toks, 4, text, sizeof text, &len) == MOR_OK && len == 36 &&
+    CHECK(tokenizer_decode(t, toks, 4, text, sizeof text, &len) == MOR_OK && len == 36 &&
           memcmp(text, "Hello world<|im_start|><|endoftext|>", 36) == 0 && text[36] == '#',
           "decode: specials render as their text, no NUL added");
     len = 0;
     memset(text, '#', sizeof text);
-    CHECK(mor_tokenizer_decode(t, toks, 4, text, 35, &len) == MOR_E_BUFFER_TOO_SMALL && len == 36 && text[0] == '#',
+    CHECK(tokenizer_decode(t, toks, 4, text, 35, &len) == MOR_E_BUFFER_TOO_SMALL && len == 36 && text[0] == '#',
           "decode cap 35: MOR_E_BUFFER_TOO_SMALL, 36 needed, nothing written");
-    CHECK(mor_tokenizer_decode(t, toks, 4, NULL, 0, &len) == MOR_E_BUFFER_TOO_SMALL && len == 36,
+    CHECK(tokenizer_decode(t, toks, 4, NULL, 0, &len) == MOR_E_BUFFER_TOO_SMALL && len == 36,
           "decode NULL/0: the size needed");
-    CHECK(mor_tokenizer_decode(t, toks, 0, NULL, 0, &len) == MOR_OK && len == 0, "decode 0 tokens");
+    CHECK(tokenizer_decode(t, toks, 0, NULL, 0, &len) == MOR_OK && len == 0, "decode 0 tokens");
 
     /* Ids. The model's vocabulary is padded to 50304: ids of the padding are
      * valid and have no text; past it, and below 0, they are out of range. */
     mor_token bad[3][2] = { { hello, -1 }, { hello, 50304 }, { INT32_MAX, hello } };
     for (int i = 0; i < 3; i++) {
         len = 77;
-        CHECK(mor_tokenizer_decode(t, bad[i], 2, text, sizeof text, &len) == MOR_E_OUT_OF_RANGE && len == 77,
+        CHECK(tokenizer_decode(t, bad[i], 2, text, sizeof text, &len) == MOR_E_OUT_OF_RANGE && len == 77,
               "decode id %d: MOR_E_OUT_OF_RANGE, nothing changed", (int)bad[i][1 - (i == 2)]);
     }
     mor_token pad[2] = { 50303, hello };
-    CHECK(mor_tokenizer_decode(t, pad, 2, text, sizeof text, &len) == MOR_OK && len == 5 && !memcmp(text, "Hello", 5),
+    CHECK(tokenizer_decode(t, pad, 2, text, sizeof text, &len) == MOR_OK && len == 5 && !memcmp(text, "Hello", 5),
           "decode an id of the model's padding (50303): no text");
 
     /* Arguments. */
-    CHECK(mor_tokenizer_encode(NULL, hw, 11, 0, out, 16, &n) == MOR_E_INVALID_ARG, "encode NULL tokenizer");
-    CHECK(mor_tokenizer_encode(t, NULL, 3, 0, out, 16, &n) == MOR_E_INVALID_ARG, "encode NULL text, len 3");
-    CHECK(mor_tokenizer_encode(t, hw, 11, 0, out, 16, NULL) == MOR_E_INVALID_ARG, "encode NULL n_out");
-    CHECK(mor_tokenizer_encode(t, hw, 11, 0, NULL, 4, &n) == MOR_E_INVALID_ARG, "encode NULL out, cap 4");
-    CHECK(mor_tokenizer_encode(t, hw, 11, 0, out, -1, &n) == MOR_E_INVALID_ARG, "encode cap -1");
-    CHECK(mor_tokenizer_encode(t, hw, 11, 1u << 7, out, 16, &n) == MOR_E_INVALID_ARG, "encode unknown flag");
-    CHECK(mor_tokenizer_decode(NULL, toks, 1, text, 64, &len) == MOR_E_INVALID_ARG, "decode NULL tokenizer");
-    CHECK(mor_tokenizer_decode(t, NULL, 1, text, 64, &len) == MOR_E_INVALID_ARG, "decode NULL tokens");
-    CHECK(mor_tokenizer_decode(t, toks, -1, text, 64, &len) == MOR_E_INVALID_ARG, "decode n -1");
-    CHECK(mor_tokenizer_decode(t, toks, 1, NULL, 64, &len) == MOR_E_INVALID_ARG, "decode NULL buf, cap 64");
-    CHECK(mor_tokenizer_decode(t, toks, 1, text, 64, NULL) == MOR_E_INVALID_ARG, "decode NULL len_out");
-    CHECK(mor_tokenizer_bos(NULL) == -1 && mor_tokenizer_eos(NULL) == -1, "bos/eos of NULL: -1");
-    mor_tokenizer_free(NULL);
+    CHECK(tokenizer_encode(NULL, hw, 11, 0, out, 16, &n) == MOR_E_INVALID_ARG, "encode NULL tokenizer");
+    CHECK(tokenizer_encode(t, NULL, 3, 0, out, 16, &n) == MOR_E_INVALID_ARG, "encode NULL text, len 3");
+    CHECK(tokenizer_encode(t, hw, 11, 0, out, 16, NULL) == MOR_E_INVALID_ARG, "encode NULL n_out");
+    CHECK(tokenizer_encode(t, hw, 11, 0, NULL, 4, &n) == MOR_E_INVALID_ARG, "encode NULL out, cap 4");
+    CHECK(tokenizer_encode(t, hw, 11, 0, out, -1, &n) == MOR_E_INVALID_ARG, "encode cap -1");
+    CHECK(tokenizer_encode(t, hw, 11, 1u << 7, out, 16, &n) == MOR_E_INVALID_ARG, "encode unknown flag");
+    CHECK(tokenizer_decode(NULL, toks, 1, text, 64, &len) == MOR_E_INVALID_ARG, "decode NULL tokenizer");
+    CHECK(tokenizer_decode(t, NULL, 1, text, 64, &len) == MOR_E_INVALID_ARG, "decode NULL tokens");
+    CHECK(tokenizer_decode(t, toks, -1, text, 64, &len) == MOR_E_INVALID_ARG, "decode n -1");
+    CHECK(tokenizer_decode(t, toks, 1, NULL, 64, &len) == MOR_E_INVALID_ARG, "decode NULL buf, cap 64");
+    CHECK(tokenizer_decode(t, toks, 1, text, 64, NULL) == MOR_E_INVALID_ARG, "decode NULL len_out");
+    CHECK(tokenizer_bos(NULL) == -1 && tokenizer_eos(NULL) == -1, "bos/eos of NULL: -1");
+    tokenizer_free(NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -713,23 +713,23 @@ static void test_public(void)
 
 static void expect_format(vocab *v, const char *what)
 {
-    mor_tokenizer *t = (mor_tokenizer *)1;
+    tokenizer *t = (tokenizer *)1;
     mor_status st = load_tokenizer(v, 300, &t);
     CHECK(st == MOR_E_FORMAT && t == NULL && *mor_last_error(), "%s: MOR_E_FORMAT (%s)", what, mor_last_error());
-    if (st == MOR_OK) mor_tokenizer_free(t);
+    if (st == MOR_OK) tokenizer_free(t);
 }
 
 static void test_corrupt(void)
 {
     vocab v;
-    mor_tokenizer *t = NULL;
+    tokenizer *t = NULL;
     small_vocab(&v);
     CHECK(load_tokenizer(&v, 300, &t) == MOR_OK && t, "the small vocabulary loads");
     int32_t n;
     mor_token out[4];
-    CHECK(t && mor_tokenizer_encode(t, " hello hell", 11, 0, out, 4, &n) == MOR_OK && n == 3 && out[0] == 260 &&
+    CHECK(t && tokenizer_encode(t, " hello hell", 11, 0, out, 4, &n) == MOR_OK && n == 3 && out[0] == 260 &&
           out[1] == ' ' && out[2] == 258, "small vocabulary: \" hello hell\" -> Ghello, G, hell");
-    mor_tokenizer_free(t);
+    tokenizer_free(t);
 
     /* No tokenizer at all. */
     v.model = NULL;
@@ -737,8 +737,8 @@ static void test_corrupt(void)
     kv_str(&w, "general.architecture", "mor");
     buf b = gguf_finish(&w);
     gguf_file *g = NULL;
-    t = (mor_tokenizer *)1;
-    CHECK(gguf_parse(b.p, b.n, &g) == MOR_OK && mor_tokenizer_load(g, 300, &t) == MOR_OK && t == NULL,
+    t = (tokenizer *)1;
+    CHECK(gguf_parse(b.p, b.n, &g) == MOR_OK && tokenizer_load(g, 300, &t) == MOR_OK && t == NULL,
           "no tokenizer keys: MOR_OK and no tokenizer");
     gguf_free(g);
     free(b.p);
@@ -781,10 +781,10 @@ static void test_corrupt(void)
     v.type[0x41] = 1;
 
     /* More tokens than the model's vocabulary. */
-    t = (mor_tokenizer *)1;
+    t = (tokenizer *)1;
     CHECK(load_tokenizer(&v, 261, &t) == MOR_E_FORMAT && t == NULL, "262 tokens, model vocabulary 261: MOR_E_FORMAT");
     CHECK(load_tokenizer(&v, 262, &t) == MOR_OK && t, "262 tokens, model vocabulary 262: loads");
-    mor_tokenizer_free(t);
+    tokenizer_free(t);
 
     /* Truncated files never reach the tokenizer, but must not crash it either. */
     b = vocab_gguf(&v);
@@ -792,7 +792,7 @@ static void test_corrupt(void)
         g = NULL;
         if (gguf_parse(b.p, cut, &g) == MOR_OK) {
             t = NULL;
-            if (mor_tokenizer_load(g, 300, &t) == MOR_OK) mor_tokenizer_free(t);
+            if (tokenizer_load(g, 300, &t) == MOR_OK) tokenizer_free(t);
             gguf_free(g);
         }
     }
@@ -834,7 +834,7 @@ static char *big_text(size_t *n)
 }
 
 typedef struct {
-    const mor_tokenizer *t;
+    const tokenizer *t;
     const char *text;
     size_t len;
     const mor_token *expect;
@@ -855,11 +855,11 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
-static void test_speed_threads(const mor_tokenizer *gpt2, const mor_tokenizer *smollm)
+static void test_speed_threads(const tokenizer *gpt2, const tokenizer *smollm)
 {
     size_t len;
     char *text = big_text(&len);
-    const mor_tokenizer *tk[2] = { gpt2, smollm };
+    const tokenizer *tk[2] = { gpt2, smollm };
     for (int k = 0; k < 2; k++) {
         double t0 = now();
         int32_t n;
@@ -871,7 +871,7 @@ static void test_speed_threads(const mor_tokenizer *gpt2, const mor_tokenizer *s
               k ? "smollm" : "gpt2", len / 1048576.0, ids ? (int)n : -1, dt);
         char *back = malloc(len);
         size_t got = 0;
-        CHECK(ids && mor_tokenizer_decode(tk[k], ids, n, back, len, &got) == MOR_OK && got == len &&
+        CHECK(ids && tokenizer_decode(tk[k], ids, n, back, len, &got) == MOR_OK && got == len &&
               !memcmp(back, text, len), "%s: the 1 MB text decodes back", k ? "smollm" : "gpt2");
         free(back);
         if (k == 0 && ids) {
@@ -920,7 +920,7 @@ int main(void)
           (int)v.n_tok, (int)v.n_merge);
     if (!ok) { free(cases); return check_done(); }
 
-    mor_tokenizer *gpt2 = NULL, *smollm = NULL;
+    tokenizer *gpt2 = NULL, *smollm = NULL;
     mor_status st = load_tokenizer(&v, (int32_t)v.vocab_size, &gpt2);
     CHECK(st == MOR_OK && gpt2, "load gpt2: %s %s", mor_status_str(st), mor_last_error());
     v.pre = "smollm";
@@ -938,8 +938,8 @@ int main(void)
     test_public();
     test_corrupt();
 
-    mor_tokenizer_free(gpt2);
-    mor_tokenizer_free(smollm);
+    tokenizer_free(gpt2);
+    tokenizer_free(smollm);
     vocab_free(&v);
     free(cases);
     return check_done();

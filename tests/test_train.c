@@ -285,7 +285,7 @@ static void test_bpe(void)
     /* the piece splitter agrees with GPT-2's regex on a few cases */
     const char *s = "I'm  here's 42x  ";
     size_t ends[16], k = 0;
-    for (size_t i = 0; i < strlen(s); i = ends[k++]) ends[k] = mor_gpt2_piece_end((const uint8_t *)s, strlen(s), i);
+    for (size_t i = 0; i < strlen(s); i = ends[k++]) ends[k] = gpt2_piece_end((const uint8_t *)s, strlen(s), i);
     /* "I" "'m" " " " here" "'s" " 42" "x" "  " */
     size_t want[] = { 1, 3, 4, 9, 11, 14, 15, 17 };
     CHECK(k == 8 && !memcmp(ends, want, sizeof want), "GPT-2 pre-tokenizer pieces");

@@ -28,7 +28,7 @@ void convert_opts_init(convert_opts *o)
     memset(o, 0, sizeof *o);
     o->outtype = OUTTYPE_AUTO;
     o->init = INIT_NONE;
-    mor_settings_init(&o->flags);
+    cv_settings_init(&o->flags);
 }
 
 /* ---- tensor bytes in the output type ------------------------------------------ */
@@ -143,7 +143,7 @@ static const char *route_desc(int r)
 }
 
 /* Reconcile the settings with what the checkpoint's keys show. */
-static int make_plan(plan *p, const mor_settings *s, const mor_layout *lo, const hf_config *cfg, char *err, size_t errcap)
+static int make_plan(plan *p, const cv_settings *s, const cv_layout *lo, const hf_config *cfg, char *err, size_t errcap)
 {
     memset(p, 0, sizeof *p);
     p->route = lo->kind;
@@ -244,11 +244,11 @@ static int make_plan(plan *p, const mor_settings *s, const mor_layout *lo, const
 
 /* ---- settings ------------------------------------------------------------------- */
 
-static int gather_settings(const convert_opts *o, const hf_config *cfg, mor_settings *s, char *err, size_t errcap)
+static int gather_settings(const convert_opts *o, const hf_config *cfg, cv_settings *s, char *err, size_t errcap)
 {
-    mor_settings_init(s);
+    cv_settings_init(s);
     if (o->mor_config) {
-        if (mor_settings_load(s, o->mor_config, err, errcap)) return -1;
+        if (cv_settings_load(s, o->mor_config, err, errcap)) return -1;
     } else {
         static const char *const guesses[] = {"mor_cfg.yaml", "../mor_cfg.yaml"};
         for (int i = 0; i < 2; i++) {
@@ -256,7 +256,7 @@ static int gather_settings(const convert_opts *o, const hf_config *cfg, mor_sett
             int rc = 0, found;
             if (!path) return cv_fail(err, errcap, "out of memory");
             found = cv_file_exists(path);
-            if (found) rc = mor_settings_load(s, path, err, errcap);
+            if (found) rc = cv_settings_load(s, path, err, errcap);
             free(path);
             if (rc) return -1;
             if (found) break;
@@ -268,7 +268,7 @@ static int gather_settings(const convert_opts *o, const hf_config *cfg, mor_sett
             return cv_fail(err, errcap, "kv_sharing.enable differs between the MoR config and config.json");
         s->kv_shared = cfg->kv_enable;
     }
-    mor_settings_merge(s, &o->flags);
+    cv_settings_merge(s, &o->flags);
     return 0;
 }
 
@@ -294,7 +294,7 @@ static void blocks_free(blocks *b)
 
 static int is_norm(int role) { return role == CV_ROLE_ATTN_NORM || role == CV_ROLE_FFN_NORM; }
 
-static int dedup(blocks *b, const convert_opts *o, const mor_layout *lo, owned_list *own, int *types, char *err,
+static int dedup(blocks *b, const convert_opts *o, const cv_layout *lo, owned_list *own, int *types, char *err,
                  size_t errcap)
 {
     int L = lo->n_layer;
@@ -400,7 +400,7 @@ static int check_tied(const blocks *b, const plan *p, char *err, size_t errcap)
 /* The LoRA deltas: mor.lora.scale (the first relaxed projection's scale) and
  * mor.lora.scale.<proj> where a projection's differs; a projection whose
  * deltas do not share one scale gets each scale multiplied into its B. */
-static int add_deltas(gguf_writer *w, relax_state *rs, const mor_layout *lo, owned_list *own, char *err, size_t errcap)
+static int add_deltas(gguf_writer *w, relax_state *rs, const cv_layout *lo, owned_list *own, char *err, size_t errcap)
 {
     float scale[CV_ROLE_COUNT], global = 0;
     int has[CV_ROLE_COUNT] = {0}, mixed[CV_ROLE_COUNT] = {0}, any = 0;
@@ -473,9 +473,9 @@ static char *weights_path(const convert_opts *o, char *err, size_t errcap)
 int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap, char *err, size_t errcap)
 {
     hf_config cfg;
-    mor_settings s;
+    cv_settings s;
     checkpoint ck;
-    mor_layout lo;
+    cv_layout lo;
     plan p;
     blocks b;
     owned_list own = {0};

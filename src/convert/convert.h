@@ -7,7 +7,7 @@
 #define CV_CONVERT_H
 #include <stddef.h>
 #include <stdio.h>
-#include "mor_settings.h"
+#include "settings.h"
 
 enum { OUTTYPE_AUTO = -1 };   /* else a dtype.h value: CV_F32, CV_F16, CV_BF16 */
 
@@ -18,7 +18,7 @@ typedef struct {
     const char *tokenizer;    /* tokenizer.json; NULL: dir/tokenizer.json if present */
     const char *name;         /* general.name, or NULL for none */
     int outtype;              /* OUTTYPE_AUTO: each matrix keeps its checkpoint dtype */
-    mor_settings flags;       /* command-line overrides of the MoR config */
+    cv_settings flags;       /* command-line overrides of the MoR config */
     /* Relaxed Recursive Transformer conversion of a vanilla model (relax.h) */
     int init;                 /* INIT_NONE (-1), or INIT_*: tie the layers (needs flags.num_recursion, .sharing) */
     int keep_norms;           /* with init: every layer keeps its own RMSNorm weights */

@@ -45,7 +45,7 @@ static void *own_alloc(gguf_input *gi, size_t n)
 
 /* Add a weight as tensor `name` with PyTorch shape [rows, cols] (or [cols]
  * for a vector): F32/F16/BF16 as stored, anything else dequantized to F32. */
-static int add_weight(gguf_input *gi, checkpoint *ck, const char *name, const mor_weight *w, int vector, char *err,
+static int add_weight(gguf_input *gi, checkpoint *ck, const char *name, const tensor *w, int vector, char *err,
                       size_t errcap)
 {
     uint64_t shape[2] = {(uint64_t)w->rows, (uint64_t)w->cols};
@@ -55,7 +55,7 @@ static int add_weight(gguf_input *gi, checkpoint *ck, const char *name, const mo
     if (dtype != CV_F32 && dtype != CV_F16 && dtype != CV_BF16) {
         float *f = own_alloc(gi, sizeof(float) * (size_t)(w->rows * w->cols));
         if (!f) return cv_fail(err, errcap, "out of memory");
-        for (int64_t r = 0; r < w->rows; r++) mor_embed_row(w, (int32_t)r, f + r * w->cols);
+        for (int64_t r = 0; r < w->rows; r++) k_embed_row(w, (int32_t)r, f + r * w->cols);
         dtype = CV_F32;
         data = (const uint8_t *)f;
     }
@@ -67,7 +67,7 @@ static int add_weight(gguf_input *gi, checkpoint *ck, const char *name, const mo
 
 /* The file's tensor `name` as a weight (rows = ne[1]; a vector is 1 x ne[0]);
  * NULL when missing. */
-static int llama_tensor(const gguf_file *g, const char *name, int vector, mor_weight *w, char *err, size_t errcap)
+static int llama_tensor(const gguf_file *g, const char *name, int vector, tensor *w, char *err, size_t errcap)
 {
     const gguf_tensor *t = gguf_find_tensor(g, name);
     if (!t) return cv_fail(err, errcap, "llama GGUF: tensor '%s' is missing", name);
@@ -77,7 +77,7 @@ static int llama_tensor(const gguf_file *g, const char *name, int vector, mor_we
                        gguf_type_name(t->type));
     if ((vector && t->n_dims != 1) || (!vector && t->n_dims != 2))
         return cv_fail(err, errcap, "llama GGUF: tensor '%s' has %u dimensions, not %d", name, t->n_dims, vector ? 1 : 2);
-    *w = (mor_weight){ t->data, t->type, vector ? 1 : t->ne[1], t->ne[0] };
+    *w = (tensor){ t->data, t->type, vector ? 1 : t->ne[1], t->ne[0] };
     return 0;
 }
 
@@ -85,9 +85,9 @@ static int llama_tensor(const gguf_file *g, const char *name, int vector, mor_we
  * rotate_half RoPE pairs dims i and i + hd/2, GGML's "normal" RoPE 2i and
  * 2i + 1): its row h*hd + 2j + t is HF row h*hd + t*hd/2 + j. Undo it into
  * an owned copy (whole rows: any type). */
-static int unpermute(gguf_input *gi, mor_weight *w, int64_t hd, char *err, size_t errcap)
+static int unpermute(gguf_input *gi, tensor *w, int64_t hd, char *err, size_t errcap)
 {
-    const size_t rb = mor_row_bytes(w->type, w->cols);
+    const size_t rb = tensor_row_bytes(w->type, w->cols);
     uint8_t *dst = own_alloc(gi, rb * (size_t)w->rows);
     if (!dst) return cv_fail(err, errcap, "out of memory");
     if (w->rows % hd || hd % 2) return cv_fail(err, errcap, "llama GGUF: Q/K rows %lld are not whole heads of %lld",
@@ -111,7 +111,7 @@ static int llama_u32(const gguf_file *g, const char *key, uint32_t def, uint32_t
 static int open_llama(gguf_input *gi, const char *path, checkpoint *ck, hf_config *cfg, char *err, size_t errcap)
 {
     const gguf_file *g = gi->g;
-    mor_weight emb, w;
+    tensor emb, w;
     char name[128];
     gguf_str s;
     uint32_t v;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mor_settings.h"
+#include "settings.h"
 #include "util.h"
 
 const char *const cv_role_gguf[CV_ROLE_COUNT] = {
@@ -134,7 +134,7 @@ static int classify(const ckpt_tensor *t, keyinfo *k, char *err, size_t errcap)
     return cv_fail(err, errcap, "unexpected key '%.200s': not part of the MoR / Llama state-dict grammar", t->name);
 }
 
-void layout_free(mor_layout *lo)
+void layout_free(cv_layout *lo)
 {
     free(lo->lora);
     free(lo->role);
@@ -144,7 +144,7 @@ void layout_free(mor_layout *lo)
 }
 
 /* The key prefix of unrolled layer l, for messages. */
-static void layer_prefix(const mor_layout *lo, int first_moe, int l, char *buf, size_t cap)
+static void layer_prefix(const cv_layout *lo, int first_moe, int l, char *buf, size_t cap)
 {
     int mid = lo->n_rec * lo->base_depth;
     if (lo->kind == ROUTE_NONE || l < lo->prelude) snprintf(buf, cap, "model.layers.%d.", l);
@@ -170,7 +170,7 @@ static int router_arch(const lo_router *rt)
     return -1;
 }
 
-int layout_build(mor_layout *lo, const checkpoint *ck, char *err, size_t errcap)
+int layout_build(cv_layout *lo, const checkpoint *ck, char *err, size_t errcap)
 {
     keyinfo *keys = calloc(ck->n ? ck->n : 1, sizeof *keys);
     int *kind = NULL, n_index = 0, first = -1, last = -1, max_r = -1, max_j = -1, rc = -1;
@@ -376,7 +376,7 @@ static int router_shapes(const lo_router *rt, uint64_t out, uint64_t d, char *er
     return shape_is(rt->fc2, 2, out, 2 * d, err, errcap);
 }
 
-int layout_check_shapes(const mor_layout *lo, const hf_config *c, char *err, size_t errcap)
+int layout_check_shapes(const cv_layout *lo, const hf_config *c, char *err, size_t errcap)
 {
     uint64_t d = c->hidden, f = c->intermediate, q = (uint64_t)c->n_head * c->head_dim,
              kv = (uint64_t)c->n_head_kv * c->head_dim, v = c->vocab;

@@ -52,12 +52,12 @@ typedef struct {
     /* PEFT LoRA factors per unrolled layer and role: [n_layer][role][0 = A, 1 = B],
      * NULL where absent; the array is NULL when the checkpoint has none */
     const ckpt_tensor *(*lora)[CV_ROLE_COUNT][2];
-} mor_layout;
+} cv_layout;
 
-int  layout_build(mor_layout *lo, const checkpoint *ck, char *err, size_t errcap);
-void layout_free(mor_layout *lo);
+int  layout_build(cv_layout *lo, const checkpoint *ck, char *err, size_t errcap);
+void layout_free(cv_layout *lo);
 
 /* Check every tensor's shape against the config's dimensions. */
-int layout_check_shapes(const mor_layout *lo, const hf_config *c, char *err, size_t errcap);
+int layout_check_shapes(const cv_layout *lo, const hf_config *c, char *err, size_t errcap);
 
 #endif

@@ -93,7 +93,7 @@ static const ckpt_tensor *average(relax_state *rs, const ckpt_tensor *const *src
     return t;
 }
 
-int relax_tie(relax_state *rs, mor_layout *lo, hf_config *cfg, int sharing, int n_rec, int init, int keep_norms,
+int relax_tie(relax_state *rs, cv_layout *lo, hf_config *cfg, int sharing, int n_rec, int init, int keep_norms,
               char *err, size_t errcap)
 {
     const int mid = sharing == SHARE_MIDDLE_CYCLE || sharing == SHARE_MIDDLE_SEQUENCE, L0 = lo->n_layer;
@@ -237,7 +237,7 @@ static void *svd_worker(void *arg)
     }
 }
 
-int relax_svd(relax_state *rs, const mor_layout *lo, int first, int last, const int *rank,
+int relax_svd(relax_state *rs, const cv_layout *lo, int first, int last, const int *rank,
               const void *const *shared, const int *type, int exact, int threads, char *err, size_t errcap)
 {
     svd_queue q;
@@ -307,7 +307,7 @@ static int proj_of_role(int role)
     }
 }
 
-int relax_peft(relax_state *rs, const mor_layout *lo, const mor_settings *s, char *err, size_t errcap)
+int relax_peft(relax_state *rs, const cv_layout *lo, const cv_settings *s, char *err, size_t errcap)
 {
     if (!lo->lora) return 0;
     if (s->relax == 0)

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include "hf_config.h"
 #include "layout.h"
-#include "mor_settings.h"
+#include "settings.h"
 
 enum { INIT_NONE = -1, INIT_STEPWISE, INIT_AVERAGE, INIT_LOWER, INIT_UPPER };
 extern const char *const relax_init_names[];   /* "stepwise", "average", "lower", "upper", NULL */
@@ -50,7 +50,7 @@ void relax_free(relax_state *rs);
  * shared slot takes the weights `init` says, norms included unless
  * keep_norms (then every layer keeps its own RMSNorm weights, so that a
  * full-rank relaxation reproduces the original model exactly). */
-int relax_tie(relax_state *rs, mor_layout *lo, hf_config *cfg, int sharing, int n_rec, int init, int keep_norms,
+int relax_tie(relax_state *rs, cv_layout *lo, hf_config *cfg, int sharing, int n_rec, int init, int keep_norms,
               char *err, size_t errcap);
 
 /* SVD deltas for the looped layers [first, last) of a tied layout:
@@ -58,11 +58,11 @@ int relax_tie(relax_state *rs, mor_layout *lo, hf_config *cfg, int sharing, int 
  * + role] and type[role] are the shared weights as the file will store them
  * (the residual is against those). exact: full Jacobi SVD even for small
  * ranks; threads: SVDs run in parallel. */
-int relax_svd(relax_state *rs, const mor_layout *lo, int first, int last, const int *rank,
+int relax_svd(relax_state *rs, const cv_layout *lo, int first, int last, const int *rank,
               const void *const *shared, const int *type, int exact, int threads, char *err, size_t errcap);
 
 /* The deltas of a relaxed PEFT checkpoint (lo->lora), as F32 with PEFT's
  * scale (alpha_pattern, else alpha / r), checked against the settings. */
-int relax_peft(relax_state *rs, const mor_layout *lo, const mor_settings *s, char *err, size_t errcap);
+int relax_peft(relax_state *rs, const cv_layout *lo, const cv_settings *s, char *err, size_t errcap);
 
 #endif

@@ -94,7 +94,7 @@ static inline void gb_tensor_add(gguf_build *b, const char *name, uint32_t type,
                           const void *data, size_t nbytes, int owned)
 {
     if (b->err) { if (owned) free((void *)data); return; }
-    if (mor_row_bytes(type, ne0) * (size_t)(ne1 ? ne1 : 1) != nbytes || strlen(name) >= sizeof b->t[0].name) {
+    if (tensor_row_bytes(type, ne0) * (size_t)(ne1 ? ne1 : 1) != nbytes || strlen(name) >= sizeof b->t[0].name) {
         b->err = 2;
         if (owned) free((void *)data);
         return;
@@ -115,11 +115,11 @@ static inline void gb_tensor_add(gguf_build *b, const char *name, uint32_t type,
  * and add it (owned). */
 static inline void gb_tensor_from_f32(gguf_build *b, const char *name, uint32_t type, const float *x, int64_t cols, int64_t rows)
 {
-    size_t rb = mor_row_bytes(type, cols), nr = (size_t)(rows ? rows : 1);
+    size_t rb = tensor_row_bytes(type, cols), nr = (size_t)(rows ? rows : 1);
     if (!rb) { b->err = 2; return; }
     unsigned char *d = malloc(rb * nr);
     if (!d) { b->err = 1; return; }
-    for (size_t r = 0; r < nr; r++) mor_quantize_row(type, x + r * (size_t)cols, d + r * rb, cols);
+    for (size_t r = 0; r < nr; r++) quant_row(type, x + r * (size_t)cols, d + r * rb, cols);
     gb_tensor_add(b, name, type, cols, rows, d, rb * nr, 1);
 }
 
@@ -190,7 +190,7 @@ static inline void gb_retype(gguf_build *b, const gguf_file *g, uint32_t type, u
     for (uint64_t i = 0; i < g->n_tensors && !b->err; i++) {
         const gguf_tensor *t = &g->tensors[i];
         uint32_t to = gb_retype_target(t, type, embd_type);
-        if (!mor_row_bytes(to, t->ne[0])) { to = GGML_F16; (*n_fallback)++; }
+        if (!tensor_row_bytes(to, t->ne[0])) { to = GGML_F16; (*n_fallback)++; }
         char name[128];
         snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.p);
         const int64_t cols = t->ne[0], rows = t->n_dims == 2 ? t->ne[1] : 0;
@@ -199,13 +199,13 @@ static inline void gb_retype(gguf_build *b, const gguf_file *g, uint32_t type, u
             gb_tensor_add(b, name, t->type, cols, rows, t->data, (size_t)t->nbytes, 0);
             continue;
         }
-        const size_t rb_in = mor_row_bytes(t->type, cols), rb = mor_row_bytes(to, cols), nr = (size_t)(rows ? rows : 1);
+        const size_t rb_in = tensor_row_bytes(t->type, cols), rb = tensor_row_bytes(to, cols), nr = (size_t)(rows ? rows : 1);
         float *row = malloc(sizeof(float) * (size_t)cols);
         unsigned char *out = malloc(rb * nr);
         if (!row || !out) { free(row); free(out); b->err = 1; return; }
         for (size_t r = 0; r < nr; r++) {
-            mor_dequantize_row(t->type, t->data + r * rb_in, row, cols);
-            mor_quantize_row(to, row, out + r * rb, cols);
+            dequant_row(t->type, t->data + r * rb_in, row, cols);
+            quant_row(to, row, out + r * rb, cols);
         }
         free(row);
         gb_tensor_add(b, name, to, cols, rows, out, rb * nr, 1);

@@ -121,8 +121,8 @@ static float sum_plain(const float *p, size_t n)
     return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
-static int have_avx2(void) { return (mor_cpu_features() & MOR_CPU_AVX2) != 0; }
-static int have_avx512(void) { return (mor_cpu_features() & MOR_CPU_AVX512) != 0; }
+static int have_avx2(void) { return (cpu_features() & CPU_AVX2) != 0; }
+static int have_avx512(void) { return (cpu_features() & CPU_AVX512) != 0; }
 
 typedef struct {
     pthread_barrier_t *bar;
@@ -236,7 +236,7 @@ static int model_path(const char *dir, const shape *sh, int arch, int ti, char *
 }
 
 /* Bytes of a matrix as stored. */
-static double wbytes(const mor_weight *w) { return (double)mor_row_bytes(w->type, w->cols) * (double)w->rows; }
+static double wbytes(const tensor *w) { return (double)tensor_row_bytes(w->type, w->cols) * (double)w->rows; }
 
 static double layer_bytes(const mor_model *m, int32_t l)
 {
@@ -379,7 +379,7 @@ static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" :
  * (a file without deltas gives the same model twice). Routing is the
  * model's default. */
 static int bench_files(const char *files, const int *threads, int n_threads, int np, int ng, int reps,
-                       const mor_kernels *ks)
+                       const kernel_set *ks)
 {
     char list[4096];
     snprintf(list, sizeof list, "%s", files);
@@ -465,11 +465,11 @@ int main(int argc, char **argv)
         }
     }
     if (reps < 1 || reps > 64 || np < 1 || ng < 1 || np + ng > 2048) { fprintf(stderr, "bad -r/-p/-n\n"); return 2; }
-    const mor_kernels *ks = mor_kernels_best();
+    const kernel_set *ks = kernels_best();
     if (strcmp(kern, "auto")) {
         static const char *const isa[] = { "ref", "avx2", "avx512", "neon" };
         ks = NULL;
-        for (int i = 0; i < MOR_ISA_COUNT; i++) if (!strcmp(kern, isa[i])) ks = mor_kernels_get(i);
+        for (int i = 0; i < ISA_COUNT; i++) if (!strcmp(kern, isa[i])) ks = kernels_get(i);
         if (!ks) { fprintf(stderr, "kernel set '%s' is not available here\n", kern); return 2; }
     }
     int threads[8], n_threads = 0;

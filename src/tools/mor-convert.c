@@ -18,7 +18,7 @@
 #include "convert.h"
 #include "dtype.h"
 #include "layout.h"
-#include "mor_settings.h"
+#include "settings.h"
 #include "relax.h"
 
 static const char usage[] =
@@ -185,7 +185,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--base-depth")) o.flags.base_depth = parse_int(v, 1, 4096);
         else if (!strcmp(a, "--sharing")) o.flags.sharing = parse_enum(ms_sharing_names, a, v);
         else if (!strcmp(a, "--capacity")) {
-            if (mor_settings_parse_capacity(&o.flags, v, err, sizeof err)) die("%s", err);
+            if (cv_settings_parse_capacity(&o.flags, v, err, sizeof err)) die("%s", err);
         } else if (!strcmp(a, "--router-type")) {
             o.flags.arch = strcmp(v, "wide_mlp") == 0 ? ARCH_MLP : parse_enum(ms_arch_names, a, v);
         } else if (!strcmp(a, "--router-func")) o.flags.func = parse_enum(ms_func_names, a, v);

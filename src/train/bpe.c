@@ -1,7 +1,7 @@
 /* bpe.c - train a byte-level BPE tokenizer (GPT-2 style) and write it as the
  * tokenizer.ggml.* metadata of docs/FORMAT.md, which src/tokenizer.c loads.
  *
- * The text is cut with GPT-2's pre-tokenizer regex (mor_gpt2_piece_end in
+ * The text is cut with GPT-2's pre-tokenizer regex (gpt2_piece_end in
  * src/unicode.c, the matcher the library's tokenizer uses); each distinct piece is counted once with its
  * frequency. Starting from the 256 byte tokens, the most frequent adjacent
  * pair over all pieces is merged (ties: the smaller pair of ids), the pair
@@ -125,7 +125,7 @@ int tr_bpe_train(const char *text, size_t len, int32_t vocab_size, tr_bpe *out, 
     int rc = -1;
     if (!words || !wslot || !wtext || !wlen) goto done;
     for (size_t i = 0; i < len;) {
-        size_t e = mor_gpt2_piece_end(s, len, i), n = e - i;
+        size_t e = gpt2_piece_end(s, len, i), n = e - i;
         size_t h = hash_bytes(s + i, n) & (2 * wcap - 1);
         for (; wslot[h]; h = (h + 1) & (2 * wcap - 1)) {
             size_t w = (size_t)wslot[h] - 1;

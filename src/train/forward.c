@@ -341,9 +341,9 @@ static real router_logit(const tr_model *m, int r, const real *x)
 {
 #ifndef TR_DOUBLE
     /* the library's own kernel, so that routing decisions tie-break alike */
-    mor_weight w = { W(m, m->rtr[r]), 0, 1, m->c.d };
+    tensor w = { W(m, m->rtr[r]), 0, 1, m->c.d };
     float z;
-    mor_matmul(&w, x, &z, 1);
+    k_matmul(&w, x, &z, 1);
     return z;
 #else
     const real *w = W(m, m->rtr[r]);

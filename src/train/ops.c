@@ -5,7 +5,7 @@
  *
  * The forward formulas are those of the inference kernels (kernels_ref.c):
  * RMSNorm sums squares in double, RoPE computes its angles in float, the
- * softmax subtracts the max. In the float build RMSNorm calls mor_rms_norm
+ * softmax subtracts the max. In the float build RMSNorm calls k_rms_norm
  * itself, so a trained model gives the library's numbers. */
 #include <math.h>
 #include <stdlib.h>
@@ -28,7 +28,7 @@ void tr_rmsnorm_fwd(real *out, real *rstd, const real *x, const real *w, int n, 
         for (int e = 0; e < d; e++) out[(size_t)i * d + e] = w[e] * (xi[e] * r);
 #else
         real r = 1.0f / sqrtf((float)(ss / d) + eps);
-        mor_rms_norm(out + (size_t)i * d, xi, w, d, eps);
+        k_rms_norm(out + (size_t)i * d, xi, w, d, eps);
 #endif
         rstd[i] = r;
     }
@@ -66,7 +66,7 @@ int tr_rope_init(tr_rope *r, int ctx, int head_dim, float theta)
             r->cos[(size_t)p * r->half + i] = cos(ang);
             r->sin[(size_t)p * r->half + i] = sin(ang);
 #else
-            /* as mor_rope: HF computes inv_freq and the angle in fp32 */
+            /* as k_rope: HF computes inv_freq and the angle in fp32 */
             float inv = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim), ang = (float)p * inv;
             r->cos[(size_t)p * r->half + i] = cosf(ang);
             r->sin[(size_t)p * r->half + i] = sinf(ang);

@@ -1,10 +1,10 @@
 /* fuzz_json.c - any bytes as JSON: the strict parser (src/convert/json.c),
  * then the same text as a config.json (hf_config) and a mor_config.json
- * (mor_settings). Checks that the DOM is well formed. */
+ * (cv_settings). Checks that the DOM is well formed. */
 #include "fuzz.h"
 #include "hf_config.h"
 #include "json.h"
-#include "mor_settings.h"
+#include "settings.h"
 
 FUZZ_TARGET(json)
 
@@ -51,10 +51,10 @@ static int fuzz_run(const uint8_t *data, size_t size)
     hf_config hc;
     err[0] = 0;
     if (hf_config_parse(&hc, text, size, err, sizeof err)) FUZZ_ASSERT(err[0], "hf_config: no message");
-    mor_settings ms;
-    mor_settings_init(&ms);
+    cv_settings ms;
+    cv_settings_init(&ms);
     err[0] = 0;
-    if (mor_settings_parse(&ms, text, size, err, sizeof err)) FUZZ_ASSERT(err[0], "mor_settings: no message");
+    if (cv_settings_parse(&ms, text, size, err, sizeof err)) FUZZ_ASSERT(err[0], "cv_settings: no message");
     free(text);
     return doc != NULL;
 }

@@ -2,7 +2,7 @@
  * subset reader (src/convert/yaml.c), then the MoR settings taken from it. */
 #include "fuzz.h"
 #include "json.h"
-#include "mor_settings.h"
+#include "settings.h"
 #include "yaml.h"
 
 FUZZ_TARGET(yaml)
@@ -30,10 +30,10 @@ static int fuzz_run(const uint8_t *data, size_t size)
     int ok = doc != NULL;
     if (doc) {
         walk(doc, 0);
-        mor_settings ms;
-        mor_settings_init(&ms);
+        cv_settings ms;
+        cv_settings_init(&ms);
         err[0] = 0;
-        if (mor_settings_from_doc(&ms, doc, err, sizeof err)) FUZZ_ASSERT(err[0], "mor_settings: no message");
+        if (cv_settings_from_doc(&ms, doc, err, sizeof err)) FUZZ_ASSERT(err[0], "cv_settings: no message");
         json_free(doc);
     }
     free(text);

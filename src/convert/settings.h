@@ -1,9 +1,9 @@
-/* mor_settings.h - the MoR hyperparameters that live outside the checkpoint:
+/* settings.h - the MoR hyperparameters that live outside the checkpoint:
  * in the official repo's resolved Hydra config (mor_cfg.yaml), in its JSON
  * form (mor_config.json), or on the command line.
  *
  * Every field starts unset (-1 / 0 / have_* = 0); sources are merged with
- * mor_settings_merge, later sources winning, and the converter checks the
+ * cv_settings_merge, later sources winning, and the converter checks the
  * result against the checkpoint's keys. */
 #ifndef CV_MOR_SETTINGS_H
 #define CV_MOR_SETTINGS_H
@@ -67,21 +67,21 @@ typedef struct {
     int have_lora_alpha_pattern;
     double lora_alpha_pattern;      /* relaxation.lora.alpha_pattern */
     unsigned lora_targets;          /* bit MS_PROJ_* per projection target_modules selects; 0 unset */
-} mor_settings;
+} cv_settings;
 
-void mor_settings_init(mor_settings *s);
+void cv_settings_init(cv_settings *s);
 /* Copy every field that is set in src over dst. */
-void mor_settings_merge(mor_settings *dst, const mor_settings *src);
+void cv_settings_merge(cv_settings *dst, const cv_settings *src);
 
 /* From a parsed document: the Hydra form (keys recursive, mor, kv_sharing,
  * relaxation) or the compact form of mor_config.json (key mor_type). */
-int mor_settings_from_doc(mor_settings *s, const json *doc, char *err, size_t errcap);
+int cv_settings_from_doc(cv_settings *s, const json *doc, char *err, size_t errcap);
 /* From text: JSON if it starts with '{', else YAML. */
-int mor_settings_parse(mor_settings *s, const char *text, size_t len, char *err, size_t errcap);
-int mor_settings_load(mor_settings *s, const char *path, char *err, size_t errcap);
+int cv_settings_parse(cv_settings *s, const char *text, size_t len, char *err, size_t errcap);
+int cv_settings_load(cv_settings *s, const char *path, char *err, size_t errcap);
 
 /* "1.0,0.6666666666666666,0.3333333333333333" -> capacities (strtod each, so
  * they are the doubles Python's float() gives). */
-int mor_settings_parse_capacity(mor_settings *s, const char *str, char *err, size_t errcap);
+int cv_settings_parse_capacity(cv_settings *s, const char *str, char *err, size_t errcap);
 
 #endif

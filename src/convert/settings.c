@@ -1,7 +1,7 @@
-/* mor_settings.c - read MoR settings from the Hydra config, its JSON form, or
+/* settings.c - read MoR settings from the Hydra config, its JSON form, or
  * flags. Only the keys that change the converted model are read; all others
- * are ignored. See mor_settings.h. */
-#include "mor_settings.h"
+ * are ignored. See settings.h. */
+#include "settings.h"
 
 #include <errno.h>
 #include <math.h>
@@ -29,14 +29,14 @@ int ms_lookup(const char *const *names, const char *s)
     return -1;
 }
 
-void mor_settings_init(mor_settings *s)
+void cv_settings_init(cv_settings *s)
 {
     memset(s, 0, sizeof *s);
     s->type = s->sharing = s->arch = s->func = s->gating = s->sampling = s->balancing = s->kv_shared = -1;
     s->relax = s->relax_method = -1;
 }
 
-void mor_settings_merge(mor_settings *d, const mor_settings *s)
+void cv_settings_merge(cv_settings *d, const cv_settings *s)
 {
     if (s->type >= 0) d->type = s->type;
     if (s->num_recursion) d->num_recursion = s->num_recursion;
@@ -64,7 +64,7 @@ void mor_settings_merge(mor_settings *d, const mor_settings *s)
     if (s->lora_targets) d->lora_targets = s->lora_targets;
 }
 
-int mor_settings_parse_capacity(mor_settings *s, const char *str, char *err, size_t errcap)
+int cv_settings_parse_capacity(cv_settings *s, const char *str, char *err, size_t errcap)
 {
     const char *p = str;
     int n = 0;
@@ -142,7 +142,7 @@ static int get_enum(const json *v, const char *name, const char *const *names, i
     return 0;
 }
 
-static int get_router_type(const json *v, mor_settings *s, char *err, size_t errcap)
+static int get_router_type(const json *v, cv_settings *s, char *err, size_t errcap)
 {
     const char *t = json_as_str(v);
     if (is_null(v)) return 0;
@@ -151,10 +151,10 @@ static int get_router_type(const json *v, mor_settings *s, char *err, size_t err
     return get_enum(v, "router_type", ms_arch_names, -1, &s->arch, err, errcap);
 }
 
-static int get_capacity(const json *v, mor_settings *s, char *err, size_t errcap)
+static int get_capacity(const json *v, cv_settings *s, char *err, size_t errcap)
 {
     if (is_null(v)) return 0;
-    if (v->type == JSON_STRING) return mor_settings_parse_capacity(s, v->str, err, errcap);
+    if (v->type == JSON_STRING) return cv_settings_parse_capacity(s, v->str, err, errcap);
     if (v->type == JSON_NUMBER) {
         if (!(v->num > 0 && v->num <= 1)) return cv_fail(err, errcap, "MoR config: bad capacity");
         s->n_capacity = 1;
@@ -175,7 +175,7 @@ static int get_capacity(const json *v, mor_settings *s, char *err, size_t errcap
 }
 
 /* The per-type block (mor.expert or mor.token, or the compact "expert"/"token"). */
-static int get_type_block(const json *b, int type, mor_settings *s, char *err, size_t errcap)
+static int get_type_block(const json *b, int type, cv_settings *s, char *err, size_t errcap)
 {
     if (!b || b->type != JSON_OBJECT) return 0;
     if (get_enum(json_get(b, "router_func"), "router_func", ms_func_names, FUNC_NONE, &s->func, err, errcap) ||
@@ -191,7 +191,7 @@ static int get_type_block(const json *b, int type, mor_settings *s, char *err, s
  * alpha_pattern, rank_pattern.{self_attn, ffn}, target_modules}}. Only LoRA
  * relaxations are supported (DoRA, adaption prompts and recursion encodings
  * change the forward pass). */
-static int get_relaxation(const json *rx, mor_settings *s, char *err, size_t errcap)
+static int get_relaxation(const json *rx, cv_settings *s, char *err, size_t errcap)
 {
     const json *lora = json_get(rx, "lora"), *rp, *tm, *ap;
     int relax = 0;
@@ -236,7 +236,7 @@ static int get_relaxation(const json *rx, mor_settings *s, char *err, size_t err
     return 0;
 }
 
-static int from_hydra(mor_settings *s, const json *doc, char *err, size_t errcap)
+static int from_hydra(cv_settings *s, const json *doc, char *err, size_t errcap)
 {
     int rec = 0, mor = 0, rand_router = 0, kv = -1;
     const json *m = json_get(doc, "mor");
@@ -272,7 +272,7 @@ static int from_hydra(mor_settings *s, const json *doc, char *err, size_t errcap
     return get_type_block(json_get(m, s->type == ROUTE_EXPERT ? "expert" : "token"), s->type, s, err, errcap);
 }
 
-static int from_compact(mor_settings *s, const json *doc, char *err, size_t errcap)
+static int from_compact(cv_settings *s, const json *doc, char *err, size_t errcap)
 {
     const json *t = json_get(doc, "mor_type");
     int rand_router = 0, kv = -1;
@@ -296,7 +296,7 @@ static int from_compact(mor_settings *s, const json *doc, char *err, size_t errc
     return get_type_block(json_get(doc, s->type == ROUTE_EXPERT ? "expert" : "token"), s->type, s, err, errcap);
 }
 
-int mor_settings_from_doc(mor_settings *s, const json *doc, char *err, size_t errcap)
+int cv_settings_from_doc(cv_settings *s, const json *doc, char *err, size_t errcap)
 {
     if (!doc || doc->type != JSON_OBJECT) return cv_fail(err, errcap, "MoR config: not a mapping");
     if (json_get(doc, "mor_type")) return from_compact(s, doc, err, errcap);
@@ -304,7 +304,7 @@ int mor_settings_from_doc(mor_settings *s, const json *doc, char *err, size_t er
     return cv_fail(err, errcap, "MoR config: neither a Hydra config (recursive/mor) nor mor_config.json (mor_type)");
 }
 
-int mor_settings_parse(mor_settings *s, const char *text, size_t len, char *err, size_t errcap)
+int cv_settings_parse(cv_settings *s, const char *text, size_t len, char *err, size_t errcap)
 {
     size_t i = 0;
     json *doc;
@@ -313,17 +313,17 @@ int mor_settings_parse(mor_settings *s, const char *text, size_t len, char *err,
     if (i < len && text[i] == '{') doc = json_parse(text, len, err, errcap);
     else doc = yaml_parse(text, len, err, errcap);
     if (!doc) return -1;
-    rc = mor_settings_from_doc(s, doc, err, errcap);
+    rc = cv_settings_from_doc(s, doc, err, errcap);
     json_free(doc);
     return rc;
 }
 
-int mor_settings_load(mor_settings *s, const char *p, char *err, size_t errcap)
+int cv_settings_load(cv_settings *s, const char *p, char *err, size_t errcap)
 {
     cv_file f;
     int rc;
     if (cv_file_open(&f, p, err, errcap)) return -1;
-    rc = mor_settings_parse(s, (const char *)f.data, f.size, err, errcap);
+    rc = cv_settings_parse(s, (const char *)f.data, f.size, err, errcap);
     cv_file_close(&f);
     if (rc) cv_prefix(err, errcap, "%s", p);
     return rc;
