@@ -240,7 +240,11 @@ enum {
 enum {
     MOR_KV_MODEL_DEFAULT  = 0, /* what the model file says (mor.kv.shared)          */
     MOR_KV_RECURSION_WISE = 1, /* recursion r caches only the tokens active at r    */
-    MOR_KV_SHARED         = 2  /* recursions >= 1 reuse recursion 0's K/V; no store */
+    MOR_KV_SHARED         = 2  /* recursions >= 1 reuse recursion 0's K/V; no store.
+                                  Recursion 0 caches every token, those its router
+                                  did not take included (their outputs are not
+                                  used), as the official code does below a first
+                                  capacity of 1                                   */
 };
 
 /* How keys and values are stored (mor_context_params.kv_type); the values are

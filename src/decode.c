@@ -6,6 +6,8 @@
  *       z = router_r(x[active]); choose sel ⊆ active (router.c)
  *       y = block_r(x[sel]);  x[sel] += gate * y     (block output includes its residuals)
  *       active = sel
+ *     (where recursion r caches every token's K/V, kv_caches_every_row, the
+ *     block runs over every row and only sel's outputs are used)
  *   token-choice: i_t = argmax router(x); recursion r runs rows with i_t >= r,
  *       intermediate recursions ungated; x = x_in + gate * y at the token's last one
  *   no router: every recursion (up to a FORCED depth), ungated
@@ -90,11 +92,16 @@ static mor_status expert_recursions(mor_context *c, const mor_batch *b, int32_t 
         }
         router_select_expert(c->router, r, n, c->active, c->g, c->p, b->seq, c->seq_rows,
                              c->done, c->rank, c->sel);
+        /* The block runs over the selected rows, and over the others too when
+         * recursion r caches every token's K/V (kv_caches_every_row: KV
+         * sharing at r = 0) or in lockstep; their outputs are discarded, and
+         * lockstep's own extra rows store no K/V (done, router scratch free
+         * again, indexed by gathered row). */
+        const int every = r < cap && kv_caches_every_row(c->kv, r);
         int32_t k = 0;
         for (int32_t i = 0; i < n; i++) {
             if (c->sel[i]) c->depth[i] = r + 1;
-            if (c->sel[i] || c->lockstep) c->idx[k++] = i;
-            c->done[i] = !c->sel[i];   /* router scratch, free again: lockstep's rows to discard */
+            if (c->sel[i] || every || c->lockstep) { c->done[k] = !c->sel[i] && !every; c->idx[k++] = i; }
         }
         if (k) {
             gather(c, b, c->x, c->idx, k);
@@ -138,11 +145,11 @@ static mor_status token_recursions(mor_context *c, const mor_batch *b, int32_t *
     for (int32_t r = 0; r < nr; r++) {
         mor_status st;
         if ((st = check_abort(c))) return st;
+        /* as in expert_recursions: rows past their depth run too where r caches every row */
+        const int every = kv_caches_every_row(c->kv, r);
         int32_t k = 0;
-        for (int32_t i = 0; i < n; i++) {
-            if (c->depth[i] > r || c->lockstep) c->idx[k++] = i;
-            c->done[i] = c->depth[i] <= r;   /* lockstep's rows to discard */
-        }
+        for (int32_t i = 0; i < n; i++)
+            if (c->depth[i] > r || every || c->lockstep) { c->done[k] = c->depth[i] <= r && !every; c->idx[k++] = i; }
         if (!k) break;
         gather(c, b, c->h1, c->idx, k);
         c->ls.skip_store = c->lockstep ? c->done : NULL;

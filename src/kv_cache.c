@@ -2,8 +2,9 @@
  *
  * Recursion-wise caching (the MoR default): the layer of recursion r holds
  * only the tokens that were active at r, so deeper recursions fill fewer
- * cells. Recursive KV sharing: layers of recursions >= 1 hold nothing and read
- * the recursion-0 layer of the same block position. A token log (no K/V)
+ * cells. Recursive KV sharing: recursion 0 holds every token (active there or
+ * not), layers of recursions >= 1 hold nothing and read the recursion-0 layer
+ * of the same block position. A token log (no K/V)
  * records every decoded (seq, pos) so that positions can be checked and
  * sequence operations know every token, whatever depth it reached.
  *
@@ -24,6 +25,11 @@ static int layer_recursion(const mor_model *m, int32_t l)
 int kv_layer_stores(const mor_kv_cache *kv, int32_t l)
 {
     return kv->mode != MOR_KV_SHARED || layer_recursion(kv->m, l) <= 0;
+}
+
+int kv_caches_every_row(const mor_kv_cache *kv, int32_t r)
+{
+    return kv->mode == MOR_KV_SHARED && r == 0;
 }
 
 kv_layer *kv_read_layer(mor_kv_cache *kv, int32_t l)

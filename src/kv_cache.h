@@ -37,6 +37,14 @@ void       kv_free(mor_kv_cache *kv);
 kv_layer  *kv_read_layer(mor_kv_cache *kv, int32_t layer);
 /* Whether a layer stores its own K/V (false for recursions >= 1 under sharing). */
 int        kv_layer_stores(const mor_kv_cache *kv, int32_t layer);
+/* Whether recursion r caches the K/V of every token of a decode, those its
+ * router did not take included: then the scheduler runs r's block over those
+ * rows too, for their K/V only, and discards their outputs. Under KV sharing
+ * this holds at recursion 0: the official code runs recursion 0's block over
+ * the whole chunk and stores every token's K/V there, even when the first
+ * capacity is below 1, and deeper recursions read them. The one rule both
+ * schedulers (decode.c, serve.c) follow. */
+int        kv_caches_every_row(const mor_kv_cache *kv, int32_t r);
 
 /* Decode transactions: begin, append cells, then commit or roll back. */
 void       kv_begin(mor_kv_cache *kv);

@@ -9,7 +9,9 @@
  *     row still recursing, whatever its recursion (layer_forward_rows: same
  *     weights, per-row cache layer and LoRA), (3) decides after each
  *     recursion whether the row goes on (THRESHOLD router, depth cap,
- *     confidence), and (4) finishes the rows that stopped: unique last
+ *     confidence; a row not taken where the recursion caches every token's
+ *     K/V, kv_caches_every_row, still runs it, for its K/V only, as
+ *     mor_decode does), and (4) finishes the rows that stopped: unique last
  *     layers, norm, output matrix, sampling. The slot's next token enters at
  *     the next step, so a depth-d token takes d steps, and a row's place in
  *     the batch goes to another sequence as soon as it exits.
@@ -72,12 +74,13 @@ struct mor_server {
     serve_logits_fn   hook; void *hook_ud;
     /* DEPTHWISE rows, [n_batch] each */
     int32_t *r_state, *r_slot, *r_pos, *r_rec, *r_depth, *r_tdepth;
+    int32_t *r_kvonly;                    /* the row runs on for its K/V only (goes_on) */
     float   *r_gate, *x, *h2, *hprev;     /* x: the row's hidden state; h2: token-choice trajectory */
     int32_t *list, *list2, *gpos, *gseq, *glayer;
     float   *gx, *vocab, *tmp, *logits;   /* gathered rows; [n_vocab]; [2 n_embd]; [n_slots][n_vocab] */
     /* The state before the step in progress, put back if it fails (a failed
      * step changes nothing): rows, their hidden states, slots, admissions. */
-    int32_t *sv_state, *sv_slot, *sv_pos, *sv_rec, *sv_depth, *sv_tdepth;
+    int32_t *sv_state, *sv_slot, *sv_pos, *sv_rec, *sv_depth, *sv_tdepth, *sv_kvonly;
     float   *sv_gate, *sv_x, *sv_h2, *sv_hprev;
     serve_slot *sv_slots;
     int32_t *admitted, n_admitted, sv_q_head, sv_q_len;
@@ -122,6 +125,7 @@ void mor_server_free(mor_server *s)
     mor_batch_free(s->batch);
     mor_context_free(s->ctx);
     free(s->r_state); free(s->r_slot); free(s->r_pos); free(s->r_rec); free(s->r_depth); free(s->r_tdepth);
+    free(s->r_kvonly); free(s->sv_kvonly);
     free(s->r_gate); free(s->x); free(s->h2); free(s->hprev);
     free(s->list); free(s->list2); free(s->gpos); free(s->gseq); free(s->glayer);
     free(s->gx); free(s->vocab); free(s->tmp); free(s->logits);
@@ -174,11 +178,11 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     int ok = mor_batch_create((int32_t)nb, &s->batch) == MOR_OK;
     s->slots = calloc(p.n_slots, sizeof *s->slots);
 #define A(f, n) ok = ok && ((s->f = calloc((size_t)(n) + 1, sizeof *s->f)) != NULL)
-    A(r_state, nb); A(r_slot, nb); A(r_pos, nb); A(r_rec, nb); A(r_depth, nb); A(r_tdepth, nb);
+    A(r_state, nb); A(r_slot, nb); A(r_pos, nb); A(r_rec, nb); A(r_depth, nb); A(r_tdepth, nb); A(r_kvonly, nb);
     A(r_gate, nb); A(x, nb * d); A(h2, nb * d); A(hprev, nb * d);
     A(list, nb); A(list2, nb); A(gpos, nb); A(gseq, nb); A(glayer, nb);
     A(gx, nb * d); A(vocab, (size_t)m->n_vocab); A(tmp, 3 * d); A(logits, (size_t)p.n_slots * m->n_vocab);
-    A(sv_state, nb); A(sv_slot, nb); A(sv_pos, nb); A(sv_rec, nb); A(sv_depth, nb); A(sv_tdepth, nb);
+    A(sv_state, nb); A(sv_slot, nb); A(sv_pos, nb); A(sv_rec, nb); A(sv_depth, nb); A(sv_tdepth, nb); A(sv_kvonly, nb);
     A(sv_gate, nb); A(sv_x, nb * d); A(sv_h2, nb * d); A(sv_hprev, nb * d);
     A(sv_slots, p.n_slots); A(admitted, p.n_slots);
 #undef A
@@ -373,13 +377,12 @@ static float confidence(mor_server *s, int32_t i)
     return (float)((1.0 - exp((double)l2 - l1)) / sum);
 }
 
-/* Row i is about to run recursion r_rec[i]: does it go on? */
-static int goes_on(mor_server *s, int32_t i)
+/* Row i is about to run recursion r_rec[i]: is it taken there? */
+static int taken(mor_server *s, int32_t i)
 {
     const mor_model *m = s->m;
     mor_router *ro = s->ctx->router;
     const int32_t r = s->r_rec[i], d = m->n_embd;
-    if (r >= m->n_rec || r >= router_depth_cap(ro)) return 0;
     if (s->p.exit_mode != MOR_EXIT_NONE && r >= 1 && confidence(s, i) >= s->p.exit_threshold) return 0;
     float *x = s->x + (size_t)i * d;
     if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
@@ -413,9 +416,24 @@ static int goes_on(mor_server *s, int32_t i)
     return 1;
 }
 
+/* Row i is about to run recursion r_rec[i]: 1 it runs it; 2 it runs it for
+ * its K/V only, its output discarded (not taken there, or dropped before,
+ * but the recursion caches every row: kv_caches_every_row, as decode.c
+ * runs such rows); 0 it has finished. */
+static int goes_on(mor_server *s, int32_t i)
+{
+    const int32_t r = s->r_rec[i];
+    if (r >= s->m->n_rec || r >= router_depth_cap(s->ctx->router)) return 0;
+    const int every = kv_caches_every_row(s->ctx->kv, r);
+    if (s->r_kvonly[i]) return every ? 2 : 0;   /* dropped: never taken again */
+    return taken(s, i) ? 1 : every ? 2 : 0;
+}
+
 static void row_decide(mor_server *s, int32_t i)
 {
-    if (goes_on(s, i)) { s->r_state[i] = ROW_RUN; return; }
+    const int on = goes_on(s, i);
+    s->r_kvonly[i] = on == 2;
+    if (on) { s->r_state[i] = ROW_RUN; return; }
     s->r_state[i] = ROW_EXITED;
     s->slots[s->r_slot[i]].n_exited++;
 }
@@ -485,7 +503,7 @@ static mor_status step_depthwise(mor_server *s)
                 while (s->r_state[fr] != ROW_FREE) fr++;
                 int32_t i = fr++;
                 mor_token tok = S->entered ? S->next : S->req->prompt[S->n_pos + t];
-                s->r_slot[i] = sl; s->r_pos[i] = S->n_pos + t; s->r_rec[i] = 0; s->r_depth[i] = 0;
+                s->r_slot[i] = sl; s->r_pos[i] = S->n_pos + t; s->r_rec[i] = 0; s->r_depth[i] = 0; s->r_kvonly[i] = 0;
                 if (kv_append(kv, -1, sl, s->r_pos[i]) < 0)
                     return err_set(MOR_E_INTERNAL, "server: token log full despite the KV budget");
                 k_embed_row(&m->tok_embd, tok, s->x + (size_t)i * d);
@@ -534,6 +552,8 @@ static mor_status step_depthwise(mor_server *s)
             float *xi = s->x + (size_t)i * d;
             const int32_t r = s->r_rec[i];
             float w = m->gating_additive ? 1.0f : s->r_gate[i];
+            s->r_rec[i] = r + 1;
+            if (s->r_kvonly[i]) { row_decide(s, i); continue; }   /* only its K/V were wanted */
             if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
                 for (int32_t e = 0; e < d; e++) xi[e] += w * yt[e];
             } else if (tc) {
@@ -543,7 +563,6 @@ static mor_status step_depthwise(mor_server *s)
                 memcpy(xi, yt, sizeof(float) * (size_t)d);
             }
             s->r_depth[i] = r + 1;
-            s->r_rec[i] = r + 1;
             row_decide(s, i);
         }
         if (!repeat) break;
@@ -613,6 +632,7 @@ static void save(mor_server *s)
     const size_t nb = s->p.n_batch, d = (size_t)s->m->n_embd, ri = sizeof(int32_t) * nb, row = sizeof(float) * d;
     memcpy(s->sv_state, s->r_state, ri); memcpy(s->sv_slot, s->r_slot, ri); memcpy(s->sv_pos, s->r_pos, ri);
     memcpy(s->sv_rec, s->r_rec, ri); memcpy(s->sv_depth, s->r_depth, ri); memcpy(s->sv_tdepth, s->r_tdepth, ri);
+    memcpy(s->sv_kvonly, s->r_kvonly, ri);
     memcpy(s->sv_gate, s->r_gate, sizeof(float) * nb);
     for (size_t i = 0; i < nb; i++) {
         if (s->r_state[i] == ROW_FREE) continue;
@@ -630,6 +650,7 @@ static void restore(mor_server *s)
     const size_t nb = s->p.n_batch, d = (size_t)s->m->n_embd, ri = sizeof(int32_t) * nb, row = sizeof(float) * d;
     memcpy(s->r_state, s->sv_state, ri); memcpy(s->r_slot, s->sv_slot, ri); memcpy(s->r_pos, s->sv_pos, ri);
     memcpy(s->r_rec, s->sv_rec, ri); memcpy(s->r_depth, s->sv_depth, ri); memcpy(s->r_tdepth, s->sv_tdepth, ri);
+    memcpy(s->r_kvonly, s->sv_kvonly, ri);
     memcpy(s->r_gate, s->sv_gate, sizeof(float) * nb);
     for (size_t i = 0; i < nb; i++) {
         if (s->r_state[i] == ROW_FREE) continue;

@@ -227,8 +227,33 @@ class Model:
             return math.tanh(z)
         return z
 
-    def forward(self, ids):
-        """-> (logits rows, depth per token)"""
+    def forward(self, ids, kv=None, decode_from=None):
+        """-> (logits rows, depth per token)
+
+        kv: how the recursions compute keys and values, as the official code does:
+          "recursion"  no KV sharing: recursion r's block runs on the tokens
+                       active at r, which attend to one another;
+          "shared"     KV sharing through its RecursiveDynamicCache (the trained
+                       semantics): recursion 0's block runs over every token and
+                       caches every token's K/V, even below a first capacity of
+                       1 (only the rows it took are updated); deeper recursions
+                       compute queries only, against recursion 0's K/V;
+          "dense"      KV sharing without that cache (use_cache=False, or HF
+                       generate(), which passes its own cache): every
+                       recursion's block runs over every token with its own K/V
+                       projections, and only the rows the router took are
+                       updated (token-choice: a token past its depth enters
+                       with the input of its last recursion);
+          "shared_r0_selected"  a wrong reading of "shared" (recursion 0
+                       caches only the tokens it took), for tests to show that
+                       they tell the two apart.
+          Default: "shared" if mor["kv_sharing"], else "recursion".
+        decode_from: ids[decode_from:] are decoded one per call after a
+          prefill of ids[:decode_from], as with a KV cache: top-k over a chunk
+          of one token keeps it at every recursion, so each runs them all,
+          and the prefill ranks the prompt alone. Logits row i is then that
+          call's. Token-choice is causal: the same either way.
+        """
         m, P, nr = self.m, self.P, self.nr
         T = len(ids)
         emb = self.W("model.embed_tokens.weight")
@@ -236,6 +261,8 @@ class Model:
         pos = list(range(T))
         depth = [0] * T
         typ = m["type"]
+        kvm = kv or ("shared" if m.get("kv_sharing") else "recursion")
+        T0 = T if decode_from is None else decode_from   # the prefill chunk
         if typ == "none":   # plain or recursive: every unrolled layer, ungated
             for l in range(self.L):
                 xs, _ = self.layer("model.layers.%d." % l, xs, pos)
@@ -244,28 +271,37 @@ class Model:
             if P:
                 xs, _ = self.layer("model.layers.0.", xs, pos)
             additive = m.get("gating", "weighted") == "additive"
-            shared = bool(m.get("kv_sharing"))
+
+            def block(r, name, inputs, run):
+                """recursion r's K layers over the rows `run` -> {row: output}"""
+                ys, ps = [inputs[t] for t in run], [pos[t] for t in run]
+                for j in range(K):
+                    lp = name(j)
+                    if kvm in ("shared", "shared_r0_selected") and r > 0:
+                        ys, _ = self.layer(lp, ys, ps, kv_extra=r0kv[j], store=False)
+                    else:
+                        ys, mine = self.layer(lp, ys, ps)
+                        if r == 0:
+                            r0kv[j] = mine
+                return dict(zip(run, ys))
+
+            def every_row(r):   # does recursion r run every token (for its K/V)?
+                return kvm == "dense" or (kvm == "shared" and r == 0)
+
+            r0kv = {}
             if typ == "expert":
                 cand = list(range(T))
-                r0kv = {}
                 for r in range(nr):
                     pfx = "model.layers.%d." % (P + r)
                     g = {t: (self.func(self.router(pfx + "mor_router.", xs[t])[0])) for t in cand}
                     p = {t: (g[t] if m.get("router_func") == "none" else m["alpha"] * g[t]) for t in cand}
-                    k = max(1, int(m["capacity"][r] * T))
-                    sel = sorted(sorted(cand, key=lambda t: (-p[t], t))[:k])
-                    ys, ps = [xs[t] for t in sel], [pos[t] for t in sel]
-                    for j in range(K):
-                        lp = pfx + "block.%d." % j
-                        if shared and r > 0:
-                            ys, _ = self.layer(lp, ys, ps, kv_extra=r0kv[j], store=False)
-                        else:
-                            ys, mine = self.layer(lp, ys, ps)
-                            if r == 0:
-                                r0kv[j] = mine
-                    for t, y in zip(sel, ys):
+                    k = max(1, int(m["capacity"][r] * T0))
+                    sel = sorted(sorted([t for t in cand if t < T0], key=lambda t: (-p[t], t))[:k] +
+                                 [t for t in cand if t >= T0])
+                    out = block(r, lambda j: pfx + "block.%d." % j, xs, list(range(T)) if every_row(r) else sel)
+                    for t in sel:
                         w = 1.0 if additive else p[t]
-                        xs[t] = [a + w * b for a, b in zip(xs[t], y)]
+                        xs[t] = [a + w * b for a, b in zip(xs[t], out[t])]
                         depth[t] = r + 1
                     cand = sel
             else:   # token-choice
@@ -282,27 +318,35 @@ class Model:
                     choice.append(i)
                     depth[t] = i + 1
                 cur = [list(x) for x in xs]
-                r0kv = {}
                 for r in range(nr):
                     act = [t for t in range(T) if choice[t] >= r]
-                    ys, ps = [cur[t] for t in act], [pos[t] for t in act]
-                    for j in range(K):
-                        lp = pfx + "block_list.%d.%d." % (r, j)
-                        if shared and r > 0:
-                            ys, _ = self.layer(lp, ys, ps, kv_extra=r0kv[j], store=False)
-                        else:
-                            ys, mine = self.layer(lp, ys, ps)
-                            if r == 0:
-                                r0kv[j] = mine
-                    for t, y in zip(act, ys):
+                    out = block(r, lambda j: pfx + "block_list.%d.%d." % (r, j), cur,
+                                list(range(T)) if every_row(r) else act)
+                    for t in act:
                         if choice[t] == r:
                             w = 1.0 if additive else probs[t]
-                            xs[t] = [a + w * b for a, b in zip(xs[t], y)]
+                            xs[t] = [a + w * b for a, b in zip(xs[t], out[t])]
                         else:
-                            cur[t] = y
+                            cur[t] = out[t]
             if P:
                 last = P + (nr if typ == "expert" else 1)
                 xs, _ = self.layer("model.layers.%d." % last, xs, pos)
         xs = [rmsnorm(x, self.v("model.norm.weight"), self.eps) for x in xs]
         head = self.W("lm_head.weight") if "lm_head.weight" in self.t else emb
         return [matvec(head, x) for x in xs], depth
+
+    def greedy(self, prompt, n, kv=None, cached=True):
+        """n greedy tokens after prompt: (tokens, the logits each was picked
+        from, the top-1 minus top-2 margin of each). cached: the prompt, then
+        one token per call (decode_from); else the whole sequence recomputed
+        at every step (the official no-cache loop)."""
+        seq, toks, steps, margins = list(prompt), [], [], []
+        for _ in range(n):
+            logits, _ = self.forward(seq, kv, decode_from=len(prompt) if cached else None)
+            row = logits[-1]
+            best = max(range(len(row)), key=lambda v: (row[v], -v))
+            margins.append(row[best] - max(x for v, x in enumerate(row) if v != best))
+            toks.append(best)
+            steps.append(row)
+            seq.append(best)
+        return toks, steps, margins

@@ -16,7 +16,7 @@ static char fixture_dir[512];
 static mor_model *load(const char *variant)
 {
     char path[768];
-    snprintf(path, sizeof path, "%s/%s.st.gguf", fixture_dir, variant);
+    snprintf(path, sizeof path, "%s/%s%s", fixture_dir, variant, strstr(variant, ".gguf") ? "" : ".st.gguf");
     mor_model *m = NULL;
     mor_status st = mor_model_load_file(path, NULL, &m);
     CHECK(st == MOR_OK, "load %s: %s %s", variant, mor_status_str(st), mor_last_error());
@@ -112,7 +112,8 @@ static void check_incremental(mor_model *m, const char *name, int32_t kv_mode, i
 }
 
 /* KV bytes per recursion follow from the depths: recursion-wise caching stores
- * a token at recursion r iff its depth > r; sharing stores nothing past r = 0. */
+ * a token at recursion r iff its depth > r; sharing stores every token at
+ * r = 0 (even those of depth 0, below a first capacity of 1) and nothing past it. */
 static void check_kv_accounting(mor_model *m, const char *name, int32_t kv_mode)
 {
     const int32_t V = mor_model_n_vocab(m), nr = mor_model_n_recursion(m);
@@ -138,7 +139,8 @@ static void check_kv_accounting(mor_model *m, const char *name, int32_t kv_mode)
         int32_t active = 0;
         for (int32_t i = 0; i < T; i++) active += depth[i] > r;
         mor_kv_bytes(mor_context_kv(c), r, &a, &u);
-        int stores = mor_kv_mode(mor_context_kv(c)) != MOR_KV_SHARED || r == 0;
+        const int shared = mor_kv_mode(mor_context_kv(c)) == MOR_KV_SHARED, stores = !shared || r == 0;
+        if (shared && r == 0) active = T;
         CHECK(a == (stores ? (uint64_t)K * n_ctx * cell : 0), "%s: recursion %d allocates %llu bytes", name, r,
               (unsigned long long)a);
         CHECK(u == (stores ? (uint64_t)K * active * cell : 0), "%s: recursion %d uses %llu bytes (%d active tokens)",
@@ -375,7 +377,8 @@ int main(void)
     mor_model *tc = load("token_mc3_perturbed");
     mor_model *ks = load("expert_mc3_kvshare_fix_perturbed");
     mor_model *cy = load("expert_cycle2_alpha1_perturbed");
-    if (!ex || !exu || !tc || !ks || !cy) return check_done();
+    mor_model *kh = load("expert_mc3_kvshare_c0half.gguf");   /* capacities 0.5, 0.5, 0.25 */
+    if (!ex || !exu || !tc || !ks || !cy || !kh) return check_done();
 
     check_incremental(ex, "expert THRESHOLD", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_THRESHOLD, 0);
     check_incremental(exu, "expert (untied attention) THRESHOLD", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_THRESHOLD, 0);
@@ -390,6 +393,7 @@ int main(void)
     check_incremental(ks, "expert THRESHOLD, KV shared", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_THRESHOLD, 0);
     check_incremental(ks, "expert FORCED:3, KV shared", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_FORCED, 3);
     check_incremental(cy, "cycle THRESHOLD", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_THRESHOLD, 0);
+    check_incremental(kh, "expert THRESHOLD, KV shared, first capacity 0.5", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_THRESHOLD, 0);
 
     /* THRESHOLD with every threshold at -inf equals FORCED full depth */
     {
@@ -423,6 +427,7 @@ int main(void)
     check_kv_accounting(ex, "expert recursion-wise", MOR_KV_RECURSION_WISE);
     check_kv_accounting(ex, "expert shared", MOR_KV_SHARED);
     check_kv_accounting(ks, "kv-share model default", MOR_KV_MODEL_DEFAULT);
+    check_kv_accounting(kh, "kv-share model, first capacity 0.5", MOR_KV_MODEL_DEFAULT);
     check_kv_accounting(cy, "cycle recursion-wise", MOR_KV_RECURSION_WISE);
     check_kv_accounting(tc, "token recursion-wise", MOR_KV_RECURSION_WISE);
     check_seq_ops(ex, "expert THRESHOLD", MOR_ROUTE_THRESHOLD);
@@ -431,6 +436,6 @@ int main(void)
     check_corrupt_files("expert_mc3_fix_perturbed");
     check_corrupt_files("token_mc3_perturbed");
 
-    mor_model_free(ex); mor_model_free(exu); mor_model_free(tc); mor_model_free(ks); mor_model_free(cy);
+    mor_model_free(ex); mor_model_free(exu); mor_model_free(tc); mor_model_free(ks); mor_model_free(cy); mor_model_free(kh);
     return check_done();
 }

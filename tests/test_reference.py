@@ -138,6 +138,10 @@ CASES = [
          sharing="sequence", flags=["--sharing", "sequence"]),
     dict(name="recursive, middle-cycle, no router", type="none", num_recursion=2, K=2, L=6, map=[-1, 0, 1, 0, 1, -1],
          sharing="middle_cycle", flags=["--sharing", "middle_cycle"]),
+    # KV sharing below a first capacity of 1: recursion 0 still caches every token's K/V
+    dict(name="expert middle-cycle, KV sharing, first capacity 0.75", type="expert", num_recursion=3, K=2, P=1,
+         capacity=[0.75, 0.5, 0.25], kv_sharing=True, unlike="shared_r0_selected",
+         flags=["--router-func", "sigmoid", "--alpha", "0.1", "--kv-sharing", "1", "--capacity", "0.75,0.5,0.25"]),
     # the official RecursiveLlamaForCausalLM never ties its lm_head, though config.json says so
     dict(name="recursive baseline, middle-cycle, tie_word_embeddings but its own lm_head", type="none",
          num_recursion=3, K=1, L=5, map=[-1, 0, 0, 0, -1], sharing="middle_cycle", head="own", expect_head="untied",
@@ -206,6 +210,10 @@ def run_case(case, tmp, seed):
             got = json.load(f)["depth"]
         t.check(got == depth and len(set(depth)) > 1,
                 "%s: depths %s equal the reference and vary" % (case["name"], got))
+    if case.get("unlike"):   # the rule tested must matter: another reading gives other logits
+        other, _ = model.forward(ids, kv=case["unlike"])
+        d2 = maxdiff([x for r in other for x in r], [x for r in want for x in r])
+        t.check(d2 > 1e-2, "%s: differs from the %s reading by %.3g (> 1e-2)" % (case["name"], case["unlike"], d2))
     if case.get("bias"):   # the bias must matter: without it some token chooses differently
         bias_key = "model.layers.%d.router_bias" % P
         shape, vals = model.t[bias_key]

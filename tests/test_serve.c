@@ -12,6 +12,8 @@
  *    every token reaches equals a depth cap of 1, and the skipped
  *    recursions then cache nothing (the missing-KV rule); outputs do not
  *    depend on the other requests;
+ *  - KV sharing with a first capacity below 1 (tokens that skip recursion 0
+ *    still cache their K/V there): every mode equals mor_decode;
  *  - cancel, the KV budget queue, misuse statuses;
  *  - all of the fixtures' checks again on relaxed copies of two of them (an
  *    unfolded LoRA delta on every projection of every looped layer): rows at
@@ -544,6 +546,35 @@ int main(void)
     }
     free(plain_first[0]);
     free(plain_first[1]);
+    /* KV sharing with a first capacity below 1: THRESHOLD drops tokens before
+     * recursion 0, which still caches their K/V (decode.c runs them through
+     * its block for that; DEPTHWISE keeps such a row for one K/V-only pass) */
+    {
+        char path[800];
+        snprintf(path, sizeof path, "%s/expert_mc3_kvshare_c0half.gguf", fixture_dir);
+        mor_model *m = NULL;
+        if (CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the KV-sharing model with capacity 0.5 first") &&
+            prepare(m, "KV sharing, first capacity 0.5")) {
+            int zero = 0;
+            for (int32_t i = 0; i < NREQ; i++)
+                for (int32_t t = 0; t < reqs[i].n_out; t++) zero |= reqs[i].depth[t] == 0;
+            CHECK(zero, "KV sharing, first capacity 0.5: some tokens skip recursion 0");
+            for (int mode = 0; mode < 3; mode++) {
+                char what[160];
+                snprintf(what, sizeof what, "KV sharing, first capacity 0.5: %s 32 requests in 9 slots", mode_name[mode]);
+                serve_and_compare(m, what, mode, 32, 9, 0, 0, 0);
+            }
+            lockstep = 1;
+            serve_and_compare(m, "KV sharing, first capacity 0.5: SEQUENCE lockstep 7 requests", MOR_SERVE_SEQUENCE, 7, 7, 0, 0, 0);
+            lockstep = 0;
+            drain = 1;
+            serve_and_compare(m, "KV sharing, first capacity 0.5: DEPTHWISE with drain, 7 requests", MOR_SERVE_DEPTHWISE, 7, 7, 0, 0, 0);
+            drain = 0;
+            small_budget(m, "KV sharing, first capacity 0.5");
+        }
+        unprepare();
+        mor_model_free(m);
+    }
     /* random-weight models in F32 and Q8_0 (where the budget's cell reuse first showed as other tokens) */
     char dir[600], cmd[700];
     snprintf(dir, sizeof dir, "%s/build/tmp", out && *out ? out : ".");
