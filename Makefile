@@ -62,12 +62,15 @@ BINDEP   = -MMD -MP -MF $(DEPDIR)/$(notdir $@).d -MT $@
 
 LIB_SRC     := $(sort $(wildcard src/*.c))
 CONVERT_SRC := $(sort $(wildcard src/convert/*.c))
-TOOL_SRC    := $(sort $(wildcard src/tools/*.c))
+# src/tools/cli.c is not a program: the command-line helpers every tool links.
+TOOL_COMMON := src/tools/cli.c
+TOOL_SRC    := $(filter-out $(TOOL_COMMON),$(sort $(wildcard src/tools/*.c)))
 EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 TEST_SRC    := $(sort $(wildcard tests/*.c))
 
 LIB_OBJ     := $(LIB_SRC:src/%.c=$(BUILD)/lib/%.o)
 CONVERT_OBJ := $(CONVERT_SRC:src/convert/%.c=$(BUILD)/convert/%.o)
+TOOL_OBJ    := $(TOOL_COMMON:src/tools/%.c=$(BUILD)/tools/%.o)
 TOOLS       := $(TOOL_SRC:src/tools/%.c=$(BINOUT)/%)
 EXAMPLES    := $(EXAMPLE_SRC:examples/%.c=$(BINOUT)/example-%)
 TESTS       := $(TEST_SRC:tests/%.c=$(OUT)/build/tests/%)
@@ -98,6 +101,10 @@ $(BUILD)/convert/%.o: src/convert/%.c include/mor.h $(wildcard src/*.h src/conve
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Isrc/convert $(OBJDEP) -c $< -o $@
 
+$(BUILD)/tools/%.o: src/tools/%.c include/mor.h $(wildcard src/tools/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(OBJDEP) -c $< -o $@
+
 $(INTERNAL): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@
@@ -123,13 +130,13 @@ $(SHARED): $(LIB_OBJ) src/libmor.map
 # Tools and examples link statically: they run from a checkout with no
 # LD_LIBRARY_PATH. Tools may use internal code; examples use only the public
 # library. The converter also uses the checkpoint readers of src/convert.
-$(BINOUT)/mor-convert: src/tools/mor-convert.c $(CONVERT_OBJ) $(INTERNAL)
+$(BINOUT)/mor-convert: src/tools/mor-convert.c $(TOOL_OBJ) $(CONVERT_OBJ) $(INTERNAL)
 	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert $(BINDEP) $< $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(ALL_CFLAGS) -Isrc/convert $(BINDEP) $< $(TOOL_OBJ) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
-$(BINOUT)/%: src/tools/%.c $(INTERNAL)
+$(BINOUT)/%: src/tools/%.c $(TOOL_OBJ) $(INTERNAL)
 	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(TOOL_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
 $(BINOUT)/example-%: examples/%.c $(STATIC)
 	@mkdir -p $(dir $@) $(DEPDIR)
@@ -140,7 +147,7 @@ $(OUT)/build/tests/%: tests/%.c tests/check.h $(INTERNAL) $(CONVERT_OBJ)
 	@mkdir -p $(dir $@) $(DEPDIR)
 	$(CC) $(ALL_CFLAGS) -Isrc/convert -Itests $(BINDEP) $< $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
--include $(wildcard $(BUILD)/lib/*.d $(BUILD)/convert/*.d $(DEPDIR)/*.d)
+-include $(wildcard $(BUILD)/lib/*.d $(BUILD)/convert/*.d $(BUILD)/tools/*.d $(DEPDIR)/*.d)
 
 # mor.pc for the current PREFIX/LIBDIR/INCLUDEDIR: regenerated whenever one of
 # them (or the version) changes, rewritten only when its text changes.
@@ -291,9 +298,9 @@ $(TRAIN64_LIB): $(TRAIN64_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BINOUT)/mor-train $(BINOUT)/mor-tok-train: $(BINOUT)/%: src/tools/%.c $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL)
+$(BINOUT)/mor-train $(BINOUT)/mor-tok-train: $(BINOUT)/%: src/tools/%.c $(TOOL_OBJ) $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL)
 	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) $(BINDEP) $< $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) $(BINDEP) $< $(TOOL_OBJ) $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
 $(OUT)/build/tests/test_grad: tests/test_grad.c tests/check.h $(TRAIN64_LIB) $(CONVERT_OBJ) $(INTERNAL)
 	@mkdir -p $(dir $@) $(DEPDIR)

@@ -68,4 +68,16 @@ head -c 5000 "$FIX/expert_mc3_fix_perturbed.st.gguf" >"$TMP/cut.gguf"
 vg "mor-run on a truncated model fails cleanly" 1 "$BIN/mor-run" -m "$TMP/cut.gguf" --ids 1 -n 1 -q
 vg "example-simple on a missing file fails cleanly" 1 "$BIN/example-simple" "$TMP/none.gguf" --ids 1 1
 vg "mor-convert on a missing directory fails cleanly" 1 "$BIN/mor-convert" "$TMP/nothing" -o "$TMP/x.gguf"
+# mor-run's error paths after the model is loaded free everything (each
+# leaked the model and the context before).
+M=$FIX/expert_mc3_fix_perturbed.st.gguf
+vg "mor-run: a token id past the vocabulary (exit 2)" 2 "$BIN/mor-run" -m "$M" --ids 1,2,999999 -n 2
+vg "mor-run: --threshold with more values than recursions (exit 2)" 2 \
+    "$BIN/mor-run" -m "$M" --ids 1,2 --threshold 0.5,0.5,0.5,0.5 -n 2
+vg "mor-run: a routing mode the model does not have" 1 "$BIN/mor-run" -m "$M" --ids 1,2 --routing token -n 2
+vg "mor-run: a forced depth past the recursions" 1 "$BIN/mor-run" -m "$M" --ids 1,2 --routing forced:9 -n 2
+vg "mor-run: a KV cache type the model cannot use" 1 "$BIN/mor-run" -m "$M" --ids 1,2 --kv-type q8_0 -n 2
+vg "mor-run: a dump that cannot be written" 1 "$BIN/mor-run" -m "$M" --ids 1,2 --dump-logits "$TMP/no/dir/l.f32"
+vg "mor-run --tokenize-file on a missing file" 1 "$BIN/mor-run" -m "$ROOT/models/brown-mor.gguf" \
+    --tokenize-file "$TMP/none.txt"
 finish

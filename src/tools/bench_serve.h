@@ -33,6 +33,7 @@
 #include <time.h>
 #include "mor.h"
 #include "serve.h"
+#include "tools/cli.h"
 #include "tools/synth_model.h"
 
 enum { BS_A, BS_B, BS_B2, BS_C, BS_N = 12 };   /* ways BS_C + 1 ...: (c) finishing every N steps */
@@ -193,15 +194,25 @@ static bs_result bs_run(mor_model *m, int way, int finish_every, int conc, int n
     return res;
 }
 
-static int bs_list(const char *s, int *v, int cap)
+static void bs_usage(FILE *f)
 {
-    int n = 0;
-    for (const char *c = s; c && *c && n < cap; ) {
-        v[n++] = atoi(c);
-        c = strchr(c, ',');
-        if (c) c++;
-    }
-    return n;
+    fprintf(f,
+        "usage: mor-bench --serve [options]   (or mor-bench-serve [options])\n"
+        "serving throughput of a random-weight SmolLM-135M-shaped MoR, the same requests served\n"
+        "four ways: (a) serial, (b) lockstep sequence batching, (b') libmor's sequence batching,\n"
+        "(c) depth-wise batching (docs/BATCHING.md); every way must give the same outputs\n"
+        "  --threads N        worker threads (default 2)\n"
+        "  --conc LIST        concurrent requests per run (default 8,32,64)\n"
+        "  --requests R       R x conc requests per run, served conc at a time (default 2)\n"
+        "  --gen N            generated tokens per request, 1..4096 (default 32)\n"
+        "  --prompt N         prompt tokens per request, 1..64 (default 4)\n"
+        "  --reps N           runs per way, 1..64; the median is shown (default 3)\n"
+        "  --ways LIST        a,b,b2,c and cN ((c) finishing every N steps) or cd ((c) draining)\n"
+        "  --depth D          mean depth the THRESHOLD routing is calibrated for (default 2)\n"
+        "  --thr T1[,T2]      THRESHOLD thresholds of recursions 1 and 2 instead of calibrating\n"
+        "  --type TYPE        f32|f16|q8_0 weights (default f32)\n"
+        "  --dir DIR          where the model file is written (default build/bench)\n"
+        "  -h, --help\n");
 }
 
 static int bench_serve_main(int argc, char **argv)
@@ -210,37 +221,46 @@ static int bench_serve_main(int argc, char **argv)
     double depth = 2.0;
     int thr_given = 0;
     float thr_arg[3] = { 0, 0.5f, 0.5f };
-    const char *conc_list = "8,32,64", *dir = "build/bench", *type = "f32", *ways = "a,b,b2,c";
+    static const char *const types[] = { "f32", "f16", "q8_0", NULL };
+    const char *dir = "build/bench", *type = "f32", *ways = "a,b,b2,c";
+    int concs[16] = { 8, 32, 64 }, nc = 3, cmax = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i];
         if (!strcmp(a, "--serve")) continue;
-        if (!v) { fprintf(stderr, "%s needs a value\n", a); return 2; }
-        if (!strcmp(a, "--threads")) threads = atoi(v);
-        else if (!strcmp(a, "--conc")) conc_list = v;
-        else if (!strcmp(a, "--gen")) gen = atoi(v);
-        else if (!strcmp(a, "--prompt")) prompt = atoi(v);
-        else if (!strcmp(a, "--reps")) reps = atoi(v);
-        else if (!strcmp(a, "--requests")) rps = atoi(v);
-        else if (!strcmp(a, "--depth")) depth = atof(v);
-        else if (!strcmp(a, "--thr")) { thr_given = 1; thr_arg[1] = (float)atof(v); thr_arg[2] = strchr(v, ',') ? (float)atof(strchr(v, ',') + 1) : thr_arg[1]; }
-        else if (!strcmp(a, "--ways")) ways = v;
-        else if (!strcmp(a, "--type")) type = v;
-        else if (!strcmp(a, "--dir")) dir = v;
-        else { fprintf(stderr, "unknown option %s\n", a); return 2; }
-        i++;
-    }
-    if (gen < 1 || gen > 4096 || prompt < 1 || prompt > 64 || reps < 1 || reps > 64 || rps < 1 || rps > 64) {
-        fprintf(stderr, "bad --gen, --prompt, --reps or --requests\n");
-        return 2;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { bs_usage(stdout); return 0; }
+        else if (!strcmp(a, "--threads")) threads = (int)cli_int(a, cli_value(argc, argv, &i), 1, 64);
+        else if (!strcmp(a, "--conc")) nc = cli_int_list(a, cli_value(argc, argv, &i), concs, 16, 1, 4096);
+        else if (!strcmp(a, "--gen")) gen = (int)cli_int(a, cli_value(argc, argv, &i), 1, 4096);
+        else if (!strcmp(a, "--prompt")) prompt = (int)cli_int(a, cli_value(argc, argv, &i), 1, 64);
+        else if (!strcmp(a, "--reps")) reps = (int)cli_int(a, cli_value(argc, argv, &i), 1, 64);
+        else if (!strcmp(a, "--requests")) rps = (int)cli_int(a, cli_value(argc, argv, &i), 1, 64);
+        else if (!strcmp(a, "--depth")) depth = cli_double(a, cli_value(argc, argv, &i), 1, 3, 0);
+        else if (!strcmp(a, "--thr")) {
+            float t[2];
+            int n = cli_float_list(a, cli_value(argc, argv, &i), t, 2, -1e30, 1e30);
+            thr_given = 1; thr_arg[1] = t[0]; thr_arg[2] = n > 1 ? t[1] : t[0];
+        }
+        else if (!strcmp(a, "--ways")) ways = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--type")) type = types[cli_choice(a, cli_value(argc, argv, &i), types)];
+        else if (!strcmp(a, "--dir")) dir = cli_value(argc, argv, &i);
+        else cli_usage_error("unknown option '%s'", a);
     }
     int use[BS_N] = { 0 }, fin[BS_N] = { 0 }, n_way = BS_C + 1;
-    for (const char *c = ways; *c; ) {   /* comma-separated way names; cN: (c) finishing every N steps */
+    for (const char *c = ways; ; ) {   /* comma-separated way names; cN: (c) finishing every N steps */
         size_t len = strcspn(c, ",");
+        char item[16];
+        int known = 0;
+        if (len == 0 || len >= sizeof item) cli_usage_error("--ways: bad list '%s'", ways);
+        memcpy(item, c, len);
+        item[len] = 0;
         for (int w = 0; w <= BS_C; w++)
-            if (len == strlen(bs_way_name[w]) && !strncmp(c, bs_way_name[w], len)) use[w] = 1;
-        if (len > 1 && c[0] == 'c' && atoi(c + 1) > 0 && n_way < BS_N) { fin[n_way] = atoi(c + 1); use[n_way++] = 1; }
-        if (len == 2 && !strncmp(c, "cd", 2) && n_way < BS_N) { fin[n_way] = -1; use[n_way++] = 1; }
-        c += len + (c[len] == ',');
+            if (!strcmp(item, bs_way_name[w])) use[w] = known = 1;
+        if (!known && n_way == BS_N) cli_usage_error("--ways: at most %d cN/cd ways", BS_N - BS_C - 1);
+        if (!known && !strcmp(item, "cd")) { fin[n_way] = -1; use[n_way++] = 1; known = 1; }
+        if (!known && item[0] == 'c') { fin[n_way] = (int)cli_int("--ways cN", item + 1, 1, 1 << 20); use[n_way++] = 1; known = 1; }
+        if (!known) cli_usage_error("--ways: expected a, b, b2, c, cN or cd, got '%s'", item);
+        if (!c[len]) break;
+        c += len + 1;
     }
     uint32_t wt = !strcmp(type, "f16") ? GGML_F16 : !strcmp(type, "q8_0") ? GGML_Q8_0 : GGML_F32;
     /* SmolLM-135M shape; 29 unrolled layers = 1 + 3 x 9 + 1 (30 does not split into 3 equal cycles) */
@@ -256,7 +276,6 @@ static int bench_serve_main(int argc, char **argv)
     }
     mor_model *m = NULL;
     if (mor_model_load_file(path, NULL, &m)) { fprintf(stderr, "load: %s\n", mor_last_error()); return 1; }
-    int concs[16], nc = bs_list(conc_list, concs, 16), cmax = 0;
     for (int i = 0; i < nc; i++) if (concs[i] > cmax) cmax = concs[i];
     float thr[3] = { 0, 0.5f, 0.5f };
     if (thr_given) memcpy(thr, thr_arg, sizeof thr);

@@ -31,6 +31,7 @@
 #include "mor.h"
 #include "quant.h"
 #include "tools/bench_serve.h"
+#include "tools/cli.h"
 #include "tools/synth_model.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -435,45 +436,81 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
     return 0;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]\n"
+        "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512|neon]\n"
+        "                 [--no-probe] [--quick]\n"
+        "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K]\n"
+        "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
+        "  -s LIST        model shapes (SmolLM-135M, -360M) of random-weight models written to --dir\n"
+        "  -w LIST        weight types          -t LIST   thread counts (each 1..64)\n"
+        "  -a LIST        dense (Llama), dense-eq (the MoR's unrolled depth), mor (N_r = 3)\n"
+        "  -p N           prompt tokens (pp)    -n N      generated tokens (tg); p + n <= 2048\n"
+        "  -r N           repetitions (1..64), measured interleaved across variants\n"
+        "  --dir DIR      where the model files are written (default build/bench)\n"
+        "  --json FILE    the results as JSON too\n"
+        "  --kernels K    a kernel set instead of the best this CPU has\n"
+        "  --no-probe     skip the memory-bandwidth and FMA probes (no roofline column)\n"
+        "  --quick        -r 2 -p 32 -n 8\n"
+        "  --model FILES  relaxed models (LoRA deltas) from files, each loaded unfolded and folded\n"
+        "  --serve        serving throughput four ways (serial, lockstep, sequence, depth-wise;\n"
+        "                 docs/BATCHING.md); the same as bin/mor-bench-serve\n"
+        "  -h, --help\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *shape_list = "135m", *type_list = "f32,f16,bf16,q8_0,q4_0", *thread_list = "1,2";
     const char *arch_list = "dense,dense-eq,mor", *dir = "build/bench", *json = NULL, *kern = "auto", *files = NULL;
     int np = 128, ng = 64, reps = 5, do_probe = 1;
+    cli_init(argc > 1 && !strcmp(argv[1], "--serve") ? "mor-bench --serve" : "mor-bench");
     if (argc > 1 && !strcmp(argv[1], "--serve")) return bench_serve_main(argc - 1, argv + 1);   /* bench_serve.h */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-s") && v) { shape_list = v; i++; }
-        else if (!strcmp(a, "-w") && v) { type_list = v; i++; }
-        else if (!strcmp(a, "-t") && v) { thread_list = v; i++; }
-        else if (!strcmp(a, "-a") && v) { arch_list = v; i++; }
-        else if (!strcmp(a, "-p") && v) { np = atoi(v); i++; }
-        else if (!strcmp(a, "-n") && v) { ng = atoi(v); i++; }
-        else if (!strcmp(a, "-r") && v) { reps = atoi(v); i++; }
-        else if (!strcmp(a, "--dir") && v) { dir = v; i++; }
-        else if (!strcmp(a, "--json") && v) { json = v; i++; }
-        else if (!strcmp(a, "--kernels") && v) { kern = v; i++; }
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-s")) shape_list = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-w")) type_list = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-t")) thread_list = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-a")) arch_list = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-p")) np = (int)cli_int(a, cli_value(argc, argv, &i), 1, 2047);
+        else if (!strcmp(a, "-n")) ng = (int)cli_int(a, cli_value(argc, argv, &i), 1, 2047);
+        else if (!strcmp(a, "-r")) reps = (int)cli_int(a, cli_value(argc, argv, &i), 1, 64);
+        else if (!strcmp(a, "--dir")) dir = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--json")) json = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--kernels")) kern = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--no-probe")) do_probe = 0;
-        else if (!strcmp(a, "--model") && v) { files = v; i++; }
+        else if (!strcmp(a, "--model")) files = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--quick")) { reps = 2; np = 32; ng = 8; }
-        else {
-            fprintf(stderr, "usage: mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]\n"
-                            "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512]\n"
-                            "                 [--no-probe] [--quick]\n"
-                            "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K]\n");
-            return 2;
-        }
+        else if (!strcmp(a, "--serve")) cli_usage_error("--serve must come first (mor-bench --serve ...)");
+        else cli_usage_error("unknown option '%s'", a);
     }
-    if (reps < 1 || reps > 64 || np < 1 || ng < 1 || np + ng > 2048) { fprintf(stderr, "bad -r/-p/-n\n"); return 2; }
+    if (np + ng > 2048) cli_usage_error("-p %d and -n %d: at most 2048 tokens together", np, ng);
+    /* every name of a list must be known: a typo would silently measure nothing */
+    static const char *const shape_names[] = { "135m", "360m", NULL };
+    static const char *const type_names[] = { "f32", "f16", "bf16", "q8_0", "q4_0", NULL };
+    static const char *const arch_choice[] = { "dense", "dense-eq", "mor", NULL };
+    const char *const lists[3][2] = { { "-s", shape_list }, { "-w", type_list }, { "-a", arch_list } };
+    const char *const *names[3] = { shape_names, type_names, arch_choice };
+    for (int l = 0; l < 3; l++)
+        for (const char *c = lists[l][1]; ; ) {
+            char item[32];
+            size_t len = strcspn(c, ",");
+            if (len == 0 || len >= sizeof item) cli_usage_error("%s: bad list '%s'", lists[l][0], lists[l][1]);
+            memcpy(item, c, len);
+            item[len] = 0;
+            cli_choice(lists[l][0], item, names[l]);
+            if (!c[len]) break;
+            c += len + 1;
+        }
     const kernel_set *ks = kernels_best();
     if (strcmp(kern, "auto")) {
-        static const char *const isa[] = { "ref", "avx2", "avx512", "neon" };
-        ks = NULL;
-        for (int i = 0; i < ISA_COUNT; i++) if (!strcmp(kern, isa[i])) ks = kernels_get(i);
-        if (!ks) { fprintf(stderr, "kernel set '%s' is not available here\n", kern); return 2; }
+        static const char *const isa[] = { "ref", "avx2", "avx512", "neon", NULL };
+        ks = kernels_get(cli_choice("--kernels", kern, isa));
+        if (!ks) return cli_error("kernel set '%s' is not available here", kern);
     }
-    int threads[8], n_threads = 0;
-    for (const char *p = thread_list; *p && n_threads < 8; ) { threads[n_threads++] = atoi(p); p = strchr(p, ','); if (!p) break; p++; }
+    int threads[8], n_threads = cli_int_list("-t", thread_list, threads, 8, 1, 64);
     printf("# libmor %s, kernels %s, %s\n", mor_version_string(), ks->name, mor_build_info());
     if (files) return bench_files(files, threads, n_threads, np, ng, reps, ks);
     mkdir("build", 0755);

@@ -7,8 +7,10 @@
  *   mor-convert MODEL.gguf -o OUT.gguf --num-recursion 2 --sharing cycle --init average --lora-rank 16
  *   mor-convert --vocab-only DIR -o V.gguf [--tokenizer FILE]
  *
- * Errors: one line on stderr, exit code 1. The output is written to a
- * temporary file next to OUT and renamed, so OUT is never left half-written. */
+ * Errors: one line on stderr, exit code 1 (2 for a bad command line). The
+ * output is written to a temporary file next to OUT and renamed, so OUT is
+ * never left half-written, and it is never one of the input files. */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include "layout.h"
 #include "settings.h"
 #include "relax.h"
+#include "tools/cli.h"
 
 static const char usage[] =
     "usage: mor-convert DIR -o OUT.gguf [options]\n"
@@ -68,11 +71,12 @@ static const char usage[] =
     "  --lora-alpha-pattern P  relaxation.lora.alpha_pattern (scale P)\n"
     "  -h, --help\n";
 
+/* A runtime error: one escaped line, exit 1 (bad command lines exit 2 in cli.c). */
 static void die(const char *fmt, const char *a)
 {
-    fprintf(stderr, "mor-convert: error: ");
-    fprintf(stderr, fmt, a);
-    fprintf(stderr, "\n");
+    char msg[1200];
+    snprintf(msg, sizeof msg, fmt, a);
+    cli_error("error: %s", msg);
     exit(1);
 }
 
@@ -80,33 +84,18 @@ static int parse_enum(const char *const *names, const char *flag, const char *v)
 {
     int i = ms_lookup(names, v);
     if (i < 0) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "bad value for %s: '%%s'", flag);
-        die(msg, v);
+        char list[256];
+        size_t k = 0;
+        for (int j = 0; names[j] && k < sizeof list; j++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", j ? "|" : "", names[j]);
+        cli_usage_error("%s: expected %s, got '%s'", flag, list, v);
     }
     return i;
 }
 
-static double parse_double(const char *flag, const char *v)
-{
-    char *end;
-    double d;
-    errno = 0;
-    d = strtod(v, &end);
-    if (end == v || *end || errno == ERANGE || !isfinite(d)) die("bad number '%s'", v);
-    (void)flag;
-    return d;
-}
+static double parse_double(const char *flag, const char *v) { return cli_double(flag, v, -1e300, 1e300, 0); }
 
-static int parse_int(const char *v, int lo, int hi)
-{
-    char *end;
-    long x;
-    errno = 0;
-    x = strtol(v, &end, 10);
-    if (end == v || *end || errno == ERANGE || x < lo || x > hi) die("bad integer '%s'", v);
-    return (int)x;
-}
+static int parse_int(const char *flag, const char *v, int lo, int hi) { return (int)cli_int(flag, v, lo, hi); }
 
 /* "8" (every projection) or "q=8,k=8,v=8,o=8,gate=16,up=16,down=16" */
 static void parse_ranks(const char *v, int *rank)
@@ -115,7 +104,7 @@ static void parse_ranks(const char *v, int *rank)
     static const int roles[] = {CV_ROLE_ATTN_Q, CV_ROLE_ATTN_K, CV_ROLE_ATTN_V, CV_ROLE_ATTN_OUT,
                                 CV_ROLE_FFN_GATE, CV_ROLE_FFN_UP, CV_ROLE_FFN_DOWN};
     if (!strchr(v, '=')) {
-        int r = parse_int(v, 0, 1 << 20);
+        int r = parse_int("--lora-rank", v, 0, 1 << 20);
         for (int i = 0; i < 7; i++) rank[roles[i]] = r;
         return;
     }
@@ -124,12 +113,49 @@ static void parse_ranks(const char *v, int *rank)
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         char *eq = strchr(tok, '=');
         int i;
-        if (!eq) die("bad --lora-rank item '%s' (want NAME=RANK)", tok);
+        if (!eq) cli_usage_error("--lora-rank: bad item '%s' (want NAME=RANK)", tok);
         *eq = 0;
         for (i = 0; i < 7 && strcmp(tok, names[i]); i++) {}
-        if (i == 7) die("bad --lora-rank projection '%s' (q, k, v, o, gate, up, down)", tok);
-        rank[roles[i]] = parse_int(eq + 1, 0, 1 << 20);
+        if (i == 7) cli_usage_error("--lora-rank: bad projection '%s' (q, k, v, o, gate, up, down)", tok);
+        rank[roles[i]] = parse_int("--lora-rank", eq + 1, 0, 1 << 20);
     }
+}
+
+/* Every file the conversion may read: the named ones, and in a checkpoint
+ * directory its configs, tokenizer files and weights (shards included), and
+ * the Hydra config beside it. The output must be none of them. */
+static int refuses_output(const char *out, const char *dir, const convert_opts *o)
+{
+    const char *named[] = { dir, o->weights, o->mor_config, o->tokenizer };
+    if (cli_refuse_overwrite(out, named, 4)) return 1;
+    char path[4096];
+    if (o->weights) {
+        snprintf(path, sizeof path, "%s/%s", dir, o->weights);
+        const char *p = path;
+        if (cli_refuse_overwrite(out, &p, 1)) return 1;
+    }
+    static const char *const beside[] = { "../mor_cfg.yaml", "../mor_config.json" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, beside[i]);
+        const char *p = path;
+        if (cli_refuse_overwrite(out, &p, 1)) return 1;
+    }
+    DIR *d = opendir(dir);
+    if (!d) return 0;   /* a file (GGUF input): checked above */
+    int refused = 0;
+    for (struct dirent *e; !refused && (e = readdir(d)); ) {
+        static const char *const ext[] = { ".safetensors", ".bin", ".json", ".yaml", ".yml", ".model" };
+        size_t n = strlen(e->d_name);
+        for (int i = 0; i < 6 && !refused; i++) {
+            size_t k = strlen(ext[i]);
+            if (n <= k || strcmp(e->d_name + n - k, ext[i])) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            const char *p = path;
+            refused = cli_refuse_overwrite(out, &p, 1);
+        }
+    }
+    closedir(d);
+    return refused;
 }
 
 int main(int argc, char **argv)
@@ -140,6 +166,7 @@ int main(int argc, char **argv)
     char err[1024] = "", summary[512] = "", note[512] = "", *tmp;
     FILE *f;
 
+    cli_init("mor-convert");
     convert_opts_init(&o);
     o.threads = 2;
     for (int i = 1; i < argc; i++) {
@@ -161,13 +188,12 @@ int main(int argc, char **argv)
         if (strcmp(a, "--tie-lm-head") == 0) { o.tie_lm_head = 1; continue; }
         for (int k = 0; valued[k]; k++)
             if (strcmp(a, valued[k]) == 0) {
-                if (i + 1 >= argc) die("%s needs a value", a);
-                v = argv[++i];
+                v = cli_value(argc, argv, &i);
                 break;
             }
         if (!v) {
-            if (a[0] == '-' && a[1]) die("unknown option '%s' (see --help)", a);
-            if (dir) die("more than one model directory ('%s')", a);
+            if (a[0] == '-' && a[1]) cli_usage_error("unknown option '%s'", a);
+            if (dir) cli_usage_error("more than one model directory ('%s')", a);
             dir = a;
             continue;
         }
@@ -181,11 +207,11 @@ int main(int argc, char **argv)
             static const int values[] = {OUTTYPE_AUTO, CV_F32, CV_F16, CV_BF16};
             o.outtype = values[parse_enum(types, a, v)];
         } else if (!strcmp(a, "--mor-type")) o.flags.type = parse_enum(ms_route_names, a, v);
-        else if (!strcmp(a, "--num-recursion")) o.flags.num_recursion = parse_int(v, 1, 64);
-        else if (!strcmp(a, "--base-depth")) o.flags.base_depth = parse_int(v, 1, 4096);
+        else if (!strcmp(a, "--num-recursion")) o.flags.num_recursion = parse_int(a, v, 1, 64);
+        else if (!strcmp(a, "--base-depth")) o.flags.base_depth = parse_int(a, v, 1, 4096);
         else if (!strcmp(a, "--sharing")) o.flags.sharing = parse_enum(ms_sharing_names, a, v);
         else if (!strcmp(a, "--capacity")) {
-            if (cv_settings_parse_capacity(&o.flags, v, err, sizeof err)) die("%s", err);
+            if (cv_settings_parse_capacity(&o.flags, v, err, sizeof err)) cli_usage_error("--capacity: %s", err);
         } else if (!strcmp(a, "--router-type")) {
             o.flags.arch = strcmp(v, "wide_mlp") == 0 ? ARCH_MLP : parse_enum(ms_arch_names, a, v);
         } else if (!strcmp(a, "--router-func")) o.flags.func = parse_enum(ms_func_names, a, v);
@@ -193,13 +219,13 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--temp")) { o.flags.temp = parse_double(a, v); o.flags.have_temp = 1; }
         else if (!strcmp(a, "--gating")) o.flags.gating = parse_enum(ms_gating_names, a, v);
         else if (!strcmp(a, "--sampling")) o.flags.sampling = parse_enum(ms_sampling_names, a, v);
-        else if (!strcmp(a, "--kv-sharing")) o.flags.kv_shared = parse_int(v, 0, 1);
+        else if (!strcmp(a, "--kv-sharing")) o.flags.kv_shared = parse_int(a, v, 0, 1);
         else if (!strcmp(a, "--init")) o.init = parse_enum(relax_init_names, a, v);
         else if (!strcmp(a, "--lora-rank")) parse_ranks(v, o.lora_rank);
         else if (!strcmp(a, "--svd")) {
             static const char *const modes[] = {"fast", "exact", NULL};
             o.svd_exact = parse_enum(modes, a, v);
-        } else if (!strcmp(a, "--threads")) o.threads = parse_int(v, 1, 64);
+        } else if (!strcmp(a, "--threads")) o.threads = parse_int(a, v, 1, 64);
         else if (!strcmp(a, "--lora-alpha")) {
             o.flags.lora_alpha = parse_double(a, v);
             o.flags.have_lora_alpha = 1;
@@ -208,36 +234,22 @@ int main(int argc, char **argv)
             o.flags.have_lora_alpha_pattern = 1;
         }
     }
-    if (!dir) die("%s", "no model directory given (see --help)");
-    if (!out) die("%s", "no output file given (-o OUT.gguf)");
+    if (!dir) cli_usage_error("no model directory given");
+    if (!out) cli_usage_error("no output file given (-o OUT.gguf)");
 
-    tmp = malloc(strlen(out) + 6);
-    if (!tmp) die("%s", "out of memory");
-    sprintf(tmp, "%s.part", out);
-    f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, sizeof err, "cannot create %s: %s", tmp, strerror(errno));
-        die("%s", err);
-    }
+    if (refuses_output(out, dir, &o)) return 2;
+    f = cli_out_open(out, &tmp);
+    if (!f) return 1;
     o.dir = dir;
     o.note = note; o.notecap = sizeof note;
     if (vocab_only) rc = convert_vocab_only(dir, o.tokenizer, f, summary, sizeof summary, err, sizeof err);
     else rc = convert_model(&o, f, summary, sizeof summary, err, sizeof err);
-    if (fclose(f) != 0 && rc == 0) {
-        rc = -1;
-        snprintf(err, sizeof err, "cannot write %s", tmp);
-    }
-    if (rc == 0 && rename(tmp, out) != 0) {
-        rc = -1;
-        snprintf(err, sizeof err, "cannot rename %s to %s: %s", tmp, out, strerror(errno));
-    }
     if (rc != 0) {
-        remove(tmp);
-        free(tmp);
+        cli_out_close(f, &tmp, out, 0);
         die("%s", err);
     }
-    free(tmp);
-    if (note[0]) fprintf(stderr, "mor-convert: note: %s\n", note);
+    if (!cli_out_close(f, &tmp, out, 1)) return 1;
+    if (note[0]) cli_note("%s", note);
     printf("mor-convert: wrote %s (%s)\n", out, summary);
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mor.h"
+#include "tools/cli.h"
 
 static void usage(FILE *f)
 {
@@ -57,19 +58,28 @@ int main(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *prompt = NULL, *out = NULL, *title = NULL;
     int routing = MOR_ROUTE_THRESHOLD, width = 900;
+    static const char *const modes[] = { "threshold", "topk", NULL };
+    cli_init("mor-depth-svg");
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-m") && v) { model = v; i++; }
-        else if (!strcmp(a, "-f") && v) { file = v; i++; }
-        else if (!strcmp(a, "-p") && v) { prompt = v; i++; }
-        else if (!strcmp(a, "-o") && v) { out = v; i++; }
-        else if (!strcmp(a, "--title") && v) { title = v; i++; }
-        else if (!strcmp(a, "--width") && v) { width = atoi(v); i++; }
-        else if (!strcmp(a, "--routing") && v) { routing = !strcmp(v, "topk") ? MOR_ROUTE_TOPK : MOR_ROUTE_THRESHOLD; i++; }
+        const char *a = argv[i];
+        if (!strcmp(a, "-m")) model = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-f")) file = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-p")) prompt = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-o")) out = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--title")) title = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--width")) width = (int)cli_int(a, cli_value(argc, argv, &i), 200, 100000);
+        else if (!strcmp(a, "--routing"))
+            routing = cli_choice(a, cli_value(argc, argv, &i), modes) ? MOR_ROUTE_TOPK : MOR_ROUTE_THRESHOLD;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
-        else { usage(stderr); return 2; }
+        else cli_usage_error("unknown option '%s'", a);
     }
-    if (!model || !out || (!file && !prompt) || width < 200) { usage(stderr); return 2; }
+    if (!model || !out) cli_usage_error("-m MODEL.gguf and -o OUT.svg are required");
+    if (!file && !prompt) cli_usage_error("give the text (-f TEXT_FILE or -p TEXT)");
+    cli_conflict(file != NULL, "-f", prompt != NULL, "-p");
+    {
+        const char *inputs[] = { model, file };
+        if (cli_refuse_overwrite(out, inputs, 2)) return 2;
+    }
     char *text = file ? read_file(file) : strdup(prompt);
     if (!text) { fprintf(stderr, "mor-depth-svg: cannot read %s\n", file); return 1; }
     size_t tl = strlen(text);
@@ -100,8 +110,9 @@ int main(int argc, char **argv)
 
     /* layout: monospace cells of 0.6em at 14 px, wrapped at the width */
     const double cw = 8.4, lh = 26, x0 = 16, top = 64;
-    FILE *f = fopen(out, "w");
-    if (!f) { fprintf(stderr, "mor-depth-svg: cannot create %s\n", out); return 1; }
+    char *tmp;
+    FILE *f = cli_out_open(out, &tmp);
+    if (!f) return 1;
     /* first pass for the height */
     double x = x0;
     int lines = 1;
@@ -151,7 +162,7 @@ int main(int argc, char **argv)
         x += 200;
     }
     fprintf(f, "</svg>\n");
-    fclose(f);
+    if (!cli_out_close(f, &tmp, out, !ferror(f))) return 1;
     printf("depth histogram over %d tokens:", n);
     for (int d = 0; d <= nr; d++) printf(" %d:%lld", d, (long long)hist[d]);
     printf("\n");

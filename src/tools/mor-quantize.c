@@ -17,6 +17,7 @@
 #include "gguf.h"
 #include "mor.h"
 #include "quant.h"
+#include "tools/cli.h"
 #include "tools/drift.h"
 #include "tools/gguf_build.h"
 
@@ -44,23 +45,34 @@ static void *read_file(const char *path, size_t *size)
     return buf;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mor-quantize IN.gguf OUT.gguf f32|f16|bf16|q8_0|q4_0 [--embd-type TYPE] [--drift N]\n"
+               "  --embd-type TYPE  the embedding's (and untied output's) type (default TYPE; q8_0 for q4_0)\n"
+               "  --drift N         then compare OUT's logits with IN's over N tokens (KL, top-1)\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *ts = NULL, *es = NULL;
     int drift_n = 0;
+    cli_init("mor-quantize");
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--embd-type") && i + 1 < argc) es = argv[++i];
-        else if (!strcmp(argv[i], "--drift") && i + 1 < argc) drift_n = atoi(argv[++i]);
-        else if (!in) in = argv[i];
-        else if (!out) out = argv[i];
-        else if (!ts) ts = argv[i];
-        else { in = NULL; break; }
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--embd-type")) es = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--drift")) drift_n = (int)cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
+        else if (a[0] == '-' && a[1]) cli_usage_error("unknown option '%s'", a);
+        else if (!in) in = a;
+        else if (!out) out = a;
+        else if (!ts) ts = a;
+        else cli_usage_error("one input, one output and one type, got '%s' too", a);
     }
     uint32_t type, embd;
-    if (!in || !out || !ts || !parse_type(ts, &type) || (es && !parse_type(es, &embd)) || drift_n < 0) {
-        fprintf(stderr, "usage: mor-quantize IN.gguf OUT.gguf f32|f16|bf16|q8_0|q4_0 [--embd-type TYPE] [--drift N]\n");
-        return 2;
-    }
+    if (!in || !out || !ts) cli_usage_error("mor-quantize IN.gguf OUT.gguf TYPE");
+    if (!parse_type(ts, &type)) cli_usage_error("TYPE: expected f32|f16|bf16|q8_0|q4_0, got '%s'", ts);
+    if (es && !parse_type(es, &embd)) cli_usage_error("--embd-type: expected f32|f16|bf16|q8_0|q4_0, got '%s'", es);
+    if (cli_refuse_overwrite(out, &in, 1)) return 2;
     if (!es) embd = type == GGML_Q4_0 ? GGML_Q8_0 : type;
     size_t size;
     void *buf = read_file(in, &size);
@@ -83,13 +95,18 @@ int main(int argc, char **argv)
     gb_init(&b);
     int fallback = 0;
     gb_retype(&b, g, type, embd, &fallback);
-    int rc = gb_write_file(&b, out);
+    /* into a temporary file beside OUT, renamed at the end: OUT is never half-written */
+    char *tmp = cli_tmp_path(out);
+    int rc = tmp ? gb_write_file(&b, tmp) : -1;
+    if (!rc && rename(tmp, out)) rc = -1;
+    if (rc && tmp) remove(tmp);
+    free(tmp);
     uint64_t bytes = 0;
     for (size_t i = 0; i < b.n_t; i++) bytes += b.t[i].nbytes;
     gb_free(&b);
     gguf_free(g);
     free(buf);
-    if (rc) { fprintf(stderr, "mor-quantize: cannot write %s\n", out); remove(out); return 1; }
+    if (rc) return cli_error("cannot write %s", out);
     mor_model *mo = NULL;
     if (mor_model_load_file(out, NULL, &mo)) {
         fprintf(stderr, "mor-quantize: the output does not load: %s\n", mor_last_error());

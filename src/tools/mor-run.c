@@ -5,7 +5,9 @@
  *   mor-run -m MODEL.gguf --ids 14,148,141 -n 8 --greedy --routing topk [--no-cache] --print-ids
  *   mor-run -m VOCAB.gguf --tokenize-file T.txt
  *
- * Run with --help for every option. */
+ * Run with --help for every option. Generated text goes to stdout; notes,
+ * errors and the statistics go to stderr, each on a line of its own. Exit
+ * status: 0 success, 1 an error while running, 2 a bad command line. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,11 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 #include "mor.h"
+#include "tools/cli.h"
 
 typedef struct {
     const char *model, *prompt, *ids, *dump_logits, *dump_routing, *dump_hidden, *tokenize_file;
-    int n_predict, greedy, no_cache, print_ids, show_depth, quiet, max_depth, forced, routing_set;
-    int routing, kv_mode, n_ctx;
+    int n_predict, no_cache, print_ids, show_depth, quiet, max_depth, routing, forced, routing_set;
+    int kv_mode, kv_type, n_ctx, max_pos, n_threads;
+    int greedy, temp_set;
     float thresholds[32];
     int n_thresholds;
     mor_sampler_params sp;
@@ -28,135 +32,152 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: mor-run -m MODEL.gguf [options]\n"
-        "  -p, --prompt TEXT        prompt text (needs a model with a tokenizer)\n"
-        "  --ids A,B,C              prompt as token ids\n"
-        "  -n N                     tokens to generate (default 64 with -p; 0 with --dump-*)\n"
-        "  --greedy                 greedy sampling (same as --temp 0)\n"
-        "  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --repeat-last-n N --seed S\n"
-        "  --routing MODE           topk | threshold | forced:N | token (default: the model's own)\n"
-        "  --threshold V[,V...]     THRESHOLD-mode thresholds per recursion\n"
-        "  --max-depth N            cap every token's recursions at N\n"
-        "  --kv recursion|shared    KV caching across recursions (default: the model's)\n"
-        "  --ctx N                  KV cells per layer (default: min(train context, 4096))\n"
-        "  --no-cache               recompute the whole sequence at every step\n"
-        "  --print-ids              print the generated ids on one line\n"
+        "prompt and output:\n"
+        "  -p, --prompt TEXT        prompt text (needs a model with a tokenizer; special tokens are\n"
+        "                           parsed, no BOS is added)\n"
+        "  --ids A,B,C              the prompt as token ids (instead of -p)\n"
+        "  -n N                     tokens to generate (default 64 with a prompt, 0 with --dump-*);\n"
+        "                           a prompt given as text stops early at the end-of-text token\n"
         "  --show-depth             print each generated token with its depth: text[d]\n"
-        "  --dump-logits FILE       logits of one forward over the prompt, float32 [T][vocab]\n"
-        "  --dump-routing FILE      that forward's routing as JSON {depth, selected}\n"
-        "  --dump-hidden FILE       that forward's hidden states, float32 [points][T][n_embd]\n"
+        "  --print-ids              print the generated ids on one line instead of text\n"
+        "  -q                       no statistics on stderr (the text is printed as without -q)\n"
+        "sampling (the seeded sampler of mor.h: the same model, prompt, flags and seed give the\n"
+        "same tokens on every run and machine):\n"
+        "  --greedy                 always the most likely token (same as --temp 0)\n"
+        "  --temp T                 temperature, >= 0 (default 0.8; 0: greedy)\n"
+        "  --top-k K (40, 0 off)  --top-p P (0.95, 1 off)  --min-p P (0.05, 0 off)\n"
+        "  --repeat-penalty R (1, off)  --repeat-last-n N (64)  --seed S (0)\n"
+        "routing (how many recursions each token runs):\n"
+        "  --routing MODE           topk | threshold | forced:N | token | default. Default: for\n"
+        "                           generation with an expert-choice model, threshold (causal: each\n"
+        "                           token's depth is decided by the routers as it is generated); for\n"
+        "                           --dump-* and other models, the model's own (topk: the official\n"
+        "                           expert-choice, which gives every decoded token all recursions)\n"
+        "  --threshold V[,V...]     THRESHOLD-mode thresholds per recursion (default: the model's)\n"
+        "  --max-depth N            cap every token's recursions at N (0: no cap)\n"
+        "context and cache:\n"
+        "  --ctx N                  KV cells per layer (default: --max-pos if given, else\n"
+        "                           min(training context, 4096))\n"
+        "  --max-pos N              positions a sequence may reach (default: the model's training\n"
+        "                           context, past which RoPE positions were never trained; a larger\n"
+        "                           N allows them)\n"
+        "  --kv recursion|shared    KV caching across recursions (default: the model's)\n"
+        "  --kv-type f32|f16|q8_0   how the cache stores keys and values (default f32)\n"
+        "  --no-cache               recompute the whole sequence at every step\n"
+        "  -t, --threads N          worker threads (default: the online CPUs, at most 8); results\n"
+        "                           do not depend on it\n"
+        "dumps (one forward over the prompt, for comparison with other implementations):\n"
+        "  --dump-logits FILE       logits, float32 [T][vocab]\n"
+        "  --dump-routing FILE      routing as JSON {depth, selected}\n"
+        "  --dump-hidden FILE       hidden states, float32 [points][T][n_embd]\n"
         "  --tokenize-file FILE     print the ids of FILE's bytes on one line and exit\n"
-        "  -q                       no statistics on stderr\n");
+        "  -h, --help\n");
 }
 
-static int die(const char *what, mor_status st)
+static int default_threads(void)
 {
-    fprintf(stderr, "mor-run: %s: %s (%s)\n", what, mor_last_error(), mor_status_str(st));
-    return 1;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
 
-static int parse_ids(const char *s, mor_token **out, int *n)
+static void parse_args(int argc, char **argv, options *o)
 {
-    int cap = 16, k = 0;
-    mor_token *v = malloc(sizeof *v * (size_t)cap);
-    while (v && *s) {
-        char *end;
-        errno = 0;
-        long x = strtol(s, &end, 10);
-        if (end == s || errno || x < INT32_MIN || x > INT32_MAX || (*end && *end != ',')) { free(v); return 0; }
-        if (k == cap) { mor_token *nv = realloc(v, sizeof *v * (size_t)(cap *= 2)); if (!nv) { free(v); return 0; } v = nv; }
-        v[k++] = (mor_token)x;
-        s = *end ? end + 1 : end;
-    }
-    *out = v; *n = k;
-    return v != NULL && k > 0;
-}
-
-static int parse_args(int argc, char **argv, options *o)
-{
+    static const char *const kv_modes[] = { "recursion", "shared", NULL };
+    static const char *const kv_types[] = { "f32", "f16", "q8_0", NULL };
     memset(o, 0, sizeof *o);
-    o->n_predict = -1; o->kv_mode = MOR_KV_MODEL_DEFAULT;
+    o->n_predict = -1;
+    o->kv_mode = MOR_KV_MODEL_DEFAULT;
+    o->kv_type = MOR_KV_TYPE_F32;
+    o->n_threads = default_threads();
     MOR_SAMPLER_PARAMS_INIT(&o->sp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define ARG(name) (strcmp(a, name) == 0 && (v || (fprintf(stderr, "mor-run: %s needs a value\n", name), 0)) && ++i)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
-        else if (ARG("-m") || (strcmp(a, "--model") == 0 && v && ++i)) o->model = v;
-        else if (ARG("-p") || (strcmp(a, "--prompt") == 0 && v && ++i)) o->prompt = v;
-        else if (ARG("--ids")) o->ids = v;
-        else if (ARG("-n")) o->n_predict = atoi(v);
-        else if (!strcmp(a, "--greedy")) o->greedy = 1;
-        else if (ARG("--temp")) o->sp.temperature = (float)atof(v);
-        else if (ARG("--top-k")) o->sp.top_k = atoi(v);
-        else if (ARG("--top-p")) o->sp.top_p = (float)atof(v);
-        else if (ARG("--min-p")) o->sp.min_p = (float)atof(v);
-        else if (ARG("--repeat-penalty")) o->sp.repeat_penalty = (float)atof(v);
-        else if (ARG("--repeat-last-n")) o->sp.repeat_last_n = atoi(v);
-        else if (ARG("--seed")) o->sp.seed = strtoull(v, NULL, 10);
-        else if (ARG("--routing")) {
+#define FLAG(name) (!strcmp(a, name))
+#define VALUE() cli_value(argc, argv, &i)
+        if (FLAG("-h") || FLAG("--help")) { usage(stdout); exit(0); }
+        else if (FLAG("-m") || FLAG("--model")) o->model = VALUE();
+        else if (FLAG("-p") || FLAG("--prompt")) o->prompt = VALUE();
+        else if (FLAG("--ids")) o->ids = VALUE();
+        else if (FLAG("-n")) o->n_predict = (int)cli_int(a, VALUE(), 0, INT32_MAX);
+        else if (FLAG("--greedy")) o->greedy = 1;
+        else if (FLAG("--temp")) { o->sp.temperature = (float)cli_double(a, VALUE(), 0, 1e6, 0); o->temp_set = 1; }
+        else if (FLAG("--top-k")) o->sp.top_k = (int32_t)cli_int(a, VALUE(), 0, INT32_MAX);
+        else if (FLAG("--top-p")) o->sp.top_p = (float)cli_double(a, VALUE(), 0, 1, 1);
+        else if (FLAG("--min-p")) o->sp.min_p = (float)cli_double(a, VALUE(), 0, 1, 0);
+        else if (FLAG("--repeat-penalty")) o->sp.repeat_penalty = (float)cli_double(a, VALUE(), 0, 1e6, 1);
+        else if (FLAG("--repeat-last-n")) o->sp.repeat_last_n = (int32_t)cli_int(a, VALUE(), 0, 1 << 20);
+        else if (FLAG("--seed")) o->sp.seed = cli_u64(a, VALUE());
+        else if (FLAG("--routing")) {
+            static const char *const modes[] = { "default", "topk", "threshold", "token", NULL };
+            static const int values[] = { MOR_ROUTE_DEFAULT, MOR_ROUTE_TOPK, MOR_ROUTE_THRESHOLD, MOR_ROUTE_TOKEN };
+            const char *v = VALUE();
             o->routing_set = 1;
-            if (!strcmp(v, "topk")) o->routing = MOR_ROUTE_TOPK;
-            else if (!strcmp(v, "threshold")) o->routing = MOR_ROUTE_THRESHOLD;
-            else if (!strcmp(v, "token")) o->routing = MOR_ROUTE_TOKEN;
-            else if (!strncmp(v, "forced:", 7)) { o->routing = MOR_ROUTE_FORCED; o->forced = atoi(v + 7); }
-            else { fprintf(stderr, "mor-run: unknown routing '%s'\n", v); return 0; }
-        }
-        else if (ARG("--threshold")) {
-            for (const char *s = v; *s && o->n_thresholds < 32; ) {
-                char *end;
-                o->thresholds[o->n_thresholds++] = strtof(s, &end);
-                if (end == s) { fprintf(stderr, "mor-run: bad --threshold\n"); return 0; }
-                s = *end == ',' ? end + 1 : end;
+            if (!strncmp(v, "forced:", 7)) {
+                o->routing = MOR_ROUTE_FORCED;
+                o->forced = (int)cli_int("--routing forced:N", v + 7, 1, mor_max_recursions());
+            } else if (!strcmp(v, "forced")) {
+                cli_usage_error("--routing forced needs a depth: forced:N");
+            } else {
+                o->routing = values[cli_choice(a, v, modes)];
             }
         }
-        else if (ARG("--max-depth")) o->max_depth = atoi(v);
-        else if (ARG("--kv")) {
-            if (!strcmp(v, "recursion")) o->kv_mode = MOR_KV_RECURSION_WISE;
-            else if (!strcmp(v, "shared")) o->kv_mode = MOR_KV_SHARED;
-            else { fprintf(stderr, "mor-run: --kv takes recursion or shared\n"); return 0; }
+        else if (FLAG("--threshold")) o->n_thresholds = cli_float_list(a, VALUE(), o->thresholds, 32, -1e30, 1e30);
+        else if (FLAG("--max-depth")) o->max_depth = (int)cli_int(a, VALUE(), 0, mor_max_recursions());
+        else if (FLAG("--kv")) o->kv_mode = cli_choice(a, VALUE(), kv_modes) == 0 ? MOR_KV_RECURSION_WISE : MOR_KV_SHARED;
+        else if (FLAG("--kv-type")) {
+            static const int values[] = { MOR_KV_TYPE_F32, MOR_KV_TYPE_F16, MOR_KV_TYPE_Q8_0 };
+            o->kv_type = values[cli_choice(a, VALUE(), kv_types)];
         }
-        else if (ARG("--ctx")) o->n_ctx = atoi(v);
-        else if (!strcmp(a, "--no-cache")) o->no_cache = 1;
-        else if (!strcmp(a, "--print-ids")) o->print_ids = 1;
-        else if (!strcmp(a, "--show-depth")) o->show_depth = 1;
-        else if (!strcmp(a, "-q")) o->quiet = 1;
-        else if (ARG("--dump-logits")) o->dump_logits = v;
-        else if (ARG("--dump-routing")) o->dump_routing = v;
-        else if (ARG("--dump-hidden")) o->dump_hidden = v;
-        else if (ARG("--tokenize-file")) o->tokenize_file = v;
-        else { fprintf(stderr, "mor-run: unknown or incomplete option '%s' (see --help)\n", a); return 0; }
-#undef ARG
+        else if (FLAG("--ctx")) o->n_ctx = (int)cli_int(a, VALUE(), 1, 1 << 24);
+        else if (FLAG("--max-pos")) o->max_pos = (int)cli_int(a, VALUE(), 1, INT32_MAX - 1);
+        else if (FLAG("-t") || FLAG("--threads")) o->n_threads = (int)cli_int(a, VALUE(), 1, 256);
+        else if (FLAG("--no-cache")) o->no_cache = 1;
+        else if (FLAG("--print-ids")) o->print_ids = 1;
+        else if (FLAG("--show-depth")) o->show_depth = 1;
+        else if (FLAG("-q")) o->quiet = 1;
+        else if (FLAG("--dump-logits")) o->dump_logits = VALUE();
+        else if (FLAG("--dump-routing")) o->dump_routing = VALUE();
+        else if (FLAG("--dump-hidden")) o->dump_hidden = VALUE();
+        else if (FLAG("--tokenize-file")) o->tokenize_file = VALUE();
+        else cli_usage_error("unknown option '%s'", a);
+#undef FLAG
+#undef VALUE
     }
-    if (!o->model) { usage(stderr); return 0; }
+    if (!o->model) cli_usage_error("no model given (-m MODEL.gguf)");
+    cli_conflict(o->prompt != NULL, "-p", o->ids != NULL, "--ids");
+    cli_conflict(o->show_depth, "--show-depth", o->print_ids, "--print-ids");
+    cli_conflict(o->greedy, "--greedy", o->temp_set, "--temp");
+    cli_conflict(o->tokenize_file != NULL, "--tokenize-file", o->prompt || o->ids, o->prompt ? "-p" : "--ids");
+    if (!o->tokenize_file && !o->prompt && !o->ids) cli_usage_error("give a prompt (-p TEXT or --ids A,B,C)");
     if (o->greedy) o->sp.temperature = 0;
-    return 1;
 }
 
-static int tokenize_file(const mor_model *m, const char *path)
+/* "A,B,C" into a malloc'd array; every id a whole decimal in [0, n_vocab). */
+static mor_token *parse_ids(const char *s, int32_t n_vocab, int *n_out)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) { fprintf(stderr, "mor-run: cannot open %s: %s\n", path, strerror(errno)); return 1; }
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) { char *nb = realloc(buf, cap *= 2); if (!nb) { free(buf); buf = NULL; } else buf = nb; }
+    int cap = 16, k = 0;
+    mor_token *v = malloc(sizeof *v * (size_t)cap);
+    for (const char *p = s; v; ) {
+        size_t len = strcspn(p, ",");
+        char item[32];
+        if (len == 0 || len >= sizeof item) { free(v); cli_usage_error("--ids: bad list '%s'", s); }
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (k == cap) {
+            mor_token *nv = realloc(v, sizeof *v * (size_t)(cap *= 2));
+            if (!nv) break;
+            v = nv;
+        }
+        char flag[32];
+        snprintf(flag, sizeof flag, "--ids (item %d)", k + 1);
+        long long x = cli_int(flag, item, 0, (long long)n_vocab - 1);
+        v[k++] = (mor_token)x;
+        if (!p[len]) { *n_out = k; return v; }
+        p += len + 1;
     }
-    fclose(f);
-    if (!buf) { fprintf(stderr, "mor-run: out of memory\n"); return 1; }
-    int32_t count = 0;
-    mor_status st = mor_tokenize(m, buf, n, MOR_TOKENIZE_PARSE_SPECIAL, NULL, 0, &count);
-    mor_token *ids = NULL;
-    if (st == MOR_E_BUFFER_TOO_SMALL || st == MOR_OK) {
-        ids = malloc(sizeof *ids * (size_t)(count ? count : 1));
-        st = ids ? mor_tokenize(m, buf, n, MOR_TOKENIZE_PARSE_SPECIAL, ids, count, &count) : MOR_E_NOMEM;
-    }
-    free(buf);
-    if (st) { free(ids); return die("tokenize", st); }
-    for (int32_t i = 0; i < count; i++) printf(i ? " %d" : "%d", ids[i]);
-    printf("\n");
-    free(ids);
-    return 0;
+    free(v);
+    cli_error("out of memory");
+    return NULL;
 }
 
 static double now_s(void)
@@ -166,195 +187,354 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* ---- everything a run holds, freed in one place ---- */
+typedef struct {
+    options o;
+    mor_model *model;
+    mor_context *ctx;
+    mor_batch *batch;
+    mor_sampler *sampler;
+    mor_token *prompt, *seq;   /* seq: the tokens of the sequence in the window (no-cache) or generated */
+    int n_prompt, n_seq, cap_seq;
+    int32_t *depths;           /* scratch [n_batch] */
+    int at_line_start;         /* stdout ends with a newline (or is empty) */
+} run_state;
+
+static void run_free(run_state *r)
+{
+    free(r->prompt); free(r->seq); free(r->depths);
+    mor_sampler_free(r->sampler);
+    mor_batch_free(r->batch);
+    mor_context_free(r->ctx);
+    mor_model_free(r->model);
+}
+
+/* Library errors: the failing step and mor_last_error(), escaped. */
+static int lib_error(run_state *r, const char *what, mor_status st)
+{
+    if (r && !r->at_line_start) { fputc('\n', stdout); r->at_line_start = 1; }
+    return cli_error("%s: %s (%s)", what, mor_last_error(), mor_status_str(st));
+}
+
+static int tokenize_file(const mor_model *m, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return cli_error("cannot open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) { char *nb = realloc(buf, cap *= 2); if (!nb) { free(buf); buf = NULL; } else buf = nb; }
+    }
+    int read_err = ferror(f);
+    fclose(f);
+    if (!buf) return cli_error("out of memory");
+    if (read_err) { free(buf); return cli_error("cannot read %s", path); }
+    int32_t count = 0;
+    mor_status st = mor_tokenize(m, buf, n, MOR_TOKENIZE_PARSE_SPECIAL, NULL, 0, &count);
+    mor_token *ids = NULL;
+    if (st == MOR_E_BUFFER_TOO_SMALL || st == MOR_OK) {
+        ids = malloc(sizeof *ids * (size_t)(count ? count : 1));
+        st = ids ? mor_tokenize(m, buf, n, MOR_TOKENIZE_PARSE_SPECIAL, ids, count, &count) : MOR_E_NOMEM;
+    }
+    free(buf);
+    if (st) { free(ids); return lib_error(NULL, "tokenize", st); }
+    for (int32_t i = 0; i < count; i++) printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+    free(ids);
+    return 0;
+}
+
 /* One forward over tokens[0..n) of sequence 0 from position 0 (the cache is
  * cleared first); logits for every row when all_logits, else the last. */
-static mor_status forward_all(mor_context *ctx, mor_batch *b, const mor_token *tokens, int n, int all_logits)
+static mor_status forward_all(run_state *r, const mor_token *tokens, int n, int all_logits)
 {
-    mor_kv_clear(mor_context_kv(ctx));
-    mor_batch_clear(b);
+    mor_kv_clear(mor_context_kv(r->ctx));
+    mor_batch_clear(r->batch);
     for (int i = 0; i < n; i++) {
-        mor_status st = mor_batch_add(b, tokens[i], i, 0, all_logits || i == n - 1);
+        mor_status st = mor_batch_add(r->batch, tokens[i], i, 0, all_logits || i == n - 1);
         if (st) return st;
     }
-    return mor_decode(ctx, b);
+    return mor_decode(r->ctx, r->batch);
 }
 
 static int write_floats(const char *path, const float *const *rows, int n_rows, size_t row_len)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f) { fprintf(stderr, "mor-run: cannot write %s: %s\n", path, strerror(errno)); return 0; }
-    for (int i = 0; i < n_rows; i++)
-        if (!rows[i] || fwrite(rows[i], sizeof(float), row_len, f) != row_len) { fclose(f); return 0; }
-    return fclose(f) == 0;
+    char *tmp;
+    FILE *f = cli_out_open(path, &tmp);
+    if (!f) return 0;
+    int ok = 1;
+    for (int i = 0; i < n_rows && ok; i++) ok = rows[i] && fwrite(rows[i], sizeof(float), row_len, f) == row_len;
+    return cli_out_close(f, &tmp, path, ok);
 }
 
-static int dump(mor_context *ctx, const options *o, int n)
+static int write_routing(run_state *r, int n)
 {
-    const mor_model *m = mor_context_model(ctx);
-    const float **rows = malloc(sizeof *rows * (size_t)n * (size_t)(mor_model_n_boundaries(m) + 1));
-    if (!rows) return 0;
-    int ok = 1;
-    if (o->dump_logits) {
-        for (int i = 0; i < n; i++) rows[i] = mor_get_logits(ctx, i);
-        ok = ok && write_floats(o->dump_logits, rows, n, (size_t)mor_model_n_vocab(m));
+    const mor_model *m = r->model;
+    int32_t *depth = malloc(sizeof *depth * (size_t)n);
+    char *tmp;
+    FILE *f = depth ? cli_out_open(r->o.dump_routing, &tmp) : NULL;
+    if (!f) { free(depth); if (!depth) cli_error("out of memory"); return 0; }
+    mor_router_get_depths(mor_context_router(r->ctx), depth, n);
+    fprintf(f, "{\"depth\": [");
+    for (int i = 0; i < n; i++) fprintf(f, i ? ", %d" : "%d", depth[i]);
+    fprintf(f, "], \"selected\": [");
+    for (int rec = 0; rec < mor_model_n_recursion(m); rec++) {
+        fprintf(f, rec ? ", [" : "[");
+        for (int i = 0, k = 0; i < n; i++) if (depth[i] > rec) fprintf(f, k++ ? ", %d" : "%d", i);
+        fprintf(f, "]");
     }
-    if (o->dump_hidden) {
-        int nb = mor_model_n_boundaries(m);
+    fprintf(f, "]}\n");
+    free(depth);
+    return cli_out_close(f, &tmp, r->o.dump_routing, !ferror(f));
+}
+
+static int dump(run_state *r, int n)
+{
+    const mor_model *m = r->model;
+    int nb = mor_model_n_boundaries(m);
+    const float **rows = malloc(sizeof *rows * (size_t)n * (size_t)(nb + 1));
+    if (!rows) return cli_error("out of memory"), 0;
+    int ok = 1;
+    if (r->o.dump_logits) {
+        for (int i = 0; i < n; i++) rows[i] = mor_get_logits(r->ctx, i);
+        ok = write_floats(r->o.dump_logits, rows, n, (size_t)mor_model_n_vocab(m));
+    }
+    if (ok && r->o.dump_hidden) {
         for (int b = 0; b < nb; b++)
-            for (int i = 0; i < n; i++) rows[b * n + i] = mor_get_hidden(ctx, b, i);
-        ok = ok && write_floats(o->dump_hidden, rows, nb * n, (size_t)mor_model_n_embd(m));
+            for (int i = 0; i < n; i++) rows[b * n + i] = mor_get_hidden(r->ctx, b, i);
+        ok = write_floats(r->o.dump_hidden, rows, nb * n, (size_t)mor_model_n_embd(m));
     }
     free((void *)rows);
-    if (ok && o->dump_routing) {
-        int32_t *depth = malloc(sizeof *depth * (size_t)n);
-        FILE *f = fopen(o->dump_routing, "w");
-        if (!depth || !f) { free(depth); if (f) fclose(f); return 0; }
-        mor_router_get_depths(mor_context_router(ctx), depth, n);
-        fprintf(f, "{\"depth\": [");
-        for (int i = 0; i < n; i++) fprintf(f, i ? ", %d" : "%d", depth[i]);
-        fprintf(f, "], \"selected\": [");
-        for (int r = 0; r < mor_model_n_recursion(m); r++) {
-            fprintf(f, r ? ", [" : "[");
-            for (int i = 0, k = 0; i < n; i++) if (depth[i] > r) fprintf(f, k++ ? ", %d" : "%d", i);
-            fprintf(f, "]");
-        }
-        fprintf(f, "]}\n");
-        free(depth);
-        ok = fclose(f) == 0;
-    }
-    if (!ok) fprintf(stderr, "mor-run: writing a dump failed\n");
-    return ok;
+    return ok && (!r->o.dump_routing || write_routing(r, n));
 }
 
-static void print_piece(const mor_model *m, mor_token t, int depth, int show_depth)
+static void put_text(run_state *r, const char *s, size_t len)
 {
-    char buf[256];
+    if (!len) return;
+    fwrite(s, 1, len, stdout);
+    r->at_line_start = s[len - 1] == '\n';
+}
+
+static void print_piece(run_state *r, mor_token t, int depth)
+{
+    char buf[256], num[32];
     size_t len = 0;
-    if (mor_detokenize(m, &t, 1, buf, sizeof buf, &len) == MOR_OK) fwrite(buf, 1, len, stdout);
-    else printf("<%d>", t);
-    if (show_depth) printf("[%d]", depth);
+    if (mor_detokenize(r->model, &t, 1, buf, sizeof buf, &len) == MOR_OK) put_text(r, buf, len);
+    else put_text(r, num, (size_t)snprintf(num, sizeof num, "<%d>", t));
+    if (r->o.show_depth) put_text(r, num, (size_t)snprintf(num, sizeof num, "[%d]", depth));
     fflush(stdout);
+}
+
+static int push_token(run_state *r, mor_token t)
+{
+    if (r->n_seq == r->cap_seq) {
+        int cap = r->cap_seq ? 2 * r->cap_seq : 1024;
+        mor_token *ns = realloc(r->seq, sizeof *ns * (size_t)cap);
+        if (!ns) return 0;
+        r->seq = ns; r->cap_seq = cap;
+    }
+    r->seq[r->n_seq++] = t;
+    return 1;
+}
+
+static const char *mode_name(int32_t mode)
+{
+    switch (mode) {
+    case MOR_ROUTE_TOPK: return "topk";
+    case MOR_ROUTE_THRESHOLD: return "threshold";
+    case MOR_ROUTE_FORCED: return "forced";
+    case MOR_ROUTE_TOKEN: return "token";
+    default: return "all recursions";
+    }
+}
+
+/* The routing line of the statistics: which mode ran, and why. */
+static void print_routing(run_state *r, int chosen)
+{
+    const mor_model *m = r->model;
+    mor_router *rt = mor_context_router(r->ctx);
+    int32_t mode = mor_router_get_mode(rt), nr = mor_model_n_recursion(m);
+    fprintf(stderr, "routing: %s", mode_name(mode));
+    if (mode == MOR_ROUTE_THRESHOLD) {
+        fprintf(stderr, " (thresholds");
+        for (int i = 0; i < nr; i++) fprintf(stderr, "%s%g", i ? "," : " ", (double)mor_router_get_threshold(rt, i));
+        fprintf(stderr, ")");
+    }
+    if (mode == MOR_ROUTE_FORCED) fprintf(stderr, ":%d", r->o.forced);
+    if (chosen) fprintf(stderr, ", causal, chosen for generation with an expert-choice model (--routing topk: the "
+                        "official expert-choice)");
+    else if (!r->o.routing_set) fprintf(stderr, ", the model's own");
+    fprintf(stderr, "\n");
 }
 
 int main(int argc, char **argv)
 {
-    options o;
-    if (!parse_args(argc, argv, &o)) return 2;
+    cli_init("mor-run");
+    run_state R;
+    memset(&R, 0, sizeof R);
+    R.at_line_start = 1;
+    options *o = &R.o;
+    parse_args(argc, argv, o);
+    {
+        const char *inputs[] = { o->model, o->tokenize_file };
+        const char *outs[] = { o->dump_logits, o->dump_routing, o->dump_hidden };
+        for (int i = 0; i < 3; i++)
+            if (outs[i] && cli_refuse_overwrite(outs[i], inputs, 2)) return 2;
+    }
+
     mor_model_params mp;
     MOR_MODEL_PARAMS_INIT(&mp);
-    if (o.tokenize_file) mp.flags |= MOR_MODEL_VOCAB_ONLY;
-    mor_model *model = NULL;
-    mor_status st = mor_model_load_file(o.model, &mp, &model);
-    if (st) return die("loading the model", st);
-    if (o.tokenize_file) { int rc = tokenize_file(model, o.tokenize_file); mor_model_free(model); return rc; }
-
-    mor_token *prompt = NULL;
-    int n_prompt = 0;
-    if (o.ids) {
-        if (!parse_ids(o.ids, &prompt, &n_prompt)) { fprintf(stderr, "mor-run: bad --ids list\n"); return 2; }
-    } else if (o.prompt) {
-        int32_t cnt = 0;
-        size_t len = strlen(o.prompt);
-        st = mor_tokenize(model, o.prompt, len, MOR_TOKENIZE_PARSE_SPECIAL, NULL, 0, &cnt);
-        if (st && st != MOR_E_BUFFER_TOO_SMALL) return die("tokenizing the prompt", st);
-        prompt = malloc(sizeof *prompt * (size_t)(cnt ? cnt : 1));
-        if (!prompt || (st = mor_tokenize(model, o.prompt, len, MOR_TOKENIZE_PARSE_SPECIAL, prompt, cnt, &cnt)))
-            return die("tokenizing the prompt", st);
-        n_prompt = cnt;
+    if (o->tokenize_file) mp.flags |= MOR_MODEL_VOCAB_ONLY;
+    mor_status st = mor_model_load_file(o->model, &mp, &R.model);
+    if (st) return lib_error(NULL, "loading the model", st);
+    if (o->tokenize_file) { int rc = tokenize_file(R.model, o->tokenize_file); run_free(&R); return rc; }
+    mor_model *model = R.model;
+    const int32_t n_vocab = mor_model_n_vocab(model), nr = mor_model_n_recursion(model);
+    if (o->n_thresholds > nr) {
+        run_free(&R);
+        cli_usage_error("--threshold: %d values for a model of %d recursions", o->n_thresholds, nr);
     }
-    if (n_prompt == 0) { fprintf(stderr, "mor-run: give a prompt (-p TEXT or --ids A,B,C)\n"); return 2; }
-    int dumping = o.dump_logits || o.dump_routing || o.dump_hidden;
-    int n_predict = o.n_predict >= 0 ? o.n_predict : (dumping ? 0 : 64);
-    int total = n_prompt + n_predict;
+
+    if (o->ids) {
+        R.prompt = parse_ids(o->ids, n_vocab, &R.n_prompt);
+        if (!R.prompt) { run_free(&R); return 1; }
+    } else {
+        int32_t cnt = 0;
+        size_t len = strlen(o->prompt);
+        st = mor_tokenize(model, o->prompt, len, MOR_TOKENIZE_PARSE_SPECIAL, NULL, 0, &cnt);
+        if (st && st != MOR_E_BUFFER_TOO_SMALL) { run_free(&R); return lib_error(NULL, "tokenizing the prompt", st); }
+        R.prompt = malloc(sizeof *R.prompt * (size_t)(cnt ? cnt : 1));
+        if (!R.prompt) { run_free(&R); return cli_error("out of memory"); }
+        if ((st = mor_tokenize(model, o->prompt, len, MOR_TOKENIZE_PARSE_SPECIAL, R.prompt, cnt, &cnt))) {
+            run_free(&R);
+            return lib_error(NULL, "tokenizing the prompt", st);
+        }
+        R.n_prompt = cnt;
+    }
+    if (R.n_prompt == 0) { run_free(&R); cli_usage_error("the prompt has no tokens"); }
+    const int dumping = o->dump_logits || o->dump_routing || o->dump_hidden;
+    const int n_predict = o->n_predict >= 0 ? o->n_predict : (dumping ? 0 : 64);
+
+    /* The window: cells (n_ctx) and the position limit (max_pos). */
+    const int32_t n_train = mor_model_n_ctx_train(model);
+    const int32_t max_pos = o->max_pos > 0 ? o->max_pos : n_train;
+    int32_t n_ctx = o->n_ctx > 0 ? o->n_ctx : o->max_pos > 0 ? o->max_pos : (n_train < 4096 ? n_train : 4096);
+    if (o->n_ctx > max_pos && o->max_pos == 0)
+        cli_note("--ctx %d is past the model's training context (%d): positions stay below %d; --max-pos %d "
+                 "allows positions past it", o->n_ctx, n_train, n_train, o->n_ctx);
+    const int32_t limit = n_ctx < max_pos ? n_ctx : max_pos;   /* tokens a sequence can hold */
+    if (R.n_prompt > limit) {
+        int n = R.n_prompt;
+        run_free(&R);
+        return cli_error("the prompt has %d tokens, more than the context holds (%d: %s); raise it with %s",
+                         n, limit, limit == max_pos ? (o->max_pos ? "--max-pos" : "the model's training context")
+                         : "--ctx", limit == max_pos ? "--max-pos N (and --ctx N)" : "--ctx N");
+    }
 
     mor_context_params cp;
     MOR_CONTEXT_PARAMS_INIT(&cp);
-    cp.n_batch = (uint32_t)(total > 512 ? total : 512);
-    cp.n_ctx = (uint32_t)(o.n_ctx > 0 ? o.n_ctx : 0);
-    if (cp.n_ctx == 0 && (int64_t)total > mor_model_n_ctx_train(model)) cp.n_ctx = (uint32_t)total;
-    cp.kv_mode = o.kv_mode;
-    if (o.dump_hidden) cp.flags |= MOR_CTX_CAPTURE_HIDDEN;
-    mor_context *ctx = NULL;
-    if ((st = mor_context_create(model, &cp, &ctx))) return die("creating the context", st);
-    mor_router *router = mor_context_router(ctx);
-    if (o.routing_set && (st = mor_router_set_mode(router, o.routing, o.forced))) return die("--routing", st);
-    for (int r = 0; r < o.n_thresholds; r++)
-        if ((st = mor_router_set_threshold(router, r, o.thresholds[r]))) return die("--threshold", st);
-    if (o.max_depth && (st = mor_router_set_max_depth(router, o.max_depth))) return die("--max-depth", st);
-    mor_batch *batch = NULL;
-    mor_sampler *sampler = NULL;
-    if ((st = mor_batch_create((int32_t)cp.n_batch, &batch))) return die("creating a batch", st);
-    if ((st = mor_sampler_create(&o.sp, &sampler))) return die("creating the sampler", st);
-
-    int rc = 0;
-    mor_token *seq = malloc(sizeof *seq * (size_t)total);
-    if (!seq) { fprintf(stderr, "mor-run: out of memory\n"); return 1; }
-    memcpy(seq, prompt, sizeof *seq * (size_t)n_prompt);
-    for (int i = 0; i < n_prompt; i++) mor_sampler_accept(sampler, prompt[i]);
+    cp.n_ctx = (uint32_t)n_ctx;
+    cp.max_pos = max_pos;
+    cp.n_batch = (uint32_t)(o->no_cache ? limit : R.n_prompt);
+    cp.kv_mode = o->kv_mode;
+    cp.kv_type = o->kv_type;
+    cp.n_threads = o->n_threads;
+    if (o->dump_hidden) cp.flags |= MOR_CTX_CAPTURE_HIDDEN;
+    if ((st = mor_context_create(model, &cp, &R.ctx))) { run_free(&R); return lib_error(NULL, "creating the context", st); }
+    mor_router *router = mor_context_router(R.ctx);
+    /* Generation with an expert-choice model defaults to its causal mode:
+     * under TOPK every token decoded alone runs all recursions. */
+    int chosen = !o->routing_set && !dumping && n_predict > 0 && mor_model_router_type(model) == MOR_ROUTER_TYPE_EXPERT;
+    if (chosen) { o->routing = MOR_ROUTE_THRESHOLD; }
+    if ((o->routing_set || chosen) && (st = mor_router_set_mode(router, o->routing, o->forced))) {
+        run_free(&R);
+        return lib_error(NULL, "--routing", st);
+    }
+    for (int i = 0; i < o->n_thresholds; i++)
+        if ((st = mor_router_set_threshold(router, i, o->thresholds[i]))) { run_free(&R); return lib_error(NULL, "--threshold", st); }
+    if (o->max_depth && (st = mor_router_set_max_depth(router, o->max_depth))) {
+        run_free(&R);
+        return lib_error(NULL, "--max-depth", st);
+    }
+    R.depths = malloc(sizeof *R.depths * cp.n_batch);
+    if (!R.depths) { run_free(&R); return cli_error("out of memory"); }
+    if ((st = mor_batch_create((int32_t)cp.n_batch, &R.batch))) { run_free(&R); return lib_error(NULL, "creating a batch", st); }
+    if ((st = mor_sampler_create(&o->sp, &R.sampler))) { run_free(&R); return lib_error(NULL, "creating the sampler", st); }
+    for (int i = 0; i < R.n_prompt; i++) {
+        mor_sampler_accept(R.sampler, R.prompt[i]);
+        if (!push_token(&R, R.prompt[i])) { run_free(&R); return cli_error("out of memory"); }
+    }
 
     double t0 = now_s();
-    if ((st = forward_all(ctx, batch, seq, n_prompt, dumping))) return die("decoding the prompt", st);
+    if ((st = forward_all(&R, R.prompt, R.n_prompt, dumping))) { run_free(&R); return lib_error(NULL, "decoding the prompt", st); }
     double t_prompt = now_s() - t0;
-    if (dumping && !dump(ctx, &o, n_prompt)) return 1;
-    if (!o.print_ids && !o.quiet && n_predict > 0 && o.prompt) { fputs(o.prompt, stdout); fflush(stdout); }
+    if (dumping && !dump(&R, R.n_prompt)) { run_free(&R); return 1; }
+    if (!o->print_ids && n_predict > 0 && o->prompt) { put_text(&R, o->prompt, strlen(o->prompt)); fflush(stdout); }
 
-    mor_router_reset_stats(router);
-    int n = n_prompt, n_gen = 0;
+    int rc = 0, n_gen = 0, stopped_at_limit = 0;
+    uint64_t hist[17] = { 0 };
+    const mor_token eos = mor_model_token_eos(model);
     double t1 = now_s();
-    const float *logits = mor_get_logits(ctx, n_prompt - 1);
+    const float *logits = mor_get_logits(R.ctx, R.n_prompt - 1);
     while (n_gen < n_predict) {
+        if (R.n_seq >= limit) { stopped_at_limit = 1; break; }
         mor_token t;
-        if ((st = mor_sampler_sample(sampler, logits, mor_model_n_vocab(model), &t))) { rc = die("sampling", st); break; }
-        seq[n++] = t;
+        if ((st = mor_sampler_sample(R.sampler, logits, n_vocab, &t))) { rc = lib_error(&R, "sampling", st); break; }
+        if (!push_token(&R, t)) { rc = cli_error("out of memory"); break; }
         n_gen++;
-        if (o.no_cache) {
-            if ((st = forward_all(ctx, batch, seq, n, 0))) { rc = die("decoding", st); break; }
-        } else {
-            mor_batch_clear(batch);
-            mor_batch_add(batch, t, n - 1, 0, 1);
-            if ((st = mor_decode(ctx, batch))) { rc = die("decoding", st); break; }
-        }
         int32_t depth = 0;
-        mor_router_get_depths(router, &depth, 1);   /* no-cache: row 0's; cached: the new token's */
-        if (!o.no_cache && !o.print_ids) print_piece(model, t, depth, o.show_depth);
-        else if (!o.print_ids) print_piece(model, t, -1, 0);
-        logits = mor_get_logits(ctx, o.no_cache ? n - 1 : 0);
-        if (mor_model_token_eos(model) >= 0 && t == mor_model_token_eos(model) && !o.print_ids && !o.ids) break;
+        if (o->no_cache) {
+            if ((st = forward_all(&R, R.seq, R.n_seq, 0))) { rc = lib_error(&R, "decoding", st); break; }
+            mor_router_get_depths(router, R.depths, R.n_seq);
+            depth = R.depths[R.n_seq - 1];
+            logits = mor_get_logits(R.ctx, R.n_seq - 1);
+        } else {
+            mor_batch_clear(R.batch);
+            mor_batch_add(R.batch, t, R.n_seq - 1, 0, 1);
+            if ((st = mor_decode(R.ctx, R.batch))) { rc = lib_error(&R, "decoding", st); break; }
+            mor_router_get_depths(router, &depth, 1);
+            logits = mor_get_logits(R.ctx, 0);
+        }
+        hist[depth < 16 ? depth : 16]++;
+        if (!o->print_ids) print_piece(&R, t, depth);
+        if (eos >= 0 && t == eos && o->prompt) break;
     }
     double t_gen = now_s() - t1;
-    if (o.print_ids) {
-        for (int i = n_prompt; i < n; i++) printf(i > n_prompt ? " %d" : "%d", seq[i]);
+    if (o->print_ids) {
+        for (int i = R.n_prompt; i < R.n_seq; i++) printf(i > R.n_prompt ? " %d" : "%d", R.seq[i]);
         printf("\n");
-    } else if (n_gen) {
-        printf("\n");
+        R.at_line_start = 1;
     }
-    if (!o.quiet && !rc) {
-        mor_router_stats rs = { sizeof rs, 0, 0, { 0 } };
-        mor_router_get_stats(router, &rs);
-        uint64_t alloc = 0, used = 0;
-        mor_kv_bytes(mor_context_kv(ctx), MOR_KV_ALL, &alloc, &used);
+    if (!R.at_line_start) { fputc('\n', stdout); R.at_line_start = 1; }
+    fflush(stdout);
+    if (stopped_at_limit && !rc)
+        cli_note("the context is full (%d positions%s): stopped after %d generated tokens; raise it with %s",
+                 limit, limit == max_pos && !o->max_pos ? ", the model's training context" : "", n_gen,
+                 limit == max_pos ? "--max-pos N (and --ctx N)" : "--ctx N");
+    if (!o->quiet && !rc) {
         fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tok/s); generated: %d tokens in %.3f s (%.1f tok/s)\n",
-                n_prompt, t_prompt, n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
+                R.n_prompt, t_prompt, R.n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
                 n_gen / (t_gen > 0 ? t_gen : 1e-9));
-        if (rs.n_tokens) {
-            fprintf(stderr, "depth: mean %.2f over %llu generated tokens; histogram", rs.mean_depth,
-                    (unsigned long long)rs.n_tokens);
-            for (int d = 0; d <= mor_model_n_recursion(model); d++)
-                fprintf(stderr, " %d:%llu", d, (unsigned long long)rs.n_at_depth[d]);
+        if (n_gen) {
+            double sum = 0;
+            for (int d = 0; d <= 16; d++) sum += (double)d * (double)hist[d];
+            fprintf(stderr, "depth: mean %.2f over %d generated tokens; histogram", sum / n_gen, n_gen);
+            for (int d = 0; d <= nr; d++) fprintf(stderr, " %d:%llu", d, (unsigned long long)hist[d]);
             fprintf(stderr, "\n");
         }
+        print_routing(&R, chosen);
+        uint64_t alloc = 0, used = 0;
+        mor_kv_cache *kv = mor_context_kv(R.ctx);
+        mor_kv_bytes(kv, MOR_KV_ALL, &alloc, &used);
         fprintf(stderr, "KV cache: %llu bytes in use of %llu allocated", (unsigned long long)used,
                 (unsigned long long)alloc);
-        for (int r = 0; r < mor_model_n_recursion(model); r++) {
-            mor_kv_bytes(mor_context_kv(ctx), r, NULL, &used);
-            fprintf(stderr, "%s recursion %d: %llu", r ? "," : ";", r, (unsigned long long)used);
+        for (int rr = 0; rr < nr; rr++) {
+            mor_kv_bytes(kv, rr, NULL, &used);
+            fprintf(stderr, "%s recursion %d: %llu", rr ? "," : ";", rr, (unsigned long long)used);
         }
         fprintf(stderr, "\n");
     }
-    free(seq); free(prompt);
-    mor_sampler_free(sampler);
-    mor_batch_free(batch);
-    mor_context_free(ctx);
-    mor_model_free(model);
+    run_free(&R);
     return rc;
 }

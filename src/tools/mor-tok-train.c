@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "tools/cli.h"
 #include "train.h"
 
 static void usage(FILE *f)
@@ -20,15 +21,18 @@ int main(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL;
     int vocab = 4096, quiet = 0;
+    cli_init("mor-tok-train");
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-i") && i + 1 < argc) in = argv[++i];
-        else if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-q")) quiet = 1;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
-        else { usage(stderr); return 2; }
+        const char *a = argv[i];
+        if (!strcmp(a, "-i")) in = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "-o")) out = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--vocab")) vocab = (int)cli_int(a, cli_value(argc, argv, &i), 258, 1000000);
+        else if (!strcmp(a, "-q")) quiet = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else cli_usage_error("unknown option '%s'", a);
     }
-    if (!in || !out || vocab < 258 || vocab > 1000000) { usage(stderr); return 2; }
+    if (!in || !out) cli_usage_error("-i TEXT and -o VOCAB.gguf are required");
+    if (cli_refuse_overwrite(out, &in, 1)) return 2;
     FILE *f = fopen(in, "rb");
     if (!f) { fprintf(stderr, "mor-tok-train: cannot open %s\n", in); return 1; }
     size_t cap = 1 << 20, n = 0, got;
@@ -43,8 +47,12 @@ int main(int argc, char **argv)
     tr_bpe b;
     if (tr_bpe_train(text, n, vocab, &b, !quiet)) { fprintf(stderr, "mor-tok-train: training failed\n"); free(text); return 1; }
     char err[512];
-    int rc = tr_bpe_save(&b, out, err, sizeof err);
-    if (rc) fprintf(stderr, "mor-tok-train: %s\n", err);
+    char *tmp = cli_tmp_path(out);   /* written beside OUT, renamed at the end */
+    int rc = tmp ? tr_bpe_save(&b, tmp, err, sizeof err) : (snprintf(err, sizeof err, "out of memory"), -1);
+    if (!rc && rename(tmp, out)) { rc = -1; snprintf(err, sizeof err, "cannot rename %s to %s", tmp, out); }
+    if (rc && tmp) remove(tmp);
+    free(tmp);
+    if (rc) cli_error("%s", err);
     else if (!quiet)
         fprintf(stderr, "mor-tok-train: %d tokens (%d merges) from %zu bytes in %.1f s -> %s\n", b.n_tokens,
                 b.n_merges, n, (double)(clock() - t0) / CLOCKS_PER_SEC, out);

@@ -22,6 +22,7 @@
 #include <time.h>
 #include "mor.h"
 #include "gguf.h"
+#include "tools/cli.h"
 #include "train.h"
 
 typedef struct {
@@ -66,14 +67,20 @@ static void usage(FILE *f)
         "        -q                       no progress line\n");
 }
 
+/* "C0,C1,...": each a number in (0, 1], kept as a double (2/3 must not round
+ * through float: int(c_r * T) depends on it). */
 static int parse_caps(const char *s, double *cap, int *n)
 {
     int k = 0;
-    while (*s && k < TR_MAX_REC) {
-        char *end;
-        cap[k++] = strtod(s, &end);
-        if (end == s) return -1;
-        s = *end == ',' ? end + 1 : end;
+    for (const char *p = s; ; ) {
+        char item[64];
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item || k == TR_MAX_REC) cli_usage_error("--capacity: bad list '%s'", s);
+        memcpy(item, p, len);
+        item[len] = 0;
+        cap[k++] = cli_double("--capacity", item, 0, 1, 1);
+        if (!p[len]) break;
+        p += len + 1;
     }
     *n = k;
     return 0;
@@ -92,8 +99,8 @@ static int parse_args(int argc, char **argv, opts *o)
     o->c.n_rec = 1; o->c.K = 0;
     strcpy(o->sharing, "none");
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define ARG(name) (!strcmp(a, name) && v && ++i)
+        const char *a = argv[i], *v = NULL;
+#define ARG(name) (!strcmp(a, name) && (v = cli_value(argc, argv, &i)) != NULL)
         if (ARG("--data")) o->data = v;
         else if (ARG("--val")) o->val = v;
         else if (ARG("--vocab")) o->vocab = v;
@@ -101,59 +108,60 @@ static int parse_args(int argc, char **argv, opts *o)
         else if (ARG("--init")) o->init = v;
         else if (ARG("--export-f16")) o->export_f16 = v;
         else if (ARG("--name")) o->name = v;
-        else if (ARG("--d")) o->c.d = atoi(v);
-        else if (ARG("--ff")) o->c.ff = atoi(v);
-        else if (ARG("--heads")) o->c.n_head = atoi(v);
-        else if (ARG("--kv-heads")) kv = atoi(v);
-        else if (ARG("--head-dim")) hd = atoi(v);
-        else if (ARG("--ctx")) ctx = atoi(v);
-        else if (ARG("--layers")) o->layers = atoi(v);
-        else if (ARG("--recursions")) o->c.n_rec = atoi(v);
-        else if (ARG("--block")) o->c.K = atoi(v);
+        else if (ARG("--d")) o->c.d = (int)cli_int(a, v, 1, 65536);
+        else if (ARG("--ff")) o->c.ff = (int)cli_int(a, v, 1, 1048576);
+        else if (ARG("--heads")) o->c.n_head = (int)cli_int(a, v, 1, 1024);
+        else if (ARG("--kv-heads")) kv = (int)cli_int(a, v, 1, 1024);
+        else if (ARG("--head-dim")) hd = (int)cli_int(a, v, 1, 4096);
+        else if (ARG("--ctx")) ctx = (int)cli_int(a, v, 1, 16777216);
+        else if (ARG("--layers")) o->layers = (int)cli_int(a, v, 1, 4096);
+        else if (ARG("--recursions")) o->c.n_rec = (int)cli_int(a, v, 1, TR_MAX_REC);
+        else if (ARG("--block")) o->c.K = (int)cli_int(a, v, 1, 4096);
         else if (ARG("--sharing")) { snprintf(o->sharing, sizeof o->sharing, "%s", v); o->sharing_set = 1; }
         else if (ARG("--router")) {
-            if (!strcmp(v, "none")) o->c.router = TR_ROUTER_NONE;
-            else if (!strcmp(v, "expert")) o->c.router = TR_ROUTER_EXPERT;
-            else if (!strcmp(v, "token")) o->c.router = TR_ROUTER_TOKEN;
-            else return -1;
+            static const char *const routers[] = { "none", "expert", "token", NULL };
+            static const int values[] = { TR_ROUTER_NONE, TR_ROUTER_EXPERT, TR_ROUTER_TOKEN };
+            o->c.router = values[cli_choice(a, v, routers)];
         }
         else if (ARG("--capacity")) { if (parse_caps(v, caps, &ncap)) return -1; }
-        else if (ARG("--alpha")) { o->c.alpha = (float)atof(v); alpha_set = 1; }
-        else if (ARG("--aux-coef")) o->c.aux_coef = (float)atof(v);
-        else if (ARG("--token-func")) o->c.func = !strcmp(v, "sigmoid") ? TR_FUNC_SIGMOID : TR_FUNC_SOFTMAX;
-        else if (ARG("--bal-coef")) o->c.bal_coef = (float)atof(v);
-        else if (ARG("--z-coef")) o->c.z_coef = (float)atof(v);
-        else if (!strcmp(a, "--loss-free")) o->c.loss_free = 1;
-        else if (ARG("--lora-rank")) { o->c.lora_rank = atoi(v); o->lora_set = 1; }
-        else if (ARG("--lora-alpha")) { o->c.lora_alpha = (float)atof(v); o->lora_set = 1; }
-        else if (ARG("--steps")) o->oc.steps = atoll(v);
-        else if (ARG("--batch")) o->B = atoi(v);
-        else if (ARG("--seq")) o->T = atoi(v);
-        else if (ARG("--lr")) o->oc.lr = (float)atof(v);
-        else if (ARG("--min-lr")) { o->oc.min_lr = (float)atof(v); minlr_set = 1; }
-        else if (ARG("--warmup")) o->oc.warmup = atoll(v);
-        else if (ARG("--schedule")) {
-            if (!strcmp(v, "cosine")) o->oc.schedule = TR_SCHED_COSINE;
-            else if (!strcmp(v, "wsd")) o->oc.schedule = TR_SCHED_WSD;
-            else if (!strcmp(v, "constant")) o->oc.schedule = TR_SCHED_CONSTANT;
-            else return -1;
+        else if (ARG("--alpha")) { o->c.alpha = (float)cli_double(a, v, -1e6, 1e6, 0); alpha_set = 1; }
+        else if (ARG("--aux-coef")) o->c.aux_coef = (float)cli_double(a, v, 0, 1e6, 0);
+        else if (ARG("--token-func")) {
+            static const char *const funcs[] = { "softmax", "sigmoid", NULL };
+            o->c.func = cli_choice(a, v, funcs) ? TR_FUNC_SIGMOID : TR_FUNC_SOFTMAX;
         }
-        else if (ARG("--decay-frac")) o->oc.decay_frac = (float)atof(v);
-        else if (ARG("--wd")) o->oc.wd = (float)atof(v);
-        else if (ARG("--clip")) o->oc.clip = (float)atof(v);
-        else if (ARG("--seed")) o->seed = strtoull(v, NULL, 10);
-        else if (ARG("--threads")) o->threads = atoi(v);
-        else if (ARG("--eval-every")) o->eval_every = atoi(v);
-        else if (ARG("--eval-tokens")) o->eval_tokens = atoll(v);
-        else if (ARG("--save-every")) o->save_every = atoi(v);
-        else if (ARG("--flops-budget")) o->flops_budget = atof(v);
+        else if (ARG("--bal-coef")) o->c.bal_coef = (float)cli_double(a, v, 0, 1e6, 0);
+        else if (ARG("--z-coef")) o->c.z_coef = (float)cli_double(a, v, 0, 1e6, 0);
+        else if (!strcmp(a, "--loss-free")) o->c.loss_free = 1;
+        else if (ARG("--lora-rank")) { o->c.lora_rank = (int)cli_int(a, v, 0, 1 << 16); o->lora_set = 1; }
+        else if (ARG("--lora-alpha")) { o->c.lora_alpha = (float)cli_double(a, v, -1e6, 1e6, 0); o->lora_set = 1; }
+        else if (ARG("--steps")) o->oc.steps = cli_int(a, v, 1, (long long)1 << 40);
+        else if (ARG("--batch")) o->B = (int)cli_int(a, v, 1, 65536);
+        else if (ARG("--seq")) o->T = (int)cli_int(a, v, 1, 1048576);
+        else if (ARG("--lr")) o->oc.lr = (float)cli_double(a, v, 0, 1e3, 1);
+        else if (ARG("--min-lr")) { o->oc.min_lr = (float)cli_double(a, v, 0, 1e3, 0); minlr_set = 1; }
+        else if (ARG("--warmup")) o->oc.warmup = cli_int(a, v, 0, (long long)1 << 40);
+        else if (ARG("--schedule")) {
+            static const char *const scheds[] = { "cosine", "wsd", "constant", NULL };
+            static const int values[] = { TR_SCHED_COSINE, TR_SCHED_WSD, TR_SCHED_CONSTANT };
+            o->oc.schedule = values[cli_choice(a, v, scheds)];
+        }
+        else if (ARG("--decay-frac")) o->oc.decay_frac = (float)cli_double(a, v, 0, 1, 0);
+        else if (ARG("--wd")) o->oc.wd = (float)cli_double(a, v, 0, 1e3, 0);
+        else if (ARG("--clip")) o->oc.clip = (float)cli_double(a, v, 0, 1e6, 0);
+        else if (ARG("--seed")) o->seed = cli_u64(a, v);
+        else if (ARG("--threads")) o->threads = (int)cli_int(a, v, 1, 256);
+        else if (ARG("--eval-every")) o->eval_every = (int)cli_int(a, v, 0, INT32_MAX);
+        else if (ARG("--eval-tokens")) o->eval_tokens = cli_int(a, v, 1, (long long)1 << 50);
+        else if (ARG("--save-every")) o->save_every = (int)cli_int(a, v, 0, INT32_MAX);
+        else if (ARG("--flops-budget")) o->flops_budget = cli_double(a, v, 0, 1e30, 0);
         else if (!strcmp(a, "--resume")) o->resume = 1;
         else if (!strcmp(a, "-q")) o->quiet = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
-        else { fprintf(stderr, "mor-train: unknown or incomplete option '%s'\n", a); return -1; }
+        else cli_usage_error("unknown option '%s'", a);
 #undef ARG
     }
-    if (!o->data || !o->vocab || !o->out) return -1;
+    if (!o->data || !o->vocab || !o->out) cli_usage_error("--data, --vocab and -o are required");
     if (o->lora_set && (o->init || o->resume)) {
         fprintf(stderr, "mor-train: with --init and --resume the LoRA deltas come from the file (no --lora-rank/--lora-alpha)\n");
         return -1;
@@ -333,6 +341,18 @@ static int save_all(const opts *o, const tr_model *m, const tr_optim *opt, const
     return 0;
 }
 
+/* "1h02m", "3m05s", "12s" for the time the remaining steps should take at
+ * the pace so far (or the FLOPs budget, when it ends the run first). */
+static void eta_str(char *buf, size_t cap, double elapsed, double done, double left, double left_by_flops)
+{
+    if (left_by_flops >= 0 && left_by_flops < left) left = left_by_flops;
+    double s = done > 0 ? elapsed / done * left : 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, cap, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60) snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, cap, "%lds", t);
+}
+
 static double now(void)
 {
     struct timespec ts;
@@ -343,7 +363,14 @@ static double now(void)
 int main(int argc, char **argv)
 {
     opts o;
-    if (parse_args(argc, argv, &o)) { usage(stderr); return 2; }
+    cli_init("mor-train");
+    if (parse_args(argc, argv, &o)) return 2;
+    {   /* no output may be an input (with --resume, -o is the checkpoint read and rewritten) */
+        const char *inputs[] = { o.data, o.val, o.vocab, o.init, o.resume ? NULL : o.out };
+        if ((o.export_f16 && cli_refuse_overwrite(o.export_f16, inputs, 5)) ||
+            (!o.resume && cli_refuse_overwrite(o.out, inputs, 4)))
+            return 2;
+    }
     tr_set_threads(o.threads);
 
     mor_model_params mp;
@@ -409,6 +436,7 @@ int main(int argc, char **argv)
     int64_t hist[TR_MAX_REC + 1] = { 0 };
     eval_t ev = { 0 };
     int stop = 0;
+    const int64_t first_step = opt.step;
     /* training FLOPs = 3 x forward (the backward costs two forwards) */
     for (int64_t step = opt.step; step < o.oc.steps && !stop; step++) {
         uint64_t rng = o.seed * 0x9E3779B97F4A7C15u ^ (uint64_t)(step + 1) * 0xD1B54A32D192ED03u;
@@ -431,10 +459,13 @@ int main(int argc, char **argv)
         if (!o.quiet) {
             char h[128];
             hist_str(h, sizeof h, hist, c->n_rec);
-            fprintf(stderr, "\rstep %lld/%lld  loss %.3f  lr %.2e  |g| %.2f  %.0f tok/s  %.1f TFLOP  depth %s%s   ",
+            char eta[32];
+            eta_str(eta, sizeof eta, el, (double)(step + 1 - first_step), (double)(o.oc.steps - step - 1),
+                    o.flops_budget > 0 ? (o.flops_budget - flops) / (flops > 0 ? flops / (step + 1 - first_step) : 1)
+                                       : -1);
+            fprintf(stderr, "\rstep %lld/%lld  loss %.3f  lr %.2e  |g| %.2f  %.0f tok/s  %.1f TFLOP  ETA %s  depth %s   ",
                     (long long)step + 1, (long long)o.oc.steps, loss_ema, tr_lr_at(&o.oc, step), gnorm,
-                    tok_done / el, flops / 1e12, h,
-                    c->router == TR_ROUTER_EXPERT ? "" : "");
+                    tok_done / el, flops / 1e12, eta, h);
             if (c->router == TR_ROUTER_EXPERT) fprintf(stderr, "rtr-acc %.3f ", r.router_acc);
             fflush(stderr);
         }
@@ -458,11 +489,15 @@ int main(int argc, char **argv)
     double el = now() - t_start;
     fprintf(stderr, "\nmor-train: done: %lld steps, %.0f tokens, %.3g training FLOPs, %.0f s (%.0f tok/s)",
             (long long)opt.step, tok_done, flops, el, tok_done / (el > 0 ? el : 1));
-    if (val) fprintf(stderr, "; final held-out loss %.4f", ev.ce);
+    if (ev.n) fprintf(stderr, "; final held-out loss %.4f", ev.ce);
     fprintf(stderr, "\n");
     /* one machine-readable line for scripts and docs */
-    printf("RESULT steps=%lld tokens=%.0f train_flops=%.4g seconds=%.0f heldout_loss=%.4f heldout_loss_threshold=%.4f\n",
-           (long long)opt.step, tok_done, flops, el, ev.ce, ev.ce_thr);
+    printf("RESULT steps=%lld tokens=%.0f train_flops=%.4g seconds=%.0f", (long long)opt.step, tok_done, flops, el);
+    if (ev.n) {   /* only when there was held-out text to evaluate */
+        printf(" heldout_loss=%.4f", ev.ce);
+        if (c->router == TR_ROUTER_EXPERT) printf(" heldout_loss_threshold=%.4f", ev.ce_thr);
+    }
+    printf("\n");
     free(tok); free(tgt); free(train); free(val);
     tr_state_free(s);
     tr_optim_free(&opt);

@@ -1,0 +1,270 @@
+"""test_cli.py - the command-line contract of every tool (src/tools/cli.h).
+
+- Every numeric flag of every tool is parsed strictly: a value that is not a
+  whole decimal number in range, a flag without its value, an unknown flag or
+  two flags that contradict each other exit 2 with one line on stderr naming
+  the flag, and nothing runs.
+- No tool overwrites one of its inputs, however the output path is spelled.
+- mor-run: --threads gives the same tokens; the statistics go to stderr, each
+  on a line of its own (never glued to the text); -q hides only them;
+  --no-cache statistics count the generated tokens; the routing used is
+  named, and generation with an expert-choice model defaults to its causal
+  THRESHOLD mode (meaningful per-token depths); a huge -n does not overflow.
+- mor-bench --help lists --serve; mor-bench-serve --help works.
+- mor-train prints an ETA and reports no held-out loss without --val.
+- The README's `make demo` comment is the command the Makefile runs.
+"""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import testlib as t
+
+BIN = os.path.join(t.OUT, "bin")
+FIX = os.path.join(t.OUT, "build", "fixtures")
+BROWN = os.path.join(t.ROOT, "models", "brown-mor.gguf")
+EXPERT = os.path.join(FIX, "expert_mc3_fix_perturbed.st.gguf")
+
+
+def tool(name):
+    return os.path.join(BIN, name)
+
+
+def run(args, **kw):
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300, **kw)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def refused(args, flag, what):
+    """args must exit 2 with one stderr line naming flag, and print nothing on stdout."""
+    rc, out, err = run(args)
+    lines = err.strip().split("\n")
+    t.check(rc == 2 and len(lines) == 1 and flag in lines[0] and out == "",
+            "%s: exit 2, one line naming %s (rc %d: %s)" % (what, flag, rc, err.strip()[:160]))
+
+
+def mor_run_flags():
+    base = [tool("mor-run"), "-m", BROWN, "-p", "The jury"]
+    cases = [
+        (["-n", "abc"], "-n"), (["-n", "-1"], "-n"), (["-n", "2147483648"], "-n"), (["-n", "12x"], "-n"),
+        (["-n", " 5"], "-n"), (["-n", ""], "-n"), (["-n", "0x10"], "-n"),
+        (["--temp", "abc"], "--temp"), (["--temp", "-1"], "--temp"), (["--temp", "nan"], "--temp"),
+        (["--temp", "inf"], "--temp"), (["--seed", "abc"], "--seed"), (["--seed", "-1"], "--seed"),
+        (["--seed", "18446744073709551616"], "--seed"), (["--ctx", "-1"], "--ctx"), (["--ctx", "0"], "--ctx"),
+        (["--top-k", str(2 ** 40)], "--top-k"), (["--top-p", "0"], "--top-p"), (["--top-p", "1.5"], "--top-p"),
+        (["--min-p", "2"], "--min-p"), (["--repeat-penalty", "0"], "--repeat-penalty"),
+        (["--repeat-last-n", "-3"], "--repeat-last-n"), (["--max-depth", "x"], "--max-depth"),
+        (["--threshold", "0.5,abc"], "--threshold"), (["--threshold", "0.5,,0.5"], "--threshold"),
+        (["--routing", "forced:x"], "forced"), (["--routing", "forced:0"], "forced"),
+        (["--routing", "sideways"], "--routing"), (["--kv", "both"], "--kv"), (["--kv-type", "q4_0"], "--kv-type"),
+        (["--threads", "0"], "-"), (["-t", "x"], "-t"), (["--max-pos", "0"], "--max-pos"),
+        (["--ids", "1,2"], "--ids"), (["--show-depth", "--print-ids"], "--show-depth"),
+        (["--greedy", "--temp", "0.5"], "--greedy"), (["--frobnicate"], "--frobnicate"), (["-n"], "-n"),
+    ]
+    for extra, flag in cases:
+        refused(base + extra, flag, "mor-run " + " ".join(extra))
+    refused([tool("mor-run"), "-m", BROWN, "--ids", "1,x,3"], "--ids", "mor-run --ids 1,x,3")
+    refused([tool("mor-run"), "-m", BROWN, "--ids", "1,4096"], "--ids", "mor-run --ids with an id past the vocabulary")
+    refused([tool("mor-run"), "-m", BROWN, "--ids", "1,,2"], "--ids", "mor-run --ids 1,,2")
+    refused([tool("mor-run"), "-m", BROWN, "--ids", "1", "--threshold", "0.5,0.5,0.5,0.5"], "--threshold",
+            "mor-run --threshold with more values than recursions")
+    refused([tool("mor-run"), "-m", BROWN, "--tokenize-file", BROWN, "-p", "x"], "--tokenize-file",
+            "mor-run --tokenize-file with -p")
+
+
+def other_tools_flags(tmp):
+    cases = [
+        ([tool("mor-bench"), "-r", "abc"], "-r"), ([tool("mor-bench"), "-p", "-5"], "-p"),
+        ([tool("mor-bench"), "-t", "1,x"], "-t"), ([tool("mor-bench"), "-w", "f33"], "-w"),
+        ([tool("mor-bench"), "-s", "135m,7b"], "-s"), ([tool("mor-bench"), "--kernels", "sse9"], "--kernels"),
+        ([tool("mor-bench"), "--serve", "--gen", "x"], "--gen"),
+        ([tool("mor-bench-serve"), "--reps", "0"], "--reps"), ([tool("mor-bench-serve"), "--conc", "8,,2"], "--conc"),
+        ([tool("mor-bench-serve"), "--ways", "a,z"], "--ways"), ([tool("mor-bench-serve"), "--thr", "nan"], "--thr"),
+        ([tool("mor-bench-serve"), "--type", "q2"], "--type"), ([tool("mor-bench-serve"), "--threads"], "--threads"),
+        ([tool("mor-convert"), "x", "-o", os.path.join(tmp, "o.gguf"), "--num-recursion", "2x"], "--num-recursion"),
+        ([tool("mor-convert"), "x", "-o", os.path.join(tmp, "o.gguf"), "--threads", "-1"], "--threads"),
+        ([tool("mor-convert"), "x", "-o", os.path.join(tmp, "o.gguf"), "--lora-rank", "q=x"], "--lora-rank"),
+        ([tool("mor-convert"), "x", "-o", os.path.join(tmp, "o.gguf"), "--outtype", "f8"], "--outtype"),
+        ([tool("mor-quantize"), BROWN, os.path.join(tmp, "q.gguf"), "q8_0", "--drift", "abc"], "--drift"),
+        ([tool("mor-quantize"), BROWN, os.path.join(tmp, "q.gguf"), "q3"], "TYPE"),
+        ([tool("mor-tok-train"), "-i", "x", "-o", "y", "--vocab", "1e3"], "--vocab"),
+        ([tool("mor-tok-train"), "-i", "x", "-o", "y", "--vocab", "100"], "--vocab"),
+        ([tool("mor-depth-svg"), "-m", BROWN, "-p", "x", "-o", "y", "--width", "wide"], "--width"),
+        ([tool("mor-depth-svg"), "-m", BROWN, "-p", "x", "-o", "y", "--routing", "token"], "--routing"),
+        ([tool("mor-depth-svg"), "-m", BROWN, "-p", "x", "-f", "z", "-o", "y"], "-f"),
+    ]
+    train = [tool("mor-train"), "--data", "d", "--vocab", "v", "-o", "o"]
+    for flag, bad in (("--steps", "abc"), ("--lr", "0"), ("--lr", "fast"), ("--seed", "x"), ("--batch", "-4"),
+                      ("--capacity", "1,0.5,x"), ("--capacity", "1,1.5"), ("--router", "expertt"),
+                      ("--token-func", "relu"), ("--schedule", "linear"), ("--threads", "1.5"),
+                      ("--flops-budget", "lots"), ("--eval-tokens", "0")):
+        cases.append((train + [flag, bad], flag))
+    for args, flag in cases:
+        refused(args, flag, "%s %s" % (os.path.basename(args[0]), " ".join(args[1:])[-60:]))
+
+
+def overwrites(tmp):
+    """Outputs that resolve to an input are refused and the input is unchanged."""
+    src = os.path.join(t.ROOT, "tests", "data", "fixtures", "expert_mc3_fix_perturbed")
+    d = os.path.join(tmp, "ckpt")
+    shutil.copytree(src, d)
+    st = os.path.join(d, "hf_safetensors", "model.safetensors")
+    with open(st, "rb") as f:
+        before = f.read()
+    os.symlink(st, os.path.join(tmp, "link.gguf"))
+    spellings = [st, os.path.join(d, "hf_safetensors", ".", "model.safetensors"),
+                 os.path.join(d, "hf_bin", "..", "hf_safetensors", "model.safetensors"), os.path.join(tmp, "link.gguf"),
+                 os.path.join(d, "hf_safetensors", "config.json"), os.path.join(d, "mor_cfg.yaml")]
+    for out in spellings:
+        rc, _, err = run([tool("mor-convert"), os.path.join(d, "hf_safetensors"), "-o", out])
+        t.check(rc != 0 and "refusing to overwrite" in err,
+                "mor-convert -o %s (an input) is refused (rc %d: %s)" % (os.path.relpath(out, tmp), rc, err.strip()[:120]))
+    with open(st, "rb") as f:
+        t.check(f.read() == before, "mor-convert: the checkpoint is unchanged")
+    left = sorted(x for x in os.listdir(os.path.join(d, "hf_safetensors")) if ".tmp" in x or ".part" in x)
+    t.check(not left, "mor-convert: no temporary file is left behind (%s)" % left)
+    out = os.path.join(d, "hf_safetensors", "model.gguf")
+    rc, _, err = run([tool("mor-convert"), os.path.join(d, "hf_safetensors"), "-o", out])
+    t.check(rc == 0 and os.path.exists(out), "mor-convert may write a new file beside its input (%s)" % err.strip()[:100])
+    rc, _, err = run([tool("mor-convert"), out, "-o", out, "--num-recursion", "2", "--sharing", "cycle", "--init",
+                      "average"])
+    t.check(rc != 0 and "refusing" in err, "mor-convert MODEL.gguf -o MODEL.gguf is refused (%s)" % err.strip()[:100])
+
+    model = os.path.join(tmp, "m.gguf")
+    shutil.copy(BROWN, model)
+    with open(model, "rb") as f:
+        mbytes = f.read()
+    txt = os.path.join(tmp, "t.txt")
+    with open(txt, "w") as f:
+        f.write("The jury said that the city was large.\n\nIt rained.\n" * 20)
+    cases = [
+        ("mor-quantize IN IN", [tool("mor-quantize"), model, model, "q8_0"]),
+        ("mor-quantize IN ./IN", [tool("mor-quantize"), model, os.path.join(tmp, ".", "m.gguf"), "q8_0"]),
+        ("mor-run --dump-logits MODEL", [tool("mor-run"), "-m", model, "--ids", "1,2", "--dump-logits", model]),
+        ("mor-run --dump-routing MODEL", [tool("mor-run"), "-m", model, "--ids", "1,2", "--dump-routing", model]),
+        ("mor-depth-svg -o MODEL", [tool("mor-depth-svg"), "-m", model, "-p", "x", "-o", model]),
+        ("mor-depth-svg -o TEXT", [tool("mor-depth-svg"), "-m", model, "-f", txt, "-o", txt]),
+        ("mor-tok-train -o TEXT", [tool("mor-tok-train"), "-i", txt, "-o", txt, "-q"]),
+        ("mor-train -o DATA", [tool("mor-train"), "--data", txt, "--vocab", model, "-o", txt, "-q"]),
+        ("mor-train -o VOCAB", [tool("mor-train"), "--data", txt, "--vocab", model, "-o", model, "-q"]),
+        ("mor-train --export-f16 DATA", [tool("mor-train"), "--data", txt, "--vocab", model, "-o",
+                                         os.path.join(tmp, "new.gguf"), "--export-f16", txt, "-q"]),
+    ]
+    with open(txt, "rb") as f:
+        tbytes = f.read()
+    for what, args in cases:
+        rc, _, err = run(args)
+        t.check(rc == 2 and "refusing to overwrite" in err, "%s is refused (rc %d: %s)" % (what, rc, err.strip()[:120]))
+    with open(model, "rb") as f:
+        same = f.read() == mbytes
+    with open(txt, "rb") as f:
+        same = same and f.read() == tbytes
+    t.check(same, "the inputs are unchanged")
+    rc, _, err = run([tool("mor-quantize"), model, os.path.join(tmp, "q.gguf"), "q8_0"])
+    t.check(rc == 0 and not [x for x in os.listdir(tmp) if ".tmp." in x],
+            "mor-quantize writes its output through a temporary file it renames (%s)" % err.strip()[:100])
+
+
+def mor_run_output(tmp):
+    base = [tool("mor-run"), "-m", BROWN, "-p", "The jury said that", "-n", "24", "--seed", "3"]
+    rc1, out1, err1 = run(base + ["-t", "1", "--print-ids"])
+    rc2, out2, err2 = run(base + ["--threads", "2", "--print-ids"])
+    t.check(rc1 == 0 and rc2 == 0 and out1 == out2 and len(out1.split()) == 24,
+            "mor-run --threads 1 and --threads 2 generate the same tokens (%s)" % out1.strip()[:60])
+    rc, out, err = run(base + ["--show-depth"])
+    t.check(rc == 0 and out.startswith("The jury said that") and "prompt:" not in out and "depth:" not in out,
+            "mor-run: stdout has only the prompt and the generated text")
+    lines = err.split("\n")
+    t.check(err.startswith("prompt: ") and any(x.startswith("depth: mean") for x in lines) and err.endswith("\n"),
+            "mor-run: the statistics are on stderr, each line on its own (%s)" % err.strip()[:80])
+    depths = [int(x) for x in re.findall(r"\[(\d)\]", out)]
+    t.check(len(depths) == 24 and set(depths) != {3},
+            "mor-run: default routing of an expert-choice model gives per-token depths, not all 3 (%s)" % depths)
+    t.check(any(x.startswith("routing: threshold") for x in lines) and "causal" in err,
+            "mor-run: the statistics name the routing used (THRESHOLD, chosen for generation)")
+    rcq, outq, errq = run(base + ["--show-depth", "-q"])
+    t.check(rcq == 0 and outq == out and errq == "", "mor-run -q: the same text, no statistics (%r)" % errq[:80])
+    rc, out, err = run(base + ["--routing", "topk", "--show-depth"])
+    t.check(rc == 0 and set(int(x) for x in re.findall(r"\[(\d)\]", out)) == {3} and "routing: topk" in err,
+            "mor-run --routing topk: every generated token runs all 3 recursions, and it says so")
+    rc, out, err = run(base + ["-n", "7", "--no-cache"])
+    m = re.search(r"depth: mean [0-9.]+ over (\d+) generated tokens; histogram((?: \d+:\d+)+)", err)
+    hist = sum(int(x.split(":")[1]) for x in m.group(2).split()) if m else -1
+    t.check(rc == 0 and m and m.group(1) == "7" and hist == 7 and "generated: 7 tokens" in err,
+            "mor-run --no-cache: the statistics count the 7 generated tokens (%s)" % (m.group(0) if m else err[:200]))
+    rc, out, err = run([tool("mor-run"), "-m", BROWN, "-p", "The jury said that", "-n", "0"])
+    t.check(rc == 0 and out == "" and err.startswith("prompt: "),
+            "mor-run -n 0: no text, and the statistics start a line of their own")
+    rc, out, err = run([tool("mor-run"), "-m", BROWN, "--ids", "1,2,3", "-n", "2147483647", "--max-pos", "16",
+                        "--print-ids"])
+    t.check(rc == 0 and len(out.split()) == 13 and "--max-pos" in err,
+            "mor-run -n 2147483647 (no overflow) stops at a 16-position context, naming --max-pos (%s)"
+            % err.strip().split("\n")[0][:120])
+
+
+def help_texts():
+    rc, out, _ = run([tool("mor-bench"), "--help"])
+    t.check(rc == 0 and "--serve" in out, "mor-bench --help lists --serve")
+    for args in ([tool("mor-bench-serve"), "--help"], [tool("mor-bench"), "--serve", "--help"]):
+        rc, out, err = run(args)
+        t.check(rc == 0 and "--conc" in out and "--ways" in out, "%s: prints its options" % " ".join(
+            os.path.basename(a) for a in args))
+    rc, out, _ = run([tool("mor-run"), "--help"])
+    t.check(rc == 0 and "--threads" in out and "threshold" in out and "--max-pos" in out, "mor-run --help: --threads, the default routing, the context flags")
+    for name in ("mor-convert", "mor-quantize", "mor-train", "mor-tok-train", "mor-depth-svg"):
+        rc, out, _ = run([tool(name), "--help"])
+        t.check(rc == 0 and "usage" in out, "%s --help" % name)
+
+
+def train(tmp):
+    txt = os.path.join(tmp, "train.txt")
+    with open(txt, "w") as f:
+        for name in ("docs/FORMAT.md", "include/mor.h"):
+            with open(os.path.join(t.ROOT, name)) as g:
+                f.write(g.read())
+    voc = os.path.join(tmp, "v.gguf")
+    rc, _, err = run([tool("mor-tok-train"), "-q", "-i", txt, "-o", voc, "--vocab", "300"])
+    if not t.check(rc == 0, "mor-tok-train (%s)" % err.strip()[:100]):
+        return
+    rc, out, err = run([tool("mor-train"), "--data", txt, "--vocab", voc, "-o", os.path.join(tmp, "a.gguf"),
+                        "--d", "32", "--ff", "64", "--heads", "2", "--recursions", "2", "--block", "1", "--router",
+                        "expert", "--batch", "2", "--seq", "16", "--steps", "4", "--threads", "1", "--save-every", "0"])
+    res = [x for x in out.split("\n") if x.startswith("RESULT ")]
+    t.check(rc == 0 and res and "heldout" not in res[0] and "steps=4" in res[0],
+            "mor-train without --val: no held-out loss in the RESULT line (%s)" % (res[0] if res else out[:100]))
+    t.check("ETA " in err and "held-out loss" not in err, "mor-train prints an ETA and no held-out loss without --val")
+
+
+def readme_demo():
+    with open(os.path.join(t.ROOT, "README.md")) as f:
+        readme = f.read()
+    with open(os.path.join(t.ROOT, "Makefile")) as f:
+        mk = f.read()
+    m = re.search(r"^make demo +# (.*)$", readme, re.M)
+    var = dict(re.findall(r"^(DEMO_[A-Z]+) *:= *(.*)$", mk, re.M))
+    rec = re.search(r"^demo:.*\n\t(.*)$", mk, re.M)
+    cmd = rec.group(1) if rec else ""
+    cmd = cmd.replace("$(BINOUT)", "bin").replace('"$(DEMO_PROMPT)"', '"%s"' % var.get("DEMO_PROMPT", ""))
+    cmd = cmd.replace("$(DEMO_MODEL)", var.get("DEMO_MODEL", ""))
+    t.check(m and m.group(1).strip() == cmd.strip(),
+            "README's make demo comment is the command make demo runs (%r vs %r)" % (m.group(1) if m else None, cmd))
+
+
+def main():
+    if not t.check(os.path.exists(tool("mor-run")) and os.path.exists(BROWN), "mor-run and the bundled model exist"):
+        t.finish()
+    with tempfile.TemporaryDirectory() as tmp:
+        mor_run_flags()
+        other_tools_flags(tmp)
+        overwrites(tmp)
+        mor_run_output(tmp)
+        help_texts()
+        train(tmp)
+        readme_demo()
+    t.finish()
+
+
+if __name__ == "__main__":
+    main()
