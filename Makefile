@@ -169,9 +169,11 @@ FIXTURE_VARIANTS := $(patsubst tests/data/fixtures/%/hf_safetensors/model.safete
                       $(sort $(wildcard tests/data/fixtures/*/hf_safetensors/model.safetensors)))
 ifneq ($(wildcard src/tools/mor-convert.c),)
 FIXTURE_GGUF := $(FIXTURE_VARIANTS:%=$(OUT)/build/fixtures/%.st.gguf)
-# and one derived model: the KV-sharing fixture with a first capacity below 1
+# and derived models: the KV-sharing fixture with a first capacity below 1
 # (recursion 0 then caches tokens its router did not take: test_decode, test_serve)
 FIXTURE_GGUF += $(OUT)/build/fixtures/expert_mc3_kvshare_c0half.gguf
+# and the token-choice fixture with KV sharing on (MOR_KV_DENSE serving: test_serve)
+FIXTURE_GGUF += $(OUT)/build/fixtures/token_mc3_kvshare.gguf
 endif
 fixtures: $(FIXTURE_GGUF)
 
@@ -192,6 +194,8 @@ $(OUT)/build/fixtures/%.st.gguf: tests/data/fixtures/%/hf_safetensors/model.safe
 $(OUT)/build/fixtures/expert_mc3_kvshare_c0half.gguf: $(OUT)/build/fixtures/expert_mc3_kvshare_fix_perturbed.st.gguf
 	$(BINOUT)/mor-convert tests/data/fixtures/expert_mc3_kvshare_fix_perturbed/hf_safetensors -o $@ \
 	    --capacity 0.5,0.5,0.25
+$(OUT)/build/fixtures/token_mc3_kvshare.gguf: $(OUT)/build/fixtures/token_mc3_perturbed.st.gguf
+	$(BINOUT)/mor-convert tests/data/fixtures/token_mc3_perturbed/hf_safetensors -o $@ --kv-sharing 1
 
 test: all fixtures
 	@OUT="$(OUT)" CC="$(CC)" CXX="$(CXX)" sh tests/run.sh

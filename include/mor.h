@@ -236,15 +236,35 @@ enum {
     MOR_CTX_CAPTURE_HIDDEN = 1u << 0
 };
 
-/* How keys and values are cached across recursions. */
+/* How keys and values are cached across recursions, and so what a model
+ * trained with recursive KV sharing computes.
+ *
+ * The official code shares K/V across recursions only through its own cache
+ * object (RecursiveDynamicCache). The trained semantics of a KV-sharing model
+ * (its training forward, and any forward with use_cache on, the default) have
+ * it: MOR_KV_SHARED, the default for such a model, computes those, whether a
+ * sequence is decoded incrementally or recomputed from an empty cache at
+ * every step (mor-run --no-cache). Called with use_cache=False, or under HF
+ * generate() (which passes a cache of its own), the official code shares
+ * nothing: every recursion's block runs over every token with that
+ * recursion's own K/V projections, and routing only decides which rows take
+ * the gated update. MOR_KV_DENSE computes that, for comparison with those
+ * paths: recomputing the whole sequence at every step gives the official
+ * no-cache greedy loop, a prompt then one token per decode gives generate().
+ * A model without KV sharing has one official path, recursion-wise, and
+ * MOR_KV_DENSE resolves to MOR_KV_RECURSION_WISE for it. */
 enum {
     MOR_KV_MODEL_DEFAULT  = 0, /* what the model file says (mor.kv.shared)          */
     MOR_KV_RECURSION_WISE = 1, /* recursion r caches only the tokens active at r    */
-    MOR_KV_SHARED         = 2  /* recursions >= 1 reuse recursion 0's K/V; no store.
+    MOR_KV_SHARED         = 2, /* recursions >= 1 reuse recursion 0's K/V; no store.
                                   Recursion 0 caches every token, those its router
                                   did not take included (their outputs are not
                                   used), as the official code does below a first
                                   capacity of 1                                   */
+    MOR_KV_DENSE          = 3  /* KV-sharing models, compatibility: every recursion
+                                  runs every token (up to the depth cap) and caches
+                                  its K/V in its own layers; only the rows the
+                                  router took are updated (see above)             */
 };
 
 /* How keys and values are stored (mor_context_params.kv_type); the values are
@@ -421,13 +441,15 @@ MOR_API mor_pos    mor_kv_seq_pos_max(const mor_kv_cache *kv, mor_seq_id seq);
 /* Exact bytes of K/V storage allocated for, and in use by, recursion r
  * (0..N_r-1), or MOR_KV_UNIQUE_LAYERS, or MOR_KV_ALL. "In use" counts the
  * cells that hold a token. Under MOR_KV_SHARED, recursions >= 1 allocate and
- * use 0 bytes. Either out pointer may be NULL. */
+ * use 0 bytes; under MOR_KV_DENSE every recursion holds every token. Either
+ * out pointer may be NULL. */
 MOR_API mor_status mor_kv_bytes(const mor_kv_cache *kv, int32_t r,
                                 uint64_t *allocated, uint64_t *used);
 /* Number of cached tokens summed over the layers of recursion r (same r as
  * mor_kv_bytes), or a negative mor_status. */
 MOR_API int64_t    mor_kv_n_cells_used(const mor_kv_cache *kv, int32_t r);
-/* The cache mode in effect: MOR_KV_RECURSION_WISE or MOR_KV_SHARED. */
+/* The cache mode in effect: MOR_KV_RECURSION_WISE, MOR_KV_SHARED or
+ * MOR_KV_DENSE (never MOR_KV_MODEL_DEFAULT). */
 MOR_API int32_t    mor_kv_mode(const mor_kv_cache *kv);
 
 /* ------------------------------------------------------------------------ */
@@ -562,7 +584,8 @@ MOR_API void mor_server_params_init(mor_server_params *p, size_t size);
 
 /* Create a server on a model (which must outlive it). params may be NULL.
  * Errors: MOR_E_INVALID_ARG, MOR_E_ABI, MOR_E_NOMEM, MOR_E_UNSUPPORTED
- * (an exit_mode with a mode other than DEPTHWISE). */
+ * (an exit_mode with a mode other than DEPTHWISE, or with MOR_KV_DENSE,
+ * where every token runs every recursion for its K/V). */
 MOR_API mor_status mor_server_create(mor_model *model, const mor_server_params *params, mor_server **out);
 /* Free a server and every request it holds. NULL ok. */
 MOR_API void       mor_server_free(mor_server *srv);

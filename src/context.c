@@ -67,7 +67,9 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
                        p.n_batch, p.n_ctx, p.n_seq_max);
     int32_t mode = p.kv_mode;
     if (mode == MOR_KV_MODEL_DEFAULT) mode = m->kv_shared ? MOR_KV_SHARED : MOR_KV_RECURSION_WISE;
-    if (mode != MOR_KV_RECURSION_WISE && mode != MOR_KV_SHARED)
+    /* without KV sharing the official code has one path: the trained one */
+    if (mode == MOR_KV_DENSE && !m->kv_shared) mode = MOR_KV_RECURSION_WISE;
+    if (mode != MOR_KV_RECURSION_WISE && mode != MOR_KV_SHARED && mode != MOR_KV_DENSE)
         return err_set(MOR_E_INVALID_ARG, "mor_context_create: unknown kv_mode %d", p.kv_mode);
     if (p.kv_type != MOR_KV_TYPE_F32 && p.kv_type != MOR_KV_TYPE_F16 && p.kv_type != MOR_KV_TYPE_Q8_0)
         return err_set(MOR_E_INVALID_ARG, "mor_context_create: unknown kv_type %d", p.kv_type);

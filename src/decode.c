@@ -10,6 +10,8 @@
  *     block runs over every row and only sel's outputs are used)
  *   token-choice: i_t = argmax router(x); recursion r runs rows with i_t >= r,
  *       intermediate recursions ungated; x = x_in + gate * y at the token's last one
+ *     (where r caches every row, rows past their depth run too, from the input
+ *     of their last recursion, for their K/V)
  *   no router: every recursion (up to a FORCED depth), ungated
  *   coda layers (all rows); final RMSNorm; logits for the rows that asked
  *
@@ -125,7 +127,7 @@ static mor_status expert_recursions(mor_context *c, const mor_batch *b, int32_t 
 static mor_status token_recursions(mor_context *c, const mor_batch *b, int32_t *bnd)
 {
     const mor_model *m = c->model;
-    const int32_t n = b->n, d = m->n_embd, nr = m->n_rec;
+    const int32_t n = b->n, d = m->n_embd, nr = m->n_rec, cap = router_depth_cap(c->router);
     capture(c, bnd, n);
     for (int32_t i = 0; i < n; i++) {
         float *zi = c->z + (size_t)i * nr, *pi = c->st_scores + (size_t)i * nr;
@@ -146,7 +148,7 @@ static mor_status token_recursions(mor_context *c, const mor_batch *b, int32_t *
         mor_status st;
         if ((st = check_abort(c))) return st;
         /* as in expert_recursions: rows past their depth run too where r caches every row */
-        const int every = kv_caches_every_row(c->kv, r);
+        const int every = r < cap && kv_caches_every_row(c->kv, r);
         int32_t k = 0;
         for (int32_t i = 0; i < n; i++)
             if (c->depth[i] > r || every || c->lockstep) { c->done[k] = c->depth[i] <= r && !every; c->idx[k++] = i; }

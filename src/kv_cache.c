@@ -4,7 +4,8 @@
  * only the tokens that were active at r, so deeper recursions fill fewer
  * cells. Recursive KV sharing: recursion 0 holds every token (active there or
  * not), layers of recursions >= 1 hold nothing and read the recursion-0 layer
- * of the same block position. A token log (no K/V)
+ * of the same block position. Dense (the official code's no-cache path of a
+ * KV-sharing model): every recursion holds every token, in its own layers. A token log (no K/V)
  * records every decoded (seq, pos) so that positions can be checked and
  * sequence operations know every token, whatever depth it reached.
  *
@@ -29,7 +30,7 @@ int kv_layer_stores(const mor_kv_cache *kv, int32_t l)
 
 int kv_caches_every_row(const mor_kv_cache *kv, int32_t r)
 {
-    return kv->mode == MOR_KV_SHARED && r == 0;
+    return kv->mode == MOR_KV_DENSE || (kv->mode == MOR_KV_SHARED && r == 0);
 }
 
 kv_layer *kv_read_layer(mor_kv_cache *kv, int32_t l)

@@ -16,7 +16,7 @@ typedef struct {
 
 struct mor_kv_cache {
     const mor_model *m;
-    int32_t  mode;             /* MOR_KV_RECURSION_WISE or MOR_KV_SHARED */
+    int32_t  mode;             /* MOR_KV_RECURSION_WISE, MOR_KV_SHARED or MOR_KV_DENSE */
     int32_t  kv_dim, n_ctx, n_seq_max;
     uint32_t type;             /* MOR_KV_TYPE_*, a ggml type number */
     size_t   row_bytes;        /* one K (or V) row of kv_dim values in that type */
@@ -42,8 +42,10 @@ int        kv_layer_stores(const mor_kv_cache *kv, int32_t layer);
  * rows too, for their K/V only, and discards their outputs. Under KV sharing
  * this holds at recursion 0: the official code runs recursion 0's block over
  * the whole chunk and stores every token's K/V there, even when the first
- * capacity is below 1, and deeper recursions read them. The one rule both
- * schedulers (decode.c, serve.c) follow. */
+ * capacity is below 1, and deeper recursions read them. Under MOR_KV_DENSE
+ * it holds at every recursion (the official forward without its sharing
+ * cache runs every block over every token). The one rule both schedulers
+ * (decode.c, serve.c) follow. */
 int        kv_caches_every_row(const mor_kv_cache *kv, int32_t r);
 
 /* Decode transactions: begin, append cells, then commit or roll back. */

@@ -171,6 +171,11 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     s->finish_every = 1;
     mor_status st = mor_context_create(m, &cp, &s->ctx);
     if (st) { mor_server_free(s); return st; }
+    if (p.exit_mode != MOR_EXIT_NONE && s->ctx->kv->mode == MOR_KV_DENSE) {   /* (the mode in effect) */
+        mor_server_free(s);
+        return err_set(MOR_E_UNSUPPORTED, "mor_server_create: confidence exits skip recursions, but under "
+                       "MOR_KV_DENSE every token runs every recursion for its K/V");
+    }
     p.n_ctx = s->ctx->params.n_ctx;
     s->p = p;
     if (m->router_type == MOR_ROUTER_TYPE_EXPERT) mor_router_set_mode(s->ctx->router, MOR_ROUTE_THRESHOLD, 0);

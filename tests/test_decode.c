@@ -113,7 +113,8 @@ static void check_incremental(mor_model *m, const char *name, int32_t kv_mode, i
 
 /* KV bytes per recursion follow from the depths: recursion-wise caching stores
  * a token at recursion r iff its depth > r; sharing stores every token at
- * r = 0 (even those of depth 0, below a first capacity of 1) and nothing past it. */
+ * r = 0 (even those of depth 0, below a first capacity of 1) and nothing past it;
+ * dense caching stores every token at every recursion. */
 static void check_kv_accounting(mor_model *m, const char *name, int32_t kv_mode)
 {
     const int32_t V = mor_model_n_vocab(m), nr = mor_model_n_recursion(m);
@@ -140,7 +141,7 @@ static void check_kv_accounting(mor_model *m, const char *name, int32_t kv_mode)
         for (int32_t i = 0; i < T; i++) active += depth[i] > r;
         mor_kv_bytes(mor_context_kv(c), r, &a, &u);
         const int shared = mor_kv_mode(mor_context_kv(c)) == MOR_KV_SHARED, stores = !shared || r == 0;
-        if (shared && r == 0) active = T;
+        if ((shared && r == 0) || mor_kv_mode(mor_context_kv(c)) == MOR_KV_DENSE) active = T;
         CHECK(a == (stores ? (uint64_t)K * n_ctx * cell : 0), "%s: recursion %d allocates %llu bytes", name, r,
               (unsigned long long)a);
         CHECK(u == (stores ? (uint64_t)K * active * cell : 0), "%s: recursion %d uses %llu bytes (%d active tokens)",
@@ -378,7 +379,8 @@ int main(void)
     mor_model *ks = load("expert_mc3_kvshare_fix_perturbed");
     mor_model *cy = load("expert_cycle2_alpha1_perturbed");
     mor_model *kh = load("expert_mc3_kvshare_c0half.gguf");   /* capacities 0.5, 0.5, 0.25 */
-    if (!ex || !exu || !tc || !ks || !cy || !kh) return check_done();
+    mor_model *tk = load("token_mc3_kvshare.gguf");           /* token-choice with KV sharing */
+    if (!ex || !exu || !tc || !ks || !cy || !kh || !tk) return check_done();
 
     check_incremental(ex, "expert THRESHOLD", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_THRESHOLD, 0);
     check_incremental(exu, "expert (untied attention) THRESHOLD", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_THRESHOLD, 0);
@@ -394,6 +396,19 @@ int main(void)
     check_incremental(ks, "expert FORCED:3, KV shared", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_FORCED, 3);
     check_incremental(cy, "cycle THRESHOLD", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_THRESHOLD, 0);
     check_incremental(kh, "expert THRESHOLD, KV shared, first capacity 0.5", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_THRESHOLD, 0);
+    check_incremental(kh, "expert THRESHOLD, MOR_KV_DENSE, first capacity 0.5", MOR_KV_DENSE, MOR_ROUTE_THRESHOLD, 0);
+    check_incremental(ks, "expert FORCED:2, MOR_KV_DENSE", MOR_KV_DENSE, MOR_ROUTE_FORCED, 2);
+    check_incremental(tk, "token-choice, MOR_KV_DENSE", MOR_KV_DENSE, MOR_ROUTE_TOKEN, 0);
+    check_incremental(tk, "token-choice, KV shared (file default)", MOR_KV_MODEL_DEFAULT, MOR_ROUTE_TOKEN, 0);
+    /* MOR_KV_DENSE is a mode of KV-sharing models; without sharing it is the default, recursion-wise */
+    {
+        mor_context *a = make_ctx(ks, MOR_KV_DENSE, 64, 1, 0, 0), *b = make_ctx(ex, MOR_KV_DENSE, 64, 1, 0, 0);
+        CHECK(a && b && mor_kv_mode(mor_context_kv(a)) == MOR_KV_DENSE &&
+              mor_kv_mode(mor_context_kv(b)) == MOR_KV_RECURSION_WISE,
+              "MOR_KV_DENSE: in effect on a KV-sharing model, recursion-wise on one without sharing");
+        mor_context_free(a);
+        mor_context_free(b);
+    }
 
     /* THRESHOLD with every threshold at -inf equals FORCED full depth */
     {
@@ -428,6 +443,7 @@ int main(void)
     check_kv_accounting(ex, "expert shared", MOR_KV_SHARED);
     check_kv_accounting(ks, "kv-share model default", MOR_KV_MODEL_DEFAULT);
     check_kv_accounting(kh, "kv-share model, first capacity 0.5", MOR_KV_MODEL_DEFAULT);
+    check_kv_accounting(kh, "kv-share model, first capacity 0.5, MOR_KV_DENSE", MOR_KV_DENSE);
     check_kv_accounting(cy, "cycle recursion-wise", MOR_KV_RECURSION_WISE);
     check_kv_accounting(tc, "token recursion-wise", MOR_KV_RECURSION_WISE);
     check_seq_ops(ex, "expert THRESHOLD", MOR_ROUTE_THRESHOLD);
@@ -436,6 +452,6 @@ int main(void)
     check_corrupt_files("expert_mc3_fix_perturbed");
     check_corrupt_files("token_mc3_perturbed");
 
-    mor_model_free(ex); mor_model_free(exu); mor_model_free(tc); mor_model_free(ks); mor_model_free(cy); mor_model_free(kh);
+    mor_model_free(ex); mor_model_free(exu); mor_model_free(tc); mor_model_free(ks); mor_model_free(cy); mor_model_free(kh); mor_model_free(tk);
     return check_done();
 }

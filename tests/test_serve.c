@@ -14,6 +14,9 @@
  *    depend on the other requests;
  *  - KV sharing with a first capacity below 1 (tokens that skip recursion 0
  *    still cache their K/V there): every mode equals mor_decode;
+ *  - MOR_KV_DENSE on KV-sharing models (expert with a first capacity below 1,
+ *    token-choice): every mode equals mor_decode under it (rows the router
+ *    dropped run on for their K/V only), confidence exits are refused;
  *  - cancel, the KV budget queue, misuse statuses;
  *  - all of the fixtures' checks again on relaxed copies of two of them (an
  *    unfolded LoRA delta on every projection of every looped layer): rows at
@@ -49,6 +52,7 @@ static int finish_every = 1;   /* serve_set_finish_every for the next servers */
 static int drain;              /* serve_set_drain for the next servers */
 static uint32_t budget = 1024; /* mor_server_params.n_ctx of serve_and_compare's servers */
 static uint32_t nbatch = 128;  /* mor_server_params.n_batch of the next servers */
+static int32_t kvmode;         /* kv_mode of the reference contexts and the next servers */
 static mor_server *cur;        /* the server serve_and_compare runs */
 static int32_t max_descents;   /* most cells of one sequence out of position order seen by hook */
 static request reqs[NREQ];
@@ -94,7 +98,7 @@ static int reference(mor_model *m, int32_t mode, int32_t max_depth)
 {
     mor_context_params cp;
     MOR_CONTEXT_PARAMS_INIT(&cp);
-    cp.n_ctx = 64; cp.n_batch = 32;
+    cp.n_ctx = 64; cp.n_batch = 32; cp.kv_mode = kvmode;
     for (int32_t i = 0; i < NREQ; i++) {
         request *q = &reqs[i];
         mor_context *c = NULL; mor_batch *b = NULL; mor_sampler *s = NULL;
@@ -131,7 +135,7 @@ static mor_server *make_server(mor_model *m, int32_t mode, uint32_t n_slots, uin
     mor_server_params p;
     MOR_SERVER_PARAMS_INIT(&p);
     p.mode = mode; p.n_slots = n_slots; p.n_ctx = n_ctx; p.n_batch = nbatch; p.n_threads = 2;
-    p.exit_mode = exit_mode; p.exit_threshold = thr;
+    p.exit_mode = exit_mode; p.exit_threshold = thr; p.kv_mode = kvmode;
     mor_server *s = NULL;
     mor_status st = mor_server_create(m, &p, &s);
     CHECK(st == MOR_OK, "server create: %s %s", mor_status_str(st), mor_last_error());
@@ -328,6 +332,52 @@ static void confidence_exits(mor_model *m, int32_t kvshared)
     CHECK(n1 == n7 && n1 > 0 && !memcmp(out1, out7, sizeof(mor_token) * (size_t)n1) &&
           !memcmp(depth1, depth7, sizeof(int32_t) * (size_t)n1),
           "saturation exits: a request's tokens and depths alone equal those among 7");
+}
+
+/* MOR_KV_DENSE (the official code's path without its sharing cache): every
+ * recursion runs every row for its K/V, the rows the router dropped included
+ * (DEPTHWISE: K/V-only passes); every mode equals mor_decode under it, its
+ * outputs differ from the trained semantics', and confidence exits, which
+ * skip recursions, are refused with it. Leaves the trained reference. */
+static void small_budget(mor_model *m, const char *name);
+
+static void dense_serving(mor_model *m, const char *name)
+{
+    char what[200];
+    float *trained = malloc(sizeof(float) * MAXT * (size_t)n_vocab);
+    if (trained) memcpy(trained, reqs[1].logits, sizeof(float) * MAXT * (size_t)n_vocab);
+    const int32_t n1 = reqs[1].n_out;
+    const int expert = mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT;
+    kvmode = MOR_KV_DENSE;
+    if (CHECK(trained && reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "%s: dense reference decode", name)) {
+        double dd = check_maxdiff(trained, reqs[1].logits, n_vocab * (n1 < reqs[1].n_out ? n1 : reqs[1].n_out));
+        CHECK(dd > 1e-3, "%s: MOR_KV_DENSE changes the logits (by up to %.3g)", name, dd);
+        for (int mode = 0; mode < 3; mode++) {
+            snprintf(what, sizeof what, "%s, MOR_KV_DENSE: %s 32 requests in 9 slots", name, mode_name[mode]);
+            serve_and_compare(m, what, mode, 32, 9, 0, 0, 0);
+        }
+        lockstep = 1;
+        snprintf(what, sizeof what, "%s, MOR_KV_DENSE: SEQUENCE lockstep 7 requests", name);
+        serve_and_compare(m, what, MOR_SERVE_SEQUENCE, 7, 7, 0, 0, 0);
+        lockstep = 0;
+        drain = 1;
+        snprintf(what, sizeof what, "%s, MOR_KV_DENSE: DEPTHWISE with drain, 7 requests", name);
+        serve_and_compare(m, what, MOR_SERVE_DEPTHWISE, 7, 7, 0, 0, 0);
+        drain = 0;
+        snprintf(what, sizeof what, "%s, MOR_KV_DENSE", name);
+        small_budget(m, what);
+        if (expert) {
+            mor_server_params p;
+            MOR_SERVER_PARAMS_INIT(&p);
+            p.kv_mode = MOR_KV_DENSE; p.exit_mode = MOR_EXIT_MARGIN;
+            mor_server *s = NULL;
+            CHECK(mor_server_create(m, &p, &s) == MOR_E_UNSUPPORTED && !s, "%s: confidence exits with MOR_KV_DENSE: "
+                  "MOR_E_UNSUPPORTED (%s)", name, mor_last_error());
+        }
+    }
+    kvmode = 0;
+    CHECK(reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "%s: trained reference again", name);
+    free(trained);
 }
 
 /* A KV budget of 48 cells: two or three requests run at once and each new
@@ -571,7 +621,15 @@ int main(void)
             serve_and_compare(m, "KV sharing, first capacity 0.5: DEPTHWISE with drain, 7 requests", MOR_SERVE_DEPTHWISE, 7, 7, 0, 0, 0);
             drain = 0;
             small_budget(m, "KV sharing, first capacity 0.5");
+            dense_serving(m, "expert, KV sharing, first capacity 0.5");
         }
+        unprepare();
+        mor_model_free(m);
+        snprintf(path, sizeof path, "%s/token_mc3_kvshare.gguf", fixture_dir);
+        m = NULL;
+        if (CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the token-choice model with KV sharing") &&
+            prepare(m, "token-choice, KV sharing"))
+            dense_serving(m, "token-choice, KV sharing");
         unprepare();
         mor_model_free(m);
     }

@@ -262,6 +262,7 @@ pub type _bindgen_ty_5 = u32;
 pub const MOR_KV_MODEL_DEFAULT: _bindgen_ty_6 = 0;
 pub const MOR_KV_RECURSION_WISE: _bindgen_ty_6 = 1;
 pub const MOR_KV_SHARED: _bindgen_ty_6 = 2;
+pub const MOR_KV_DENSE: _bindgen_ty_6 = 3;
 pub type _bindgen_ty_6 = u32;
 pub const MOR_KV_TYPE_F32: _bindgen_ty_7 = 0;
 pub const MOR_KV_TYPE_F16: _bindgen_ty_7 = 1;

@@ -837,7 +837,7 @@ impl<'c> KvCache<'c> {
         if n < 0 { Err(Error::from_status(n as i32)) } else { Ok(n) }
     }
 
-    /// `sys::MOR_KV_RECURSION_WISE` or `sys::MOR_KV_SHARED`.
+    /// `sys::MOR_KV_RECURSION_WISE`, `sys::MOR_KV_SHARED` or `sys::MOR_KV_DENSE`.
     pub fn mode(&self) -> i32 {
         unsafe { sys::mor_kv_mode(self.ptr) }
     }
