@@ -7,7 +7,14 @@ with the command-line contract of bin/mor-convert, through bin/mor-run:
   - hidden states at every module boundary within 1e-4 of hidden_states.npy;
   - routing identical: selected positions per recursion (expert-choice) or
     chosen depths (token-choice);
-  - greedy_cached and greedy_nocache identical token for token.
+  - the three generation modes of reference.json token for token, and the
+    logits each token was picked from (mor-run --dump-step-logits) within
+    1e-4: greedy_cached with the defaults (the trained semantics: with KV
+    sharing, the official RecursiveDynamicCache), greedy_nocache with
+    --no-cache --kv dense and hf_generate with --kv dense (the official code
+    without its sharing cache); for a model without KV sharing --kv dense
+    gives bitwise the defaults' logits, and for the KV-sharing one the two
+    differ by more than 1e-2 (so the comparison tells them apart).
 The bf16 variant was run by PyTorch in bf16 arithmetic while libmor computes
 in fp32 from the same bf16 weights, so it gets a documented tolerance
 (BF16_TOL) and its one exact greedy tie (argmax margin 0) is excepted: tokens
@@ -27,7 +34,8 @@ FIX = os.path.join(t.ROOT, "tests", "data", "fixtures")
 CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
 FP32_TOL = 1e-4
-BF16_TOL = 0.1       # max abs diff vs a bf16-arithmetic reference; measured 0.050 (logits), 0.068 (hidden)
+BF16_TOL = 0.1       # max abs diff vs a bf16-arithmetic reference; measured 0.050 (logits and step
+                     # logits), 0.068 (hidden)
 
 
 def npy(path):
@@ -59,10 +67,18 @@ def run(args):
     return p.returncode, p.stdout, p.stderr
 
 
-def greedy(model, ids, extra):
+def greedy(model, ids, extra, steps_path):
+    """8 greedy tokens and the logits each was picked from: (tokens, [8 * vocab])"""
     rc, out, err = run([RUN, "-q", "-m", model, "--ids", ",".join(map(str, ids)), "-n", "8",
-                        "--greedy", "--print-ids"] + extra)
-    return [int(x) for x in out.split()] if rc == 0 else ("error", err.strip())
+                        "--greedy", "--print-ids", "--dump-step-logits", steps_path] + extra)
+    if rc != 0:
+        return ("error", err.strip()), None
+    return [int(x) for x in out.split()], f32(steps_path)
+
+
+# reference.json generation mode -> mor-run flags that reproduce it
+GEN_MODES = (("greedy_cached", []), ("greedy_nocache", ["--no-cache", "--kv", "dense"]),
+             ("hf_generate", ["--kv", "dense"]))
 
 
 def check_variant(variant, tmp):
@@ -70,6 +86,7 @@ def check_variant(variant, tmp):
     with open(os.path.join(d, "reference.json")) as f:
         ref = json.load(f)
     bf16 = ref["spec"]["precision"] == "bf16"
+    kvshare = ref["spec"]["kv_sharing"]
     tol = BF16_TOL if bf16 else FP32_TOL
     ids = ref["input_ids"]
     routing = ref["forward"]["routing"]
@@ -105,15 +122,40 @@ def check_variant(variant, tmp):
         if routing["type"] == "expert":
             want = [rec["selected"] for rec in routing["recursions"]]
             t.check(mine["selected"] == want, "%s: selected positions of every recursion" % name)
-        for kind, flags in (("greedy_cached", []), ("greedy_nocache", ["--no-cache"])):
-            got = greedy(out, ids, mode + flags)
+        got_steps = {}
+        for kind, flags in GEN_MODES:
+            got, steps = greedy(out, ids, mode + flags, os.path.join(tmp, "S.f32"))
             exp = gen[kind]["tokens"]
             upto = len(exp)
             if bf16:   # stop before the first exact tie (margin 0): either token is right
                 margins = gen[kind]["step_argmax_margin"]
                 upto = next((i for i, m in enumerate(margins) if m == 0), len(exp))
             t.check(isinstance(got, list) and got[:upto] == exp[:upto],
-                    "%s: %s %s == %s (first %d compared)" % (name, kind, got, exp, upto))
+                    "%s: %s (%s) %s == %s (first %d compared)" % (name, kind, " ".join(flags) or "defaults",
+                                                                got, exp, upto))
+            if steps is None:
+                continue
+            got_steps[kind] = steps
+            V = len(gen[kind]["step_logits"][0])
+            n = min(upto + 1, len(exp))   # the logits of a tie step itself are still comparable
+            want = [x for r in gen[kind]["step_logits"][:n] for x in r]
+            ds = maxdiff(steps[:n * V], want)
+            t.check(ds <= tol, "%s: %s step logits (%d steps) max abs diff %.3g <= %g" % (name, kind, n, ds, tol))
+        # --kv dense is the defaults without KV sharing; with it, the two really differ
+        if src == "hf_safetensors" and len(got_steps) == 3:
+            _, nocache = greedy(out, ids, mode + ["--no-cache"], os.path.join(tmp, "S.f32"))
+            pairs = (("cached", got_steps["hf_generate"], got_steps["greedy_cached"]),
+                     ("--no-cache", got_steps["greedy_nocache"], nocache))
+            for what, dense, trained in pairs:
+                if trained is None:
+                    t.check(False, "%s: %s with the defaults runs" % (name, what))
+                elif kvshare:
+                    dd = maxdiff(dense, trained)
+                    t.check(dd > 1e-2, "%s: KV sharing: %s --kv dense differs from the trained semantics by "
+                            "%.3g (> 1e-2)" % (name, what, dd))
+                else:
+                    t.check(dense.tobytes() == trained.tobytes(), "%s: no KV sharing: %s --kv dense gives "
+                            "bitwise the defaults' step logits" % (name, what))
     if len(images) == 2 and not bf16:
         t.check(images["hf_bin"] == images["hf_safetensors"],
                 "%s: .bin and .safetensors convert to identical GGUF files (tied tensors deduplicated)" % variant)

@@ -5,7 +5,14 @@ checked against the official fixtures (so it can be trusted); then it is the
 oracle for configurations no official fixture covers: synthetic checkpoints in
 the official key grammar are written here, converted with bin/mor-convert
 (MoR settings given as command-line flags) and run with bin/mor-run; logits
-must agree within 1e-4 and per-token depths exactly.
+must agree within 1e-4 and per-token depths exactly. Some cases also generate
+greedily in the four ways of mor-run (cached and --no-cache, each with the
+defaults and with --kv dense): tokens equal and the logits of every step
+(--dump-step-logits) within 1e-4 of the oracle's; for the KV-sharing ones the
+oracle's dense and shared numbers must differ by more than 1e-2, and without
+KV sharing --kv dense must give bitwise the defaults'. KV sharing below a
+first capacity of 1 and recursive baselines with their own lm_head are cases
+too.
 """
 import json
 import os
@@ -81,6 +88,11 @@ def make_checkpoint(case, rng):
     w = {"model.embed_tokens.weight": rand_mat(rng, V, D, 1.0),
          "model.norm.weight": ([D], [1.0 + rng.gauss(0, 0.1) for _ in range(D)])}
     shared = [decoder_layer(rng) for _ in range(K)]
+    # untied_attn: each recursion r >= 1 has attention projections of its own (the
+    # older official code's MoR layers), the MLP and norms stay shared
+    blocks = [[shared[j] if r == 0 or not case.get("untied_attn") else
+               dict(shared[j], **{k: v for k, v in decoder_layer(rng).items() if k.startswith("self_attn.")})
+               for j in range(K)] for r in range(nr)]
     if typ == "none":
         L = case["L"]
         for l, j in enumerate(case["map"]):   # unrolled layer -> shared slot (duplicated keys)
@@ -91,7 +103,7 @@ def make_checkpoint(case, rng):
         if typ == "expert":
             for r in range(nr):
                 for j in range(K):
-                    put(w, "model.layers.%d.block.%d." % (P + r, j), shared[j])
+                    put(w, "model.layers.%d.block.%d." % (P + r, j), blocks[r][j])
                 pfx = "model.layers.%d.mor_router.router." % (P + r)
                 if case.get("router_type") == "mlp":
                     w[pfx + "0.weight"] = rand_mat(rng, 2 * D, D, 0.3)
@@ -102,7 +114,7 @@ def make_checkpoint(case, rng):
         else:
             for r in range(nr):
                 for j in range(K):
-                    put(w, "model.layers.%d.block_list.%d.%d." % (P, r, j), shared[j])
+                    put(w, "model.layers.%d.block_list.%d.%d." % (P, r, j), blocks[r][j])
             w["model.layers.%d.mor_router.router.weight" % P] = rand_mat(rng, nr, D, case.get("router_scale", 0.5))
             if case.get("bias"):   # small: it shifts, but does not decide, the choice
                 w["model.layers.%d.router_bias" % P] = ([nr], [rng.gauss(0, 0.02) for _ in range(nr)])
@@ -121,17 +133,17 @@ def make_checkpoint(case, rng):
 
 CASES = [
     dict(name="expert middle-cycle, MLP routers", type="expert", num_recursion=3, K=2, P=1, router_type="mlp",
-         router_func="sigmoid", alpha=0.1, flags=["--router-type", "mlp", "--router-func", "sigmoid", "--alpha", "0.1"]),
+         router_func="sigmoid", alpha=0.1, generate=True, flags=["--router-type", "mlp", "--router-func", "sigmoid", "--alpha", "0.1"]),
     dict(name="expert cycle, tanh, additive, temp 2, bf16", type="expert", num_recursion=2, K=2, P=0,
          router_func="tanh", alpha=0.5, temp=2.0, gating="additive", capacity=[1.0, 0.5], dtype="BF16",
          flags=["--router-func", "tanh", "--alpha", "0.5", "--temp", "2", "--gating", "additive", "--capacity", "1.0,0.5"]),
     dict(name="expert middle-cycle, raw-logit router (func none)", type="expert", num_recursion=2, K=1, P=1,
          router_func="none", alpha=1.0, flags=["--router-func", "none", "--alpha", "1"]),
     dict(name="token-choice, sigmoid, loss-free bias, KV sharing", type="token", num_recursion=3, K=2, P=1,
-         router_func="sigmoid", alpha=0.1, bias=True, kv_sharing=True, router_scale=2.0,
+         router_func="sigmoid", alpha=0.1, bias=True, kv_sharing=True, router_scale=2.0, generate=True,
          flags=["--router-func", "sigmoid", "--alpha", "0.1", "--bias-balancing", "--kv-sharing", "1"]),
     dict(name="token-choice, softmax, fp16", type="token", num_recursion=2, K=2, P=1, router_func="softmax",
-         alpha=1.0, dtype="F16", flags=["--router-func", "softmax", "--alpha", "1"]),
+         alpha=1.0, dtype="F16", generate=True, flags=["--router-func", "softmax", "--alpha", "1"]),
     dict(name="plain Llama, untied output, fp16", type="none", K=3, L=3, map=[0, 1, 2], tied=False, dtype="F16",
          plain=True, flags=[]),
     dict(name="recursive, sequence sharing, no router", type="none", num_recursion=2, K=2, L=4, map=[0, 0, 1, 1],
@@ -142,6 +154,14 @@ CASES = [
     dict(name="expert middle-cycle, KV sharing, first capacity 0.75", type="expert", num_recursion=3, K=2, P=1,
          capacity=[0.75, 0.5, 0.25], kv_sharing=True, unlike="shared_r0_selected",
          flags=["--router-func", "sigmoid", "--alpha", "0.1", "--kv-sharing", "1", "--capacity", "0.75,0.5,0.25"]),
+    # KV sharing without the official sharing cache (use_cache=False, HF generate()): --kv dense;
+    # attention untied per recursion, so the shared and the dense forwards differ widely
+    dict(name="expert middle-cycle, KV sharing, attention untied per recursion", type="expert", num_recursion=3,
+         K=2, P=1, kv_sharing=True, untied_attn=True, generate=True, seed=2000,   # (tokens that vary)
+         flags=["--router-func", "sigmoid", "--alpha", "0.1", "--kv-sharing", "1"]),
+    dict(name="token-choice, softmax, KV sharing, attention untied per recursion", type="token", num_recursion=3,
+         K=2, P=1, router_func="softmax", alpha=1.0, kv_sharing=True, untied_attn=True, router_scale=2.0,
+         generate=True, flags=["--router-func", "softmax", "--alpha", "1", "--kv-sharing", "1"]),
     # the official RecursiveLlamaForCausalLM never ties its lm_head, though config.json says so
     dict(name="recursive baseline, middle-cycle, tie_word_embeddings but its own lm_head", type="none",
          num_recursion=3, K=1, L=5, map=[-1, 0, 0, 0, -1], sharing="middle_cycle", head="own", expect_head="untied",
@@ -150,6 +170,48 @@ CASES = [
          num_recursion=3, K=1, L=5, map=[-1, 0, 0, 0, -1], sharing="middle_cycle", head="equal", expect_head="tied",
          flags=["--sharing", "middle_cycle"]),
 ]
+
+
+N_GEN = 6
+
+
+def check_generation(case, gguf, model, ids, mode, tmp):
+    """Greedy generation in the four ways of mor-run against the oracle, tokens
+    and the logits each token was picked from (--dump-step-logits): cached and
+    --no-cache with the defaults (the trained semantics), and with --kv dense
+    (for a KV-sharing model, the official no-cache loop and HF generate();
+    without KV sharing, bitwise the defaults)."""
+    name, shared = case["name"], case.get("kv_sharing", False)
+    S = os.path.join(tmp, "S.f32")
+    got = {}
+    for kv in ("default", "dense"):
+        for cached in (True, False):
+            flags = mode + ([] if cached else ["--no-cache"]) + ([] if kv == "default" else ["--kv", "dense"])
+            p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, ids)), "-n", str(N_GEN), "--greedy",
+                                "--print-ids", "--dump-step-logits", S] + flags, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+            what = "%s: greedy %s" % (name, " ".join(flags[len(mode):]) or "cached")
+            if not t.check(p.returncode == 0, "%s runs (%s)" % (what, p.stderr.strip()[:200])):
+                continue
+            toks, steps = [int(x) for x in p.stdout.split()], f32(S)
+            got[kv, cached] = steps
+            if kv == "dense" and not shared:   # no KV sharing: one official path, the defaults'
+                base = got.get(("default", cached))
+                t.check(base is not None and steps.tobytes() == base.tobytes(),
+                        "%s: bitwise the defaults' step logits (no KV sharing)" % what)
+                continue
+            want_toks, want_steps, margins = model.greedy(ids, N_GEN, kv="dense" if kv == "dense" else None,
+                                                          cached=cached)
+            ds = maxdiff(steps, [x for r in want_steps for x in r])
+            t.check(toks == want_toks and ds <= TOL, "%s: tokens %s equal the oracle's, step logits max abs diff "
+                    "%.2g (smallest argmax margin %.3g)" % (what, toks, ds, min(margins)))
+            got["oracle", kv, cached] = [x for r in want_steps for x in r]
+    if shared:   # the test must tell the modes apart: the oracle's dense and shared logits differ
+        for cached in (True, False):
+            a, b = got.get(("oracle", "dense", cached)), got.get(("oracle", "default", cached))
+            dd = maxdiff(a, b) if a and b else 0
+            t.check(dd > 1e-2, "%s: %s: the oracle's dense and shared step logits differ by %.3g (> 1e-2)" %
+                    (name, "cached" if cached else "--no-cache", dd))
 
 
 def run_case(case, tmp, seed):
@@ -210,6 +272,8 @@ def run_case(case, tmp, seed):
             got = json.load(f)["depth"]
         t.check(got == depth and len(set(depth)) > 1,
                 "%s: depths %s equal the reference and vary" % (case["name"], got))
+    if case.get("generate"):
+        check_generation(case, out, model, ids, mode, tmp)
     if case.get("unlike"):   # the rule tested must matter: another reading gives other logits
         other, _ = model.forward(ids, kv=case["unlike"])
         d2 = maxdiff([x for r in other for x in r], [x for r in want for x in r])
@@ -227,7 +291,7 @@ def main():
     check_oracle_on_fixtures()
     with tempfile.TemporaryDirectory() as tmp:
         for i, case in enumerate(CASES):
-            run_case(case, tmp, 1000 + i)
+            run_case(case, tmp, case.get("seed", 1000 + i))
     t.finish()
 
 

@@ -2,7 +2,8 @@
  *
  *   mor-run -m MODEL.gguf -p "Once upon a time" -n 64 [--show-depth]
  *   mor-run -m MODEL.gguf --ids 14,148,141 --routing topk --dump-logits L.f32 --dump-routing R.json
- *   mor-run -m MODEL.gguf --ids 14,148,141 -n 8 --greedy --routing topk [--no-cache] --print-ids
+ *   mor-run -m MODEL.gguf --ids 14,148,141 -n 8 --greedy --routing topk [--no-cache] [--kv dense] --print-ids \
+ *           --dump-step-logits S.f32
  *   mor-run -m VOCAB.gguf --tokenize-file T.txt
  *
  * Run with --help for every option. Generated text goes to stdout; notes,
@@ -19,7 +20,7 @@
 #include "tools/cli.h"
 
 typedef struct {
-    const char *model, *prompt, *ids, *dump_logits, *dump_routing, *dump_hidden, *tokenize_file;
+    const char *model, *prompt, *ids, *dump_logits, *dump_routing, *dump_hidden, *dump_step_logits, *tokenize_file;
     int n_predict, no_cache, print_ids, show_depth, quiet, max_depth, routing, forced, routing_set;
     int kv_mode, kv_type, n_ctx, max_pos, n_threads;
     int greedy, temp_set;
@@ -61,15 +62,26 @@ static void usage(FILE *f)
         "  --max-pos N              positions a sequence may reach (default: the model's training\n"
         "                           context, past which RoPE positions were never trained; a larger\n"
         "                           N allows them)\n"
-        "  --kv recursion|shared    KV caching across recursions (default: the model's)\n"
+        "  --kv recursion|shared|dense\n"
+        "                           KV caching across recursions (default: the model's; for a model\n"
+        "                           trained with KV sharing, shared: its trained semantics). dense:\n"
+        "                           what the official code computes without its KV-sharing cache,\n"
+        "                           every recursion over every token with its own K/V: with --no-cache\n"
+        "                           its greedy no-cache loop, cached its HF generate(); the same as the\n"
+        "                           default for models without KV sharing (docs/PARITY.md)\n"
         "  --kv-type f32|f16|q8_0   how the cache stores keys and values (default f32)\n"
-        "  --no-cache               recompute the whole sequence at every step\n"
+        "  --no-cache               recompute the whole sequence from an empty cache at every step\n"
+        "                           (top-k routing then ranks the whole sequence each time), with the\n"
+        "                           semantics of --kv: the trained ones by default; the official\n"
+        "                           use_cache=False loop of a KV-sharing model is --no-cache --kv dense\n"
         "  -t, --threads N          worker threads (default: the online CPUs, at most 8); results\n"
         "                           do not depend on it\n"
         "dumps (one forward over the prompt, for comparison with other implementations):\n"
         "  --dump-logits FILE       logits, float32 [T][vocab]\n"
         "  --dump-routing FILE      routing as JSON {depth, selected}\n"
         "  --dump-hidden FILE       hidden states, float32 [points][T][n_embd]\n"
+        "  --dump-step-logits FILE  the logits each generated token was picked from (the first: the\n"
+        "                           prompt's last row), float32 [n][vocab], in every mode\n"
         "  --tokenize-file FILE     print the ids of FILE's bytes on one line and exit\n"
         "  -h, --help\n");
 }
@@ -82,7 +94,8 @@ static int default_threads(void)
 
 static void parse_args(int argc, char **argv, options *o)
 {
-    static const char *const kv_modes[] = { "recursion", "shared", NULL };
+    static const char *const kv_modes[] = { "recursion", "shared", "dense", NULL };
+    static const int kv_mode_values[] = { MOR_KV_RECURSION_WISE, MOR_KV_SHARED, MOR_KV_DENSE };
     static const char *const kv_types[] = { "f32", "f16", "q8_0", NULL };
     memset(o, 0, sizeof *o);
     o->n_predict = -1;
@@ -123,7 +136,7 @@ static void parse_args(int argc, char **argv, options *o)
         }
         else if (FLAG("--threshold")) o->n_thresholds = cli_float_list(a, VALUE(), o->thresholds, 32, -1e30, 1e30);
         else if (FLAG("--max-depth")) o->max_depth = (int)cli_int(a, VALUE(), 0, mor_max_recursions());
-        else if (FLAG("--kv")) o->kv_mode = cli_choice(a, VALUE(), kv_modes) == 0 ? MOR_KV_RECURSION_WISE : MOR_KV_SHARED;
+        else if (FLAG("--kv")) o->kv_mode = kv_mode_values[cli_choice(a, VALUE(), kv_modes)];
         else if (FLAG("--kv-type")) {
             static const int values[] = { MOR_KV_TYPE_F32, MOR_KV_TYPE_F16, MOR_KV_TYPE_Q8_0 };
             o->kv_type = values[cli_choice(a, VALUE(), kv_types)];
@@ -138,6 +151,7 @@ static void parse_args(int argc, char **argv, options *o)
         else if (FLAG("--dump-logits")) o->dump_logits = VALUE();
         else if (FLAG("--dump-routing")) o->dump_routing = VALUE();
         else if (FLAG("--dump-hidden")) o->dump_hidden = VALUE();
+        else if (FLAG("--dump-step-logits")) o->dump_step_logits = VALUE();
         else if (FLAG("--tokenize-file")) o->tokenize_file = VALUE();
         else cli_usage_error("unknown option '%s'", a);
 #undef FLAG
@@ -197,12 +211,13 @@ typedef struct {
     mor_token *prompt, *seq;   /* seq: the tokens of the sequence in the window (no-cache) or generated */
     int n_prompt, n_seq, cap_seq;
     int32_t *depths;           /* scratch [n_batch] */
+    float *steps;              /* --dump-step-logits: [n_predict][n_vocab] */
     int at_line_start;         /* stdout ends with a newline (or is empty) */
 } run_state;
 
 static void run_free(run_state *r)
 {
-    free(r->prompt); free(r->seq); free(r->depths);
+    free(r->prompt); free(r->seq); free(r->depths); free(r->steps);
     mor_sampler_free(r->sampler);
     mor_batch_free(r->batch);
     mor_context_free(r->ctx);
@@ -378,8 +393,8 @@ int main(int argc, char **argv)
     parse_args(argc, argv, o);
     {
         const char *inputs[] = { o->model, o->tokenize_file };
-        const char *outs[] = { o->dump_logits, o->dump_routing, o->dump_hidden };
-        for (int i = 0; i < 3; i++)
+        const char *outs[] = { o->dump_logits, o->dump_routing, o->dump_hidden, o->dump_step_logits };
+        for (int i = 0; i < 4; i++)
             if (outs[i] && cli_refuse_overwrite(outs[i], inputs, 2)) return 2;
     }
 
@@ -458,7 +473,8 @@ int main(int argc, char **argv)
         return lib_error(NULL, "--max-depth", st);
     }
     R.depths = malloc(sizeof *R.depths * cp.n_batch);
-    if (!R.depths) { run_free(&R); return cli_error("out of memory"); }
+    if (o->dump_step_logits) R.steps = malloc(sizeof *R.steps * (size_t)n_vocab * (size_t)(n_predict ? n_predict : 1));
+    if (!R.depths || (o->dump_step_logits && !R.steps)) { run_free(&R); return cli_error("out of memory"); }
     if ((st = mor_batch_create((int32_t)cp.n_batch, &R.batch))) { run_free(&R); return lib_error(NULL, "creating a batch", st); }
     if ((st = mor_sampler_create(&o->sp, &R.sampler))) { run_free(&R); return lib_error(NULL, "creating the sampler", st); }
     for (int i = 0; i < R.n_prompt; i++) {
@@ -480,6 +496,7 @@ int main(int argc, char **argv)
     while (n_gen < n_predict) {
         if (R.n_seq >= limit) { stopped_at_limit = 1; break; }
         mor_token t;
+        if (R.steps) memcpy(R.steps + (size_t)n_gen * n_vocab, logits, sizeof *R.steps * (size_t)n_vocab);
         if ((st = mor_sampler_sample(R.sampler, logits, n_vocab, &t))) { rc = lib_error(&R, "sampling", st); break; }
         if (!push_token(&R, t)) { rc = cli_error("out of memory"); break; }
         n_gen++;
@@ -501,6 +518,13 @@ int main(int argc, char **argv)
         if (eos >= 0 && t == eos && o->prompt) break;
     }
     double t_gen = now_s() - t1;
+    if (R.steps && !rc) {   /* the logits of the n_gen steps taken */
+        const float **rows = malloc(sizeof *rows * (size_t)(n_gen ? n_gen : 1));
+        for (int i = 0; rows && i < n_gen; i++) rows[i] = R.steps + (size_t)i * n_vocab;
+        if (!rows) rc = cli_error("out of memory");
+        else if (!write_floats(o->dump_step_logits, rows, n_gen, (size_t)n_vocab)) rc = 1;
+        free((void *)rows);
+    }
     if (o->print_ids) {
         for (int i = R.n_prompt; i < R.n_seq; i++) printf(i > R.n_prompt ? " %d" : "%d", R.seq[i]);
         printf("\n");
