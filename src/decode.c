@@ -96,9 +96,9 @@ static mor_status expert_recursions(mor_context *c, const mor_batch *b, int32_t 
                              c->done, c->rank, c->sel);
         /* The block runs over the selected rows, and over the others too when
          * recursion r caches every token's K/V (kv_caches_every_row: KV
-         * sharing at r = 0) or in lockstep; their outputs are discarded, and
-         * lockstep's own extra rows store no K/V (done, router scratch free
-         * again, indexed by gathered row). */
+         * sharing at r = 0, dense at every r) or in lockstep; their outputs
+         * are discarded, and lockstep's own extra rows store no K/V (done,
+         * router scratch free again, indexed by gathered row). */
         const int every = r < cap && kv_caches_every_row(c->kv, r);
         int32_t k = 0;
         for (int32_t i = 0; i < n; i++) {

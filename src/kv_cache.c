@@ -1,13 +1,14 @@
-/* kv_cache.c - the KV cache: cells per unrolled layer, recursion-wise or shared.
+/* kv_cache.c - the KV cache: cells per unrolled layer, recursion-wise, shared or dense.
  *
  * Recursion-wise caching (the MoR default): the layer of recursion r holds
  * only the tokens that were active at r, so deeper recursions fill fewer
  * cells. Recursive KV sharing: recursion 0 holds every token (active there or
  * not), layers of recursions >= 1 hold nothing and read the recursion-0 layer
  * of the same block position. Dense (the official code's no-cache path of a
- * KV-sharing model): every recursion holds every token, in its own layers. A token log (no K/V)
- * records every decoded (seq, pos) so that positions can be checked and
- * sequence operations know every token, whatever depth it reached.
+ * KV-sharing model): every recursion holds every token, in its own layers.
+ * A token log (no K/V) records every decoded (seq, pos) so that positions
+ * can be checked and sequence operations know every token, whatever depth
+ * it reached.
  *
  * mor_decode appends through a transaction: every appended cell is logged, and
  * a failed or aborted decode frees exactly those cells again. */
