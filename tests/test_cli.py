@@ -144,6 +144,8 @@ def overwrites(tmp):
         ("mor-quantize IN ./IN", [tool("mor-quantize"), model, os.path.join(tmp, ".", "m.gguf"), "q8_0"]),
         ("mor-run --dump-logits MODEL", [tool("mor-run"), "-m", model, "--ids", "1,2", "--dump-logits", model]),
         ("mor-run --dump-routing MODEL", [tool("mor-run"), "-m", model, "--ids", "1,2", "--dump-routing", model]),
+        ("mor-run --dump-step-logits MODEL", [tool("mor-run"), "-m", model, "--ids", "1,2", "-n", "2",
+                                              "--dump-step-logits", model]),
         ("mor-depth-svg -o MODEL", [tool("mor-depth-svg"), "-m", model, "-p", "x", "-o", model]),
         ("mor-depth-svg -o TEXT", [tool("mor-depth-svg"), "-m", model, "-f", txt, "-o", txt]),
         ("mor-tok-train -o TEXT", [tool("mor-tok-train"), "-i", txt, "-o", txt, "-q"]),
@@ -213,6 +215,8 @@ def help_texts():
             os.path.basename(a) for a in args))
     rc, out, _ = run([tool("mor-run"), "--help"])
     t.check(rc == 0 and "--threads" in out and "threshold" in out and "--max-pos" in out, "mor-run --help: --threads, the default routing, the context flags")
+    t.check(rc == 0 and "--kv recursion|shared|dense" in out and "use_cache=False" in out and "--dump-step-logits" in out,
+            "mor-run --help: --kv dense, what --no-cache means, --dump-step-logits")
     for name in ("mor-convert", "mor-quantize", "mor-train", "mor-tok-train", "mor-depth-svg"):
         rc, out, _ = run([tool(name), "--help"])
         t.check(rc == 0 and "usage" in out, "%s --help" % name)
