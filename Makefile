@@ -4,6 +4,7 @@
 #   make demo            generate with the bundled model, showing each token's depth
 #   make model           train that model from scratch (models/README.md)
 #   make test            the whole test suite; last line "N passed, N failed"
+#                        (", N skipped" follows when an optional tool is missing)
 #   make fixtures        convert the test fixtures to GGUF (build/fixtures)
 #   make test-sanitize   the C tests again under ASan + UBSan (build/san)
 #   make install PREFIX=/usr/local DESTDIR=
@@ -246,8 +247,20 @@ $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_LIB_OB
 
 fuzz-build: $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 
+# Without clang's libFuzzer (optional: Debian clang libclang-rt-dev) make fuzz
+# is one counted skip, not a failure; the probe runs only when fuzz is asked for.
+ifneq ($(filter fuzz fuzz-build,$(MAKECMDGOALS)),)
+FUZZ_OK := $(shell printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }\n' | \
+             $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null >/dev/null 2>&1 && echo yes)
+endif
+ifeq ($(FUZZ_OK),yes)
 fuzz: fuzz-build
 	@FUZZ_DIR="$(FUZZ_DIR)" FUZZ_SECONDS="$(FUZZ_SECONDS)" sh tests/fuzz/run.sh $(FUZZ_NAMES)
+else
+fuzz:
+	@echo "skip - make fuzz: $(FUZZ_CC) cannot link a libFuzzer target (Debian: apt-get install clang libclang-rt-dev)"
+	@echo "0 passed, 0 failed, 1 skipped"
+endif
 
 # The same targets, built with -DFUZZ_REPLAY into one test program.
 REPLAY_OBJ := $(FUZZ_NAMES:%=$(BUILD)/fuzz-replay/fuzz_%.o)
@@ -410,6 +423,18 @@ CROSS_QEMU_armv7   := qemu-arm
 CROSS_CFLAGS_armv7 := -D_FILE_OFFSET_BITS=64 -mfpu=neon-vfpv4
 CROSS_PREFIX := $(CROSS_$(ARCH))
 CROSS_OUT    := build/cross/$(ARCH)
+# Without the cross compiler (optional) make cross-test is one counted skip.
+CROSS_DEB_aarch64 := gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+CROSS_DEB_armv7   := gcc-arm-linux-gnueabihf libc6-dev-armhf-cross
+ifneq ($(filter cross-test,$(MAKECMDGOALS)),)
+CROSS_CC_FOUND := $(shell command -v $(CROSS_PREFIX)-gcc 2>/dev/null)
+endif
+ifeq ($(CROSS_CC_FOUND),)
+cross-test:
+	@test -n "$(CROSS_PREFIX)" || { echo "cross-test: ARCH=$(ARCH)? (aarch64 or armv7)"; exit 2; }
+	@echo "skip - make cross-test ARCH=$(ARCH): $(CROSS_PREFIX)-gcc not found (Debian: apt-get install $(CROSS_DEB_$(ARCH)))"
+	@echo "0 passed, 0 failed, 1 skipped"
+else
 cross-test: fixtures
 	@test -n "$(CROSS_PREFIX)" || { echo "cross-test: ARCH=$(ARCH)? (aarch64 or armv7)"; exit 2; }
 	$(MAKE) OUT=$(CROSS_OUT) CC=$(CROSS_PREFIX)-gcc OBJCOPY=$(CROSS_PREFIX)-objcopy OMP=0 \
@@ -417,3 +442,4 @@ cross-test: fixtures
 	@mkdir -p $(CROSS_OUT)/build/fixtures
 	cp $(FIXTURE_GGUF) $(CROSS_OUT)/build/fixtures/
 	@OUT=$(CROSS_OUT) QEMU="$(CROSS_QEMU_$(ARCH)) -L /usr/$(CROSS_PREFIX)" sh tests/cross-test.sh
+endif

@@ -4,13 +4,18 @@
 # Runs, from the repository root:
 #   - every test program built in $OUT/build/tests/ (OUT defaults to .),
 #   - every tests/test_*.sh (with sh) and tests/test_*.py (with python3).
-# Each prints "ok - ..." / "FAIL - ..." lines and, last, one line
-# "# checks: P passed, F failed" (tests/check.h, tests/testlib.sh,
-# tests/testlib.py). A program that exits non-zero without that line (a crash,
-# a sanitizer report, a timeout) counts as one failed check; so does one that
-# prints it with 0 failures but still exits non-zero (e.g. a leak found at
-# exit). Prints one summary line per program and ends with exactly
-# "N passed, N failed", the checks summed. Exits 1 if anything failed.
+# Each prints "ok - ..." / "FAIL - ..." / "skip - ..." lines and, last, one
+# line "# checks: P passed, F failed" or "# checks: P passed, F failed, S
+# skipped" (tests/check.h, tests/testlib.sh, tests/testlib.py). A skip is a
+# check that cannot run on this machine (an optional tool such as valgrind,
+# bindgen or cargo is missing; the line says which Debian package to
+# install): it is counted and shown, never a failure. A program that exits
+# non-zero without that line (a crash, a sanitizer report, a timeout) counts
+# as one failed check; so does one that prints it with 0 failures but still
+# exits non-zero (e.g. a leak found at exit). Prints one summary line per
+# program (and its skip lines) and ends with exactly "N passed, N failed"
+# when nothing was skipped, else "N passed, N failed, N skipped", the checks
+# summed. Exits 1 if anything failed.
 #
 # Environment: OUT (exported, absolute, for the scripts: $OUT/bin, $OUT/lib),
 # SANITIZE=1 (set ASan/UBSan options), CC, CXX, TEST_TIMEOUT (seconds per
@@ -52,6 +57,7 @@ fi
 
 total_pass=0
 total_fail=0
+total_skip=0
 n_prog=0
 n_bad=0
 
@@ -67,11 +73,13 @@ run_one() {
     $TIMEOUT "$@" </dev/null >"$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
-    line=$(grep -E '^# checks: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+    line=$(grep -E '^# checks: [0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" | tail -n 1)
     note=
+    k=0
     if [ -n "$line" ]; then
-        p=$(echo "$line" | sed 's/^# checks: \([0-9]*\) passed, \([0-9]*\) failed$/\1/')
-        f=$(echo "$line" | sed 's/^# checks: \([0-9]*\) passed, \([0-9]*\) failed$/\2/')
+        p=$(echo "$line" | sed 's/^# checks: \([0-9]*\) passed, .*$/\1/')
+        f=$(echo "$line" | sed 's/^# checks: [0-9]* passed, \([0-9]*\) failed.*$/\1/')
+        case $line in *skipped) k=$(echo "$line" | sed 's/^.* failed, \([0-9]*\) skipped$/\1/') ;; esac
         if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
             f=1
             note=" (exit status $rc after its checks)"
@@ -89,8 +97,12 @@ run_one() {
     fi
     total_pass=$((total_pass + p))
     total_fail=$((total_fail + f))
+    total_skip=$((total_skip + k))
     if [ "$f" -eq 0 ]; then status=PASS; else status=FAIL; n_bad=$((n_bad + 1)); fi
-    printf '%-4s %-28s %5d passed %4d failed %5ss%s\n' "$status" "$name" "$p" "$f" "$secs" "$note"
+    if [ "$k" -gt 0 ]; then skipped=" $k skipped"; else skipped=; fi
+    printf '%-4s %-28s %5d passed %4d failed %5ss%s%s\n' "$status" "$name" "$p" "$f" "$secs" "$skipped" "$note"
+    # what was skipped, and why, is always shown
+    [ "$TEST_VERBOSE" = 1 ] || grep -E '^skip - ' "$log" | head -n 20 | sed 's/^/    /'
     if [ "$TEST_VERBOSE" = 1 ]; then
         sed 's/^/    /' "$log"
     elif [ "$f" -ne 0 ]; then
@@ -134,5 +146,9 @@ for script in tests/test_*.py; do
 done
 
 echo "# $n_prog programs, $n_bad with failures; logs in $LOGDIR"
-echo "$total_pass passed, $total_fail failed"
+if [ "$total_skip" -gt 0 ]; then
+    echo "$total_pass passed, $total_fail failed, $total_skip skipped"
+else
+    echo "$total_pass passed, $total_fail failed"
+fi
 [ "$total_fail" -eq 0 ]

@@ -4,10 +4,7 @@
 # `make uninstall` removes it again.
 . tests/testlib.sh
 
-if ! command -v pkg-config >/dev/null 2>&1; then
-    fail "pkg-config not found (Debian: apt-get install pkg-config)"
-    finish
-fi
+need_tool pkg-config pkg-config "make install and a program built with pkg-config" || finish
 
 DEST=$TMP/dest
 SAN=${SANITIZE:-0}

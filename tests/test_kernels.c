@@ -369,7 +369,7 @@ int main(void)
     CHECK(best != NULL, "best kernel set here: %s (compiled in: %s)", best ? best->name : "none", kernels_compiled());
     for (int isa = ISA_REF + 1; isa < ISA_COUNT; isa++) {
         const kernel_set *ks = kernels_get(isa);
-        if (!ks) { printf("# skip %s: not compiled in or not supported by this CPU\n", names[isa]); continue; }
+        if (!ks) { SKIP("kernel set %s: not compiled in or not supported by this CPU", names[isa]); continue; }
         test_set(ks);
     }
 #if defined(__x86_64__)

@@ -8,7 +8,8 @@
 #     layout tests; then the fixture tests again linked with libmor.so.
 # Cargo builds into $OUT/build/rust; no crate comes from a registry.
 # Under SANITIZE=1 the tests link the ASan/UBSan runtimes and run with them
-# preloaded.
+# preloaded. Without bindgen or cargo (optional: Debian packages bindgen,
+# cargo) those parts are counted skips.
 . tests/testlib.sh
 
 RS=$ROOT/bindings/rust
@@ -20,7 +21,7 @@ for f in $(python3 "$ROOT/docs/tools/mor_api.py" functions "$ROOT/include/mor.h"
     grep -q "pub fn $f(" "$BINDINGS" || missing="$missing $f"
 done
 check_eq "bindings.rs binds every MOR_API function of mor.h" "${missing:-none}" none
-if command -v bindgen >/dev/null 2>&1; then
+if need_tool bindgen bindgen "bindings.rs is current (make rust-bindings)"; then
     if sh "$RS/gen-bindings.sh" "$TMP/bindings.rs" 2>"$TMP/bindgen.err"; then
         if cmp -s "$TMP/bindings.rs" "$BINDINGS"; then
             ok "bindings.rs is current ($(head -n 1 "$BINDINGS" | sed 's/^.* by //; s/ \*\/$//'))"
@@ -31,18 +32,13 @@ if command -v bindgen >/dev/null 2>&1; then
     else
         fail "bindgen failed: $(head -n 3 "$TMP/bindgen.err")"
     fi
-else
-    fail "bindgen not found, cannot check bindings.rs is current (Debian: apt-get install bindgen)"
 fi
 
 # --- cargo test ------------------------------------------------------------
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
     PATH=$HOME/.cargo/bin:$PATH
 fi
-if ! command -v cargo >/dev/null 2>&1; then
-    fail "cargo not found (Debian: apt-get install cargo)"
-    finish
-fi
+need_tool cargo cargo "cargo test of the Rust crates" || finish
 note "$(cargo --version), $(rustc --version)"
 # The build writes a Cargo.lock beside the workspace (ignored; path crates only).
 CARGO_TARGET_DIR=$OUT/build/rust

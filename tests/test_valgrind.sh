@@ -4,17 +4,15 @@
 # converter (bin/mor-convert) on both checkpoint formats with a tokenizer.
 # Each run must show no invalid access, no use of uninitialised memory and
 # no leak (definite, indirect or possible); failing runs (a truncated model, a
-# missing file) must fail cleanly the same way. Skips (one ok) only when
-# valgrind is not installed, or under make test-sanitize, where the programs
-# are ASan builds that valgrind cannot run (ASan checks them there instead).
+# missing file) must fail cleanly the same way. One counted skip when
+# valgrind is not installed (Debian: valgrind), or under make test-sanitize,
+# where the programs are ASan builds that valgrind cannot run (ASan checks
+# them there instead).
 . tests/testlib.sh
 
-if ! command -v valgrind >/dev/null 2>&1; then
-    ok "valgrind is not installed: skipped (apt-get install valgrind)"
-    finish
-fi
+need_tool valgrind valgrind "memcheck of the programs" || finish
 if [ "${SANITIZE:-0}" = 1 ]; then
-    ok "skipped under sanitizers: ASan and valgrind do not mix"
+    skip "memcheck under make test-sanitize: ASan and valgrind do not mix (ASan checks these programs there)"
     finish
 fi
 

@@ -4,18 +4,24 @@ Standard library only. Use from a test run from the repository root:
 
     import testlib as t
     t.check(cond, "what was checked")
-    t.finish()          # prints "# checks: P passed, F failed" and exits
+    t.skip("why it cannot run here (Debian: apt-get install PKG)")
+    if t.need_tool("node", "nodejs"): ...   # a counted skip when a tool is missing
+    t.finish()          # prints "# checks: P passed, F failed[, S skipped]" and exits
+
+A skip is never a failure: it is counted and shown by tests/run.sh.
 
 ROOT is the repository, OUT the build output root (absolute): OUT/bin and
 OUT/lib hold what make built.
 """
 import os
+import shutil
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.abspath(os.path.join(ROOT, os.environ.get("OUT", ".")))
 _passed = 0
 _failed = 0
+_skipped = 0
 
 
 def check(cond, what):
@@ -29,6 +35,22 @@ def check(cond, what):
         print("FAIL - " + what)
     sys.stdout.flush()
     return bool(cond)
+
+
+def skip(why):
+    """Print "skip - why" for checks that cannot run on this machine."""
+    global _skipped
+    _skipped += 1
+    print("skip - " + why)
+    sys.stdout.flush()
+
+
+def need_tool(cmd, package, what=None):
+    """True if cmd is on PATH; else one skip naming the Debian package, False."""
+    if shutil.which(cmd):
+        return True
+    skip("%s: %s not found (Debian: apt-get install %s)" % (what or "the checks that need " + cmd, cmd, package))
+    return False
 
 
 def gpt2_byte_chars():
@@ -46,6 +68,9 @@ def gpt2_byte_chars():
 
 
 def finish():
-    print("# checks: %d passed, %d failed" % (_passed, _failed))
+    if _skipped:
+        print("# checks: %d passed, %d failed, %d skipped" % (_passed, _failed, _skipped))
+    else:
+        print("# checks: %d passed, %d failed" % (_passed, _failed))
     sys.stdout.flush()
     sys.exit(1 if _failed else 0)

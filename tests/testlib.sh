@@ -4,7 +4,9 @@
 #     . tests/testlib.sh
 #     check "the library exists" test -f "$OUT/lib/libmor.a"
 #     ok "something that was verified by hand"; fail "why it failed"
-#     finish                      # "# checks: P passed, F failed", exit status
+#     skip "why it cannot run here (Debian: apt-get install PKG)"
+#     need_tool valgrind valgrind || finish   # a counted skip when a tool is missing
+#     finish                      # "# checks: P passed, F failed[, S skipped]", exit status
 #
 # It sets: ROOT (the repository), OUT (absolute; $OUT/bin, $OUT/lib hold what
 # make built), CC, CXX, SAN_FLAGS (the -fsanitize flags when SANITIZE=1, for
@@ -15,9 +17,13 @@
 
 T_PASSED=0
 T_FAILED=0
+T_SKIPPED=0
 
 ok()   { T_PASSED=$((T_PASSED + 1)); echo "ok - $*"; }
 fail() { T_FAILED=$((T_FAILED + 1)); echo "FAIL - $*"; }
+# A check that cannot run on this machine (an optional tool is missing): counted
+# and shown by tests/run.sh, never a failure. Name what to install.
+skip() { T_SKIPPED=$((T_SKIPPED + 1)); echo "skip - $*"; }
 note() { echo "# $*"; }
 
 # check DESCRIPTION COMMAND [ARGS...]: ok if the command succeeds. Its output
@@ -39,8 +45,20 @@ check_eq() {
     if [ "$2" = "$3" ]; then ok "$1"; else fail "$1 (got '$2', want '$3')"; fi
 }
 
+# need_tool COMMAND PACKAGE [WHAT]: true if COMMAND is on PATH, else one skip
+# "WHAT: COMMAND not found (Debian: apt-get install PACKAGE)" and false.
+need_tool() {
+    command -v "$1" >/dev/null 2>&1 && return 0
+    skip "${3:-the checks that need $1}: $1 not found (Debian: apt-get install $2)"
+    return 1
+}
+
 finish() {
-    echo "# checks: $T_PASSED passed, $T_FAILED failed"
+    if [ "$T_SKIPPED" -gt 0 ]; then
+        echo "# checks: $T_PASSED passed, $T_FAILED failed, $T_SKIPPED skipped"
+    else
+        echo "# checks: $T_PASSED passed, $T_FAILED failed"
+    fi
     [ "$T_FAILED" -eq 0 ] && exit 0
     exit 1
 }
