@@ -32,7 +32,8 @@ int main(int argc, char **argv)
     int32_t n = 0;
     if (use_ids) {                       /* "14,148,141" */
         for (char *s = (char *)prompt; *s && n < 512; s += *s == ',') tokens[n++] = (mor_token)strtol(s, &s, 10);
-    } else if ((st = mor_tokenize(model, prompt, strlen(prompt), 0, tokens, 512, &n))) {
+    } else if ((st = mor_tokenize(model, prompt, strlen(prompt), mor_model_add_bos(model) ? MOR_TOKENIZE_ADD_BOS : 0,
+                                  tokens, 512, &n))) {
         return fail("tokenize", st);
     }
 
@@ -60,7 +61,7 @@ int main(int argc, char **argv)
         if (next == mor_model_token_eos(model)) break;
         char piece[64];
         size_t len = 0;
-        if (mor_detokenize(model, &next, 1, piece, sizeof piece, &len) == MOR_OK) fwrite(piece, 1, len, stdout);
+        if (mor_token_to_piece(model, next, piece, sizeof piece, &len) == MOR_OK) fwrite(piece, 1, len, stdout);
         else printf(" %d", next);
         mor_batch_clear(batch);          /* feed it back: one token at its position */
         mor_batch_add(batch, next, pos, 0, 1);

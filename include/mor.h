@@ -218,6 +218,10 @@ MOR_API uint64_t mor_model_size_bytes(const mor_model *model);
 /* Special tokens, -1 when the model has none. */
 MOR_API mor_token mor_model_token_bos(const mor_model *model);
 MOR_API mor_token mor_model_token_eos(const mor_model *model);
+/* 1 if the model's texts start with BOS (tokenizer.ggml.add_bos_token; when
+ * the file does not say: 1 for SentencePiece-style tokenizers, 0 for
+ * byte-level BPE, as llama.cpp decides), 0 otherwise or without a tokenizer. */
+MOR_API int32_t mor_model_add_bos(const mor_model *model);
 
 /* Copy the value of a string, integer, float or bool metadata key, formatted
  * as text, into buf (NUL-terminated, truncated to cap). *len_out (may be NULL)
@@ -491,23 +495,66 @@ MOR_API void       mor_sampler_reset(mor_sampler *s);
 
 enum {
     MOR_TOKENIZE_ADD_BOS       = 1u << 0, /* prepend the BOS token if the model has one  */
-    MOR_TOKENIZE_PARSE_SPECIAL = 1u << 1  /* match special tokens in the text, as HF does */
+    MOR_TOKENIZE_PARSE_SPECIAL = 1u << 1, /* match special tokens in the text, as HF does */
+    /* Match only the user-defined added tokens (not the control ones): what
+     * HF does with split_special_tokens=True and llama.cpp with
+     * parse_special=false, for vocabularies such as GPT-NeoX's (runs of
+     * spaces) or DeepSeek's. Implied by MOR_TOKENIZE_PARSE_SPECIAL. */
+    MOR_TOKENIZE_PARSE_USER_DEFINED = 1u << 2
 };
 
-/* Tokenize `len` bytes of `text` (UTF-8; invalid bytes are still encoded,
- * byte-level) into out[0..cap-1]; *n_out receives the number of tokens. If cap
- * is too small, nothing useful is written, *n_out is the count needed and
- * MOR_E_BUFFER_TOO_SMALL is returned. MOR_E_UNSUPPORTED if the model has no
- * tokenizer. Thread-safe (const model). */
+/* Tokenize `len` bytes of `text` (UTF-8) into out[0..cap-1]; *n_out receives
+ * the number of tokens. If cap is too small, nothing useful is written,
+ * *n_out is the count needed and MOR_E_BUFFER_TOO_SMALL is returned.
+ * MOR_E_UNSUPPORTED if the model has no tokenizer. Thread-safe (const model).
+ *
+ * Added tokens: without flags none is matched and the text is all plain text;
+ * MOR_TOKENIZE_PARSE_USER_DEFINED matches the user-defined ones,
+ * MOR_TOKENIZE_PARSE_SPECIAL all (control, user-defined, unknown), leftmost
+ * first and the longest there. Each stretch of text between them is
+ * tokenized on its own.
+ *
+ * BOS: MOR_TOKENIZE_ADD_BOS prepends the BOS token whenever the model has one
+ * (mor_model_token_bos() >= 0), whatever mor_model_add_bos() says; EOS is
+ * never added. With the flags of a model's training, pass ADD_BOS when
+ * mor_model_add_bos() is 1.
+ *
+ * Byte-level BPE (GPT-2, GPT-NeoX/Pythia, SmolLM, StarCoder, Falcon,
+ * DeepSeek, ...): every byte has a token, so any text is encoded; invalid
+ * UTF-8 bytes are one-byte characters of their own, and decode back.
+ *
+ * SentencePiece-style (Llama, TinyLlama, Gemma): spaces become U+2581 and,
+ * where the model says so, a U+2581 goes before the text (and before each
+ * stretch after a special token: SentencePiece's dummy prefix, as llama.cpp
+ * and HF's legacy Llama tokenizers do it; HF's Metaspace adds it only where
+ * the stretch does not start with a space, and "first" only at the start of
+ * the text; Gemma adds none). A character outside the vocabulary becomes the
+ * <0xNN> tokens of its bytes (byte fallback), or the unknown token when the
+ * vocabulary has no byte tokens. */
 MOR_API mor_status mor_tokenize(const mor_model *model, const char *text, size_t len,
                                 uint32_t flags, mor_token *out, int32_t cap, int32_t *n_out);
 
-/* The bytes of `n` tokens, concatenated, into buf (not NUL-terminated);
- * *len_out receives the byte count (the count needed, with
- * MOR_E_BUFFER_TOO_SMALL, if cap is too small). Special tokens are rendered
- * as their text. MOR_E_OUT_OF_RANGE for an invalid id. Thread-safe. */
+/* The text of `n` tokens into buf (not NUL-terminated); *len_out receives the
+ * byte count (the count needed, with MOR_E_BUFFER_TOO_SMALL, if cap is too
+ * small). Control, unknown and user-defined tokens are rendered as their
+ * text; byte-level tokens give their bytes; SentencePiece tokens give their
+ * text with U+2581 as a space and <0xNN> as the byte NN. When the model puts
+ * a space before the text (SentencePiece, above), one leading space of the
+ * first token is dropped, as llama.cpp's llama_detokenize and HF's decoder
+ * do, so that decoding what mor_tokenize gave (without ADD_BOS) gives the
+ * text back. To print tokens one at a time, use mor_token_to_piece.
+ * MOR_E_OUT_OF_RANGE for an invalid id. Thread-safe. */
 MOR_API mor_status mor_detokenize(const mor_model *model, const mor_token *tokens, int32_t n,
                                   char *buf, size_t cap, size_t *len_out);
+
+/* The bytes of one token as they appear inside a text, into buf (not
+ * NUL-terminated): mor_detokenize of the token without the leading-space
+ * rule, so that the pieces of a sequence, concatenated, are its text (with
+ * the prefix space, if any). *len_out receives the byte count (the count
+ * needed, with MOR_E_BUFFER_TOO_SMALL). MOR_E_OUT_OF_RANGE for an invalid
+ * id, MOR_E_UNSUPPORTED without a tokenizer. Thread-safe. */
+MOR_API mor_status mor_token_to_piece(const mor_model *model, mor_token token, char *buf, size_t cap,
+                                      size_t *len_out);
 
 /* ------------------------------------------------------------------------ */
 /* Serving: many sequences at once                                           */

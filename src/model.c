@@ -34,7 +34,8 @@ static const char *const known_keys[] = {
     "mor.recursion.coda", "mor.recursion.sharing", "mor.layer_map", "mor.router.type",
     "mor.router.arch", "mor.router.func", "mor.router.alpha", "mor.router.temp",
     "mor.router.gating", "mor.router.capacity", "mor.router.threshold", "mor.router.sampling",
-    "mor.kv.shared", "mor.attention.tied_across_recursions", "mor.lora.scale", NULL
+    "mor.kv.shared", "mor.attention.tied_across_recursions", "mor.lora.scale", "mor.tokenizer.prefix_space",
+    NULL
 };
 
 static int key_known(gguf_str k)
@@ -155,13 +156,42 @@ static mor_status skip_aux_routers(loader *ld, const mor_model *m)
     return MOR_OK;
 }
 
-static mor_status load_hparams(const gguf_file *g, mor_model *m)
+/* MOR_MODEL_VOCAB_ONLY on a file of another architecture (a llama.cpp model
+ * or vocab file): only its tokenizer.ggml.* keys are read, and the
+ * vocabulary size is <arch>.vocab_size if the file has it, else the number
+ * of tokens. */
+static mor_status foreign_vocab_size(const gguf_file *g, gguf_str arch, mor_model *m)
+{
+    char key[96];
+    uint32_t v;
+    const gguf_kv *tok = gguf_find_kv(g, "tokenizer.ggml.tokens");
+    if (arch.n > sizeof key - 16) return err_set(MOR_E_FORMAT, "general.architecture is too long");
+    snprintf(key, sizeof key, "%.*s.vocab_size", (int)arch.n, arch.p);
+    mor_status st = gguf_get_u32(g, key, &v);
+    if (st == MOR_E_OUT_OF_RANGE) {
+        if (!tok || tok->type != GGUF_ARR) return err_set(MOR_E_FORMAT, "vocab-only load of a file without tokenizer");
+        v = tok->arr_n > INT32_MAX ? 0 : (uint32_t)tok->arr_n;
+    } else if (st != MOR_OK) {
+        return st;
+    }
+    if (v < 1 || v > INT32_MAX) return err_set(MOR_E_FORMAT, "%s = %u is out of range", key, v);
+    m->n_vocab = (int32_t)v;
+    return MOR_OK;
+}
+
+static mor_status load_hparams(const gguf_file *g, mor_model *m, uint32_t flags)
 {
     mor_status st;
     int32_t fv;
     gguf_str arch;
-    if (gguf_get_str(g, "general.architecture", &arch) || !gguf_str_eq(arch, "mor"))
-        return err_set(MOR_E_FORMAT, "general.architecture is not \"mor\"");
+    if (gguf_get_str(g, "general.architecture", &arch))
+        return err_set(MOR_E_FORMAT, "general.architecture is missing");
+    if (!gguf_str_eq(arch, "mor")) {
+        if (flags & MOR_MODEL_VOCAB_ONLY) return foreign_vocab_size(g, arch, m);
+        return err_set(MOR_E_FORMAT, "general.architecture is \"%.*s\", not \"mor\" (mor-convert converts "
+                       "llama.cpp Llama files; MOR_MODEL_VOCAB_ONLY loads the tokenizer of any GGUF)",
+                       (int)(arch.n < 40 ? arch.n : 40), arch.p);
+    }
     if ((st = req_u32(g, "mor.format_version", 1, INT32_MAX, &fv))) return st;
     if (fv > MOR_FORMAT_VERSION)
         return err_set(MOR_E_UNSUPPORTED, "mor.format_version %d is newer than this libmor supports (%d)",
@@ -377,7 +407,7 @@ static mor_status load_image(const void *buf, size_t size, const mor_model_param
 {
     mor_status st;
     if ((st = gguf_parse(buf, size, &m->gguf)) || (st = report(p, 0.55f))) return st;
-    if ((st = load_hparams(m->gguf, m)) || (st = report(p, 0.6f))) return st;
+    if ((st = load_hparams(m->gguf, m, p->flags)) || (st = report(p, 0.6f))) return st;
     if (!(p->flags & MOR_MODEL_VOCAB_ONLY)) {
         if ((st = load_arch(m->gguf, m))) return st;
         if ((st = load_weights(m->gguf, m, p)) || (st = report(p, 0.9f))) return st;
@@ -485,6 +515,7 @@ int32_t mor_model_n_ctx_train(const mor_model *m) { return m ? m->n_ctx_train : 
 int32_t mor_model_router_type(const mor_model *m) { return m ? m->router_type : 0; }
 uint64_t mor_model_size_bytes(const mor_model *m) { return m ? m->weight_bytes : 0; }
 mor_token mor_model_token_bos(const mor_model *m) { return m && m->tok ? tokenizer_bos(m->tok) : -1; }
+int32_t mor_model_add_bos(const mor_model *m) { return m && m->tok ? tokenizer_add_bos(m->tok) : 0; }
 mor_token mor_model_token_eos(const mor_model *m) { return m && m->tok ? tokenizer_eos(m->tok) : -1; }
 int32_t mor_max_recursions(void) { return MOR_MAX_RECURSIONS; }
 

@@ -1,75 +1,25 @@
-/* tokenizer.c - byte-level BPE (GPT-2, SmolLM), as HF `tokenizers` runs a
- * tokenizer.json with a ByteLevel pre-tokenizer, model BPE and a ByteLevel
- * decoder. The data comes from the tokenizer.ggml.* keys (docs/FORMAT.md).
+/* tokenizer.c - loading a tokenizer from the tokenizer.ggml.* keys of a GGUF
+ * file (docs/FORMAT.md), checked strictly; tokenize.c runs it.
  *
- * Encoding a text goes:
- *   1. with MOR_TOKENIZE_PARSE_SPECIAL, split out the special tokens (types 3
- *      and 4), leftmost match first and the longest one there, as HF's
- *      added-token splitting does; each stretch of text between them is
- *      encoded on its own;
- *   2. pre-tokenize: "smollm" first isolates every numeric code point (HF's
- *      Digits(individual_digits) splits on char::is_numeric); then the GPT-2
- *      regex, written out by hand below, cuts the text into pieces;
- *   3. each piece becomes one symbol per byte (the token of the byte's
- *      byte-level character) and the merges are applied lowest rank first, the
- *      leftmost on ties (HF's BPE::merge_word), with a heap: O(n log n).
- * Invalid UTF-8 cannot reach HF (Rust strings are valid), so its treatment is
- * ours: every byte that does not start a valid sequence is a one-byte
- * character of the "other" class ([^\s\p{L}\p{N}]) and is encoded byte-level
- * like any byte, so that decode(encode(x)) == x for every x.
- *
- * A loaded tokenizer is never written again: encode keeps its scratch memory
- * per call, so one tokenizer serves any number of threads. */
+ * Two families, as llama.cpp stores them:
+ *   - "gpt2": byte-level BPE (GPT-2, GPT-NeoX, SmolLM, StarCoder, Falcon,
+ *     DeepSeek, ...): token texts are in GPT-2's byte-level alphabet, the
+ *     merges are ranked, tokenizer.ggml.pre names the pre-tokenizer
+ *     (src/pretokenize.c);
+ *   - "llama": SentencePiece-style (Llama, TinyLlama, Gemma): texts with
+ *     U+2581 for a space, <0xNN> byte tokens (byte fallback), an unknown
+ *     token. With tokenizer.ggml.scores and no merges, pairs merge by the
+ *     score of the token they make, as llama.cpp runs SentencePiece files;
+ *     with merges (what mor-convert writes from a Hugging Face tokenizer.json
+ *     holding a BPE with byte_fallback), by the merges' ranks, as HF does.
+ * The tokenizer copies what it needs: the file may be freed afterwards. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
-#include "model.h"
+#include "tokenizer_impl.h"
 #include "status.h"
 #include "unicode.h"
-
-enum { PRE_GPT2 = 0, PRE_SMOLLM = 1 };
-/* Token types, with llama.cpp's numbers. */
-enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER_DEFINED = 4 };
-
-typedef struct {
-    const char *p;   /* into tokenizer.bytes */
-    uint32_t    n;
-    mor_token   id;
-} special_token;
-
-struct tokenizer {
-    int32_t   n_tokens;     /* V': tokens with a text                          */
-    int32_t   n_vocab;      /* the model's V >= V'; ids in [V', V) decode to "" */
-    int       pre;          /* PRE_*                                           */
-    mor_token bos, eos, pad;
-    int       add_bos;      /* tokenizer.ggml.add_bos_token, informational     */
-    uint8_t  *type;         /* [n_tokens]                                      */
-
-    /* What token i decodes to, bytes[off[i] .. off[i+1]): the bytes behind the
-     * byte-level characters of a normal token, the text itself of a special. */
-    char     *bytes;
-    uint32_t *off;          /* [n_tokens + 1] */
-
-    mor_token byte_token[256];   /* the token of each byte's byte-level character */
-
-    /* Merges by rank, and a hash table from the pair (left, right) to the rank.
-     * Where the file lists a pair twice the later rank wins, as in HF (and in
-     * GPT-2's encoder.py): both build a map from the list. */
-    int32_t   n_merges;
-    mor_token *merge_left, *merge_right, *merge_result;
-    uint64_t *pair_key;     /* PAIR_EMPTY or (left << 32 | right) */
-    int32_t  *pair_rank;
-    uint64_t  pair_mask;
-    int       pair_shift;
-
-    /* Specials (non-empty texts of types 3 and 4), sorted by their bytes. */
-    special_token *special;
-    int32_t   n_special;
-    uint8_t   special_first[32];   /* bit set: some special starts with this byte */
-};
-
-#define PAIR_EMPTY UINT64_MAX
 
 /* ------------------------------------------------------------------------ */
 /* GPT-2's byte-level alphabet                                              */
@@ -108,7 +58,7 @@ static size_t utf8_put_small(uint32_t cp, char *out)
 /* Hash tables                                                              */
 /* ------------------------------------------------------------------------ */
 
-static uint64_t hash_bytes(const char *p, size_t n)
+uint64_t tok_hash(const char *p, size_t n)
 {
     uint64_t h = 0xcbf29ce484222325u;               /* FNV-1a */
     for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 0x100000001b3u;
@@ -125,14 +75,23 @@ static uint64_t pair_key_of(mor_token left, mor_token right)
     return ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
 }
 
-/* The rank of the merge of (left, right), or -1. */
-static int32_t pair_rank_of(const tokenizer *t, mor_token left, mor_token right)
+int32_t tok_pair_rank(const tokenizer *t, mor_token left, mor_token right)
 {
     if (t->n_merges == 0) return -1;
     uint64_t key = pair_key_of(left, right);
     for (uint64_t i = pair_hash(key, t->pair_shift);; i = (i + 1) & t->pair_mask) {
         if (t->pair_key[i] == key) return t->pair_rank[i];
         if (t->pair_key[i] == PAIR_EMPTY) return -1;
+    }
+}
+
+mor_token tok_find_raw(const tokenizer *t, const char *p, size_t n)
+{
+    for (uint64_t i = tok_hash(p, n) & t->raw_mask;; i = (i + 1) & t->raw_mask) {
+        int32_t s = t->raw_slot[i];
+        if (s == 0) return -1;
+        uint32_t a = t->raw_off[s - 1], len = t->raw_off[s] - a;
+        if (len == n && memcmp(t->raw + a, p, n) == 0) return s - 1;
     }
 }
 
@@ -155,7 +114,7 @@ typedef struct {
 
 static int32_t text_index_find(const text_index *ix, const char *p, size_t n)
 {
-    for (uint64_t i = hash_bytes(p, n) & ix->mask;; i = (i + 1) & ix->mask) {
+    for (uint64_t i = tok_hash(p, n) & ix->mask;; i = (i + 1) & ix->mask) {
         int32_t s = ix->slot[i];
         if (s == 0) return -1;
         const gguf_str *e = &ix->texts[s - 1];
@@ -170,6 +129,7 @@ static int32_t text_index_find(const text_index *ix, const char *p, size_t n)
 void tokenizer_free(tokenizer *t)
 {
     if (!t) return;
+    pretok_free(t->pre);
     free(t->type);
     free(t->bytes);
     free(t->off);
@@ -178,15 +138,21 @@ void tokenizer_free(tokenizer *t)
     free(t->merge_result);
     free(t->pair_key);
     free(t->pair_rank);
+    free(t->raw);
+    free(t->raw_off);
+    free(t->raw_slot);
+    free(t->score_key);
     free(t->special);
     free(t);
 }
 
 mor_token tokenizer_bos(const tokenizer *t) { return t ? t->bos : -1; }
 mor_token tokenizer_eos(const tokenizer *t) { return t ? t->eos : -1; }
+int       tokenizer_add_bos(const tokenizer *t) { return t ? t->add_bos : 0; }
 
 /* For messages: at most 40 bytes of a string. */
 #define STR_ARG(s) (int)((s).n < 40 ? (s).n : 40), (s).p
+#define NOMEM() err_set(MOR_E_NOMEM, "out of memory loading the tokenizer")
 
 static int special_cmp(const void *a, const void *b)
 {
@@ -211,6 +177,14 @@ static mor_status load_token_id(const gguf_file *g, const char *key, int32_t n_t
     return MOR_OK;
 }
 
+/* An optional bool key: def if absent. */
+static mor_status load_bool(const gguf_file *g, const char *key, int def, int *out)
+{
+    mor_status s = gguf_get_bool(g, key, out);
+    if (s == MOR_E_OUT_OF_RANGE) { *out = def; return MOR_OK; }
+    return s;
+}
+
 static mor_status load_string_array(const gguf_file *g, const char *key, const gguf_kv **out)
 {
     mor_status s = gguf_get_arr_str(g, key, out);
@@ -221,7 +195,63 @@ static mor_status load_string_array(const gguf_file *g, const char *key, const g
     return MOR_OK;
 }
 
-/* The texts: type and decoded bytes of every token, and a temporary index. */
+/* The hex digit c, or -1. */
+static int hex_digit(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* The byte of a SentencePiece byte token "<0xNN>", or -1. */
+static int byte_token_value(const gguf_str *e)
+{
+    if (e->n != 6 || memcmp(e->p, "<0x", 3) != 0 || e->p[5] != '>') return -1;
+    int hi = hex_digit(e->p[3]), lo = hex_digit(e->p[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+static const char u2581[3] = { '\xe2', '\x96', '\x81' };   /* U+2581, SentencePiece's space */
+
+/* What token i decodes to, into t->bytes at *pos (never longer than its text). */
+static void decoded_text(tokenizer *t, int32_t i, const gguf_str *e, uint32_t *pos)
+{
+    const uint8_t *p = (const uint8_t *)e->p;
+    int type = t->type[i];
+    if (type == TT_UNUSED) return;
+    if (type == TT_BYTE) {
+        t->bytes[(*pos)++] = (char)byte_token_value(e);
+        return;
+    }
+    if (type != TT_NORMAL) {
+        if (e->n) memcpy(t->bytes + *pos, p, e->n);
+        *pos += (uint32_t)e->n;
+        return;
+    }
+    for (size_t k = 0; k < e->n;) {
+        if (t->model != TOK_BPE) {   /* U+2581 -> ' ' */
+            if (k + 3 <= e->n && memcmp(p + k, u2581, 3) == 0) {
+                t->bytes[(*pos)++] = ' ';
+                k += 3;
+            } else {
+                t->bytes[(*pos)++] = (char)p[k++];
+            }
+            continue;
+        }
+        /* A character outside the byte-level alphabet (or an invalid byte) in
+         * a normal token is kept as it is, as HF's ByteLevel decoder does. */
+        uint32_t cp;
+        size_t len = utf8_decode(p + k, e->n - k, &cp);
+        int b = cp == UTF8_INVALID ? -1 : cp_to_byte(cp);
+        if (b >= 0) t->bytes[(*pos)++] = (char)b;
+        else { memcpy(t->bytes + *pos, p + k, len); *pos += (uint32_t)len; }
+        k += len;
+    }
+}
+
+/* The texts: type and decoded bytes of every token, and a temporary index of
+ * the texts as stored. */
 static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *tokens_kv,
                               text_index *ix)
 {
@@ -232,49 +262,55 @@ static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *t
     if (tkv->type != GGUF_ARR || tkv->arr_n != (uint64_t)n)
         return err_set(MOR_E_FORMAT, "%s must be an array of %d integers, like tokenizer.ggml.tokens",
                        types_key, (int)n);
-    int32_t *types = malloc((size_t)n * sizeof *types);
-    if (!types) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    int32_t *types = malloc((size_t)n * sizeof *types + 1);
+    if (!types) return NOMEM();
     mor_status s = gguf_get_arr_i32(g, types_key, types, (uint64_t)n);
     if (s != MOR_OK) { free(types); return s; }
 
     uint64_t total = 0;
     for (int32_t i = 0; i < n; i++) {
-        if (types[i] != TT_NORMAL && types[i] != TT_CONTROL && types[i] != TT_USER_DEFINED) {
-            int32_t bad = types[i];
+        int ty = types[i];
+        int ok = t->model == TOK_BPE ? (ty == TT_NORMAL || ty == TT_CONTROL || ty == TT_USER_DEFINED)
+                                     : (ty >= TT_NORMAL && ty <= TT_BYTE);
+        if (!ok) {
             free(types);
-            return err_set(MOR_E_FORMAT, "%s[%d] = %d: only 1 (normal), 3 (control) and 4 "
-                           "(user-defined) are valid", types_key, (int)i, (int)bad);
+            return err_set(MOR_E_FORMAT, t->model == TOK_BPE
+                           ? "%s[%d] = %d: only 1 (normal), 3 (control) and 4 (user-defined) are valid"
+                           : "%s[%d] = %d: valid types are 1 (normal) to 6 (byte)", types_key, (int)i, ty);
         }
-        t->type[i] = (uint8_t)types[i];
+        t->type[i] = (uint8_t)ty;
         total += tokens_kv->strs[i].n;
     }
     free(types);
     if (total >= UINT32_MAX)
         return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: texts too long in total");
 
-    /* Decoded bytes are never longer than the text. A character outside the
-     * byte-level alphabet (or an invalid byte) in a normal token is kept as it
-     * is, as HF's ByteLevel decoder does. */
+    /* SentencePiece byte tokens: "<0xNN>", one per byte. */
+    for (int b = 0; b < 256; b++) t->byte_token[b] = -1;
+    int n_byte = 0;
+    for (int32_t i = 0; i < n && t->model != TOK_BPE; i++) {
+        if (t->type[i] != TT_BYTE) continue;
+        const gguf_str *e = &tokens_kv->strs[i];
+        int b = byte_token_value(e);
+        if (b < 0)
+            return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens[%d] = \"%.*s\" has type 6 (byte) but is "
+                           "not <0xNN>", (int)i, STR_ARG(*e));
+        if (t->byte_token[b] >= 0)
+            return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: byte 0x%02X has two tokens, %d and %d", b,
+                           (int)t->byte_token[b], (int)i);
+        t->byte_token[b] = i;
+        n_byte++;
+    }
+    if (n_byte != 0 && n_byte != 256)
+        return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: %d of the 256 byte tokens <0xNN>; byte "
+                       "fallback needs all of them", n_byte);
+
     t->bytes = malloc(total ? (size_t)total : 1);
-    if (!t->bytes) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    if (!t->bytes) return NOMEM();
     uint32_t pos = 0;
     for (int32_t i = 0; i < n; i++) {
-        const gguf_str *e = &tokens_kv->strs[i];
-        const uint8_t *p = (const uint8_t *)e->p;
         t->off[i] = pos;
-        if (t->type[i] != TT_NORMAL) {
-            if (e->n) memcpy(t->bytes + pos, p, e->n);
-            pos += (uint32_t)e->n;
-            continue;
-        }
-        for (size_t k = 0; k < e->n;) {
-            uint32_t cp;
-            size_t len = utf8_decode(p + k, e->n - k, &cp);
-            int b = cp == UTF8_INVALID ? -1 : cp_to_byte(cp);
-            if (b >= 0) t->bytes[pos++] = (char)b;
-            else { memcpy(t->bytes + pos, p + k, len); pos += (uint32_t)len; }
-            k += len;
-        }
+        decoded_text(t, i, &tokens_kv->strs[i], &pos);
     }
     t->off[n] = pos;
 
@@ -283,11 +319,11 @@ static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *t
     ix->texts = tokens_kv->strs;
     ix->mask = size - 1;
     ix->slot = calloc((size_t)size, sizeof *ix->slot);
-    if (!ix->slot) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    if (!ix->slot) return NOMEM();
     for (int32_t i = 0; i < n; i++) {
         const gguf_str *e = &tokens_kv->strs[i];
         if (e->n == 0) continue;     /* never matched; padding entries may be empty */
-        uint64_t h = hash_bytes(e->p, e->n) & ix->mask;
+        uint64_t h = tok_hash(e->p, e->n) & ix->mask;
         for (;; h = (h + 1) & ix->mask) {
             int32_t sl = ix->slot[h];
             if (sl == 0) { ix->slot[h] = i + 1; break; }
@@ -297,18 +333,28 @@ static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *t
                                (int)i, STR_ARG(*e), (int)(sl - 1));
         }
     }
+    if (t->model != TOK_BPE) return MOR_OK;
 
-    /* Byte-level BPE starts from one token per byte: all 256 must exist, or
-     * some texts could not be encoded at all. */
+    /* Byte-level BPE starts from one token per byte. Real vocabularies lack
+     * a few: StarCoder's and GPT-NeoX's the bytes UTF-8 never uses (C0, C1),
+     * Falcon's some control bytes; such a byte is dropped from the text, as
+     * HF and llama.cpp drop it. DeepSeek's give C0, C1 and F5-FF as
+     * user-defined tokens, which are taken as they are. A byte whose
+     * character is a control token is an error. */
+    int n_missing = 0;
     for (int b = 0; b < 256; b++) {
         char ch[2];
         size_t len = utf8_put_small(byte_to_cp((uint8_t)b), ch);
         int32_t id = text_index_find(ix, ch, len);
-        if (id < 0 || t->type[id] != TT_NORMAL)
-            return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: no normal token for byte 0x%02X "
-                           "(\"%.*s\"); a byte-level vocabulary needs all 256", b, (int)len, ch);
+        if (id >= 0 && t->type[id] != TT_NORMAL && t->type[id] != TT_USER_DEFINED)
+            return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: the token of byte 0x%02X (\"%.*s\") is a "
+                           "control token", b, (int)len, ch);
         t->byte_token[b] = id;
+        n_missing += id < 0;
     }
+    if (n_missing > 128)   /* not a byte-level vocabulary at all */
+        return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: %d of the 256 byte-level characters have no token; "
+                       "this is not a byte-level BPE vocabulary", n_missing);
     return MOR_OK;
 }
 
@@ -334,14 +380,15 @@ static mor_status load_merges(tokenizer *t, const gguf_file *g, const text_index
     char *cat = malloc(cat_cap);
     if (!t->merge_left || !t->merge_right || !t->merge_result || !t->pair_key || !t->pair_rank || !cat) {
         free(cat);
-        return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
+        return NOMEM();
     }
     for (uint64_t i = 0; i < size; i++) t->pair_key[i] = PAIR_EMPTY;
 
     for (int32_t r = 0; r < n; r++) {
         gguf_str m = kv->strs[r];
-        /* "left right": exactly one space, both sides non-empty (byte-level
-         * tokens never contain a space: it is written as U+0120). */
+        /* "left right": exactly one space, both sides non-empty (tokens never
+         * contain a space: byte-level BPE writes it U+0120, SentencePiece
+         * U+2581). */
         const char *sp = m.n ? memchr(m.p, ' ', m.n) : NULL;
         size_t nl = sp ? (size_t)(sp - m.p) : 0;
         size_t nr = sp ? m.n - nl - 1 : 0;
@@ -358,7 +405,7 @@ static mor_status load_merges(tokenizer *t, const gguf_file *g, const text_index
         }
         if (nl + nr > cat_cap) {
             char *c2 = realloc(cat, nl + nr);
-            if (!c2) { free(cat); return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer"); }
+            if (!c2) { free(cat); return NOMEM(); }
             cat = c2;
             cat_cap = nl + nr;
         }
@@ -386,38 +433,155 @@ static mor_status load_merges(tokenizer *t, const gguf_file *g, const text_index
     return MOR_OK;
 }
 
+/* A score as a key that sorts higher scores first (an order-preserving map
+ * of the float bits, inverted). */
+static uint32_t score_key(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ~u;
+}
+
+/* SentencePiece: the normal tokens by their stored text, for the merges and
+ * the first symbols of a text, and the scores. */
+static mor_status load_spm(tokenizer *t, const gguf_file *g, const gguf_kv *tokens_kv)
+{
+    int32_t n = t->n_tokens;
+    uint64_t total = 0;
+    for (int32_t i = 0; i < n; i++) total += tokens_kv->strs[i].n;
+    t->raw = malloc(total ? (size_t)total : 1);
+    t->raw_off = malloc(((size_t)n + 1) * sizeof *t->raw_off);
+    uint64_t size = table_size((uint64_t)n, NULL);
+    t->raw_mask = size - 1;
+    t->raw_slot = calloc((size_t)size, sizeof *t->raw_slot);
+    if (!t->raw || !t->raw_off || !t->raw_slot) return NOMEM();
+    uint32_t pos = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const gguf_str *e = &tokens_kv->strs[i];
+        t->raw_off[i] = pos;
+        if (e->n) memcpy(t->raw + pos, e->p, e->n);
+        pos += (uint32_t)e->n;
+        if (e->n == 0 || t->type[i] != TT_NORMAL) continue;
+        uint64_t h = tok_hash(e->p, e->n) & t->raw_mask;   /* texts are unique (checked) */
+        while (t->raw_slot[h]) h = (h + 1) & t->raw_mask;
+        t->raw_slot[h] = i + 1;
+    }
+    t->raw_off[n] = pos;
+    if (t->model != TOK_SPM) return MOR_OK;
+
+    const char *key = "tokenizer.ggml.scores";
+    const gguf_kv *kv = gguf_find_kv(g, key);
+    if (!kv) return err_set(MOR_E_FORMAT, "%s is missing (SentencePiece merges by the tokens' scores)", key);
+    if (kv->type != GGUF_ARR || kv->arr_type != GGUF_F32 || kv->arr_n != (uint64_t)n)
+        return err_set(MOR_E_FORMAT, "%s must be an array of %d float32, like tokenizer.ggml.tokens", key, (int)n);
+    float *scores = malloc((size_t)n * sizeof *scores + 1);
+    t->score_key = malloc((size_t)n * sizeof *t->score_key + 1);
+    if (!scores || !t->score_key) { free(scores); return NOMEM(); }
+    mor_status s = gguf_get_arr_f32(g, key, scores, (uint64_t)n);
+    for (int32_t i = 0; s == MOR_OK && i < n; i++) {
+        if (isnan(scores[i])) s = err_set(MOR_E_FORMAT, "%s[%d] is NaN", key, (int)i);
+        t->score_key[i] = score_key(scores[i]);
+    }
+    free(scores);
+    return s;
+}
+
+/* SentencePiece: how a space goes before the text. */
+static mor_status load_prefix(tokenizer *t, const gguf_file *g)
+{
+    static const char *const names[] = { "never", "prepend", "always", "first" };
+    int add = 1;
+    const char *key = "tokenizer.ggml.add_space_prefix";
+    mor_status s = load_bool(g, key, 1, &add);
+    if (s != MOR_OK) return s;
+    t->prefix = add ? PREFIX_PREPEND : PREFIX_NEVER;
+
+    gguf_str v;
+    s = gguf_get_str(g, "mor.tokenizer.prefix_space", &v);
+    if (s == MOR_E_OUT_OF_RANGE) return MOR_OK;
+    if (s != MOR_OK) return s;
+    int k;
+    for (k = 0; k < 4 && !gguf_str_eq(v, names[k]); k++) {}
+    if (k == 4)
+        return err_set(MOR_E_FORMAT, "mor.tokenizer.prefix_space = \"%.*s\": never, prepend, always or first",
+                       STR_ARG(v));
+    if (gguf_find_kv(g, key) && (k != PREFIX_NEVER) != (add != 0))
+        return err_set(MOR_E_FORMAT, "mor.tokenizer.prefix_space = \"%s\" contradicts %s = %s", names[k], key,
+                       add ? "true" : "false");
+    t->prefix = k;
+    return MOR_OK;
+}
+
 static mor_status load_specials(tokenizer *t)
 {
     int32_t n = 0;
     for (int32_t i = 0; i < t->n_tokens; i++)
-        if (t->type[i] != TT_NORMAL && t->off[i + 1] > t->off[i]) n++;
+        if ((t->type[i] == TT_CONTROL || t->type[i] == TT_USER_DEFINED || t->type[i] == TT_UNKNOWN) &&
+            t->off[i + 1] > t->off[i])
+            n++;
     t->n_special = n;
     if (n == 0) return MOR_OK;
     t->special = malloc((size_t)n * sizeof *t->special);
-    if (!t->special) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    if (!t->special) return NOMEM();
     n = 0;
     for (int32_t i = 0; i < t->n_tokens; i++) {
-        if (t->type[i] == TT_NORMAL || t->off[i + 1] == t->off[i]) continue;
+        if (!(t->type[i] == TT_CONTROL || t->type[i] == TT_USER_DEFINED || t->type[i] == TT_UNKNOWN) ||
+            t->off[i + 1] == t->off[i])
+            continue;
         special_token *sp = &t->special[n++];
         sp->p = t->bytes + t->off[i];
         sp->n = t->off[i + 1] - t->off[i];
         sp->id = i;
+        sp->type = t->type[i];
         t->special_first[(uint8_t)sp->p[0] >> 3] |= (uint8_t)(1u << ((uint8_t)sp->p[0] & 7));
     }
     qsort(t->special, (size_t)n, sizeof *t->special, special_cmp);
     return MOR_OK;
 }
 
-static mor_status load_all(tokenizer *t, const gguf_file *g, int32_t n_vocab_model, text_index *ix)
+/* tokenizer.ggml.pre: the pre-tokenizer. */
+static mor_status load_pre(tokenizer *t, const gguf_file *g)
 {
     gguf_str pre;
     mor_status s = gguf_get_str(g, "tokenizer.ggml.pre", &pre);
-    if (s == MOR_E_OUT_OF_RANGE) return err_set(MOR_E_FORMAT, "tokenizer.ggml.pre is missing");
+    if (t->model != TOK_BPE) {
+        /* SentencePiece runs on the whole text; llama.cpp writes "default".
+         * "metaspace": HF's Metaspace with split, a piece at every space. */
+        if (s == MOR_E_OUT_OF_RANGE) return MOR_OK;
+        if (s != MOR_OK) return s;
+        if (gguf_str_eq(pre, "default")) return MOR_OK;
+        if (gguf_str_eq(pre, "metaspace")) { t->split_spaces = 1; return MOR_OK; }
+        return err_set(MOR_E_FORMAT, "tokenizer.ggml.pre = \"%.*s\": a \"llama\" tokenizer takes \"default\" "
+                       "or \"metaspace\"", STR_ARG(pre));
+    }
+    if (s == MOR_E_OUT_OF_RANGE)
+        return err_set(MOR_E_FORMAT, "tokenizer.ggml.pre is missing (llama.cpp then guesses a pre-tokenizer "
+                       "no model was trained with; libmor does not)");
     if (s != MOR_OK) return s;
-    if (gguf_str_eq(pre, "gpt2")) t->pre = PRE_GPT2;
-    else if (gguf_str_eq(pre, "smollm")) t->pre = PRE_SMOLLM;
-    else return err_set(MOR_E_FORMAT, "tokenizer.ggml.pre = \"%.*s\": only \"gpt2\" and \"smollm\" "
-                        "are supported", STR_ARG(pre));
+    if ((s = pretok_new(pre.p, (size_t)pre.n, &t->pre)) != MOR_OK) return s;
+    if (!t->pre)
+        return err_set(MOR_E_FORMAT, "tokenizer.ggml.pre = \"%.*s\" is not supported (supported: %s)",
+                       STR_ARG(pre), pretok_names());
+    return MOR_OK;
+}
+
+/* Keys that would change how a text is tokenized in ways libmor does not do. */
+static mor_status refuse_unsupported(const gguf_file *g)
+{
+    int b = 0;
+    if (gguf_get_bool(g, "tokenizer.ggml.remove_extra_whitespaces", &b) == MOR_OK && b)
+        return err_set(MOR_E_UNSUPPORTED, "tokenizer.ggml.remove_extra_whitespaces = true is not supported");
+    if (gguf_find_kv(g, "tokenizer.ggml.precompiled_charsmap"))
+        return err_set(MOR_E_UNSUPPORTED, "tokenizer.ggml.precompiled_charsmap (a SentencePiece normalizer) "
+                       "is not supported");
+    return MOR_OK;
+}
+
+static mor_status load_all(tokenizer *t, const gguf_file *g, int32_t n_vocab_model, text_index *ix)
+{
+    mor_status s;
+    if ((s = refuse_unsupported(g)) != MOR_OK || (s = load_pre(t, g)) != MOR_OK) return s;
 
     const gguf_kv *tokens_kv;
     s = load_string_array(g, "tokenizer.ggml.tokens", &tokens_kv);
@@ -429,17 +593,26 @@ static mor_status load_all(tokenizer *t, const gguf_file *g, int32_t n_vocab_mod
     t->n_vocab = n_vocab_model;
     t->type = malloc((size_t)t->n_tokens + 1);
     t->off = malloc(((size_t)t->n_tokens + 1) * sizeof *t->off);
-    if (!t->type || !t->off) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
+    if (!t->type || !t->off) return NOMEM();
 
     if ((s = load_tokens(t, g, tokens_kv, ix)) != MOR_OK) return s;
-    if ((s = load_merges(t, g, ix)) != MOR_OK) return s;
+    if (t->model != TOK_SPM && (s = load_merges(t, g, ix)) != MOR_OK) return s;
+    if (t->model != TOK_BPE && ((s = load_spm(t, g, tokens_kv)) != MOR_OK || (s = load_prefix(t, g)) != MOR_OK))
+        return s;
     if ((s = load_specials(t)) != MOR_OK) return s;
     if ((s = load_token_id(g, "tokenizer.ggml.bos_token_id", t->n_tokens, &t->bos)) != MOR_OK) return s;
     if ((s = load_token_id(g, "tokenizer.ggml.eos_token_id", t->n_tokens, &t->eos)) != MOR_OK) return s;
     if ((s = load_token_id(g, "tokenizer.ggml.padding_token_id", t->n_tokens, &t->pad)) != MOR_OK) return s;
-    s = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
-    if (s == MOR_E_OUT_OF_RANGE) { t->add_bos = 0; s = MOR_OK; }
-    return s;
+    if ((s = load_token_id(g, "tokenizer.ggml.unknown_token_id", t->n_tokens, &t->unk)) != MOR_OK) return s;
+    if (t->unk < 0)   /* the one token of type unknown, if there is exactly one */
+        for (int32_t i = 0; i < t->n_tokens; i++)
+            if (t->type[i] == TT_UNKNOWN) t->unk = t->unk < 0 ? i : INT32_MAX;
+    if (t->unk == INT32_MAX) t->unk = -1;
+    if (t->model != TOK_BPE && t->byte_token[0] < 0 && t->unk < 0)
+        return err_set(MOR_E_FORMAT, "a \"llama\" tokenizer needs the 256 byte tokens <0xNN> or an unknown "
+                       "token, or characters outside its vocabulary could not be encoded");
+    /* As llama.cpp: SentencePiece models want BOS unless they say otherwise. */
+    return load_bool(g, "tokenizer.ggml.add_bos_token", t->model != TOK_BPE, &t->add_bos);
 }
 
 mor_status tokenizer_load(const gguf_file *g, int32_t n_vocab_model, tokenizer **out)
@@ -457,339 +630,23 @@ mor_status tokenizer_load(const gguf_file *g, int32_t n_vocab_model, tokenizer *
         return MOR_OK;
     }
     if (s != MOR_OK) return s;
-    if (!gguf_str_eq(model, "gpt2"))
-        return err_set(MOR_E_FORMAT, "tokenizer.ggml.model = \"%.*s\": only \"gpt2\" (byte-level BPE) "
-                       "is supported", STR_ARG(model));
+    int kind;
+    if (gguf_str_eq(model, "gpt2")) kind = TOK_BPE;
+    else if (gguf_str_eq(model, "llama")) kind = gguf_find_kv(g, "tokenizer.ggml.merges") ? TOK_SPM_MERGES : TOK_SPM;
+    else
+        return err_set(MOR_E_FORMAT, "tokenizer.ggml.model = \"%.*s\": only \"gpt2\" (byte-level BPE) and "
+                       "\"llama\" (SentencePiece) are supported", STR_ARG(model));
     if (n_vocab_model <= 0)
         return err_set(MOR_E_INVALID_ARG, "tokenizer_load: model vocabulary size %d", (int)n_vocab_model);
 
     tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return err_set(MOR_E_NOMEM, "out of memory loading the tokenizer");
-    t->bos = t->eos = t->pad = -1;
+    if (!t) return NOMEM();
+    t->model = kind;
+    t->bos = t->eos = t->pad = t->unk = -1;
     text_index ix = { 0 };
     s = load_all(t, g, n_vocab_model, &ix);
     free(ix.slot);
     if (s != MOR_OK) { tokenizer_free(t); return s; }
     *out = t;
     return MOR_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Encoding                                                                 */
-/* ------------------------------------------------------------------------ */
-
-/* Per-call state: the ids produced so far and the BPE scratch, sized for the
- * longest piece seen. */
-typedef struct {
-    mor_token *ids;
-    size_t     n, cap;
-    mor_token *sym;     /* symbol ids of the piece, -1 once merged away */
-    int32_t   *next, *prev;
-    uint64_t  *heap;    /* (rank << 32 | position of the left symbol), min first */
-    size_t     scap;
-} enc_state;
-
-static void enc_free(enc_state *st)
-{
-    free(st->ids);
-    free(st->sym);
-    free(st->next);
-    free(st->prev);
-    free(st->heap);
-}
-
-static mor_status push_id(enc_state *st, mor_token id)
-{
-    if (st->n >= INT32_MAX)   /* the count must fit *n_out */
-        return err_set(MOR_E_INVALID_ARG, "the text gives more than %d tokens", INT32_MAX);
-    if (st->n == st->cap) {
-        size_t cap = st->cap ? st->cap * 2 : 64;
-        mor_token *p = realloc(st->ids, cap * sizeof *p);
-        if (!p) return err_set(MOR_E_NOMEM, "out of memory tokenizing");
-        st->ids = p;
-        st->cap = cap;
-    }
-    st->ids[st->n++] = id;
-    return MOR_OK;
-}
-
-static mor_status ensure_scratch(enc_state *st, size_t n)
-{
-    if (n <= st->scap) return MOR_OK;
-    if (n > INT32_MAX)
-        return err_set(MOR_E_INVALID_ARG, "a pre-token of %zu bytes is too long to tokenize", n);
-    size_t cap = st->scap ? st->scap : 64;
-    while (cap < n) cap *= 2;
-    if (cap > SIZE_MAX / (3 * sizeof *st->heap)) return err_set(MOR_E_NOMEM, "out of memory tokenizing");
-    free(st->sym); free(st->next); free(st->prev); free(st->heap);
-    st->sym = malloc(cap * sizeof *st->sym);
-    st->next = malloc(cap * sizeof *st->next);
-    st->prev = malloc(cap * sizeof *st->prev);
-    /* Each merge pushes at most two pairs: n - 1 + 2 (n - 1) entries at most. */
-    st->heap = malloc(3 * cap * sizeof *st->heap);
-    st->scap = (st->sym && st->next && st->prev && st->heap) ? cap : 0;
-    if (!st->scap) return err_set(MOR_E_NOMEM, "out of memory tokenizing");
-    return MOR_OK;
-}
-
-static void heap_push(uint64_t *h, size_t *n, uint64_t v)
-{
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (h[parent] <= v) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = v;
-}
-
-static uint64_t heap_pop(uint64_t *h, size_t *n)
-{
-    uint64_t top = h[0], v = h[--*n];
-    size_t i = 0, m = *n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= m) break;
-        if (c + 1 < m && h[c + 1] < h[c]) c++;
-        if (v <= h[c]) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (m) h[i] = v;
-    return top;
-}
-
-static void push_pair(const tokenizer *t, enc_state *st, size_t *hn, int32_t pos)
-{
-    int32_t r = pair_rank_of(t, st->sym[pos], st->sym[st->next[pos]]);
-    if (r >= 0) heap_push(st->heap, hn, ((uint64_t)r << 32) | (uint32_t)pos);
-}
-
-/* BPE of one pre-token: lowest rank first, leftmost first among equal ranks. */
-static mor_status bpe_piece(const tokenizer *t, const uint8_t *s, size_t n, enc_state *st)
-{
-    if (n == 1) return push_id(st, t->byte_token[s[0]]);
-    mor_status err = ensure_scratch(st, n);
-    if (err != MOR_OK) return err;
-    mor_token *sym = st->sym;
-    int32_t *next = st->next, *prev = st->prev;
-    for (size_t i = 0; i < n; i++) {
-        sym[i] = t->byte_token[s[i]];
-        next[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
-        prev[i] = (int32_t)i - 1;
-    }
-    size_t hn = 0;
-    for (size_t i = 0; i + 1 < n; i++) push_pair(t, st, &hn, (int32_t)i);
-
-    while (hn > 0) {
-        uint64_t top = heap_pop(st->heap, &hn);
-        int32_t r = (int32_t)(top >> 32), p = (int32_t)(uint32_t)top;
-        int32_t q = next[p];
-        /* Stale entries (a side was merged since) no longer show the pair. */
-        if (sym[p] < 0 || q < 0 || sym[p] != t->merge_left[r] || sym[q] != t->merge_right[r])
-            continue;
-        sym[p] = t->merge_result[r];
-        sym[q] = -1;
-        next[p] = next[q];
-        if (next[q] >= 0) prev[next[q]] = p;
-        if (prev[p] >= 0) push_pair(t, st, &hn, prev[p]);
-        if (next[p] >= 0) push_pair(t, st, &hn, p);
-    }
-    for (int32_t i = 0; i >= 0; i = next[i]) {
-        if ((err = push_id(st, sym[i])) != MOR_OK) return err;
-    }
-    return MOR_OK;
-}
-
-/* Length and class of the character at s[i] (i < n). */
-static size_t char_at(const uint8_t *s, size_t n, size_t i, int *cls)
-{
-    uint32_t cp;
-    size_t len = utf8_decode(s + i, n - i, &cp);
-    *cls = unicode_class(cp);
-    return len;
-}
-
-/* Encode text without specials: pre-tokenize, then BPE each piece. */
-static mor_status encode_fragment(const tokenizer *t, const uint8_t *s, size_t n, enc_state *st)
-{
-    mor_status err;
-    size_t i = 0;
-    while (i < n) {
-        size_t end = n;
-        if (t->pre == PRE_SMOLLM) {
-            /* A numeric character is a piece by itself; the regex runs on the
-             * stretches between them as on whole texts. */
-            int c;
-            size_t len = char_at(s, n, i, &c);
-            if (c == UC_NUMBER) {
-                if ((err = bpe_piece(t, s + i, len, st)) != MOR_OK) return err;
-                i += len;
-                continue;
-            }
-            for (end = i + len; end < n; end += len) {
-                len = char_at(s, n, end, &c);
-                if (c == UC_NUMBER) break;
-            }
-        }
-        while (i < end) {
-            size_t e = gpt2_piece_end(s, end, i);
-            if ((err = bpe_piece(t, s + i, e - i, st)) != MOR_OK) return err;
-            i = e;
-        }
-    }
-    return MOR_OK;
-}
-
-/* The longest special token that s[0..n) starts with: its length (0 if none)
- * and id. The sorted list is narrowed byte by byte; a special that ends at
- * byte k sorts first among those sharing its k bytes. */
-static size_t special_match(const tokenizer *t, const uint8_t *s, size_t n, mor_token *id)
-{
-    const special_token *sp = t->special;
-    size_t lo = 0, hi = (size_t)t->n_special, k = 0, best = 0;
-    while (lo < hi) {
-        if (sp[lo].n == k) {
-            best = k;
-            *id = sp[lo].id;
-            if (++lo == hi) break;
-        }
-        if (k == n) break;
-        uint8_t b = s[k];
-        size_t a = lo, z = hi;
-        while (a < z) {
-            size_t m = a + (z - a) / 2;
-            if ((uint8_t)sp[m].p[k] < b) a = m + 1; else z = m;
-        }
-        size_t first = a;
-        z = hi;
-        while (a < z) {
-            size_t m = a + (z - a) / 2;
-            if ((uint8_t)sp[m].p[k] <= b) a = m + 1; else z = m;
-        }
-        lo = first;
-        hi = a;
-        k++;
-    }
-    return best;
-}
-
-static mor_status encode_all(const tokenizer *t, const uint8_t *s, size_t len, uint32_t flags,
-                             enc_state *st)
-{
-    mor_status err;
-    if ((flags & MOR_TOKENIZE_ADD_BOS) && t->bos >= 0 && (err = push_id(st, t->bos)) != MOR_OK)
-        return err;
-    size_t start = 0, i = 0;
-    if ((flags & MOR_TOKENIZE_PARSE_SPECIAL) && t->n_special > 0) {
-        while (i < len) {
-            if (t->special_first[s[i] >> 3] & (1u << (s[i] & 7))) {
-                mor_token id;
-                size_t m = special_match(t, s + i, len - i, &id);
-                if (m > 0) {
-                    if ((err = encode_fragment(t, s + start, i - start, st)) != MOR_OK) return err;
-                    if ((err = push_id(st, id)) != MOR_OK) return err;
-                    i += m;
-                    start = i;
-                    continue;
-                }
-            }
-            uint32_t cp;
-            i += utf8_decode(s + i, len - i, &cp);   /* specials start on a character */
-        }
-    }
-    return encode_fragment(t, s + start, len - start, st);
-}
-
-mor_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, uint32_t flags,
-                                mor_token *out, int32_t cap, int32_t *n_out)
-{
-    if (!t) return err_set(MOR_E_INVALID_ARG, "mor_tokenize: no tokenizer");
-    if (!text && len > 0) return err_set(MOR_E_INVALID_ARG, "mor_tokenize: text is NULL");
-    if (!n_out) return err_set(MOR_E_INVALID_ARG, "mor_tokenize: n_out is NULL");
-    if (cap < 0 || (cap > 0 && !out))
-        return err_set(MOR_E_INVALID_ARG, "mor_tokenize: bad output buffer (cap %d)", (int)cap);
-    if (flags & ~(uint32_t)(MOR_TOKENIZE_ADD_BOS | MOR_TOKENIZE_PARSE_SPECIAL))
-        return err_set(MOR_E_INVALID_ARG, "mor_tokenize: unknown flags 0x%x", (unsigned)flags);
-
-    /* Encode into our own buffer so that a failing call leaves out alone. */
-    enc_state st = { 0 };
-    mor_status err = encode_all(t, (const uint8_t *)text, len, flags, &st);
-    if (err == MOR_OK) {
-        if (st.n > (size_t)cap) {
-            err = err_set(MOR_E_BUFFER_TOO_SMALL, "mor_tokenize: %zu tokens do not fit in %d",
-                          st.n, (int)cap);
-        } else if (st.n > 0) {
-            memcpy(out, st.ids, st.n * sizeof *out);
-        }
-        *n_out = (int32_t)st.n;
-    }
-    enc_free(&st);
-    return err;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Decoding                                                                 */
-/* ------------------------------------------------------------------------ */
-
-mor_status tokenizer_decode(const tokenizer *t, const mor_token *toks, int32_t n,
-                                char *buf, size_t cap, size_t *len_out)
-{
-    if (!t) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: no tokenizer");
-    if (n < 0 || (n > 0 && !toks)) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: bad tokens (n %d)", (int)n);
-    if (!len_out) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: len_out is NULL");
-    if (cap > 0 && !buf) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: buf is NULL");
-
-    size_t need = 0;
-    for (int32_t i = 0; i < n; i++) {
-        mor_token id = toks[i];
-        if (id < 0 || id >= t->n_vocab)
-            return err_set(MOR_E_OUT_OF_RANGE, "mor_detokenize: token %d (at %d) is not in [0, %d)",
-                           (int)id, (int)i, (int)t->n_vocab);
-        if (id < t->n_tokens) {   /* ids of the model's padding have no text */
-            size_t len = t->off[id + 1] - t->off[id];
-            if (len > SIZE_MAX - need)
-                return err_set(MOR_E_INVALID_ARG, "mor_detokenize: the text would be too long");
-            need += len;
-        }
-    }
-    if (need > cap) {
-        *len_out = need;
-        return err_set(MOR_E_BUFFER_TOO_SMALL, "mor_detokenize: %zu bytes do not fit in %zu", need, cap);
-    }
-    size_t pos = 0;
-    for (int32_t i = 0; i < n; i++) {
-        mor_token id = toks[i];
-        if (id >= t->n_tokens) continue;
-        size_t len = t->off[id + 1] - t->off[id];
-        memcpy(buf + pos, t->bytes + t->off[id], len);
-        pos += len;
-    }
-    *len_out = need;
-    return MOR_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Public API                                                               */
-/* ------------------------------------------------------------------------ */
-
-mor_status mor_tokenize(const mor_model *model, const char *text, size_t len,
-                        uint32_t flags, mor_token *out, int32_t cap, int32_t *n_out)
-{
-    err_clear();
-    if (!model) return err_set(MOR_E_INVALID_ARG, "mor_tokenize: model is NULL");
-    const tokenizer *t = model_tokenizer(model);
-    if (!t) return err_set(MOR_E_UNSUPPORTED, "mor_tokenize: the model has no tokenizer");
-    return tokenizer_encode(t, text, len, flags, out, cap, n_out);
-}
-
-mor_status mor_detokenize(const mor_model *model, const mor_token *tokens, int32_t n,
-                          char *buf, size_t cap, size_t *len_out)
-{
-    err_clear();
-    if (!model) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: model is NULL");
-    const tokenizer *t = model_tokenizer(model);
-    if (!t) return err_set(MOR_E_UNSUPPORTED, "mor_detokenize: the model has no tokenizer");
-    return tokenizer_decode(t, tokens, n, buf, cap, len_out);
 }

@@ -1,4 +1,6 @@
-/* tokenizer.h - byte-level BPE (GPT-2 / SmolLM) from GGUF tokenizer.ggml.* metadata. */
+/* tokenizer.h - the tokenizer of a model, from its GGUF tokenizer.ggml.* keys:
+ * byte-level BPE (GPT-2, GPT-NeoX, SmolLM, StarCoder, Falcon, DeepSeek, ...)
+ * and SentencePiece-style BPE (Llama, TinyLlama, Gemma). */
 #ifndef MOR_TOKENIZER_H
 #define MOR_TOKENIZER_H
 #include "mor.h"
@@ -14,11 +16,16 @@ mor_status tokenizer_load(const gguf_file *g, int32_t n_vocab_model, tokenizer *
 void       tokenizer_free(tokenizer *t);
 mor_token  tokenizer_bos(const tokenizer *t);   /* -1 if none */
 mor_token  tokenizer_eos(const tokenizer *t);   /* -1 if none */
+int        tokenizer_add_bos(const tokenizer *t);   /* 0 for NULL */
 
-/* The public mor_tokenize / mor_detokenize are implemented in tokenizer.c on
- * top of these, through model_tokenizer() from model.h. */
+/* The public mor_tokenize / mor_detokenize / mor_token_to_piece are
+ * implemented in tokenize.c on top of these, through model_tokenizer() from
+ * model.h. */
 mor_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, uint32_t flags,
                                 mor_token *out, int32_t cap, int32_t *n_out);
 mor_status tokenizer_decode(const tokenizer *t, const mor_token *toks, int32_t n,
                                 char *buf, size_t cap, size_t *len_out);
+/* The bytes of one token as they appear inside a text (no leading-space rule). */
+mor_status tokenizer_piece(const tokenizer *t, mor_token token, char *buf, size_t cap,
+                               size_t *len_out);
 #endif

@@ -1,15 +1,27 @@
-/* unicode.h - UTF-8 decoding and the Unicode classes of the GPT-2 pre-tokenizer regex. */
+/* unicode.h - UTF-8 decoding and the Unicode properties of code points that the pre-tokenizers test. */
 #ifndef MOR_UNICODE_H
 #define MOR_UNICODE_H
 #include <stddef.h>
 #include <stdint.h>
 
-/* What the pre-tokenizer needs to know about a code point. */
+/* What the GPT-2 pre-tokenizer needs to know about a code point. */
 enum uclass {
     UC_OTHER  = 0,  /* none of the below: [^\s\p{L}\p{N}]                      */
     UC_LETTER = 1,  /* \p{L}: Lu Ll Lt Lm Lo                                  */
     UC_NUMBER = 2,  /* \p{N}: Nd Nl No (= Rust's char::is_numeric)            */
     UC_SPACE  = 3   /* \s as Oniguruma has it: the Unicode White_Space property */
+};
+
+/* The properties as bits, for character classes such as [\p{P}\s]. At most
+ * one bit is set; 0 for the rest (controls, format characters, separators
+ * that are not White_Space, unassigned code points, invalid bytes). */
+enum {
+    UF_LETTER = 1u << 0,  /* \p{L} */
+    UF_NUMBER = 1u << 1,  /* \p{N} */
+    UF_PUNCT  = 1u << 2,  /* \p{P} */
+    UF_SYMBOL = 1u << 3,  /* \p{S} */
+    UF_MARK   = 1u << 4,  /* \p{M} */
+    UF_SPACE  = 1u << 5   /* \s: White_Space */
 };
 
 /* Marks a byte that does not start a valid UTF-8 sequence. */
@@ -21,13 +33,10 @@ enum uclass {
  * truncation) is a unit of length 1 with *cp = UTF8_INVALID. */
 size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
 
+/* UF_* bits of a code point; UTF8_INVALID has none. */
+unsigned unicode_flags(uint32_t cp);
+
 /* Class of a code point; UTF8_INVALID is UC_OTHER. */
 int unicode_class(uint32_t cp);
-
-/* End of the GPT-2 pre-tokenizer regex match that starts at s[i] (i < n):
- *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * The one matcher for the runtime tokenizer and the BPE trainer, so the two
- * can never cut a text differently. */
-size_t gpt2_piece_end(const uint8_t *s, size_t n, size_t i);
 
 #endif

@@ -26,7 +26,7 @@
 #include "relax.h"
 #include "mor.h"
 #include "train.h"
-#include "unicode.h"
+#include "pretokenize.h"
 
 static char tmpdir[256];
 

@@ -119,7 +119,7 @@ int main(int argc, char **argv)
     char buf[512], xml[2048];
     for (int32_t i = 0; i < n; i++) {
         size_t bl = 0;
-        mor_detokenize(m, &toks[i], 1, buf, sizeof buf, &bl);
+        mor_token_to_piece(m, toks[i], buf, sizeof buf, &bl);
         int w = token_xml(buf, bl, xml, sizeof xml);
         if (x + w * cw > width - x0) { x = x0; lines++; }
         x += w * cw + 2;
@@ -141,7 +141,7 @@ int main(int argc, char **argv)
     double y = top;
     for (int32_t i = 0; i < n; i++) {
         size_t bl = 0;
-        mor_detokenize(m, &toks[i], 1, buf, sizeof buf, &bl);
+        mor_token_to_piece(m, toks[i], buf, sizeof buf, &bl);
         int w = token_xml(buf, bl, xml, sizeof xml);
         if (x + w * cw > width - x0) { x = x0; y += lh; }
         int d = depth[i] < 5 ? depth[i] : 5;

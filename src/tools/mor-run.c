@@ -336,7 +336,7 @@ static void print_piece(run_state *r, mor_token t, int depth)
 {
     char buf[256], num[32];
     size_t len = 0;
-    if (mor_detokenize(r->model, &t, 1, buf, sizeof buf, &len) == MOR_OK) put_text(r, buf, len);
+    if (mor_token_to_piece(r->model, t, buf, sizeof buf, &len) == MOR_OK) put_text(r, buf, len);
     else put_text(r, num, (size_t)snprintf(num, sizeof num, "<%d>", t));
     if (r->o.show_depth) put_text(r, num, (size_t)snprintf(num, sizeof num, "[%d]", depth));
     fflush(stdout);
@@ -418,11 +418,13 @@ int main(int argc, char **argv)
     } else {
         int32_t cnt = 0;
         size_t len = strlen(o->prompt);
-        st = mor_tokenize(model, o->prompt, len, MOR_TOKENIZE_PARSE_SPECIAL, NULL, 0, &cnt);
+        /* BOS where the model's texts start with it (SentencePiece models) */
+        const uint32_t tf = MOR_TOKENIZE_PARSE_SPECIAL | (mor_model_add_bos(model) ? MOR_TOKENIZE_ADD_BOS : 0);
+        st = mor_tokenize(model, o->prompt, len, tf, NULL, 0, &cnt);
         if (st && st != MOR_E_BUFFER_TOO_SMALL) { run_free(&R); return lib_error(NULL, "tokenizing the prompt", st); }
         R.prompt = malloc(sizeof *R.prompt * (size_t)(cnt ? cnt : 1));
         if (!R.prompt) { run_free(&R); return cli_error("out of memory"); }
-        if ((st = mor_tokenize(model, o->prompt, len, MOR_TOKENIZE_PARSE_SPECIAL, R.prompt, cnt, &cnt))) {
+        if ((st = mor_tokenize(model, o->prompt, len, tf, R.prompt, cnt, &cnt))) {
             run_free(&R);
             return lib_error(NULL, "tokenizing the prompt", st);
         }

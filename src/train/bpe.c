@@ -2,7 +2,7 @@
  * tokenizer.ggml.* metadata of docs/FORMAT.md, which src/tokenizer.c loads.
  *
  * The text is cut with GPT-2's pre-tokenizer regex (gpt2_piece_end in
- * src/unicode.c, the matcher the library's tokenizer uses); each distinct piece is counted once with its
+ * src/pretokenize.c, the matcher the library's tokenizer uses); each distinct piece is counted once with its
  * frequency. Starting from the 256 byte tokens, the most frequent adjacent
  * pair over all pieces is merged (ties: the smaller pair of ids), the pair
  * counts are updated only for the pieces that changed, until the vocabulary
@@ -13,7 +13,7 @@
 #include <string.h>
 #include "train.h"
 #include "gguf_write.h"
-#include "unicode.h"
+#include "pretokenize.h"
 
 /* ---- hash tables ---- */
 

@@ -44,7 +44,7 @@ CTX_CAPTURE_HIDDEN = 1
 KV_MODEL_DEFAULT, KV_RECURSION_WISE, KV_SHARED, KV_DENSE = 0, 1, 2, 3
 KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0 = 0, 1, 8
 ROUTE_DEFAULT, ROUTE_TOPK, ROUTE_THRESHOLD, ROUTE_FORCED, ROUTE_TOKEN = 0, 1, 2, 3, 4
-TOKENIZE_ADD_BOS, TOKENIZE_PARSE_SPECIAL = 1, 2
+TOKENIZE_ADD_BOS, TOKENIZE_PARSE_SPECIAL, TOKENIZE_PARSE_USER_DEFINED = 1, 2, 4
 KV_UNIQUE_LAYERS, KV_ALL = -1, -2
 SERVE_SERIAL, SERVE_SEQUENCE, SERVE_DEPTHWISE = 0, 1, 2
 EXIT_NONE, EXIT_MARGIN, EXIT_SATURATION = 0, 1, 2
@@ -265,6 +265,7 @@ class Model(_Handle):
     size_bytes = _get(_lib.mor_model_size_bytes)
     token_bos = _get(_lib.mor_model_token_bos)
     token_eos = _get(_lib.mor_model_token_eos)
+    add_bos = _get(_lib.mor_model_add_bos)
     del _get
 
     def meta(self, key, default=KeyError):
@@ -284,10 +285,13 @@ class Model(_Handle):
             _check(st)
             return buf.raw[:n.value].decode("utf-8", "replace")
 
-    def tokenize(self, text, add_bos=False, parse_special=False):
-        """Token ids of text (str, or bytes taken as they are)."""
+    def tokenize(self, text, add_bos=False, parse_special=False, parse_user_defined=False):
+        """Token ids of text (str, or bytes taken as they are). parse_special
+        matches every added token, parse_user_defined only the user-defined
+        ones (see mor_tokenize)."""
         b = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-        flags = (TOKENIZE_ADD_BOS if add_bos else 0) | (TOKENIZE_PARSE_SPECIAL if parse_special else 0)
+        flags = (TOKENIZE_ADD_BOS if add_bos else 0) | (TOKENIZE_PARSE_SPECIAL if parse_special else 0) | \
+            (TOKENIZE_PARSE_USER_DEFINED if parse_user_defined else 0)
         n = ctypes.c_int32()
         cap = len(b) + 2
         while True:
@@ -309,6 +313,20 @@ class Model(_Handle):
         while True:
             buf = ctypes.create_string_buffer(cap)
             st = _lib.mor_detokenize(self._p, arr, len(toks), buf, cap, ctypes.byref(n))
+            if st == -11 and n.value > cap:
+                cap = n.value
+                continue
+            _check(st)
+            return buf.raw[:n.value]
+
+    def token_to_piece(self, token):
+        """The bytes of one token as they appear inside a text (for printing
+        tokens one at a time; detokenize drops a SentencePiece prefix space)."""
+        n = ctypes.c_size_t()
+        cap = 64
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            st = _lib.mor_token_to_piece(self._p, token, buf, cap, ctypes.byref(n))
             if st == -11 and n.value > cap:
                 cap = n.value
                 continue
@@ -554,7 +572,7 @@ class _TextStream(object):
         if not self.ok:
             return None
         try:
-            return self.dec.decode(self.model.detokenize([token]))
+            return self.dec.decode(self.model.token_to_piece(token))
         except UnsupportedError:   # a model without a tokenizer
             self.ok = False
             return None

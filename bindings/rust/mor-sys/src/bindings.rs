@@ -249,6 +249,9 @@ extern "C" {
     pub fn mor_model_token_eos(model: *const mor_model) -> mor_token;
 }
 extern "C" {
+    pub fn mor_model_add_bos(model: *const mor_model) -> i32;
+}
+extern "C" {
     pub fn mor_model_meta_str(
         model: *const mor_model,
         key: *const ::std::os::raw::c_char,
@@ -894,6 +897,7 @@ extern "C" {
 }
 pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_9 = 1;
 pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_9 = 2;
+pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_9 = 4;
 pub type _bindgen_ty_9 = u32;
 extern "C" {
     pub fn mor_tokenize(
@@ -911,6 +915,15 @@ extern "C" {
         model: *const mor_model,
         tokens: *const mor_token,
         n: i32,
+        buf: *mut ::std::os::raw::c_char,
+        cap: usize,
+        len_out: *mut usize,
+    ) -> mor_status;
+}
+extern "C" {
+    pub fn mor_token_to_piece(
+        model: *const mor_model,
+        token: mor_token,
         buf: *mut ::std::os::raw::c_char,
         cap: usize,
         len_out: *mut usize,

@@ -315,6 +315,11 @@ impl Model {
         if t >= 0 { Some(t) } else { None }
     }
 
+    /// Whether the model's texts start with BOS (`mor_model_add_bos`).
+    pub fn add_bos(&self) -> bool {
+        unsafe { sys::mor_model_add_bos(self.ptr.as_ptr()) != 0 }
+    }
+
     /// A metadata value as text, None if the key does not exist.
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
         let key = CString::new(key).map_err(|_| Error::new(ErrorKind::InvalidArg, "key contains NUL"))?;
@@ -371,6 +376,28 @@ impl Model {
             let st = unsafe {
                 sys::mor_detokenize(self.ptr.as_ptr(), tokens.as_ptr(), tokens.len() as i32,
                                     buf.as_mut_ptr() as *mut c_char, cap, &mut len)
+            };
+            if st == sys::MOR_E_BUFFER_TOO_SMALL && len > cap {
+                cap = len;
+                continue;
+            }
+            check(st)?;
+            buf.truncate(len);
+            return Ok(buf);
+        }
+    }
+}
+
+impl Model {
+    /// The bytes of one token as they appear inside a text, for printing
+    /// tokens one at a time (`detokenize` drops a SentencePiece prefix space).
+    pub fn token_to_piece(&self, token: Token) -> Result<Vec<u8>> {
+        let mut cap = 64usize;
+        loop {
+            let mut buf = vec![0u8; cap];
+            let mut len = 0usize;
+            let st = unsafe {
+                sys::mor_token_to_piece(self.ptr.as_ptr(), token, buf.as_mut_ptr() as *mut c_char, cap, &mut len)
             };
             if st == sys::MOR_E_BUFFER_TOO_SMALL && len > cap {
                 cap = len;
