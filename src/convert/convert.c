@@ -19,7 +19,9 @@
 #include "gguf_write.h"
 #include "hf_config.h"
 #include "hf_tokenizer.h"
+#include "gguf.h"
 #include "layout.h"
+#include "mor.h"
 #include "relax.h"
 #include "util.h"
 
@@ -645,11 +647,15 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     if (rc) goto done;
     rc = gguf_writer_write(w, out, err, errcap);
     if (rc == 0 && summary && sumcap) {
+        char tok_desc[240] = "";
+        if (have_tok || (from_gguf && gi.has_tokenizer)) snprintf(tok_desc, sizeof tok_desc, ", tokenizer");
+        else if (from_gguf && gi.tokenizer_note[0])
+            snprintf(tok_desc, sizeof tok_desc, ", tokenizer not copied (%.200s)", gi.tokenizer_note);
         for (int role = 0; role < CV_ROLE_COUNT; role++) n_tensors += b.n_blocks[role];
         snprintf(summary, sumcap, "%s, %s sharing, N_r=%d, K=%d, L=%d; %d stored blocks (attention: %d), %d layer tensors%s%s%s%s",
                  route_desc(p.route), ms_sharing_names[p.sharing], p.n_rec, p.base_depth, p.n_layer,
                  b.n_blocks[CV_ROLE_FFN_GATE], b.n_blocks[CV_ROLE_ATTN_Q], n_tensors, head_d ? ", untied output" : "",
-                 have_tok || (from_gguf && gi.has_tokenizer) ? ", tokenizer" : "",
+                 tok_desc,
                  rs.n_orig && rs.n_orig != p.n_layer ? ", layers selected by linspace" : "", lora_desc);
     }
 done:
@@ -666,9 +672,48 @@ done:
     return rc;
 }
 
+/* A vocab-only `mor` file from the tokenizer of any GGUF file (a llama.cpp
+ * vocab or model file, or a `mor` file): libmor loads it first, so that only
+ * a tokenizer it can run is written; the tokenizer.ggml.* keys and
+ * general.name are copied as they are. */
+static int vocab_from_gguf(const char *path, FILE *out, char *summary, size_t sumcap, char *err, size_t errcap)
+{
+    mor_model_params mp;
+    mor_model *m = NULL;
+    gguf_writer *w = NULL;
+    gguf_input gi;
+    int rc = -1;
+    char model[32] = "", pre[64] = "";
+    MOR_MODEL_PARAMS_INIT(&mp);
+    mp.flags = MOR_MODEL_VOCAB_ONLY;
+    memset(&gi, 0, sizeof gi);
+    if (mor_model_load_file(path, &mp, &m)) return cv_fail(err, errcap, "%s: %s", path, mor_last_error());
+    /* the keys to copy: the file parsed again (the model keeps its own) */
+    if (cv_file_open(&gi.file, path, err, errcap)) goto done;
+    if (gguf_parse(gi.file.data, gi.file.size, &gi.g)) { cv_fail(err, errcap, "%s: %s", path, mor_last_error()); goto done; }
+    if (!(w = gguf_writer_new())) { cv_fail(err, errcap, "out of memory"); goto done; }
+    gguf_writer_add_str(w, "general.architecture", "mor");
+    gguf_writer_add_u32(w, "general.alignment", GGUF_WRITE_ALIGNMENT);
+    gguf_writer_add_u32(w, "mor.format_version", 1);
+    gguf_writer_add_u32(w, "mor.vocab_size", (uint32_t)mor_model_n_vocab(m));
+    if (gguf_input_copy_keys(&gi, w, 1, err, errcap)) goto done;
+    rc = gguf_writer_write(w, out, err, errcap);
+    mor_model_meta_str(m, "tokenizer.ggml.model", model, sizeof model, NULL);
+    if (mor_model_meta_str(m, "tokenizer.ggml.pre", pre, sizeof pre, NULL)) snprintf(pre, sizeof pre, "none");
+    if (rc == 0 && summary && sumcap)
+        snprintf(summary, sumcap, "vocab only: %d tokens, model %s, pre-tokenizer %s, from a GGUF file",
+                 (int)mor_model_n_vocab(m), model, pre);
+done:
+    gguf_writer_free(w);
+    gguf_input_close(&gi);
+    mor_model_free(m);
+    return rc;
+}
+
 int convert_vocab_only(const char *dir, const char *tokenizer, FILE *out, char *summary, size_t sumcap, char *err,
                        size_t errcap)
 {
+    if (!tokenizer && gguf_input_is_gguf(dir)) return vocab_from_gguf(dir, out, summary, sumcap, err, errcap);
     convert_opts o;
     hf_tokenizer tok;
     hf_config ids;

@@ -43,7 +43,9 @@ void convert_opts_init(convert_opts *o);
 int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap, char *err, size_t errcap);
 
 /* A tokenizer-only GGUF from tokenizer (or dir/tokenizer.json), with
- * bos/eos from dir/config.json or dir/tokenizer_config.json when present. */
+ * bos/eos from dir/config.json or dir/tokenizer_config.json when present;
+ * or, when dir is a GGUF file (and tokenizer NULL), from its tokenizer.ggml.*
+ * keys (a llama.cpp vocab or model file), checked by loading it first. */
 int convert_vocab_only(const char *dir, const char *tokenizer, FILE *out, char *summary, size_t sumcap, char *err,
                        size_t errcap);
 

@@ -11,6 +11,7 @@
 #include "layout.h"
 #include "model.h"
 #include "quant.h"
+#include "tokenizer.h"
 #include "util.h"
 
 int gguf_input_is_gguf(const char *path)
@@ -153,7 +154,14 @@ static int open_llama(gguf_input *gi, const char *path, checkpoint *ck, hf_confi
             snprintf(name, sizeof name, "model.layers.%u.%s", l, cv_role_hf[role]);
             if (add_weight(gi, ck, name, &w, vec, err, errcap)) return -1;
         }
-    gi->has_tokenizer = !gguf_get_str(g, "tokenizer.ggml.model", &s) && gguf_str_eq(s, "gpt2");
+    /* The tokenizer is copied when libmor can run it; otherwise the reason
+     * goes into the converter's summary. */
+    if (gguf_find_kv(g, "tokenizer.ggml.model")) {
+        tokenizer *tk = NULL;
+        gi->has_tokenizer = tokenizer_load(g, (int32_t)cfg->vocab, &tk) == MOR_OK && tk;
+        if (!gi->has_tokenizer) snprintf(gi->tokenizer_note, sizeof gi->tokenizer_note, "%s", mor_last_error());
+        tokenizer_free(tk);
+    }
     return ckpt_finish(ck, err, errcap);
 }
 

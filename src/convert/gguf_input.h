@@ -8,8 +8,8 @@
  * for GGML's RoPE put back in Hugging Face order. Either way the layers
  * become a plain checkpoint in the Hugging Face key grammar, the dimensions
  * an hf_config, and the tokenizer.ggml.* keys are copied to the output
- * unchanged (a llama.cpp file's only when its tokenizer is byte-level BPE,
- * "gpt2": libmor reads no other). */
+ * unchanged (a llama.cpp file's only when libmor's tokenizer loads them:
+ * byte-level BPE with a pre-tokenizer it knows, or SentencePiece). */
 #ifndef CV_GGUF_INPUT_H
 #define CV_GGUF_INPUT_H
 #include <stddef.h>
@@ -25,6 +25,7 @@ typedef struct {
     void **own;                /* dequantized weights */
     size_t n_own;
     int has_tokenizer;
+    char tokenizer_note[200];  /* why a llama.cpp file's tokenizer is not copied, or "" */
 } gguf_input;
 
 /* Is path a GGUF file (by its magic)? */

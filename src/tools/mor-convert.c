@@ -6,6 +6,7 @@
  *   mor-convert DIR -o OUT.gguf [options]
  *   mor-convert MODEL.gguf -o OUT.gguf --num-recursion 2 --sharing cycle --init average --lora-rank 16
  *   mor-convert --vocab-only DIR -o V.gguf [--tokenizer FILE]
+ *   mor-convert --vocab-only FILE.gguf -o V.gguf
  *
  * Errors: one line on stderr, exit code 1 (2 for a bad command line). The
  * output is written to a temporary file next to OUT and renamed, so OUT is
@@ -28,6 +29,7 @@ static const char usage[] =
     "usage: mor-convert DIR -o OUT.gguf [options]\n"
     "       mor-convert MODEL.gguf -o OUT.gguf [options]\n"
     "       mor-convert --vocab-only DIR -o OUT.gguf [--tokenizer FILE]\n"
+    "       mor-convert --vocab-only FILE.gguf -o OUT.gguf\n"
     "\n"
     "DIR holds config.json and model.safetensors or pytorch_model.bin (model.safetensors\n"
     "is used when both exist, unless --weights says otherwise). MODEL.gguf is a libmor\n"
@@ -43,7 +45,8 @@ static const char usage[] =
     "  --outtype TYPE          auto|f32|f16|bf16 for weight matrices (default auto: as in the\n"
     "                          checkpoint); norms and routers are always f32\n"
     "  --name NAME             general.name\n"
-    "  --vocab-only            write only the tokenizer of DIR/tokenizer.json\n"
+    "  --vocab-only            write only the tokenizer: of DIR/tokenizer.json, or of a GGUF file\n"
+    "                          (a llama.cpp vocab or model file: its tokenizer.ggml.* keys)\n"
     "  --tie-lm-head           tie the output matrix to the embedding when config.json says\n"
     "                          tie_word_embeddings, as transformers' from_pretrained does (default:\n"
     "                          a saved lm_head.weight that differs from the embedding is kept, as\n"
