@@ -8,9 +8,11 @@ change and commit what changed):
   tests/fuzz/models/*.gguf   tiny models the decode, tokenizer, thread and
                              fault tests load: plain, expert-choice (recursion-
                              wise and KV-shared, linear and MLP routers),
-                             token-choice (MLP router, bias), and two vocab-only
-                             tokenizers (GPT-2's first 2000 merges; pre gpt2 and
-                             smollm)
+                             token-choice (MLP router, bias), and vocab-only
+                             tokenizers: byte-level BPE with GPT-2's first 2000
+                             merges (pre gpt2, smollm, falcon, deepseek-coder,
+                             deepseek-llm, mpt) and two SentencePiece-style
+                             ones made from them (by score; by merges)
   tests/fuzz/corpus/<target>/  small valid inputs of each fuzz target
 Everything is small (a few KB per file) so that mutations reach the headers.
 *.gguf is in .gitignore: add new .gguf outputs with `git add -f`.
@@ -222,8 +224,66 @@ def gpt2_tokenizer(pre, n_merges=2000):
     return write, len(tokens)
 
 
-def vocab_only(pre):
-    write, n = gpt2_tokenizer(pre)
+def spm_tokenizer(hf_merges=False, n_merges=2000):
+    """A SentencePiece-style vocabulary made from GPT-2's first merges whose
+    sides are printable ASCII or U+0120 (a space, which becomes U+2581): the
+    control tokens, the 256 byte tokens <0xNN>, the ASCII characters, then a
+    token per merge. Without hf_merges it merges by score (minus the merge's
+    rank) with the dummy prefix; with them by the merges, HF Metaspace split at
+    every U+2581, no prefix (Gemma-like)."""
+    tokens = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+    types = [2, 3, 3] + [6] * 256
+    scores = [0.0] * len(tokens)
+    chars = ["\u2581"] + [chr(c) for c in range(0x21, 0x7F)]
+    for c in chars:
+        tokens.append(c)
+        types.append(1)
+        scores.append(-1.0)
+    known = set(tokens)
+    merges = []
+
+    def spm(t):
+        return t.replace("\u0120", "\u2581")
+
+    with open(os.path.join(ROOT, "tests", "data", "tokenizer", "gpt2-merges.txt"), encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("#version") or not line:
+                continue
+            a, b = (spm(x) for x in line.split(" "))
+            if not all(ch == "\u2581" or 0x21 <= ord(ch) < 0x7F for ch in a + b) or a not in known \
+                    or b not in known or a + b in known:
+                continue
+            merges.append(a + " " + b)
+            tokens.append(a + b)
+            types.append(1)
+            scores.append(-2.0 - len(merges))
+            known.add(a + b)
+            if len(merges) == n_merges:
+                break
+    tokens.append("<custom>")
+    types.append(4)
+    scores.append(0.0)
+
+    def write(g):
+        g.add("tokenizer.ggml.model", STR, "llama")
+        g.add("tokenizer.ggml.tokens", ARR, (STR, tokens))
+        g.add("tokenizer.ggml.token_type", ARR, (I32, types))
+        if hf_merges:
+            g.add("tokenizer.ggml.pre", STR, "metaspace")
+            g.add("tokenizer.ggml.merges", ARR, (STR, merges))
+            g.add("mor.tokenizer.prefix_space", STR, "never")
+        else:
+            g.add("tokenizer.ggml.pre", STR, "default")
+            g.add("tokenizer.ggml.scores", ARR, (F32, scores))
+        g.add("tokenizer.ggml.bos_token_id", U32, 1)
+        g.add("tokenizer.ggml.eos_token_id", U32, 2)
+        g.add("tokenizer.ggml.unknown_token_id", U32, 0)
+    return write, len(tokens)
+
+
+def vocab_only(pre, spm=None):
+    write, n = spm_tokenizer(spm == "hf") if spm else gpt2_tokenizer(pre)
     g = Gguf()
     g.add("general.architecture", STR, "mor")
     g.add("mor.format_version", U32, 1)
@@ -397,6 +457,12 @@ def main():
                                arch="mlp", func="softmax", alpha=1.0, bias=True),
         "vocab_gpt2.gguf": vocab_only("gpt2"),
         "vocab_smollm.gguf": vocab_only("smollm"),
+        "vocab_falcon.gguf": vocab_only("falcon"),
+        "vocab_deepseek_coder.gguf": vocab_only("deepseek-coder"),
+        "vocab_deepseek_llm.gguf": vocab_only("deepseek-llm"),
+        "vocab_mpt.gguf": vocab_only("mpt"),
+        "vocab_spm.gguf": vocab_only(None, "scores"),
+        "vocab_spm_hf.gguf": vocab_only(None, "hf"),
     }
     sd = tiny_state_dict()
     corpus = {
@@ -416,12 +482,23 @@ def main():
                      ROOT, "tests/data/fixtures/expert_mc3_kvshare_fix_perturbed/mor_cfg.yaml"), "rb").read(),
                  "flow.yaml": b"---\na: [1, 2.5, 'x', \"y\\n\"]\nb: {c: ~, d: yes}\nlist:\n- one\n- two: 2\n  three: 3\nplain: a\n  continued\n"},
         "hf_tokenizer": {"gpt2.json": tokenizer_json(False), "smollm.json": tokenizer_json(True)},
+        # the first byte: bits 0-2 the vocabulary (fuzz_vocab.h), 3 PARSE_SPECIAL, 4 ADD_BOS, 5 PARSE_USER_DEFINED
         "tokenize": {"ascii.txt": b"\x00Hello world, it's 2024! I'm   here.\n\tdef f(x): return x**2",
-                     "special.txt": b"\x03<|im_start|>user\nhi<|im_end|><custom> <|endoftext|>",
+                     "special.txt": b"\x09<|im_start|>user\nhi<|im_end|><custom> <|endoftext|>",
                      "utf8.txt": "\x01Caf\u00e9 \u4f60\u597d\u3002 \U0001F600 \u0661\u0662 na\u00efve".encode()
-                     + b" \xff\xc0\x80 bad"},
+                     + b" \xff\xc0\x80 bad",
+                     "falcon.txt": b"\x02x=12345; y += 'it''s' ... $$ ~ 3.14159!!",
+                     "deepseek.txt": "\x23\u6211\u60f3\u5728apple\u5de5\u4f5c 123\r\nHi, \u00bfqu\u00e9? \u3000 <custom>  "
+                                     .encode(),
+                     "deepseek_llm.txt": "\x04\u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac \uff01\uff1f\u2018q\u2019 a  \t ".encode(),
+                     "mpt.txt": b"\x25    indented\n        more  <custom>",
+                     "spm.txt": "\x06Hello world, it's \u00e9t\u00e9 \U0001F600 \xff".encode("utf-8", "surrogatepass"),
+                     "spm_bos.txt": b"\x1eThe <s>quick</s> brown <custom> fox",
+                     "spm_hf.txt": b"\x07  two spaces, a\ttab \xc3\xa9 \xff"},
         "detokenize": {"ids.bin": bytes([0]) + struct.pack("<8i", 0, 1, 255, 256, 2000, 2256, 2259, 2263),
-                       "small.bin": bytes([1 | 6]) + struct.pack("<4i", 2259, 2256, 300, 2263)},
+                       "small.bin": bytes([1 | 2 << 3]) + struct.pack("<4i", 2259, 2256, 300, 2263),
+                       "spm.bin": bytes([6 | 8 << 3]) + struct.pack("<8i", 0, 1, 2, 3, 100, 259, 260, 400),
+                       "spm_hf.bin": bytes([7 | 1 << 3]) + struct.pack("<6i", 259, 259, 300, 1000, 0x41 + 3, 2)},
         "decode": {
             "prefill.bin": decode_seed(1, 0, add(1) + add(2) + add(3, 1) + add(4) + DECODE + add(5) + add(6, 1) + DECODE),
             "seqops.bin": decode_seed(0, 1, add(7) + add(8) + add(9, 1) + DECODE + [0x31, 1, 2, 0] + add(10, 2) +
