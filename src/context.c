@@ -121,7 +121,11 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
         c->st_hidden = alloc_n((size_t)c->n_boundaries * n * d, sizeof(float), &ok);
     }
     if (!ok) { mor_context_free(c); return err_set(MOR_E_NOMEM, "cannot allocate context scratch for n_batch %u", p.n_batch); }
-    if ((st = exec_init(&s->exec, m, p.n_threads, p.n_batch, p.n_ctx)) || (st = lora_scratch_init(&s->lora, m, p.n_batch))) {
+    int64_t kmax = m->n_embd;   /* the widest matmul input: n_embd, H*hd or n_ff */
+    if ((int64_t)m->n_head * m->head_dim > kmax) kmax = (int64_t)m->n_head * m->head_dim;
+    if (m->n_ff > kmax) kmax = m->n_ff;
+    s->dims = (attn_dims){ m->n_head, m->n_head_kv, m->head_dim };
+    if ((st = exec_init(&s->exec, p.n_threads, p.n_batch, kmax, m->n_head / m->n_head_kv, p.n_ctx)) || (st = lora_scratch_init(&s->lora, m, p.n_batch))) {
         mor_context_free(c);
         return st;
     }

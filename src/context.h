@@ -10,6 +10,7 @@
 typedef struct {
     float   *xn, *q, *k, *v, *att, *o, *gate, *up;
     exec_ctx exec;             /* kernels, threads and their per-thread scratch */
+    attn_dims dims;            /* the model's attention heads */
     lora_scratch lora;         /* the unfolded LoRA product's (lora.h) */
     float   *inv_freq;         /* [head_dim/2]: RoPE frequencies */
     /* [n][head_dim] cos | sin of each row's RoPE angles for the next

@@ -52,30 +52,6 @@ int gguf_str_eq(gguf_str s, const char *c)
     return s.n == n && memcmp(s.p, c, n) == 0;
 }
 
-const char *gguf_type_name(uint32_t type)
-{
-    switch (type) {
-    case GGML_F32: return "F32";
-    case GGML_F16: return "F16";
-    case GGML_Q4_0: return "Q4_0";
-    case GGML_Q8_0: return "Q8_0";
-    case GGML_BF16: return "BF16";
-    }
-    return "unknown";
-}
-
-uint64_t gguf_row_bytes(uint32_t type, int64_t ne0)
-{
-    if (ne0 <= 0) return 0;
-    switch (type) {
-    case GGML_F32: return (uint64_t)ne0 * 4;
-    case GGML_F16: case GGML_BF16: return (uint64_t)ne0 * 2;
-    case GGML_Q8_0: return ne0 % 32 ? 0 : (uint64_t)ne0 / 32 * 34;  /* f16 scale + 32 int8 */
-    case GGML_Q4_0: return ne0 % 32 ? 0 : (uint64_t)ne0 / 32 * 18;  /* f16 scale + 16 bytes */
-    }
-    return 0;
-}
-
 static mor_status parse_kv(cursor *c, gguf_kv *kv, uint64_t idx)
 {
     if (!rd_str(c, &kv->key) || kv->key.n == 0 || kv->key.n > GGUF_MAX_NAME)
@@ -204,7 +180,7 @@ mor_status gguf_parse(const void *buf, size_t size, gguf_file **out)
             t->ne[d] = (int64_t)ne; nel *= ne;
         }
         if (!rd_u32(&c, &t->type) || !rd_u64(&c, &t->offset)) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor info truncated"); }
-        uint64_t rb = gguf_row_bytes(t->type, t->ne[0]);
+        uint64_t rb = tensor_row_bytes(t->type, t->ne[0]);
         if (!rb) {
             st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s': unsupported type %u or row size", (int)t->name.n, t->name.p, t->type);
             gguf_free(g); return st;

@@ -4,15 +4,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mor.h"
+#include "tensor.h"
 
 enum gguf_vtype {
     GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4, GGUF_I32 = 5,
     GGUF_F32 = 6, GGUF_BOOL = 7, GGUF_STR = 8, GGUF_ARR = 9, GGUF_U64 = 10, GGUF_I64 = 11,
     GGUF_F64 = 12, GGUF_VTYPE_COUNT
 };
-
-/* ggml tensor types used by libmor (numbers as in ggml). */
-enum gguf_ttype { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_BF16 = 30 };
 
 typedef struct { const char *p; uint64_t n; } gguf_str;   /* not NUL-terminated */
 
@@ -29,7 +27,7 @@ typedef struct {
     gguf_str    name;
     uint32_t    n_dims;
     int64_t     ne[4];      /* ne[0] fastest; unused dims are 1 */
-    uint32_t    type;       /* enum gguf_ttype */
+    uint32_t    type;       /* enum tensor_type */
     uint64_t    offset;     /* from the data section */
     uint64_t    nbytes;
     const uint8_t *data;    /* in the buffer */
@@ -71,10 +69,5 @@ mor_status gguf_get_arr_f32(const gguf_file *g, const char *key, float *out, uin
 mor_status gguf_get_arr_f64(const gguf_file *g, const char *key, double *out, uint64_t n);
 /* A string array: the kv (for arr_n and strs), MOR_E_OUT_OF_RANGE if missing. */
 mor_status gguf_get_arr_str(const gguf_file *g, const char *key, const gguf_kv **out);
-
-/* Bytes per row of ne0 elements for a tensor type, 0 if unknown or if ne0 is
- * not a multiple of the block size. */
-uint64_t gguf_row_bytes(uint32_t type, int64_t ne0);
-const char *gguf_type_name(uint32_t type);
 
 #endif

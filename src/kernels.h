@@ -14,10 +14,7 @@
 #define MOR_KERNELS_H
 #include <stddef.h>
 #include <stdint.h>
-#include "model.h"
-
-float bf16_to_f32(uint16_t h);
-float f16_to_f32(uint16_t h);
+#include "tensor.h"
 
 /* y[i][o] = sum_c W[o][c] * x[i][c] for n input rows: W is rows x cols in
  * any stored type; x is n x cols; y is n x rows. Uses the best kernel set of
@@ -71,6 +68,27 @@ typedef void (*attend_fn)(const float *q, int32_t group, int32_t hd, const void 
                               size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
                               float scale, float *probs, float *out);
 
+/* Cached keys and values as attention reads them: cells [0, n), each the
+ * sequence (< 0: empty) and position of a token and one K and one V row of
+ * row_bytes bytes in `type` (F32, F16 or Q8_0), K after RoPE. */
+typedef struct {
+    int32_t        n;
+    const int32_t *seq, *pos;
+    const void    *k, *v;
+    size_t         row_bytes;
+    uint32_t       type;
+} kv_rows;
+
+/* The attention heads: n_head query heads, n_head_kv KV heads (query head h
+ * reads KV head h / (n_head / n_head_kv)), head_dim values each. */
+typedef struct { int32_t n_head, n_head_kv, head_dim; } attn_dims;
+
+/* y[i*ldy + o] += sum_q t[i*ldt + q] * bt[q*ldb + o] for i < rows, o < n:
+ * the second pass of the unfolded LoRA product (lora.c, kernels_lora.h).
+ * Every set gives the same bits. */
+typedef void (*lora_axpy_fn)(const float *t, int64_t ldt, int32_t rows, int32_t r, const float *bt, int64_t ldb,
+                             float *y, int64_t ldy, int64_t n);
+
 typedef struct kernel_set {
     const char   *name;                 /* "ref", "avx2", "avx512" (or "avx512-novbmi"), "neon" */
     /* one row of k floats (k a multiple of 32) into a mor_act_q8 row */
@@ -80,6 +98,7 @@ typedef struct kernel_set {
     void        (*rms_norm)(float *out, const float *x, const float *w, int32_t n, float eps);
     /* g[i] = silu(g[i]) * u[i] */
     void        (*swiglu)(float *g, const float *u, int64_t n);
+    lora_axpy_fn  lora_axpy;
 } kernel_set;
 
 enum { ISA_REF, ISA_AVX2, ISA_AVX512, ISA_NEON, ISA_COUNT };

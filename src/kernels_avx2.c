@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 #include "kernels.h"
+#include "kernels_lora.h"
 #include "quant.h"
 
 #if defined(__clang__)
@@ -25,7 +26,8 @@
 #endif
 
 #define AI static inline __attribute__((always_inline))
-enum { TF32 = 0, TF16 = 1, TBF16 = 30 };
+/* short names of the types, for the token-pasted kernel names */
+enum { TF32 = GGML_F32, TF16 = GGML_F16, TBF16 = GGML_BF16 };
 
 AI float hsum8(__m256 v)
 {
@@ -515,6 +517,8 @@ void k_attend_avx2(const float *q, int32_t group, int32_t hd, const void *k, con
     }
 }
 
+KERNELS_LORA_AXPY(lora_axpy_avx2, 8)
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #elif defined(__GNUC__)
@@ -522,6 +526,6 @@ void k_attend_avx2(const float *q, int32_t group, int32_t hd, const void *k, con
 #endif
 
 const kernel_set kernels_avx2 = {
-    "avx2", act_q8_avx2, matmul_avx2, k_attend_avx2, k_rms_norm_avx2, k_swiglu_avx2
+    "avx2", act_q8_avx2, matmul_avx2, k_attend_avx2, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_avx2
 };
 #endif

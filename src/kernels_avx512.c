@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 #include "kernels.h"
+#include "kernels_lora.h"
 #include "quant.h"
 
 #if defined(__clang__)
@@ -24,7 +25,8 @@
 #endif
 
 #define AI static inline __attribute__((always_inline))
-enum { TF32 = 0, TF16 = 1, TBF16 = 30 };
+/* short names of the types, for the token-pasted kernel names */
+enum { TF32 = GGML_F32, TF16 = GGML_F16, TBF16 = GGML_BF16 };
 
 AI float hsum8(__m256 v)
 {
@@ -870,6 +872,8 @@ static void attend_avx512(const float *q, int32_t group, int32_t hd, const void 
     f(q, (const char *)k, (const char *)v, stride, kv_type, cells, nv, scale, probs, out);
 }
 
+KERNELS_LORA_AXPY(lora_axpy_avx512, 16)
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #elif defined(__GNUC__)
@@ -878,9 +882,10 @@ static void attend_avx512(const float *q, int32_t group, int32_t hd, const void 
 
 /* The set for CPUs with VBMI and GFNI, and the same without them (the same bits). */
 const kernel_set kernels_avx512 = {
-    "avx512", act_q8_avx2, matmul_avx512, attend_avx512, k_rms_norm_avx2, k_swiglu_avx2
+    "avx512", act_q8_avx2, matmul_avx512, attend_avx512, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_avx512
 };
 const kernel_set kernels_avx512_novbmi = {
-    "avx512-novbmi", act_q8_avx2, matmul_avx512_novbmi, attend_avx512, k_rms_norm_avx2, k_swiglu_avx2
+    "avx512-novbmi", act_q8_avx2, matmul_avx512_novbmi, attend_avx512, k_rms_norm_avx2, k_swiglu_avx2,
+    lora_axpy_avx512
 };
 #endif

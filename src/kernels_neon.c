@@ -14,10 +14,12 @@
 #include <string.h>
 #include "cpu.h"
 #include "kernels.h"
+#include "kernels_lora.h"
 #include "quant.h"
 
 #define AI static inline __attribute__((always_inline))
-enum { TF32 = 0, TF16 = 1, TBF16 = 30 };
+/* short names of the types, for the token-pasted kernel names */
+enum { TF32 = GGML_F32, TF16 = GGML_F16, TBF16 = GGML_BF16 };
 
 AI float hsum4(float32x4_t v)
 {
@@ -420,7 +422,9 @@ static void attend_neon(const float *q, int32_t group, int32_t hd, const void *k
     }
 }
 
+KERNELS_LORA_AXPY(lora_axpy_neon, 4)
+
 const kernel_set kernels_neon = {
-    "neon", act_q8_neon, matmul_neon, attend_neon, rms_norm_neon, swiglu_neon
+    "neon", act_q8_neon, matmul_neon, attend_neon, rms_norm_neon, swiglu_neon, lora_axpy_neon
 };
 #endif

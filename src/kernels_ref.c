@@ -3,35 +3,9 @@
 #include <math.h>
 #include <string.h>
 #include "kernels.h"
+#include "kernels_lora.h"
 #include "quant.h"
 
-float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;   /* bf16 is the top half of an f32: exact */
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0) {
-        if (man == 0) u = sign;
-        else {                          /* subnormal: normalise */
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) { man <<= 1; exp--; }
-            u = sign | (exp << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        u = sign | 0x7f800000u | (man << 13);
-    } else {
-        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 int act_is_q8(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0; }
 
@@ -274,6 +248,8 @@ static void swiglu_ref(float *g, const float *u, int64_t n)
     for (int64_t i = 0; i < n; i++) g[i] = k_silu(g[i]) * u[i];
 }
 
+KERNELS_LORA_AXPY(lora_axpy_ref, 4)
+
 const kernel_set kernels_ref = {
-    "ref", act_q8_ref, k_matmul_ref_range, k_attend_ref, k_rms_norm, swiglu_ref
+    "ref", act_q8_ref, k_matmul_ref_range, k_attend_ref, k_rms_norm, swiglu_ref, lora_axpy_ref
 };

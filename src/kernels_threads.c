@@ -46,16 +46,12 @@ void exec_free(exec_ctx *e)
     memset(e, 0, sizeof *e);
 }
 
-mor_status exec_init(exec_ctx *e, const mor_model *m, int32_t n_threads, uint32_t n_batch, uint32_t n_ctx)
+mor_status exec_init(exec_ctx *e, int32_t n_threads, uint32_t n_batch, int64_t kmax, int32_t group, uint32_t n_ctx)
 {
     memset(e, 0, sizeof *e);
     if (n_threads < 1) n_threads = 1;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
     e->k = kernels_best();
-    int64_t kmax = m->n_embd;   /* the widest matmul input: n_embd, H*hd or n_ff */
-    if ((int64_t)m->n_head * m->head_dim > kmax) kmax = (int64_t)m->n_head * m->head_dim;
-    if (m->n_ff > kmax) kmax = m->n_ff;
-    const size_t group = (size_t)(m->n_head / m->n_head_kv);
     e->nth = n_threads;
     e->mm_scratch = calloc((size_t)n_threads, sizeof(float *));
     e->probs = calloc((size_t)n_threads, sizeof(float *));
@@ -66,7 +62,7 @@ mor_status exec_init(exec_ctx *e, const mor_model *m, int32_t n_threads, uint32_
     int ok = e->mm_scratch && e->probs && e->vis && e->act;
     for (int32_t t = 0; ok && t < n_threads; t++) {
         e->mm_scratch[t] = malloc(sizeof(float) * MM_SCRATCH_FLOATS(kmax));
-        e->probs[t] = malloc(sizeof(float) * group * (n_ctx ? n_ctx : 1));
+        e->probs[t] = malloc(sizeof(float) * (size_t)group * (n_ctx ? n_ctx : 1));
         e->vis[t] = malloc(sizeof(int32_t) * 2 * (n_ctx ? n_ctx : 1));   /* the list, then sort scratch */
         ok = e->mm_scratch[t] && e->probs[t] && e->vis[t];
     }
@@ -197,10 +193,8 @@ void exec_ffn_up(exec_ctx *e, const tensor *wg, const tensor *wu, const float *x
 
 typedef struct {
     exec_ctx *e;
-    const mor_model *m;
-    const kv_layer *L;
-    uint32_t kv_type;
-    size_t kv_row;
+    const attn_dims *d;
+    const kv_rows *L;
     const float *q;
     const int32_t *pos, *seq;
     float *out;
@@ -243,20 +237,19 @@ static void vis_sort(int32_t *cells, int32_t *tmp, int32_t n, const int32_t *pos
 static void att_task(void *arg, int64_t ch, int32_t ith)
 {
     att_job *j = arg;
-    const mor_model *m = j->m;
-    const int32_t hd = m->head_dim, nkv = m->n_head_kv, group = m->n_head / nkv, qd = m->n_head * hd;
-    const size_t head_bytes = j->kv_row / (size_t)nkv;
+    const kv_rows *L = j->L;
+    const int32_t hd = j->d->head_dim, nkv = j->d->n_head_kv, group = j->d->n_head / nkv, qd = j->d->n_head * hd;
+    const size_t head_bytes = L->row_bytes / (size_t)nkv;
     const float scale = 1.0f / sqrtf((float)hd);
     const int64_t units = (int64_t)j->n * nkv, b = ch * j->chunk;   /* units: (row, KV head) */
     const int64_t end = b + j->chunk < units ? b + j->chunk : units;
     int32_t *vis = j->e->vis[ith], nv = 0, vis_row = -1;
-    const kv_layer *L = j->L;
     for (int64_t u = b; u < end; u++) {
         const int32_t i = (int32_t)(u / nkv), h = (int32_t)(u % nkv);
         if (i != vis_row) {   /* the visible cells of row i, shared by its heads */
             int32_t sorted = 1, last = -1;   /* positions are >= 0 */
             nv = 0;
-            for (int32_t c = 0; c < L->n_hi; c++)
+            for (int32_t c = 0; c < L->n; c++)
                 if (L->seq[c] == j->seq[i] && L->pos[c] <= j->pos[i]) {
                     sorted &= L->pos[c] >= last;
                     last = L->pos[c];
@@ -267,18 +260,18 @@ static void att_task(void *arg, int64_t ch, int32_t ith)
         }
         const size_t off = (size_t)h * head_bytes;
         j->e->k->attend(j->q + (int64_t)i * qd + (int64_t)h * group * hd, group, hd,
-                        (const char *)L->k + off, (const char *)L->v + off, j->kv_row, j->kv_type,
+                        (const char *)L->k + off, (const char *)L->v + off, L->row_bytes, L->type,
                         vis, nv, scale, j->e->probs[ith], j->out + (int64_t)i * qd + (int64_t)h * group * hd);
     }
 }
 
-void exec_attention(exec_ctx *e, const mor_model *m, const kv_layer *L, uint32_t kv_type, size_t kv_row_bytes,
+void exec_attention(exec_ctx *e, const attn_dims *d, const kv_rows *kv,
                     const float *q, const int32_t *pos, const int32_t *seq, float *out, int32_t n)
 {
-    att_job j = { e, m, L, kv_type, kv_row_bytes, q, pos, seq, out, n, 0 };
-    const int64_t units = (int64_t)n * m->n_head_kv;
+    att_job j = { e, d, kv, q, pos, seq, out, n, 0 };
+    const int64_t units = (int64_t)n * d->n_head_kv;
     j.chunk = pool_chunk(units, 1, e->nth);
-    run(e, (units + j.chunk - 1) / j.chunk, att_task, &j, 2 * (int64_t)n * m->n_head * m->head_dim * L->n_hi);
+    run(e, (units + j.chunk - 1) / j.chunk, att_task, &j, 2 * (int64_t)n * d->n_head * d->head_dim * kv->n);
 }
 
 /* ---- jobs defined elsewhere (lora.c) ---- */

@@ -7,7 +7,6 @@
 #ifndef MOR_KERNELS_THREADS_H
 #define MOR_KERNELS_THREADS_H
 #include "kernels.h"
-#include "kv_cache.h"
 #include "threadpool.h"
 
 typedef struct {
@@ -22,8 +21,11 @@ typedef struct {
 } exec_ctx;
 
 /* Start n_threads (<= 0: one) with the best kernel set of this CPU and the
- * scratch for batches of n_batch rows over caches of n_ctx cells. */
-mor_status exec_init(exec_ctx *e, const mor_model *m, int32_t n_threads, uint32_t n_batch, uint32_t n_ctx);
+ * scratch for batches of n_batch rows: matmuls over rows of at most max_cols
+ * values, attention of `group` query heads per KV head over at most n_ctx
+ * cells. */
+mor_status exec_init(exec_ctx *e, int32_t n_threads, uint32_t n_batch, int64_t max_cols, int32_t group,
+                     uint32_t n_ctx);
 void       exec_free(exec_ctx *e);
 
 /* y[i*ldy + o] (+)= W[o] . x[i] for the n rows of x (ldx floats apart). */
@@ -37,9 +39,10 @@ void exec_matmul_multi(exec_ctx *e, int32_t nw, const tensor *const *w, const fl
  * of the same size. */
 void exec_ffn_up(exec_ctx *e, const tensor *wg, const tensor *wu, const float *x, int64_t ldx,
                  float *g, float *u, int32_t n);
-/* Attention of n query rows (q: n x H*hd, out: the same) over the cells of
- * cache layer L visible to each row: same sequence, position <= its own. */
-void exec_attention(exec_ctx *e, const mor_model *m, const kv_layer *L, uint32_t kv_type, size_t kv_row_bytes,
+/* Attention of n query rows (q: n x n_head*head_dim, out: the same) over the
+ * cells of kv visible to each row: same sequence, position <= its own,
+ * summed in (position, cell) order. */
+void exec_attention(exec_ctx *e, const attn_dims *dims, const kv_rows *kv,
                     const float *q, const int32_t *pos, const int32_t *seq, float *out, int32_t n);
 /* Run n_chunks chunks of a job of about macs multiply-adds: on e's pool, or
  * on the calling thread when it is too small to gain from more threads. */

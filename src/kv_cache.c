@@ -41,6 +41,13 @@ kv_layer *kv_read_layer(mor_kv_cache *kv, int32_t l)
     return &kv->layers[l];
 }
 
+kv_rows kv_layer_rows(const mor_kv_cache *kv, int32_t l)
+{
+    const kv_layer *L = kv_read_layer((mor_kv_cache *)kv, l);
+    kv_rows r = { L->n_hi, L->seq, L->pos, L->k, L->v, kv->row_bytes, kv->type };
+    return r;
+}
+
 static int layer_alloc(kv_layer *L, int32_t n_cells, size_t row_bytes)
 {
     L->n_cells = n_cells;

@@ -2,6 +2,7 @@
  * or recursive KV sharing, and llama.cpp-style sequence operations. */
 #ifndef MOR_KV_CACHE_H
 #define MOR_KV_CACHE_H
+#include "kernels.h"
 #include "model.h"
 
 /* One cached layer: cells hold (seq, pos, K row, V row); seq < 0 marks a free
@@ -35,6 +36,9 @@ void       kv_free(mor_kv_cache *kv);
 /* Which layer's cells recursion-r layers read: itself, or under sharing the
  * recursion-0 layer of the same block position. Returns NULL-free pointer. */
 kv_layer  *kv_read_layer(mor_kv_cache *kv, int32_t layer);
+/* The cells attention reads for `layer` (those of kv_read_layer), as the
+ * kernels take them. */
+kv_rows    kv_layer_rows(const mor_kv_cache *kv, int32_t layer);
 /* Whether a layer stores its own K/V (false for recursions >= 1 under sharing). */
 int        kv_layer_stores(const mor_kv_cache *kv, int32_t layer);
 /* Whether recursion r caches the K/V of every token of a decode, those its

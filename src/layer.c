@@ -80,9 +80,8 @@ mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_
     }
     for (int32_t i0 = 0, i1; i0 < n; i0 = i1) {   /* one call per run of rows on the same cache layer */
         for (i1 = i0 + 1; i1 < n && ROW_LAYER(i1) == ROW_LAYER(i0); i1++) {}
-        const kv_layer *R = kv_read_layer(kv, ROW_LAYER(i0));
-        exec_attention(e, m, R, kv->type, kv->row_bytes, s->q + (int64_t)i0 * qd, pos + i0, seq + i0,
-                       s->att + (int64_t)i0 * qd, i1 - i0);
+        const kv_rows R = kv_layer_rows(kv, ROW_LAYER(i0));
+        exec_attention(e, &s->dims, &R, s->q + (int64_t)i0 * qd, pos + i0, seq + i0, s->att + (int64_t)i0 * qd, i1 - i0);
     }
     exec_matmul(e, &w->w[ROLE_ATTN_OUT], s->att, qd, x, d, n, 1);   /* x += o(att) */
     LORA(ROLE_ATTN_OUT, s->att, qd, x, d);

@@ -82,7 +82,7 @@ mor_status lora_load(const gguf_file *g, mor_model *m, unsigned char *used)
         const int64_t in = w->cols, out = w->rows, rmax = in < out ? in : out;
         if (t->type != GGML_F32) {
             st = err_set(MOR_E_FORMAT, "tensor '%.*s' has type %s; LoRA factors must be F32", (int)t->name.n, t->name.p,
-                         gguf_type_name(t->type));
+                         tensor_type_name(t->type));
             goto fail;
         }
         /* a: GGUF [in, r]; b: [r, out]; 1 <= r <= min(in, out) keeps the
@@ -251,7 +251,6 @@ mor_status lora_scratch_init(lora_scratch *s, const mor_model *m, uint32_t n_bat
         return err_set(MOR_E_NOMEM, "cannot allocate LoRA scratch for n_batch %u", n_batch);
     }
     s->cap = (int32_t)n_batch;
-    s->axpy = lora_axpy(0);
     return MOR_OK;
 }
 
@@ -262,112 +261,9 @@ void lora_scratch_free(lora_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The second pass, y += T B^T, has a reduction only r long: as dot
- * products (the matmul kernels) each output would cost a horizontal sum for
- * a handful of multiply-adds. So it runs as r scaled rows of B^T added into
- * accumulators held in registers, vectorized across outputs:
- *     acc[o] = sum_q t[q] * bt[q][o]  (q in order, each product rounded, then added)
- *     y[o] += acc[o]
- * Every lane does the same two roundings per step as the scalar tail (no
- * fused multiply-add: the product and the sum are separate statements, and
- * the library is built in ISO C mode, which does not contract across them),
- * so the bits are the same at any vector width and on any CPU, and the same
- * as the reference kernels' dot product of B's row with t. */
-/* acc_k += t * (W floats of bt at offset k*W), as two rounded operations */
-#define LORA_STEP(k, W)                                \
-    do {                                               \
-        memcpy(&bv, b + (k) * W, sizeof bv);           \
-        const v p = bv * tq;                           \
-        a##k = a##k + p;                               \
-    } while (0)
-/* the same for a second row (t value uq, accumulators c) from that load of bt */
-#define LORA_STEP2(k, W)                               \
-    do {                                               \
-        memcpy(&bv, b + (k) * W, sizeof bv);           \
-        const v p = bv * tq, pu = bv * uq;             \
-        a##k = a##k + p;                               \
-        c##k = c##k + pu;                              \
-    } while (0)
-#define LORA_FLUSH(yr, acc, k, W)                      \
-    do {                                               \
-        memcpy(&yv, (yr) + o + (k) * W, sizeof yv);    \
-        yv = yv + acc##k;                              \
-        memcpy((yr) + o + (k) * W, &yv, sizeof yv);    \
-    } while (0)
-/* Blocks of outputs outside, rows inside: a block's r rows of B^T stay in L1
- * for all the rows; two rows at a time share each load of B^T and keep 8
- * independent sums in flight. */
-#define LORA_AXPY(name, attr, W)                                                                              \
-    attr static void name(const float *t, int64_t ldt, int32_t rows, int32_t r, const float *bt, int64_t ldb,   \
-                          float *y, int64_t ldy, int64_t n)                                                     \
-    {                                                                                                         \
-        typedef float v __attribute__((vector_size(4 * W)));                                                  \
-        int64_t o = 0;                                                                                        \
-        for (; o + 4 * W <= n; o += 4 * W) { /* 4 vectors of outputs stay in registers over q */             \
-            int32_t i = 0;                                                                                    \
-            for (; i + 2 <= rows; i += 2) {                                                                   \
-                const float *ti = t + i * ldt, *tj = ti + ldt;                                                \
-                v a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 }, c0 = { 0 }, c1 = { 0 }, c2 = { 0 }, c3 = { 0 }; \
-                v bv, yv;                                                                                     \
-                for (int32_t q = 0; q < r; q++) {                                                             \
-                    const float tq = ti[q], uq = tj[q], *b = bt + q * ldb + o;                                \
-                    LORA_STEP2(0, W); LORA_STEP2(1, W); LORA_STEP2(2, W); LORA_STEP2(3, W);                   \
-                }                                                                                             \
-                float *yi = y + i * ldy, *yj = yi + ldy;                                                      \
-                LORA_FLUSH(yi, a, 0, W); LORA_FLUSH(yi, a, 1, W); LORA_FLUSH(yi, a, 2, W); LORA_FLUSH(yi, a, 3, W); \
-                LORA_FLUSH(yj, c, 0, W); LORA_FLUSH(yj, c, 1, W); LORA_FLUSH(yj, c, 2, W); LORA_FLUSH(yj, c, 3, W); \
-            }                                                                                                 \
-            for (; i < rows; i++) {                                                                           \
-                const float *ti = t + i * ldt;                                                                \
-                float *yi = y + i * ldy;                                                                      \
-                v a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 }, bv, yv;                                     \
-                for (int32_t q = 0; q < r; q++) {                                                             \
-                    const float tq = ti[q], *b = bt + q * ldb + o;                                            \
-                    LORA_STEP(0, W); LORA_STEP(1, W); LORA_STEP(2, W); LORA_STEP(3, W);                       \
-                }                                                                                             \
-                LORA_FLUSH(yi, a, 0, W); LORA_FLUSH(yi, a, 1, W); LORA_FLUSH(yi, a, 2, W); LORA_FLUSH(yi, a, 3, W); \
-            }                                                                                                 \
-        }                                                                                                     \
-        for (; o + W <= n; o += W) /* then one vector at a time */                                            \
-            for (int32_t i = 0; i < rows; i++) {                                                              \
-                const float *ti = t + i * ldt;                                                                \
-                float *yi = y + i * ldy;                                                                      \
-                v a0 = { 0 }, bv, yv;                                                                         \
-                for (int32_t q = 0; q < r; q++) {                                                             \
-                    const float tq = ti[q], *b = bt + q * ldb + o;                                            \
-                    LORA_STEP(0, W);                                                                          \
-                }                                                                                             \
-                LORA_FLUSH(yi, a, 0, W);                                                                      \
-            }                                                                                                 \
-        for (; o < n; o++) /* the tail, one output at a time: the same operations */                         \
-            for (int32_t i = 0; i < rows; i++) {                                                              \
-                float acc = 0;                                                                                \
-                for (int32_t q = 0; q < r; q++) {                                                             \
-                    const float p = bt[q * ldb + o] * t[i * ldt + q];                                         \
-                    acc = acc + p;                                                                            \
-                }                                                                                             \
-                y[i * ldy + o] += acc;                                                                        \
-            }                                                                                                 \
-    }
-LORA_AXPY(axpy_4, , 4)
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include "cpu.h"
-LORA_AXPY(axpy_8, __attribute__((target("avx2"))), 8)
-LORA_AXPY(axpy_16, __attribute__((target("avx512f"))), 16)
-lora_axpy_fn lora_axpy(int width)
-{
-    const uint32_t f = cpu_features();
-    if (!width) width = f & CPU_AVX512 ? 16 : f & CPU_AVX2 ? 8 : 4;
-    return width == 4 ? axpy_4 : width == 8 && (f & CPU_AVX2) ? axpy_8
-         : width == 16 && (f & CPU_AVX512) ? axpy_16 : NULL;
-}
-#else
-lora_axpy_fn lora_axpy(int width) { return width == 0 || width == 4 ? axpy_4 : NULL; }
-#endif
 
 typedef struct {
     exec_ctx *e;
-    lora_axpy_fn axpy;
     const lora_group *g;
     int32_t ng, phase;          /* 0: T = s (X A^T); 1: Y += T B^T */
     const float *x;
@@ -403,7 +299,7 @@ static void lora_task(void *arg, int64_t c, int32_t ith)
         for (int32_t i = i0; i < i1; i++)
             for (int64_t q = o0; q < o1; q++) j->t[i * j->ldt + q] *= d->s;
     } else {
-        j->axpy(j->t + i0 * j->ldt, j->ldt, i1 - i0, d->r, d->bt + o0, j->out, j->y + i0 * j->ldy + o0, j->ldy, o1 - o0);
+        j->e->k->lora_axpy(j->t + i0 * j->ldt, j->ldt, i1 - i0, d->r, d->bt + o0, j->out, j->y + i0 * j->ldy + o0, j->ldy, o1 - o0);
     }
 }
 
@@ -434,7 +330,7 @@ void lora_apply_exec(exec_ctx *e, lora_scratch *s, const mor_model *m, int32_t l
 {
     if (!m->lora || m->lora->folded) return;
     const tensor *w = &m->layers[l].w[role];
-    lora_job j = { .e = e, .axpy = s->axpy, .g = s->g, .x = x, .y = y, .t = s->t, .ldx = ldx, .ldy = ldy, .ldt = s->rmax,
+    lora_job j = { .e = e, .g = s->g, .x = x, .y = y, .t = s->t, .ldx = ldx, .ldy = ldy, .ldt = s->rmax,
                    .in = w->cols, .out = w->rows };
     for (int32_t b0 = 0; b0 < n; b0 += s->cap) {   /* windows of the scratch's rows (callers stay within) */
         const int32_t b1 = n - b0 < s->cap ? n : b0 + s->cap;

@@ -12,6 +12,7 @@
 #ifndef MOR_LORA_H
 #define MOR_LORA_H
 #include "kernels_threads.h"
+#include "model.h"
 
 typedef struct {
     const float *a, *b;   /* a: r rows of `in`, b: `out` rows of r (in the file); NULL: no delta */
@@ -61,7 +62,6 @@ typedef struct {
     float      *t;      /* [cap][rmax]: s (A x) of each row */
     lora_group *g;      /* [cap] */
     int32_t     rmax, cap;
-    lora_axpy_fn axpy;  /* lora_axpy(0) */
 } lora_scratch;
 mor_status lora_scratch_init(lora_scratch *s, const mor_model *m, uint32_t n_batch);   /* MOR_E_NOMEM */
 void       lora_scratch_free(lora_scratch *s);

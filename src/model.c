@@ -112,7 +112,7 @@ static mor_status get_tensor(loader *ld, const char *name, int64_t ne0, int64_t 
         return err_set(MOR_E_FORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
                        name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)ne0, (long long)ne1);
     if (f32_only ? t->type != GGML_F32 : !is_matrix_type(t->type))
-        return err_set(MOR_E_FORMAT, "tensor '%s' has type %s; %s", name, gguf_type_name(t->type),
+        return err_set(MOR_E_FORMAT, "tensor '%s' has type %s; %s", name, tensor_type_name(t->type),
                        f32_only ? "must be F32" : "weights must be F32, F16, BF16, Q8_0 or Q4_0");
     ld->used[t - ld->g->tensors] = 1;
     w->data = t->data; w->type = t->type; w->cols = ne0; w->rows = ne1 ? ne1 : 1;

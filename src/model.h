@@ -6,6 +6,7 @@
 #define MOR_MODEL_H
 #include "mor.h"
 #include "gguf.h"
+#include "tensor.h"
 #include "tokenizer.h"
 
 #define MOR_MAX_RECURSIONS 16
@@ -14,15 +15,6 @@
 enum { ROLE_ATTN_NORM, ROLE_ATTN_Q, ROLE_ATTN_K, ROLE_ATTN_V, ROLE_ATTN_OUT,
        ROLE_FFN_NORM, ROLE_FFN_GATE, ROLE_FFN_UP, ROLE_FFN_DOWN, ROLE_COUNT };
 extern const char *const role_names[ROLE_COUNT];
-
-/* A view of a stored matrix: `rows` outputs of `cols` inputs each, row-major,
- * in the file's type (F32, F16, BF16, Q8_0 or Q4_0; quant.h), pointing into the
- * mapped file. */
-typedef struct {
-    const void *data;
-    uint32_t    type;
-    int64_t     rows, cols;
-} tensor;
 
 typedef struct { tensor w[ROLE_COUNT]; } layer_weights;   /* one unrolled layer */
 

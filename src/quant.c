@@ -4,48 +4,9 @@
  * float weights, and the activations are quantized as ggml does it. */
 #include <math.h>
 #include <string.h>
-#include "kernels.h"
-#include "model.h"
 #include "quant.h"
 
-uint16_t f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00 | ((ax >> 13) & 0x3ff));   /* NaN stays NaN */
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);   /* rounds to >= 65536: inf */
-    if (ax < 0x38800000u) {                                    /* below 2^-14: subnormal or zero */
-        if (ax < 0x33000000u) return (uint16_t)sign;           /* below half the smallest subnormal */
-        uint32_t man = (ax & 0x7fffff) | 0x800000, e = ax >> 23;   /* value = man * 2^(e-150) */
-        uint32_t shift = 126 - e;                                   /* to units of 2^-24 */
-        uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1))) q++;
-        return (uint16_t)(sign | q);
-    }
-    uint32_t r = ax + 0xfff + ((ax >> 13) & 1);   /* round to nearest even at bit 13 */
-    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
 
-uint16_t f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);   /* quiet NaN */
-    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-}
-
-size_t tensor_row_bytes(uint32_t type, int64_t k)
-{
-    if (k < 0) return 0;
-    switch (type) {
-    case 0:  return (size_t)k * 4;                                            /* F32 */
-    case 1:  case 30: return (size_t)k * 2;                                   /* F16, BF16 */
-    case 8:  return k % QK ? 0 : (size_t)(k / QK) * sizeof(block_q8_0);
-    case 2:  return k % QK ? 0 : (size_t)(k / QK) * sizeof(block_q4_0);
-    default: return 0;
-    }
-}
 
 void quant_row_q8_0(const float *x, block_q8_0 *y, int64_t k)
 {
@@ -79,16 +40,16 @@ void quant_row_q4_0(const float *x, block_q4_0 *y, int64_t k)
 void dequant_row(uint32_t type, const void *row, float *out, int64_t k)
 {
     switch (type) {
-    case 1: for (int64_t i = 0; i < k; i++) out[i] = f16_to_f32(((const uint16_t *)row)[i]); break;
-    case 30: for (int64_t i = 0; i < k; i++) out[i] = bf16_to_f32(((const uint16_t *)row)[i]); break;
-    case 8:
+    case GGML_F16: for (int64_t i = 0; i < k; i++) out[i] = f16_to_f32(((const uint16_t *)row)[i]); break;
+    case GGML_BF16: for (int64_t i = 0; i < k; i++) out[i] = bf16_to_f32(((const uint16_t *)row)[i]); break;
+    case GGML_Q8_0:
         for (int64_t b = 0; b < k / QK; b++) {
             const block_q8_0 *y = (const block_q8_0 *)row + b;
             const float d = f16_to_f32(y->d);
             for (int j = 0; j < QK; j++) out[b * QK + j] = d * (float)y->qs[j];
         }
         break;
-    case 2:
+    case GGML_Q4_0:
         for (int64_t b = 0; b < k / QK; b++) {
             const block_q4_0 *y = (const block_q4_0 *)row + b;
             const float d = f16_to_f32(y->d);
@@ -105,10 +66,10 @@ void dequant_row(uint32_t type, const void *row, float *out, int64_t k)
 void quant_row(uint32_t type, const float *x, void *out, int64_t k)
 {
     switch (type) {
-    case 1: for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = f32_to_f16(x[i]); break;
-    case 30: for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = f32_to_bf16(x[i]); break;
-    case 8: quant_row_q8_0(x, out, k); break;
-    case 2: quant_row_q4_0(x, out, k); break;
+    case GGML_F16: for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = f32_to_f16(x[i]); break;
+    case GGML_BF16: for (int64_t i = 0; i < k; i++) ((uint16_t *)out)[i] = f32_to_bf16(x[i]); break;
+    case GGML_Q8_0: quant_row_q8_0(x, out, k); break;
+    case GGML_Q4_0: quant_row_q4_0(x, out, k); break;
     default: memcpy(out, x, sizeof(float) * (size_t)k); break;
     }
 }

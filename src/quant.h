@@ -1,12 +1,12 @@
-/* quant.h - the weight and activation number formats: F16, BF16 and ggml's
- * Q8_0 and Q4_0 blocks (byte for byte as GGUF stores them), with reference
- * conversions. Every fast kernel's input format is defined here. */
+/* quant.h - the block formats: ggml's Q8_0 and Q4_0 (byte for byte as GGUF
+ * stores them), the activation rows quantized weights are multiplied with,
+ * and the reference conversions between them and float. Every fast kernel's
+ * input format is defined here or in tensor.h. */
 #ifndef MOR_QUANT_H
 #define MOR_QUANT_H
 #include <stddef.h>
 #include <stdint.h>
-
-#define QK 32   /* values per Q8_0 / Q4_0 block */
+#include "tensor.h"
 
 /* ggml block_q8_0: value j = d * qs[j]. */
 typedef struct { uint16_t d; int8_t qs[QK]; } block_q8_0;
@@ -14,13 +14,6 @@ typedef struct { uint16_t d; int8_t qs[QK]; } block_q8_0;
 typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_q4_0;
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 is 34 bytes, as in ggml");
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 is 18 bytes, as in ggml");
-
-uint16_t f32_to_f16(float f);    /* round to nearest even; overflow -> inf; NaN stays NaN */
-uint16_t f32_to_bf16(float f);   /* round to nearest even; NaN stays NaN */
-
-/* Bytes of a row of k values of ggml type `type` (F32, F16, BF16, Q8_0, Q4_0),
- * 0 for another type or a k that is not a multiple of the block size. */
-size_t tensor_row_bytes(uint32_t type, int64_t k);
 
 /* ggml's reference quantizers (quantize_row_q8_0_ref / q4_0_ref): k is a
  * multiple of 32. Q8_0: d = amax/127, q = roundf(x/d). Q4_0: d = max/-8 with

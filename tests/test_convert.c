@@ -728,7 +728,7 @@ static void test_readers(void)
         CHECK(pickle_load_state_dict(noncontig, sizeof noncontig - 1, &sd, err, sizeof err) != 0 && strstr(err, "contiguous"),
               "pickle: a non-contiguous tensor is refused (%s)", err);
         if (CHECK(pickle_load_state_dict(contig, sizeof contig - 1, &sd, err, sizeof err) == 0 && sd.n == 1 &&
-                      sd.t[0].dtype == CV_BF16 && sd.t[0].shape[1] == 3 && strcmp(sd.t[0].storage_key, "0") == 0,
+                      sd.t[0].dtype == GGML_BF16 && sd.t[0].shape[1] == 3 && strcmp(sd.t[0].storage_key, "0") == 0,
                   "pickle: a hand-made bf16 state dict"))
             pk_state_dict_free(&sd);
     }
@@ -738,7 +738,7 @@ static void test_readers(void)
         checkpoint c;
         int rc = ckpt_open(&c, "tests/data/convert/torch_zip64.bin", err, sizeof err);
         uint16_t want[6] = {0x3f80, 0x3f81, 0x3f82, 0x3f83, 0x3f84, 0x3f85};
-        CHECK(rc == 0 && c.n == 1 && c.t[0].dtype == CV_BF16 && c.t[0].ndim == 2 && c.t[0].shape[0] == 2 &&
+        CHECK(rc == 0 && c.n == 1 && c.t[0].dtype == GGML_BF16 && c.t[0].ndim == 2 && c.t[0].shape[0] == 2 &&
                   c.t[0].shape[1] == 3 && c.t[0].nbytes == 12 && memcmp(c.t[0].data, want, 12) == 0,
               "torch zip: a ZIP64 archive is read (%s)", rc ? err : "ok");
         if (rc == 0) ckpt_free(&c);
@@ -774,8 +774,8 @@ static void test_writer(void)
     gguf_writer_add_arr_i32(w, "arr", arr, 2);
     gguf_writer_add_arr_str(w, "strs", strs, 2);
     gguf_writer_add_bool(w, "b", 1);
-    gguf_writer_add_tensor(w, "a", CV_F32, 1, d1, a, 12);
-    gguf_writer_add_tensor(w, "h", CV_F16, 2, d2, h, 10);
+    gguf_writer_add_tensor(w, "a", GGML_F32, 1, d1, a, 12);
+    gguf_writer_add_tensor(w, "h", GGML_F16, 2, d2, h, 10);
     CHECK(f && gguf_writer_write(w, f, err, sizeof err) == 0, "writer: writes");
     img = file_image(f, &n);
     g_parse(img, n, &g);
@@ -791,7 +791,7 @@ static void test_writer(void)
     fclose(f);
     gguf_writer_free(w);
     w = gguf_writer_new();
-    gguf_writer_add_tensor(w, "a", CV_F32, 1, d1, a, 8);
+    gguf_writer_add_tensor(w, "a", GGML_F32, 1, d1, a, 8);
     f = tmpfile();
     CHECK(gguf_writer_write(w, f, err, sizeof err) != 0, "writer: a byte count that does not match the dims is an error");
     fclose(f);
@@ -887,7 +887,7 @@ static void test_convert_fixtures(void)
             if (strstr(v, "bf16")) {
                 int t = g_has_tensor(&g, "blk.0.ffn_up.weight"), nt = g_has_tensor(&g, "blk.0.ffn_norm.weight"),
                     rt = g_has_tensor(&g, "rtr.0.weight");
-                CHECK(t && g.ttype[t - 1] == CV_BF16 && nt && g.ttype[nt - 1] == CV_F32 && rt && g.ttype[rt - 1] == CV_F32,
+                CHECK(t && g.ttype[t - 1] == GGML_BF16 && nt && g.ttype[nt - 1] == GGML_F32 && rt && g.ttype[rt - 1] == GGML_F32,
                       "convert: %s: --outtype auto keeps BF16 matrices, norms and routers F32", v);
             }
         }
@@ -899,10 +899,10 @@ static void test_convert_fixtures(void)
     /* outtypes */
     {
         size_t n32, n16, nbf, nb;
-        uint8_t *f32 = convert_dir(FIX "/expert_mc3_bf16_perturbed/hf_bin", NULL, CV_F32, err, sizeof err, &n32);
+        uint8_t *f32 = convert_dir(FIX "/expert_mc3_bf16_perturbed/hf_bin", NULL, GGML_F32, err, sizeof err, &n32);
         uint8_t *bf = convert_dir(FIX "/expert_mc3_bf16_perturbed/hf_bin", NULL, OUTTYPE_AUTO, err, sizeof err, &nb);
-        uint8_t *f16 = convert_dir(FIX "/expert_mc3_fix_perturbed/hf_bin", NULL, CV_F16, err, sizeof err, &n16);
-        uint8_t *b16 = convert_dir(FIX "/expert_mc3_fix_perturbed/hf_safetensors", NULL, CV_BF16, err, sizeof err, &nbf);
+        uint8_t *f16 = convert_dir(FIX "/expert_mc3_fix_perturbed/hf_bin", NULL, GGML_F16, err, sizeof err, &n16);
+        uint8_t *b16 = convert_dir(FIX "/expert_mc3_fix_perturbed/hf_safetensors", NULL, GGML_BF16, err, sizeof err, &nbf);
         ginfo g32, gb, g16, gbf;
         if (f32 && bf && f16 && b16) {
             int i32, ib, same = 1;
@@ -912,21 +912,21 @@ static void test_convert_fixtures(void)
             g_parse(b16, nbf, &gbf);
             i32 = g_has_tensor(&g32, "blk.1.ffn_gate.weight");
             ib = g_has_tensor(&gb, "blk.1.ffn_gate.weight");
-            CHECK(g32.ok && gb.ok && i32 && ib && g32.ttype[i32 - 1] == CV_F32, "convert: --outtype f32 of a bf16 checkpoint");
+            CHECK(g32.ok && gb.ok && i32 && ib && g32.ttype[i32 - 1] == GGML_F32, "convert: --outtype f32 of a bf16 checkpoint");
             for (int k = 0; i32 && ib && k < 64 * 128; k++) {
                 uint16_t hb;
                 float fv;
                 memcpy(&hb, bf + gb.data_start + gb.off[ib - 1] + 2 * k, 2);
                 memcpy(&fv, f32 + g32.data_start + g32.off[i32 - 1] + 4 * k, 4);
-                if (cv_bf16_to_f32(hb) != fv) same = 0;
+                if (bf16_to_f32(hb) != fv) same = 0;
             }
             CHECK(same, "convert: bf16 -> f32 widening is exact");
             i32 = g_has_tensor(&g16, "blk.3.ffn_down.weight");
-            CHECK(g16.ok && i32 && g16.ttype[i32 - 1] == CV_F16 && g_has_tensor(&g16, "blk.0.attn_norm.weight") &&
-                      g16.ttype[g_has_tensor(&g16, "blk.0.attn_norm.weight") - 1] == CV_F32,
+            CHECK(g16.ok && i32 && g16.ttype[i32 - 1] == GGML_F16 && g_has_tensor(&g16, "blk.0.attn_norm.weight") &&
+                      g16.ttype[g_has_tensor(&g16, "blk.0.attn_norm.weight") - 1] == GGML_F32,
                   "convert: --outtype f16: matrices F16, norms F32");
             i32 = g_has_tensor(&gbf, "token_embd.weight");
-            CHECK(gbf.ok && i32 && gbf.ttype[i32 - 1] == CV_BF16 && g_i32_array_is(&gbf, b16, "mor.layer_map", map_mc, 8),
+            CHECK(gbf.ok && i32 && gbf.ttype[i32 - 1] == GGML_BF16 && g_i32_array_is(&gbf, b16, "mor.layer_map", map_mc, 8),
                   "convert: --outtype bf16: embedding BF16, still 4 blocks");
         } else {
             CHECK(0, "convert: outtypes (%s)", err);

@@ -128,15 +128,15 @@ static void add_mat(gguf_writer *w, const char *name, int type, const float *src
 {
     uint64_t dims[2] = { (uint64_t)cols, (uint64_t)rows };
     int nd = rows > 1 || !keep ? 2 : 1;
-    if (type == CV_F16) {
-        cv_convert(keep, CV_F16, src, CV_F32, (size_t)(rows * cols));
-        gguf_writer_add_tensor(w, name, CV_F16, 2, dims, keep, (uint64_t)(rows * cols) * 2);
+    if (type == GGML_F16) {
+        cv_convert(keep, GGML_F16, src, GGML_F32, (size_t)(rows * cols));
+        gguf_writer_add_tensor(w, name, GGML_F16, 2, dims, keep, (uint64_t)(rows * cols) * 2);
     } else if (type == GGML_Q8_0 || type == GGML_Q4_0) {
         size_t rb = tensor_row_bytes((uint32_t)type, cols);
         for (int64_t r = 0; r < rows; r++) quant_row((uint32_t)type, src + r * cols, (char *)keep + r * rb, cols);
         gguf_writer_add_tensor(w, name, type, 2, dims, keep, (uint64_t)rows * rb);
     } else {
-        gguf_writer_add_tensor(w, name, CV_F32, nd, dims, src, (uint64_t)(rows * cols) * 4);
+        gguf_writer_add_tensor(w, name, GGML_F32, nd, dims, src, (uint64_t)(rows * cols) * 4);
     }
 }
 
@@ -157,12 +157,12 @@ static uint8_t *relaxed_image(const relaxed *m, int wtype, int fault, size_t *si
     gguf_writer_add_arr_i32(w, "mor.layer_map", map, L);
     gguf_writer_add_f32(w, "mor.lora.scale", m->scale[ROLE_ATTN_Q]);
     gguf_writer_add_f32(w, "mor.lora.scale.ffn_up", fault == BAD_SCALE ? NAN : m->scale[ROLE_FFN_UP]);
-    add_mat(w, "token_embd.weight", CV_F32, m->emb, V, D, NULL);
-    add_mat(w, "output_norm.weight", CV_F32, m->onorm, 1, D, (void *)1);
+    add_mat(w, "token_embd.weight", GGML_F32, m->emb, V, D, NULL);
+    add_mat(w, "output_norm.weight", GGML_F32, m->onorm, 1, D, (void *)1);
     for (int j = 0; j < K; j++)
         for (int role = 0; role < ROLE_COUNT; role++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", j, role_names[role]);
-            if (is_norm(role)) add_mat(w, name, CV_F32, m->w[j][role], 1, D, (void *)1);
+            if (is_norm(role)) add_mat(w, name, GGML_F32, m->w[j][role], 1, D, (void *)1);
             else {
                 add_mat(w, name, wtype, m->w[j][role], role_out[role], role_in[role], f16buf);
                 f16buf += role_out[role] * role_in[role];
@@ -179,25 +179,25 @@ static uint8_t *relaxed_image(const relaxed *m, int wtype, int fault, size_t *si
                 if (fault == BAD_LAYER) snprintf(name, sizeof name, "lora.%d.%s.a", L, role_names[role]);
                 if (fault == BAD_SHAPE) da[0]--;
                 if (fault == BAD_TYPE) {
-                    gguf_writer_add_tensor(w, name, CV_F16, 2, da, f16buf, da[0] * da[1] * 2);
+                    gguf_writer_add_tensor(w, name, GGML_F16, 2, da, f16buf, da[0] * da[1] * 2);
                     goto b;
                 }
             }
-            gguf_writer_add_tensor(w, name, CV_F32, 2, da, m->a[l][role], da[0] * da[1] * 4);
+            gguf_writer_add_tensor(w, name, GGML_F32, 2, da, m->a[l][role], da[0] * da[1] * 4);
         b:
             snprintf(name, sizeof name, "lora.%d.%s.b", l, role_names[role]);
             if (l == 3 && role == ROLE_ATTN_Q && fault == MISSING_B) continue;
-            gguf_writer_add_tensor(w, name, CV_F32, 2, db, m->b[l][role], db[0] * db[1] * 4);
+            gguf_writer_add_tensor(w, name, GGML_F32, 2, db, m->b[l][role], db[0] * db[1] * 4);
         }
     if (fault == BAD_RANK) {   /* r = 17 > min(32, 16) on attn_k of layer 1 */
         static float big[17 * 32];
         uint64_t da[2] = { D, 17 }, db[2] = { 17, HKV * HD };
-        gguf_writer_add_tensor(w, "lora.1.attn_k.a", CV_F32, 2, da, big, sizeof(float) * 17 * D);
-        gguf_writer_add_tensor(w, "lora.1.attn_k.b", CV_F32, 2, db, big, sizeof(float) * 17 * HKV * HD);
+        gguf_writer_add_tensor(w, "lora.1.attn_k.a", GGML_F32, 2, da, big, sizeof(float) * 17 * D);
+        gguf_writer_add_tensor(w, "lora.1.attn_k.b", GGML_F32, 2, db, big, sizeof(float) * 17 * HKV * HD);
     }
     if (fault == BAD_NORM_DELTA) {
         uint64_t da[2] = { D, 1 };
-        gguf_writer_add_tensor(w, "lora.0.attn_norm.a", CV_F32, 2, da, bad, sizeof bad);
+        gguf_writer_add_tensor(w, "lora.0.attn_norm.a", GGML_F32, 2, da, bad, sizeof bad);
     }
     return write_image(w, size);
 }
@@ -215,13 +215,13 @@ static uint8_t *folded_image(const relaxed *m, int wtype, size_t *size, float *s
     common_keys(w, 1, L, 1);
     gguf_writer_add_str(w, "mor.recursion.sharing", "none");
     gguf_writer_add_arr_i32(w, "mor.layer_map", map, L);
-    add_mat(w, "token_embd.weight", CV_F32, m->emb, V, D, NULL);
-    add_mat(w, "output_norm.weight", CV_F32, m->onorm, 1, D, (void *)1);
+    add_mat(w, "token_embd.weight", GGML_F32, m->emb, V, D, NULL);
+    add_mat(w, "output_norm.weight", GGML_F32, m->onorm, 1, D, (void *)1);
     for (int l = 0; l < L; l++)
         for (int role = 0; role < ROLE_COUNT; role++) {
             const float *base = m->w[l % K][role];
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, role_names[role]);
-            if (is_norm(role)) { add_mat(w, name, CV_F32, base, 1, D, (void *)1); continue; }
+            if (is_norm(role)) { add_mat(w, name, GGML_F32, base, 1, D, (void *)1); continue; }
             int64_t out = role_out[role], in = role_in[role], r = m->r[l][role];
             if (!r && (wtype == GGML_Q8_0 || wtype == GGML_Q4_0)) {   /* no delta: the shared bytes themselves */
                 add_mat(w, name, wtype, base, out, in, qkeep + qoff);
@@ -229,7 +229,7 @@ static uint8_t *folded_image(const relaxed *m, int wtype, size_t *size, float *s
                 continue;
             }
             float deq[F * F];   /* the shared weight as the relaxed file stores it */
-            if (wtype == CV_F16) for (int64_t i = 0; i < out * in; i++) deq[i] = cv_f16_to_f32(cv_f32_to_f16(base[i]));
+            if (wtype == GGML_F16) for (int64_t i = 0; i < out * in; i++) deq[i] = f16_to_f32(f32_to_f16(base[i]));
             else if (wtype == GGML_Q8_0 || wtype == GGML_Q4_0)
                 for (int64_t o = 0; o < out; o++) {
                     uint8_t qrow[F * 2];
@@ -245,7 +245,7 @@ static uint8_t *folded_image(const relaxed *m, int wtype, size_t *size, float *s
                         acc += (double)m->scale[role] * m->b[l][role][o * r + q] * m->a[l][role][q * in + c];
                     store[o * in + c] = (float)acc;
                 }
-            add_mat(w, name, CV_F32, store, out, in, NULL);
+            add_mat(w, name, GGML_F32, store, out, in, NULL);
             store += out * in;
         }
     return write_image(w, size);
@@ -289,16 +289,16 @@ static int logits_of(mor_model *m, int threads, int one_by_one, float *out)
 /* y += the unfolded deltas of model m for the n rows of x at layers lay[]
  * (NULL: l), as layer.c applies them: on nth threads, with kernel set ks,
  * LoRA scratch for `cap` rows (fewer than n: the rows go in windows). */
-static int axpy_width;   /* of apply_deltas' second pass; 0: the widest this CPU runs */
 static int apply_deltas(const mor_model *m, const kernel_set *ks, int nth, int cap, int32_t l, const int32_t *lay,
                         int role, const float *x, int64_t ldx, float *y, int64_t ldy, int32_t n)
 {
     exec_ctx e;
     lora_scratch s;
-    if (exec_init(&e, m, nth, (uint32_t)n, 16)) return 0;
+    int64_t kmax = m->n_ff > m->n_embd ? m->n_ff : m->n_embd;
+    if ((int64_t)m->n_head * m->head_dim > kmax) kmax = (int64_t)m->n_head * m->head_dim;
+    if (exec_init(&e, nth, (uint32_t)n, kmax, m->n_head / m->n_head_kv, 16)) return 0;
     if (lora_scratch_init(&s, m, (uint32_t)cap)) { exec_free(&e); return 0; }
     e.k = ks;
-    s.axpy = lora_axpy(axpy_width);
     lora_apply_exec(&e, &s, m, l, lay, role, x, ldx, y, ldy, n);
     lora_scratch_free(&s);
     exec_free(&e);
@@ -317,7 +317,7 @@ static void test_runtime(void)
          * activations to Q8_0 (as ggml does), the folded F32 one does not, so
          * those two agree only to that rounding; folding at load must still
          * equal folding by hand exactly */
-        static const int types[4] = { CV_F32, CV_F16, GGML_Q8_0, GGML_Q4_0 };
+        static const int types[4] = { GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_0 };
         static const char *const names[4] = { "F32", "F16", "Q8_0", "Q4_0" };
         const int wtype = types[pass], quant = pass >= 2;
         const char *tn = names[pass];
@@ -439,7 +439,7 @@ static void test_unfolded_product(void)
     size_t nr;
     mor_status st;
     make_relaxed(&m);
-    uint8_t *img = relaxed_image(&m, CV_F32, OK_FILE, &nr, f16);
+    uint8_t *img = relaxed_image(&m, GGML_F32, OK_FILE, &nr, f16);
     mor_model *u = img ? load_img(img, nr, 0, &st) : NULL;
     if (!CHECK(u != NULL, "the relaxed model loads (%s)", mor_last_error())) { free(img); return; }
     for (int i = 0; i < N; i++) lay[i] = (i / 7) % 3 == 1 ? 2 : 0;   /* runs of 7 and 14 rows */
@@ -498,14 +498,19 @@ static void test_unfolded_product(void)
             }
             CHECK(worst <= 1e-5, "%s %s: within %.2g of the product in double", ks, rn, worst);
             if (si == 0) CHECK(plain == 0, "ref %s: bitwise the plain float loop (%g outputs differ)", rn, plain);
-            for (int width = 4; width <= 16; width *= 2) {   /* the second pass at every width this CPU runs */
-                if (!lora_axpy(width)) continue;
-                axpy_width = width;
+            /* the second pass of every kernel set this CPU runs (4, 8 or 16 floats at a time) */
+            for (int isa = 0; isa <= ISA_COUNT; isa++) {
+                const kernel_set *other = isa < ISA_COUNT ? kernels_get(isa) : NULL;
+#if defined(__x86_64__)
+                if (isa == ISA_COUNT && kernels_get(ISA_AVX512)) other = &kernels_avx512_novbmi;
+#endif
+                if (!other) continue;
+                kernel_set mixed = *sets[si];
+                mixed.lora_axpy = other->lora_axpy;
                 memcpy(yw, y0, sizeof(float) * (size_t)(N * out));
-                apply_deltas(u, sets[si], 2, N, 0, lay, role, x, in, yw, out, N);
-                axpy_width = 0;
-                CHECK(!memcmp(yw, y[1], sizeof(float) * (size_t)(N * out)), "%s %s: %d floats at a time, the same bits",
-                      ks, rn, width);
+                apply_deltas(u, &mixed, 2, N, 0, lay, role, x, in, yw, out, N);
+                CHECK(!memcmp(yw, y[1], sizeof(float) * (size_t)(N * out)), "%s %s: the second pass of %s, the same bits",
+                      ks, rn, other->name);
             }
         }
     mor_model_free(u);
@@ -523,7 +528,7 @@ static void test_format_errors(void)
     for (int f = 1; f < N_FAULTS; f++) {
         size_t n;
         mor_status st = MOR_OK;
-        uint8_t *img = relaxed_image(&m, CV_F32, f, &n, f16);
+        uint8_t *img = relaxed_image(&m, GGML_F32, f, &n, f16);
         mor_model *mm = img ? load_img(img, n, 0, &st) : NULL;
         CHECK(img && !mm && st == MOR_E_FORMAT, "malformed LoRA: %s is MOR_E_FORMAT (%s)", what[f], mor_last_error());
         mor_model_free(mm);
@@ -659,7 +664,7 @@ static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_mode
                 data = p;
             }
             uint64_t dims[2] = { (uint64_t)(t[i].nd == 2 ? t[i].shape[1] : t[i].shape[0]), (uint64_t)t[i].shape[0] };
-            gguf_writer_add_tensor(w, name, CV_F32, t[i].nd, dims, data,
+            gguf_writer_add_tensor(w, name, GGML_F32, t[i].nd, dims, data,
                                    (uint64_t)(t[i].shape[0] * (t[i].nd == 2 ? t[i].shape[1] : 1)) * 4);
         }
         FILE *f = fopen(path, "wb");

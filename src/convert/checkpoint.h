@@ -16,7 +16,7 @@ enum { CKPT_SAFETENSORS = 1, CKPT_TORCH = 2 };
 
 typedef struct {
     char *name;
-    int dtype;                        /* CV_F32, CV_F16 or CV_BF16 (dtype.h) */
+    int dtype;                        /* GGML_F32, GGML_F16 or GGML_BF16 (dtype.h) */
     int ndim;
     uint64_t shape[CKPT_MAX_DIMS];    /* PyTorch order: slowest dimension first */
     uint64_t numel;

@@ -120,8 +120,8 @@ static int add_f32(gguf_writer *w, const char *name, const ckpt_tensor *t, owned
 {
     const void *d;
     uint64_t n;
-    if (tensor_bytes(t, CV_F32, own, &d, &n, err, errcap)) return -1;
-    add_tensor(w, name, t, CV_F32, d, n);
+    if (tensor_bytes(t, GGML_F32, own, &d, &n, err, errcap)) return -1;
+    add_tensor(w, name, t, GGML_F32, d, n);
     return 0;
 }
 
@@ -308,7 +308,7 @@ static int dedup(blocks *b, const convert_opts *o, const cv_layout *lo, owned_li
         if (!b->map[role] || !b->data[role] || !b->nbytes[role] || !b->src[role]) return cv_fail(err, errcap, "out of memory");
         for (int l = 0; l < L; l++) {
             const ckpt_tensor *t = lo->role[l][role];
-            int to = is_norm(role) ? CV_F32 : matrix_type(o, t), k;
+            int to = is_norm(role) ? GGML_F32 : matrix_type(o, t), k;
             const void *d;
             uint64_t n;
             if (l == 0) types[role] = to;
@@ -443,9 +443,9 @@ static int add_deltas(gguf_writer *w, relax_state *rs, const cv_layout *lo, owne
             uint64_t da[2] = {in, r}, db[2] = {r, out};
             if (!d->r) continue;
             snprintf(name, sizeof name, "lora.%d.%s.a", l, cv_role_gguf[role]);
-            gguf_writer_add_tensor(w, name, CV_F32, 2, da, d->a, in * r * 4);
+            gguf_writer_add_tensor(w, name, GGML_F32, 2, da, d->a, in * r * 4);
             snprintf(name, sizeof name, "lora.%d.%s.b", l, cv_role_gguf[role]);
-            gguf_writer_add_tensor(w, name, CV_F32, 2, db, d->b, r * out * 4);
+            gguf_writer_add_tensor(w, name, GGML_F32, 2, db, d->b, r * out * 4);
         }
     return 0;
 }

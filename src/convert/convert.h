@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include "settings.h"
 
-enum { OUTTYPE_AUTO = -1 };   /* else a dtype.h value: CV_F32, CV_F16, CV_BF16 */
+enum { OUTTYPE_AUTO = -1 };   /* else a dtype.h value: GGML_F32, GGML_F16, GGML_BF16 */
 
 typedef struct {
     const char *dir;          /* holds config.json and the weights; or a GGUF file (gguf_input.h) */

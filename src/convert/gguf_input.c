@@ -53,11 +53,11 @@ static int add_weight(gguf_input *gi, checkpoint *ck, const char *name, const te
     int dtype = (int)w->type;
     const uint8_t *data = w->data;
     if (vector) shape[0] = (uint64_t)w->cols;
-    if (dtype != CV_F32 && dtype != CV_F16 && dtype != CV_BF16) {
+    if (dtype != GGML_F32 && dtype != GGML_F16 && dtype != GGML_BF16) {
         float *f = own_alloc(gi, sizeof(float) * (size_t)(w->rows * w->cols));
         if (!f) return cv_fail(err, errcap, "out of memory");
         for (int64_t r = 0; r < w->rows; r++) k_embed_row(w, (int32_t)r, f + r * w->cols);
-        dtype = CV_F32;
+        dtype = GGML_F32;
         data = (const uint8_t *)f;
     }
     return ckpt_add(ck, name, strlen(name), dtype, vector ? 1 : 2, shape, data,
@@ -75,7 +75,7 @@ static int llama_tensor(const gguf_file *g, const char *name, int vector, tensor
     if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16 && t->type != GGML_Q8_0 &&
         t->type != GGML_Q4_0)
         return cv_fail(err, errcap, "llama GGUF: tensor '%s' has type %s; F32, F16, BF16, Q8_0 and Q4_0 convert", name,
-                       gguf_type_name(t->type));
+                       tensor_type_name(t->type));
     if ((vector && t->n_dims != 1) || (!vector && t->n_dims != 2))
         return cv_fail(err, errcap, "llama GGUF: tensor '%s' has %u dimensions, not %d", name, t->n_dims, vector ? 1 : 2);
     *w = (tensor){ t->data, t->type, vector ? 1 : t->ne[1], t->ne[0] };

@@ -272,9 +272,9 @@ static int op_binpersid(pvm *m)
         return vfail(m, "persistent id is not ('storage', type, key, location, numel)");
     if (pid->items[1]->type != PV_GLOBAL) return vfail(m, "storage type is not a torch storage class");
     switch (pid->items[1]->i) {
-    case G_FLOAT_STORAGE: dtype = CV_F32; break;
-    case G_HALF_STORAGE: dtype = CV_F16; break;
-    case G_BF16_STORAGE: dtype = CV_BF16; break;
+    case G_FLOAT_STORAGE: dtype = GGML_F32; break;
+    case G_HALF_STORAGE: dtype = GGML_F16; break;
+    case G_BF16_STORAGE: dtype = GGML_BF16; break;
     default: return vfail(m, "storage type is not a torch storage class");
     }
     if (pid->items[2]->type != PV_STR || pid->items[3]->type != PV_STR || pid->items[4]->type != PV_INT ||

@@ -17,7 +17,7 @@
 typedef struct {
     char *name;              /* state-dict key */
     char *storage_key;       /* archive entry <prefix>/data/<storage_key> */
-    int dtype;               /* CV_F32 / CV_F16 / CV_BF16 */
+    int dtype;               /* GGML_F32 / GGML_F16 / GGML_BF16 */
     uint64_t storage_numel;  /* elements in the storage */
     uint64_t offset;         /* storage_offset, in elements */
     int ndim;

@@ -79,11 +79,11 @@ static const ckpt_tensor *average(relax_state *rs, const ckpt_tensor *const *src
         return NULL;
     }
     for (int k = 0; k < n; k++) {
-        cv_convert(f, CV_F32, src[k]->data, src[k]->dtype, numel);
+        cv_convert(f, GGML_F32, src[k]->data, src[k]->dtype, numel);
         for (size_t i = 0; i < numel; i++) acc[i] += f[i];
     }
     for (size_t i = 0; i < numel; i++) f[i] = (float)(acc[i] / n);
-    cv_convert(out, t0->dtype, f, CV_F32, numel);
+    cv_convert(out, t0->dtype, f, GGML_F32, numel);
     free(acc);
     free(f);
     *t = *t0;
@@ -192,9 +192,9 @@ static void run_job(svd_job *j, int exact)
     j->a = malloc(sizeof(float) * (size_t)(r * in));
     j->b = malloc(sizeof(float) * (size_t)(out * r));
     if (!R || !u || !s || !v || !f || !j->a || !j->b) { j->failed = 1; goto done; }
-    cv_convert(f, CV_F32, j->w->data, j->w->dtype, (size_t)n);
+    cv_convert(f, GGML_F32, j->w->data, j->w->dtype, (size_t)n);
     for (int64_t i = 0; i < n; i++) R[i] = f[i];
-    cv_convert(f, CV_F32, j->shared, j->type, (size_t)n);
+    cv_convert(f, GGML_F32, j->shared, j->type, (size_t)n);
     for (int64_t i = 0; i < n; i++) {
         R[i] -= f[i];
         j->res2 += R[i] * R[i];
@@ -336,8 +336,8 @@ int relax_peft(relax_state *rs, const cv_layout *lo, const cv_settings *s, char 
                                ms_proj_names[p], want);
             float *fa = own(rs, malloc(sizeof(float) * (size_t)a->numel)), *fb = own(rs, malloc(sizeof(float) * (size_t)b->numel));
             if (!fa || !fb) return cv_fail(err, errcap, "out of memory");
-            if (cv_convert(fa, CV_F32, a->data, a->dtype, (size_t)a->numel) ||
-                cv_convert(fb, CV_F32, b->data, b->dtype, (size_t)b->numel))
+            if (cv_convert(fa, GGML_F32, a->data, a->dtype, (size_t)a->numel) ||
+                cv_convert(fb, GGML_F32, b->data, b->dtype, (size_t)b->numel))
                 return cv_fail(err, errcap, "'%.200s': non-finite values", a->name);
             rs->delta[l][role] = (cv_delta){r, fa, fb, (float)(by_pattern ? s->lora_alpha_pattern : s->lora_alpha / r)};
             rs->n_delta++;

@@ -10,9 +10,9 @@
 
 static int dtype_from_name(const char *s)
 {
-    if (strcmp(s, "F32") == 0) return CV_F32;
-    if (strcmp(s, "F16") == 0) return CV_F16;
-    if (strcmp(s, "BF16") == 0) return CV_BF16;
+    if (strcmp(s, "F32") == 0) return GGML_F32;
+    if (strcmp(s, "F16") == 0) return GGML_F16;
+    if (strcmp(s, "BF16") == 0) return GGML_BF16;
     return -1;
 }
 

@@ -207,7 +207,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--name")) o.name = v;
         else if (!strcmp(a, "--outtype")) {
             static const char *const types[] = {"auto", "f32", "f16", "bf16", NULL};
-            static const int values[] = {OUTTYPE_AUTO, CV_F32, CV_F16, CV_BF16};
+            static const int values[] = {OUTTYPE_AUTO, GGML_F32, GGML_F16, GGML_BF16};
             o.outtype = values[parse_enum(types, a, v)];
         } else if (!strcmp(a, "--mor-type")) o.flags.type = parse_enum(ms_route_names, a, v);
         else if (!strcmp(a, "--num-recursion")) o.flags.num_recursion = parse_int(a, v, 1, 64);

@@ -61,10 +61,10 @@ static int put(gguf_writer *w, keep_t *k, const char *name, const real *src, int
     if (f16 && !vec) {
         uint16_t *h = keep(k, n * 2);
         if (!h) return -1;
-        cv_convert(h, CV_F16, f, CV_F32, n);
-        gguf_writer_add_tensor(w, name, CV_F16, 2, dims, h, n * 2);
+        cv_convert(h, GGML_F16, f, GGML_F32, n);
+        gguf_writer_add_tensor(w, name, GGML_F16, 2, dims, h, n * 2);
     } else {
-        gguf_writer_add_tensor(w, name, CV_F32, vec ? 1 : 2, dims, f, n * sizeof(float));
+        gguf_writer_add_tensor(w, name, GGML_F32, vec ? 1 : 2, dims, f, n * sizeof(float));
     }
     return 0;
 }
@@ -243,14 +243,14 @@ static int load_tensor(const gguf_file *g, const char *name, real *dst, int64_t 
     }
     if (t->type != GGML_F32 && (f32_only || t->type != GGML_F16)) {
         char msg[160];
-        snprintf(msg, sizeof msg, "tensor %s has type %s; mor-train reads %s", name, gguf_type_name(t->type),
+        snprintf(msg, sizeof msg, "tensor %s has type %s; mor-train reads %s", name, tensor_type_name(t->type),
                  f32_only ? "F32 LoRA factors" : "F32 or F16 weights (train from the unquantized file)");
         return fail(err, errcap, msg, NULL);
     }
     size_t n = (size_t)(rows * cols);
     for (size_t i = 0; i < n; i++) {
         if (t->type == GGML_F32) { float f; memcpy(&f, t->data + 4 * i, 4); dst[i] = f; }
-        else { uint16_t h; memcpy(&h, t->data + 2 * i, 2); dst[i] = cv_f16_to_f32(h); }
+        else { uint16_t h; memcpy(&h, t->data + 2 * i, 2); dst[i] = f16_to_f32(h); }
     }
     return 0;
 }
@@ -463,8 +463,8 @@ int tr_save_optim(const tr_optim *o, const tr_model *m, const char *path, char *
     gguf_writer_add_u32(w, "train.step", (uint32_t)o->step);
     gguf_writer_add_u32(w, "train.n_params", (uint32_t)m->n_params);
     uint64_t dims[1] = { (uint64_t)o->n };
-    gguf_writer_add_tensor(w, "adam.m", CV_F32, 1, dims, o->m, o->n * sizeof(float));
-    gguf_writer_add_tensor(w, "adam.v", CV_F32, 1, dims, o->v, o->n * sizeof(float));
+    gguf_writer_add_tensor(w, "adam.m", GGML_F32, 1, dims, o->m, o->n * sizeof(float));
+    gguf_writer_add_tensor(w, "adam.v", GGML_F32, 1, dims, o->v, o->n * sizeof(float));
     char tmp[4096], werr[256] = "";
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
