@@ -139,6 +139,28 @@ $(BINOUT)/%: src/tools/%.c $(TOOL_OBJ) $(INTERNAL)
 	@mkdir -p $(dir $@) $(DEPDIR)
 	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(TOOL_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
+# mor-server (issue 18), a program of its own folder: it reaches the library
+# only through include/mor.h (no -Isrc; linked with the installed static
+# library, whose internal symbols are local) and reuses the converter's
+# strict JSON parser.
+SERVER_SRC    := $(sort $(wildcard src/tools/mor-server/*.c))
+SERVER_OBJ    := $(SERVER_SRC:src/tools/mor-server/%.c=$(BUILD)/mor-server/%.o)
+# the parts that know nothing of sockets, threads or the server's state
+# (HTTP and request parsing, JSON writing, chat formats, the text stream):
+# linked into the fuzz targets too
+SERVER_CORE   := buf http jsonw api chat textstream
+SERVER_CFLAGS := $(filter-out -Isrc,$(ALL_CFLAGS)) -Isrc/convert -Isrc/tools
+ifneq ($(SERVER_SRC),)
+tools: $(BINOUT)/mor-server
+endif
+$(BUILD)/mor-server/%.o: src/tools/mor-server/%.c include/mor.h src/convert/json.h src/tools/cli.h $(wildcard src/tools/mor-server/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(SERVER_CFLAGS) $(OBJDEP) -c $< -o $@
+
+$(BINOUT)/mor-server: $(SERVER_OBJ) $(BUILD)/convert/json.o $(TOOL_OBJ) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(SERVER_CFLAGS) $(SERVER_OBJ) $(BUILD)/convert/json.o $(TOOL_OBJ) $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
+
 $(BINOUT)/example-%: examples/%.c $(STATIC)
 	@mkdir -p $(dir $@) $(DEPDIR)
 	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
@@ -148,7 +170,7 @@ $(OUT)/build/tests/%: tests/%.c tests/check.h $(INTERNAL) $(CONVERT_OBJ)
 	@mkdir -p $(dir $@) $(DEPDIR)
 	$(CC) $(ALL_CFLAGS) -Isrc/convert -Itests $(BINDEP) $< $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
--include $(wildcard $(BUILD)/lib/*.d $(BUILD)/convert/*.d $(BUILD)/tools/*.d $(DEPDIR)/*.d)
+-include $(wildcard $(BUILD)/lib/*.d $(BUILD)/convert/*.d $(BUILD)/tools/*.d $(BUILD)/mor-server/*.d $(DEPDIR)/*.d)
 
 # mor.pc for the current PREFIX/LIBDIR/INCLUDEDIR: regenerated whenever one of
 # them (or the version) changes, rewritten only when its text changes.
@@ -228,10 +250,11 @@ FUZZ_CC       ?= clang
 FUZZ_SECONDS  ?= 60
 FUZZ_DIR      := $(OUT)/build/fuzz
 FUZZ_NAMES    := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
-FUZZ_CFLAGS   := -std=c11 -O1 -g $(WARN) -Iinclude -Isrc -Isrc/convert -Itests/fuzz -D_GNU_SOURCE \
+FUZZ_CFLAGS   := -std=c11 -O1 -g $(WARN) -Iinclude -Isrc -Isrc/convert -Isrc/tools/mor-server -Itests/fuzz -D_GNU_SOURCE \
                  -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_LIB_OBJ  := $(LIB_SRC:src/%.c=$(FUZZ_DIR)/obj/lib/%.o)
 FUZZ_CONV_OBJ := $(CONVERT_SRC:src/convert/%.c=$(FUZZ_DIR)/obj/convert/%.o)
+FUZZ_SRV_OBJ  := $(SERVER_CORE:%=$(FUZZ_DIR)/obj/mor-server/%.o)
 .PHONY: fuzz fuzz-build test-tsan
 
 $(FUZZ_DIR)/obj/lib/%.o: src/%.c include/mor.h $(wildcard src/*.h)
@@ -242,8 +265,12 @@ $(FUZZ_DIR)/obj/convert/%.o: src/convert/%.c include/mor.h $(wildcard src/*.h sr
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_LIB_OBJ) $(FUZZ_CONV_OBJ)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_CONV_OBJ) $(FUZZ_LIB_OBJ) -lm -lpthread -o $@
+$(FUZZ_DIR)/obj/mor-server/%.o: src/tools/mor-server/%.c include/mor.h $(wildcard src/tools/mor-server/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_LIB_OBJ) $(FUZZ_CONV_OBJ) $(FUZZ_SRV_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_SRV_OBJ) $(FUZZ_CONV_OBJ) $(FUZZ_LIB_OBJ) -lm -lpthread -o $@
 
 fuzz-build: $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
 
@@ -264,13 +291,14 @@ endif
 
 # The same targets, built with -DFUZZ_REPLAY into one test program.
 REPLAY_OBJ := $(FUZZ_NAMES:%=$(BUILD)/fuzz-replay/fuzz_%.o)
-$(BUILD)/fuzz-replay/%.o: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) include/mor.h $(wildcard src/*.h src/convert/*.h)
+$(BUILD)/fuzz-replay/%.o: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) include/mor.h $(wildcard src/*.h src/convert/*.h src/tools/mor-server/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert -DFUZZ_REPLAY $(OBJDEP) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -Isrc/convert -Isrc/tools/mor-server -DFUZZ_REPLAY $(OBJDEP) -c $< -o $@
 
-$(OUT)/build/tests/test_fuzz_replay: tests/fuzz/replay.c tests/check.h $(REPLAY_OBJ) $(INTERNAL) $(CONVERT_OBJ)
+REPLAY_SRV_OBJ := $(SERVER_CORE:%=$(BUILD)/mor-server/%.o)
+$(OUT)/build/tests/test_fuzz_replay: tests/fuzz/replay.c tests/check.h $(REPLAY_OBJ) $(REPLAY_SRV_OBJ) $(INTERNAL) $(CONVERT_OBJ)
 	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) -Itests $(BINDEP) $< $(REPLAY_OBJ) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(ALL_CFLAGS) -Itests $(BINDEP) $< $(REPLAY_OBJ) $(REPLAY_SRV_OBJ) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
 tests: $(OUT)/build/tests/test_fuzz_replay
 

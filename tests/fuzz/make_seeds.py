@@ -443,6 +443,11 @@ def add(tok, seq=0, posmode=0):
 DECODE = [0x20]
 
 
+def http_post(body):
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: localhost:8080\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nConnection: keep-alive\r\n\r\n" % len(body)) + body
+
+
 def main():
     models = {
         "plain.gguf": model(V=300, d=8, F=16, K=2, tokenizer=gpt2_tokenizer("gpt2", 36)[0]),
@@ -499,6 +504,28 @@ def main():
                        "small.bin": bytes([1 | 2 << 3]) + struct.pack("<4i", 2259, 2256, 300, 2263),
                        "spm.bin": bytes([6 | 8 << 3]) + struct.pack("<8i", 0, 1, 2, 3, 100, 259, 260, 400),
                        "spm_hf.bin": bytes([7 | 1 << 3]) + struct.pack("<6i", 259, 259, 300, 1000, 0x41 + 3, 2)},
+        "http": {
+            "get.txt": b"\x05GET /health HTTP/1.1\r\nHost: localhost:8080\r\nAccept: */*\r\n\r\n",
+            "post.txt": b"\x07" + http_post(b'{"prompt": "The jury said", "max_tokens": 4}'),
+            "chunked.txt": b"\x09POST /v1/completions?x=1 HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+                           b"Expect: 100-continue\r\nConnection: close\r\n\r\n5;ext=1\r\n{\"pro\r\n"
+                           b"a\r\nmpt\": \"Hi\"}\r\n0\r\nX-Trailer: 1\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            "http10.txt": b"\x0b\r\nGET http://localhost/v1/models HTTP/1.0\nConnection: keep-alive\n\n",
+        },
+        "api": {
+            "completion.json": b"\x00" + json.dumps({
+                "model": "brown-mor", "prompt": "The jury said that", "max_tokens": 16, "temperature": 0.8,
+                "top_p": 0.95, "top_k": 40, "min_p": 0.05, "seed": 7, "stop": ["\n", "jury"], "stream": False,
+                "repeat_penalty": 1.1, "repeat_last_n": 64, "user": "u", "n": 1, "echo": False,
+                "logprobs": None, "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": {}}).encode(),
+            "ids.json": b"\x02" + json.dumps({"prompt": [1, 2, 3], "max_tokens": 4, "stream": True,
+                                              "stream_options": {"include_usage": True}}).encode(),
+            "chat.json": b"\x03" + json.dumps({"model": "m", "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "Hi \u00e9"}, {"type": "text", "text": "there"}]},
+                {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "stop here"}],
+                "stop": ["here", "\n\n"], "max_completion_tokens": 8}).encode(),
+        },
         "decode": {
             "prefill.bin": decode_seed(1, 0, add(1) + add(2) + add(3, 1) + add(4) + DECODE + add(5) + add(6, 1) + DECODE),
             "seqops.bin": decode_seed(0, 1, add(7) + add(8) + add(9, 1) + DECODE + [0x31, 1, 2, 0] + add(10, 2) +

@@ -1,0 +1,299 @@
+/* api.c - see api.h. */
+#include "api.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int bad(api_error *err, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    err->status = 400;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *type_name(const json *v)
+{
+    static const char *const names[] = { "null", "a boolean", "a number", "a string", "an array", "an object" };
+    return v->type >= 0 && v->type <= JSON_OBJECT ? names[v->type] : "?";
+}
+
+/* A number in [lo, hi] (lo excluded when lo_open). */
+static int get_num(const json *v, const char *k, double lo, double hi, int lo_open, double *out, api_error *err)
+{
+    if (v->type != JSON_NUMBER) return bad(err, k, "'%s' must be a number, not %s", k, type_name(v));
+    if (!isfinite(v->num) || v->num > hi || (lo_open ? v->num <= lo : v->num < lo))
+        return bad(err, k, "'%s' must be in %s%g, %g], got %g", k, lo_open ? "(" : "[", lo, hi, v->num);
+    *out = v->num;
+    return 0;
+}
+
+static int get_int(const json *v, const char *k, int64_t lo, int64_t hi, int64_t *out, api_error *err)
+{
+    if (v->type != JSON_NUMBER) return bad(err, k, "'%s' must be an integer, not %s", k, type_name(v));
+    if (!json_as_int(v, lo, hi, out)) {
+        if (isfinite(v->num) && floor(v->num) == v->num)
+            return bad(err, k, "'%s' must be in [%lld, %lld], got %g", k, (long long)lo, (long long)hi, v->num);
+        return bad(err, k, "'%s' must be an integer, got %g", k, v->num);
+    }
+    return 0;
+}
+
+static int get_bool(const json *v, const char *k, int *out, api_error *err)
+{
+    if (v->type != JSON_BOOL) return bad(err, k, "'%s' must be a boolean, not %s", k, type_name(v));
+    *out = v->boolean;
+    return 0;
+}
+
+/* A field of the OpenAI API that must keep its neutral value here. */
+static int neutral(const json *v, const char *k, api_error *err)
+{
+    int ok = v->type == JSON_NULL;
+    if (!strcmp(k, "n") || !strcmp(k, "best_of")) ok |= v->type == JSON_NUMBER && v->num == 1;
+    else if (!strcmp(k, "echo") || !strcmp(k, "parallel_tool_calls")) ok |= v->type == JSON_BOOL && (!v->boolean || k[0] == 'p');
+    else if (!strcmp(k, "logprobs")) ok |= (v->type == JSON_BOOL && !v->boolean) || (v->type == JSON_NUMBER && v->num == 0);
+    else if (!strcmp(k, "top_logprobs")) ok |= v->type == JSON_NUMBER && v->num == 0;
+    else if (!strcmp(k, "frequency_penalty") || !strcmp(k, "presence_penalty")) ok |= v->type == JSON_NUMBER && v->num == 0;
+    else if (!strcmp(k, "logit_bias")) ok |= v->type == JSON_OBJECT && v->n == 0;
+    else if (!strcmp(k, "suffix")) ok |= v->type == JSON_STRING && v->str_len == 0;
+    else if (!strcmp(k, "tools")) ok |= v->type == JSON_ARRAY && v->n == 0;
+    else if (!strcmp(k, "tool_choice")) ok |= v->type == JSON_STRING && !strcmp(v->str, "none");
+    else if (!strcmp(k, "response_format")) {
+        const json *t = json_get(v, "type");
+        ok |= v->type == JSON_OBJECT && v->n == 1 && t && t->type == JSON_STRING && !strcmp(t->str, "text");
+    }
+    if (!ok) return bad(err, k, "'%s' is not supported by this server beyond its default value", k);
+    return 0;
+}
+
+static int parse_stop(const json *v, api_request *r, api_error *err)
+{
+    const json *one = v;
+    size_t n = 1;
+    if (v->type == JSON_NULL) return 0;
+    if (v->type == JSON_ARRAY) {
+        n = v->n;
+        if (n > API_MAX_STOP) return bad(err, "stop", "'stop' has %zu strings; at most %d are allowed", n, API_MAX_STOP);
+    } else if (v->type != JSON_STRING) {
+        return bad(err, "stop", "'stop' must be a string or an array of strings, not %s", type_name(v));
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (v->type == JSON_ARRAY) one = v->items[i];
+        if (one->type != JSON_STRING) return bad(err, "stop", "'stop' must hold strings, not %s", type_name(one));
+        if (one->str_len == 0) return bad(err, "stop", "'stop' strings must not be empty");
+        if (one->str_len > API_MAX_STOP_LEN)
+            return bad(err, "stop", "'stop' strings must be at most %d bytes", API_MAX_STOP_LEN);
+        r->stop[r->n_stop] = one->str;
+        r->stop_len[r->n_stop] = one->str_len;
+        r->n_stop++;
+    }
+    return 0;
+}
+
+/* An array of token ids (non-empty, each in [0, 2^31 - 1]) into a malloc'd copy. */
+static int parse_ids(const json *v, api_request *r, api_error *err)
+{
+    if (v->n == 0) return bad(err, "prompt", "'prompt' must not be an empty array");
+    if (v->n > (size_t)INT32_MAX / sizeof(int32_t)) return bad(err, "prompt", "'prompt' is too long");
+    r->prompt_ids = malloc(sizeof(int32_t) * v->n);
+    if (!r->prompt_ids) return bad(err, "prompt", "out of memory");
+    for (size_t i = 0; i < v->n; i++) {
+        int64_t t;
+        const json *e = v->items[i];
+        if (e->type != JSON_NUMBER || !json_as_int(e, 0, INT32_MAX, &t))
+            return bad(err, "prompt", "'prompt' token ids must be integers in [0, 2147483647] (item %zu)", i);
+        r->prompt_ids[i] = (int32_t)t;
+    }
+    r->n_prompt_ids = (int32_t)v->n;
+    return 0;
+}
+
+static int parse_prompt(const json *v, api_request *r, api_error *err)
+{
+    if (v->type == JSON_STRING) {
+        r->prompt_text = v->str;
+        r->prompt_len = v->str_len;
+        return 0;
+    }
+    if (v->type != JSON_ARRAY)
+        return bad(err, "prompt", "'prompt' must be a string or an array of token ids, not %s", type_name(v));
+    if (v->n >= 1 && (v->items[0]->type == JSON_STRING || v->items[0]->type == JSON_ARRAY)) {
+        /* a batch of prompts: one is fine */
+        if (v->n != 1) return bad(err, "prompt", "one prompt per request: 'prompt' holds %zu", v->n);
+        if (v->items[0]->type == JSON_STRING) return parse_prompt(v->items[0], r, err);
+        return parse_ids(v->items[0], r, err);
+    }
+    return parse_ids(v, r, err);
+}
+
+static int parse_messages(const json *v, api_request *r, api_error *err)
+{
+    if (v->type != JSON_ARRAY) return bad(err, "messages", "'messages' must be an array, not %s", type_name(v));
+    if (v->n == 0) return bad(err, "messages", "'messages' must not be empty");
+    if (v->n > 4096) return bad(err, "messages", "'messages' has more than 4096 messages");
+    r->messages = calloc(v->n, sizeof *r->messages);
+    if (!r->messages) return bad(err, "messages", "out of memory");
+    for (size_t i = 0; i < v->n; i++) {
+        const json *m = v->items[i], *role, *content;
+        api_message *am = &r->messages[i];
+        r->n_messages = (int32_t)i + 1;
+        if (m->type != JSON_OBJECT) return bad(err, "messages", "messages[%zu] must be an object", i);
+        for (size_t k = 0; k < m->n; k++)
+            if (strcmp(m->keys[k], "role") && strcmp(m->keys[k], "content") && strcmp(m->keys[k], "name"))
+                return bad(err, "messages", "messages[%zu]: unrecognized field '%s'", i, m->keys[k]);
+        role = json_get(m, "role");
+        content = json_get(m, "content");
+        const json *name = json_get(m, "name");
+        if (!role || role->type != JSON_STRING) return bad(err, "messages", "messages[%zu].role must be a string", i);
+        if (!strcmp(role->str, "developer")) am->role = "system";
+        else if (!strcmp(role->str, "system") || !strcmp(role->str, "user") || !strcmp(role->str, "assistant"))
+            am->role = role->str;
+        else return bad(err, "messages", "messages[%zu].role '%s' is not supported (system, user, assistant)", i,
+                        role->str_len < 40 ? role->str : "...");
+        if (name && name->type != JSON_STRING) return bad(err, "messages", "messages[%zu].name must be a string", i);
+        if (!content) return bad(err, "messages", "messages[%zu] has no content", i);
+        if (content->type == JSON_STRING) {
+            am->content = content->str;
+            am->content_len = content->str_len;
+            continue;
+        }
+        if (content->type != JSON_ARRAY)
+            return bad(err, "messages", "messages[%zu].content must be a string or an array of text parts", i);
+        /* text parts, joined by newlines */
+        size_t total = 0;
+        for (size_t k = 0; k < content->n; k++) {
+            const json *part = content->items[k], *type, *text;
+            if (part->type != JSON_OBJECT || !(type = json_get(part, "type")) || type->type != JSON_STRING ||
+                strcmp(type->str, "text") || !(text = json_get(part, "text")) || text->type != JSON_STRING || part->n != 2)
+                return bad(err, "messages", "messages[%zu].content[%zu] must be {\"type\": \"text\", \"text\": ...}", i, k);
+            total += text->str_len + 1;
+        }
+        am->owned = malloc(total + 1);
+        if (!am->owned) return bad(err, "messages", "out of memory");
+        size_t at = 0;
+        for (size_t k = 0; k < content->n; k++) {
+            const json *text = json_get(content->items[k], "text");
+            if (k) am->owned[at++] = '\n';
+            memcpy(am->owned + at, text->str, text->str_len);
+            at += text->str_len;
+        }
+        am->owned[at] = 0;
+        am->content = am->owned;
+        am->content_len = at;
+    }
+    return 0;
+}
+
+/* The fields of each kind: C completions only, H chat only, B both. */
+static const struct { const char *name; char kinds; } fields[] = {
+    { "model", 'B' }, { "prompt", 'C' }, { "messages", 'H' }, { "max_tokens", 'B' },
+    { "max_completion_tokens", 'H' }, { "temperature", 'B' }, { "top_p", 'B' }, { "top_k", 'B' },
+    { "min_p", 'B' }, { "seed", 'B' }, { "stop", 'B' }, { "stream", 'B' }, { "stream_options", 'B' },
+    { "repeat_penalty", 'B' }, { "repeat_last_n", 'B' }, { "user", 'B' },
+    /* OpenAI's, accepted with their neutral value only */
+    { "n", 'B' }, { "best_of", 'C' }, { "echo", 'C' }, { "logprobs", 'B' }, { "top_logprobs", 'H' },
+    { "frequency_penalty", 'B' }, { "presence_penalty", 'B' }, { "logit_bias", 'B' }, { "suffix", 'C' },
+    { "response_format", 'H' }, { "tools", 'H' }, { "tool_choice", 'H' }, { "parallel_tool_calls", 'H' },
+};
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+
+static int field(api_request *r, const char *k, const json *v, api_error *err)
+{
+    if (!strcmp(k, "prompt")) return parse_prompt(v, r, err);
+    if (!strcmp(k, "messages")) return parse_messages(v, r, err);
+    if (v->type == JSON_NULL && strcmp(k, "stream_options")) return 0;   /* null: the default */
+    if (!strcmp(k, "model")) {
+        if (v->type != JSON_STRING) return bad(err, k, "'model' must be a string, not %s", type_name(v));
+        r->model = v->str;
+        return 0;
+    }
+    if (!strcmp(k, "max_tokens") || !strcmp(k, "max_completion_tokens")) {
+        if (r->max_tokens_set) return bad(err, k, "give max_tokens or max_completion_tokens, not both");
+        r->max_tokens_set = 1;
+        return get_int(v, k, 1, INT32_MAX, &r->max_tokens, err);
+    }
+    if (!strcmp(k, "temperature")) { r->temperature_set = 1; return get_num(v, k, 0, 2, 0, &r->temperature, err); }
+    if (!strcmp(k, "top_p")) { r->top_p_set = 1; return get_num(v, k, 0, 1, 1, &r->top_p, err); }
+    if (!strcmp(k, "min_p")) { r->min_p_set = 1; return get_num(v, k, 0, 1, 0, &r->min_p, err); }
+    if (!strcmp(k, "top_k")) { r->top_k_set = 1; return get_int(v, k, 0, INT32_MAX, &r->top_k, err); }
+    if (!strcmp(k, "repeat_penalty")) { r->repeat_penalty_set = 1; return get_num(v, k, 0, 10, 1, &r->repeat_penalty, err); }
+    if (!strcmp(k, "repeat_last_n")) { r->repeat_last_n_set = 1; return get_int(v, k, 0, 65536, &r->repeat_last_n, err); }
+    if (!strcmp(k, "seed")) {
+        int64_t s;
+        if (get_int(v, k, -1, (int64_t)1 << 53, &s, err)) return -1;
+        r->seed_set = s >= 0;            /* -1: a random seed, as llama.cpp */
+        r->seed = (uint64_t)(s >= 0 ? s : 0);
+        return 0;
+    }
+    if (!strcmp(k, "stop")) return parse_stop(v, r, err);
+    if (!strcmp(k, "stream")) return get_bool(v, k, &r->stream, err);
+    if (!strcmp(k, "stream_options")) {
+        if (v->type == JSON_NULL) return 0;
+        if (v->type != JSON_OBJECT) return bad(err, k, "'stream_options' must be an object");
+        for (size_t i = 0; i < v->n; i++) {
+            if (strcmp(v->keys[i], "include_usage")) return bad(err, k, "stream_options: unrecognized field '%s'", v->keys[i]);
+            if (get_bool(v->items[i], "stream_options.include_usage", &r->include_usage, err)) return -1;
+        }
+        r->include_usage |= 2;   /* given: checked against stream below */
+        return 0;
+    }
+    if (!strcmp(k, "user")) {
+        if (v->type != JSON_STRING) return bad(err, k, "'user' must be a string");
+        return 0;
+    }
+    return neutral(v, k, err);
+}
+
+int api_parse(int kind, const char *body, size_t len, api_request *r, api_error *err)
+{
+    char jerr[160];
+    memset(r, 0, sizeof *r);
+    memset(err, 0, sizeof *err);
+    r->kind = kind;
+    r->doc = json_parse(body, len, jerr, sizeof jerr);
+    if (!r->doc) return bad(err, NULL, "the body is not valid JSON (%s)", jerr);
+    const json *d = r->doc;
+    if (d->type != JSON_OBJECT) { bad(err, NULL, "the body must be a JSON object"); goto fail; }
+    unsigned char seen[N_FIELDS] = { 0 };
+    for (size_t i = 0; i < d->n; i++) {
+        const char *k = d->keys[i];
+        size_t f = 0;
+        while (f < N_FIELDS && (strcmp(fields[f].name, k) || (fields[f].kinds != 'B' && fields[f].kinds != (kind == API_CHAT ? 'H' : 'C'))))
+            f++;
+        if (f == N_FIELDS) {
+            char shown[40];
+            snprintf(shown, sizeof shown, "%s", k);
+            for (char *c = shown; *c; c++) if ((unsigned char)*c < 0x20) *c = '?';
+            bad(err, shown, "Unrecognized request argument supplied: %s", shown);
+            goto fail;
+        }
+        if (seen[f]++) { bad(err, k, "'%s' is given twice", k); goto fail; }
+        if (field(r, k, d->items[i], err)) goto fail;
+    }
+    if (kind == API_COMPLETIONS && !r->prompt_text && !r->prompt_ids) { bad(err, "prompt", "'prompt' is required"); goto fail; }
+    if (kind == API_CHAT && !r->messages) { bad(err, "messages", "'messages' is required"); goto fail; }
+    if (r->include_usage & 2) {
+        if (!r->stream) { bad(err, "stream_options", "'stream_options' is only allowed with \"stream\": true"); goto fail; }
+        r->include_usage &= 1;
+    }
+    return 0;
+fail:
+    api_request_free(r);
+    return -1;
+}
+
+void api_request_free(api_request *r)
+{
+    for (int32_t i = 0; i < r->n_messages; i++) free(r->messages[i].owned);
+    free(r->messages);
+    free(r->prompt_ids);
+    json_free(r->doc);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,66 @@
+/* api.h - the OpenAI request bodies the server accepts, parsed and checked.
+ *
+ * POST /v1/completions and /v1/chat/completions take a JSON object. Every
+ * field is checked for its type and range, and an error names the field
+ * (OpenAI's "param"). Fields of the OpenAI API that libmor does not
+ * implement are accepted only with their neutral value (n: 1, echo: false,
+ * frequency_penalty: 0, logit_bias: {}, ...), so that a client that sends
+ * them by default still works while one that relies on them gets a clear
+ * 400 instead of a silently different answer. Any other field is refused.
+ * The server's own extensions (llama.cpp's names): top_k, min_p,
+ * repeat_penalty, repeat_last_n. Checks that need the model
+ * (token ids < n_vocab, the context length) are the caller's. */
+#ifndef MORSRV_API_H
+#define MORSRV_API_H
+#include <stddef.h>
+#include <stdint.h>
+#include "json.h"
+
+enum { API_COMPLETIONS, API_CHAT };
+
+#define API_MAX_STOP     16     /* stop strings per request */
+#define API_MAX_STOP_LEN 1024   /* bytes per stop string */
+
+typedef struct {
+    const char *role;           /* "system", "user", "assistant" (and "developer", as "system") */
+    const char *content;        /* UTF-8; may contain NUL bytes */
+    size_t      content_len;
+    char       *owned;          /* content when joined from parts (freed with the request) */
+} api_message;
+
+typedef struct {
+    int          kind;                    /* API_* */
+    json        *doc;                     /* the parsed body: strings below point into it */
+    const char  *model;                   /* NULL when absent */
+    /* completions: the prompt as text (prompt_text != NULL) or token ids */
+    const char  *prompt_text;
+    size_t       prompt_len;
+    int32_t     *prompt_ids;              /* malloc'd */
+    int32_t      n_prompt_ids;
+    /* chat */
+    api_message *messages;                /* malloc'd */
+    int32_t      n_messages;
+    /* generation; *_set: the field was given (else the server's default) */
+    int          max_tokens_set, temperature_set, top_p_set, top_k_set, min_p_set, seed_set;
+    int          repeat_penalty_set, repeat_last_n_set;
+    int64_t      max_tokens, top_k, repeat_last_n;
+    double       temperature, top_p, min_p, repeat_penalty;
+    uint64_t     seed;
+    const char  *stop[API_MAX_STOP];
+    size_t       stop_len[API_MAX_STOP];
+    int          n_stop;
+    int          stream, include_usage;
+} api_request;
+
+typedef struct {
+    int  status;          /* HTTP status: 400 */
+    char param[48];       /* the offending field ("" when none) */
+    char msg[256];
+} api_error;
+
+/* Parse body[0..len) as a request of kind `kind` into *req (zeroed first).
+ * 0 on success (free with api_request_free), -1 with *err set; on failure
+ * nothing needs freeing. */
+int  api_parse(int kind, const char *body, size_t len, api_request *req, api_error *err);
+void api_request_free(api_request *req);
+#endif

@@ -1,0 +1,451 @@
+/* engine.c - see engine.h. */
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A job's life in the engine. */
+enum { J_NEW = 0, J_ACTIVE, J_ENDING, J_GONE };
+
+#define N_BUCKETS 1024
+
+struct engine {
+    mor_model      *model;
+    mor_server     *srv;
+    pthread_t       thread;
+    pthread_mutex_t mu;            /* guards what follows up to `local` */
+    pthread_cond_t  cv;
+    job            *cmd_head, *cmd_tail;
+    int             quit;
+    int32_t         n_waiting;     /* submitted by connections, not running yet */
+    engine_stats    stats;
+    int64_t         sec_stamp[16];
+    uint64_t        sec_tokens[16];
+    /* the engine thread's own */
+    job            *active;        /* in the mor_server, not released yet */
+    job            *bucket[N_BUCKETS];
+    job            *touched;
+    engine_stats    local;         /* counted during a step, published after it */
+};
+
+double engine_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- jobs ------------------------------------------------------------- */
+
+job *job_new(void)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    if (pipe(j->notify)) { free(j); return NULL; }
+    for (int i = 0; i < 2; i++) {
+        fcntl(j->notify[i], F_SETFL, fcntl(j->notify[i], F_GETFL) | O_NONBLOCK);
+        fcntl(j->notify[i], F_SETFD, FD_CLOEXEC);
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    j->refs = 1;
+    j->id = -1;
+    MOR_SAMPLER_PARAMS_INIT(&j->sp);
+    return j;
+}
+
+void job_unref(job *j)
+{
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left) return;
+    close(j->notify[0]);
+    close(j->notify[1]);
+    ts_free(&j->ts);
+    buf_free(&j->text);
+    free(j->prompt); free(j->tokens); free(j->depths); free(j->text_end);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+static void job_ref(job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Wake the job's connection (once per batch of news). */
+static void notify(job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    int send = !j->signalled;
+    j->signalled = 1;
+    pthread_mutex_unlock(&j->mu);
+    if (send) {
+        ssize_t w;
+        do w = write(j->notify[1], "!", 1); while (w < 0 && errno == EINTR);
+    }
+}
+
+/* End a job that will produce nothing more (cancelled, failed). */
+static void finish(job *j, int reason, const char *msg)
+{
+    pthread_mutex_lock(&j->mu);
+    if (j->finish == FINISH_NONE) {
+        j->finish = reason;
+        if (msg) snprintf(j->error, sizeof j->error, "%s", msg);
+        j->t_done = engine_now();
+    }
+    pthread_mutex_unlock(&j->mu);
+    notify(j);
+}
+
+/* ---- the id -> job table (the engine thread's) -------------------------- */
+
+static job **slot_of(engine *e, mor_request_id id) { return &e->bucket[(uint32_t)id % N_BUCKETS]; }
+
+static job *find(engine *e, mor_request_id id)
+{
+    for (job *j = *slot_of(e, id); j; j = j->hnext) if (j->id == id) return j;
+    return NULL;
+}
+
+static void activate(engine *e, job *j)
+{
+    job **b = slot_of(e, j->id);
+    j->hnext = *b;
+    *b = j;
+    j->aprev = NULL;
+    j->anext = e->active;
+    if (e->active) e->active->aprev = j;
+    e->active = j;
+    j->state = J_ACTIVE;
+}
+
+static void deactivate(engine *e, job *j)
+{
+    for (job **p = slot_of(e, j->id); *p; p = &(*p)->hnext)
+        if (*p == j) { *p = j->hnext; break; }
+    if (j->aprev) j->aprev->anext = j->anext;
+    else e->active = j->anext;
+    if (j->anext) j->anext->aprev = j->aprev;
+    j->state = J_GONE;
+}
+
+/* ---- the stream --------------------------------------------------------- */
+
+static void on_token(mor_request_id id, mor_token tok, int32_t depth, void *ud)
+{
+    engine *e = ud;
+    job *j = find(e, id);
+    if (!j || j->state != J_ACTIVE) return;
+    int stop_token = 0;
+    for (int32_t i = 0; i < j->n_stop_tokens; i++) stop_token |= tok == j->stop_tokens[i];
+    char small[256], *bytes = small;
+    size_t len = 0;
+    if (j->detok && !stop_token &&
+        mor_detokenize(e->model, &tok, 1, small, sizeof small, &len) == MOR_E_BUFFER_TOO_SMALL) {
+        bytes = malloc(len);
+        if (!bytes || mor_detokenize(e->model, &tok, 1, bytes, len, &len) != MOR_OK) { free(bytes); bytes = small; len = 0; }
+    }
+    const char *out;
+    size_t n_out = ts_push(&j->ts, bytes, len, &out);
+    if (bytes != small) free(bytes);
+    int32_t n = j->n_tokens;   /* only the engine writes n_tokens */
+    int ending = stop_token || j->ts.stopped || n + 1 >= j->max_tokens;
+    if (ending) { const char *rest; n_out += ts_flush(&j->ts, &rest); }
+    pthread_mutex_lock(&j->mu);
+    if (n == 0) j->t_first = engine_now();
+    buf_put(&j->text, out, n_out);
+    j->tokens[n] = tok;
+    j->depths[n] = depth;
+    j->text_end[n] = j->text.len;
+    j->n_tokens = n + 1;
+    if (ending) {
+        j->finish = stop_token || j->ts.stopped ? FINISH_STOP : FINISH_LENGTH;
+        j->t_done = engine_now();
+    }
+    pthread_mutex_unlock(&j->mu);
+    e->local.gen_tokens++;
+    e->local.depth_sum += (uint64_t)(depth > 0 ? depth : 0);
+    e->local.at_depth[depth < 0 ? 0 : depth > 16 ? 16 : depth]++;
+    if (ending) {
+        e->local.requests[j->finish]++;
+        j->state = J_ENDING;   /* a stop string: still running in the server; cancelled after the step */
+    }
+    if (!j->touched) { j->touched = 1; j->tnext = e->touched; e->touched = j; }
+}
+
+/* ---- the thread ----------------------------------------------------------- */
+
+static void drop(engine *e, job *j)
+{
+    deactivate(e, j);
+    job_unref(j);   /* the engine's reference */
+}
+
+/* A command from a connection: submit, or cancel (or both). */
+static void command(engine *e, job *j, int cancel, int quitting)
+{
+    if (j->state == J_NEW) {
+        if (cancel || quitting) {
+            finish(j, cancel ? FINISH_CANCELLED : FINISH_ERROR, "the server is shutting down");
+            e->local.requests[cancel ? FINISH_CANCELLED : FINISH_ERROR]++;
+            j->state = J_GONE;
+            job_unref(j);
+            return;
+        }
+        mor_status st = mor_server_submit(e->srv, j->prompt, j->n_prompt, &j->sp, j->max_tokens, j->stop_tokens,
+                                          j->n_stop_tokens, &j->id);
+        if (st) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the engine refused the request: %s (%s)", mor_last_error(), mor_status_str(st));
+            finish(j, FINISH_ERROR, msg);
+            e->local.requests[FINISH_ERROR]++;
+            j->state = J_GONE;
+            job_unref(j);
+            return;
+        }
+        j->touched = 0;
+        activate(e, j);
+        e->local.prompt_tokens += (uint64_t)j->n_prompt;
+        return;
+    }
+    if (j->state == J_ACTIVE && cancel) {
+        mor_server_cancel(e->srv, j->id);
+        finish(j, FINISH_CANCELLED, "cancelled");
+        e->local.requests[FINISH_CANCELLED]++;
+        j->state = J_ENDING;
+    }
+}
+
+/* Publish the step's counts. */
+static void publish(engine *e, double step_seconds, int32_t running, int32_t queued_now)
+{
+    double now = engine_now();
+    int64_t sec = (int64_t)now;
+    pthread_mutex_lock(&e->mu);
+    engine_stats *s = &e->stats, *l = &e->local;
+    for (int i = 0; i < 5; i++) s->requests[i] += l->requests[i];
+    s->prompt_tokens += l->prompt_tokens;
+    s->gen_tokens += l->gen_tokens;
+    s->depth_sum += l->depth_sum;
+    for (int d = 0; d < 17; d++) s->at_depth[d] += l->at_depth[d];
+    s->steps += l->steps;
+    s->busy_seconds += step_seconds;
+    s->running = running;
+    s->queued = queued_now;
+    int k = (int)(sec % 16);
+    if (e->sec_stamp[k] != sec) { e->sec_stamp[k] = sec; e->sec_tokens[k] = 0; }
+    e->sec_tokens[k] += l->gen_tokens;
+    pthread_mutex_unlock(&e->mu);
+    memset(l, 0, sizeof *l);
+}
+
+static void *engine_main(void *arg)
+{
+    engine *e = arg;
+    int failures = 0;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->cmd_head && !e->active && !e->quit) pthread_cond_wait(&e->cv, &e->mu);
+        job *cmds = e->cmd_head;
+        e->cmd_head = e->cmd_tail = NULL;
+        int quitting = e->quit;
+        pthread_mutex_unlock(&e->mu);
+        if (quitting && !cmds && !e->active) break;
+
+        while (cmds) {
+            job *j = cmds;
+            pthread_mutex_lock(&e->mu);
+            cmds = j->cmd_next;
+            j->cmd_next = NULL;
+            j->in_cmd = 0;
+            int cancel = j->cancel_req, extra = j->queue_ref;
+            j->cancel_req = j->queue_ref = 0;
+            pthread_mutex_unlock(&e->mu);
+            command(e, j, cancel, quitting);
+            if (extra) job_unref(j);
+        }
+        if (quitting)   /* cut what is left */
+            for (job *j = e->active; j; j = j->anext)
+                if (j->state == J_ACTIVE) command(e, j, 1, 1);
+
+        double t0 = engine_now(), dt = 0;
+        if (e->active) {
+            int32_t pending = 0;
+            mor_status st = mor_server_step(e->srv, &pending);
+            dt = engine_now() - t0;
+            e->local.steps++;
+            if (st) {
+                /* A failed step changed nothing; the requests in it cannot
+                 * go on safely, so they end with the error. */
+                char msg[200];
+                snprintf(msg, sizeof msg, "generation failed: %s (%s)", mor_last_error(), mor_status_str(st));
+                fprintf(stderr, "mor-server: %s\n", msg);
+                for (job *j = e->active; j; j = j->anext)
+                    if (j->state == J_ACTIVE) {
+                        mor_server_cancel(e->srv, j->id);
+                        finish(j, FINISH_ERROR, msg);
+                        e->local.requests[FINISH_ERROR]++;
+                        j->state = J_ENDING;
+                    }
+                if (++failures > 3) { struct timespec ts = { 0, 10 * 1000 * 1000 }; nanosleep(&ts, NULL); }
+            } else {
+                failures = 0;
+            }
+        }
+        /* the step's news, stop strings, releases, and the running/queued counts */
+        for (job *j = e->touched, *next; j; j = next) {
+            next = j->tnext;
+            j->touched = 0;
+            j->tnext = NULL;
+            if (j->state == J_ENDING && mor_server_request_state(e->srv, j->id) == MOR_REQ_RUNNING)
+                mor_server_cancel(e->srv, j->id);   /* a stop string */
+            notify(j);
+        }
+        e->touched = NULL;
+        int32_t running = 0, queued = 0;
+        for (job *j = e->active, *next; j; j = next) {
+            next = j->anext;
+            int32_t s = mor_server_request_state(e->srv, j->id);
+            if (j->state == J_ENDING) {
+                if (mor_server_release(e->srv, j->id) == MOR_OK) drop(e, j);
+                else running++;   /* still holds its slot until its rows leave */
+                continue;
+            }
+            if (s == MOR_REQ_RUNNING) running++;
+            else if (s == MOR_REQ_QUEUED) queued++;
+        }
+        pthread_mutex_lock(&e->mu);
+        e->n_waiting = queued;
+        for (job *j = e->cmd_head; j; j = j->cmd_next) e->n_waiting += j->state == J_NEW;
+        pthread_mutex_unlock(&e->mu);
+        publish(e, dt, running, queued);
+    }
+    return NULL;
+}
+
+engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t errcap)
+{
+    engine *e = calloc(1, sizeof *e);
+    if (!e) { snprintf(err, errcap, "out of memory"); return NULL; }
+    e->model = model;
+    mor_server_params sp;
+    MOR_SERVER_PARAMS_INIT(&sp);
+    sp.mode = p->mode;
+    sp.n_slots = p->n_slots;
+    sp.n_ctx = p->n_ctx;
+    sp.n_batch = p->n_batch;
+    sp.n_threads = p->n_threads;
+    sp.kv_mode = p->kv_mode;
+    sp.on_token = on_token;
+    sp.user_data = e;
+    mor_status st = mor_server_create(model, &sp, &e->srv);
+    if (st) {
+        snprintf(err, errcap, "cannot create the server: %s (%s)", mor_last_error(), mor_status_str(st));
+        free(e);
+        return NULL;
+    }
+    mor_router *r = mor_server_router(e->srv);
+    for (int32_t i = 0; i < p->n_thresholds && !st; i++) st = mor_router_set_threshold(r, i, p->thresholds[i]);
+    if (!st && p->max_depth) st = mor_router_set_max_depth(r, p->max_depth);
+    if (st) {
+        snprintf(err, errcap, "cannot set the router: %s (%s)", mor_last_error(), mor_status_str(st));
+        mor_server_free(e->srv);
+        free(e);
+        return NULL;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    if (pthread_create(&e->thread, NULL, engine_main, e)) {
+        snprintf(err, errcap, "cannot start the engine thread");
+        mor_server_free(e->srv);
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->cv);
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void engine_quit(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->quit = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_stop(engine *e)
+{
+    if (!e) return;
+    engine_quit(e);
+    pthread_join(e->thread, NULL);
+    mor_server_free(e->srv);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+static void enqueue(engine *e, job *j)
+{
+    j->cmd_next = NULL;
+    j->in_cmd = 1;
+    if (e->cmd_tail) e->cmd_tail->cmd_next = j;
+    else e->cmd_head = j;
+    e->cmd_tail = j;
+    pthread_cond_signal(&e->cv);
+}
+
+int engine_submit(engine *e, job *j, int32_t max_queue)
+{
+    size_t n = (size_t)(j->max_tokens > 0 ? j->max_tokens : 1);
+    if (!j->tokens) {
+        j->tokens = malloc(sizeof *j->tokens * n);
+        j->depths = malloc(sizeof *j->depths * n);
+        j->text_end = malloc(sizeof *j->text_end * n);
+        if (!j->tokens || !j->depths || !j->text_end) return -3;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (e->quit) { pthread_mutex_unlock(&e->mu); return -2; }
+    if (e->n_waiting >= max_queue) { pthread_mutex_unlock(&e->mu); return -1; }
+    e->n_waiting++;
+    job_ref(j);            /* the engine's */
+    j->t_submit = engine_now();
+    enqueue(e, j);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+void engine_cancel(engine *e, job *j)
+{
+    pthread_mutex_lock(&e->mu);
+    j->cancel_req = 1;
+    if (!j->in_cmd) {      /* else the engine sees cancel_req when it takes the entry */
+        job_ref(j);        /* the queue's: the engine may have let the job go already */
+        j->queue_ref = 1;
+        enqueue(e, j);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_get_stats(engine *e, engine_stats *out)
+{
+    double now = engine_now();
+    int64_t sec = (int64_t)now;
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    uint64_t sum = 0;
+    for (int k = 0; k < 16; k++) if (e->sec_stamp[k] > sec - 10 && e->sec_stamp[k] <= sec) sum += e->sec_tokens[k];
+    pthread_mutex_unlock(&e->mu);
+    /* the last 10 s: 9 whole seconds and the part of this one gone by */
+    out->tokens_per_second = (double)sum / (9.0 + (now - (double)sec));
+}

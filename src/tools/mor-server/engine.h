@@ -1,0 +1,103 @@
+/* engine.h - the one thread that owns the mor_server.
+ *
+ * libmor's server is used by one thread at a time; this thread is it. It
+ * takes jobs (a request: prompt tokens, sampling, limits) from the
+ * connection threads through a queue, submits them, steps the server while
+ * anything runs, and hands each generated token to its job from the
+ * on_token callback: the token, its recursion depth, and the text it
+ * releases (textstream.h). A job's connection waits on the job's pipe,
+ * which the engine writes after each step that gave the job something, so
+ * the connection can wait for the job and watch its socket at once. All
+ * the requests share one mor_server: its continuous batching, never a
+ * decode per request. A connection that goes away cancels its job, which
+ * frees the job's slot and KV cells at the next step.
+ *
+ * Lifetime: a job has two references, the connection's and the engine's
+ * (from engine_submit until the request is released from the server); the
+ * last job_unref frees it. */
+#ifndef MORSRV_ENGINE_H
+#define MORSRV_ENGINE_H
+#include <pthread.h>
+#include <stdint.h>
+#include "buf.h"
+#include "mor.h"
+#include "textstream.h"
+
+enum { FINISH_NONE = 0, FINISH_LENGTH, FINISH_STOP, FINISH_CANCELLED, FINISH_ERROR };
+
+typedef struct job job;
+struct job {
+    /* Set by the connection before engine_submit, then read-only. */
+    mor_token         *prompt;
+    int32_t            n_prompt, max_tokens;
+    mor_sampler_params sp;
+    mor_token          stop_tokens[8];   /* end the request; their text is not shown */
+    int32_t            n_stop_tokens;
+    int                detok;            /* the model has a tokenizer: produce text */
+    textstream         ts;               /* stop strings (then the engine's) */
+
+    /* Shared with the connection, under mu. Token i released the text
+     * text[text_end[i-1], text_end[i]). */
+    pthread_mutex_t mu;
+    mor_token *tokens;
+    int32_t   *depths;
+    size_t    *text_end;
+    int32_t    n_tokens;
+    buf        text;
+    int        finish;                   /* FINISH_*, set once at the end */
+    char       error[200];               /* FINISH_ERROR: why */
+    int        signalled;                /* a byte is in the pipe */
+    int        notify[2];                /* pipe: the engine writes, the connection polls */
+    int        refs;
+    double     t_submit, t_first, t_done; /* monotonic seconds: queued, first token, finished */
+
+    /* The engine's. */
+    mor_request_id id;
+    int        state;                    /* J_* (engine.c) */
+    int        cancel_req, in_cmd, queue_ref;   /* under the engine's lock */
+    int        touched;                  /* got something in the current step */
+    job       *cmd_next, *hnext, *anext, *aprev, *tnext;
+};
+
+typedef struct {
+    uint32_t n_slots, n_ctx, n_batch;
+    int32_t  mode, n_threads, kv_mode, max_depth;
+    float    thresholds[16];
+    int32_t  n_thresholds;
+} engine_params;
+
+/* Counters for /metrics (engine_stats copies them under the lock). */
+typedef struct {
+    uint64_t requests[5];           /* finished, by FINISH_* */
+    uint64_t prompt_tokens, gen_tokens, depth_sum, at_depth[17], steps;
+    double   busy_seconds;          /* inside mor_server_step */
+    int32_t  queued, running;       /* now */
+    double   tokens_per_second;     /* over the last 10 s */
+} engine_stats;
+
+typedef struct engine engine;
+
+/* Create the mor_server on `model` and start the thread. NULL on failure
+ * (message in err). */
+engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t errcap);
+/* Cancel every job (they end with FINISH_CANCELLED or FINISH_ERROR) and
+ * refuse new ones; the thread ends once the server is empty. */
+void    engine_quit(engine *e);
+/* engine_quit, wait for the thread, free the server. No connection may use
+ * the engine any more. */
+void    engine_stop(engine *e);
+
+/* A new job with one reference (the caller's); NULL when out of memory.
+ * Fill prompt (malloc'd; the job frees it), the limits and the stop lists. */
+job    *job_new(void);
+void    job_unref(job *j);
+
+/* Queue a job. 0: queued (the engine takes a reference); -1: max_queue jobs
+ * are already waiting; -2: the engine is stopping. */
+int     engine_submit(engine *e, job *j, int32_t max_queue);
+/* Ask the engine to cancel a job (the connection is gone). */
+void    engine_cancel(engine *e, job *j);
+void    engine_get_stats(engine *e, engine_stats *out);
+/* Monotonic seconds. */
+double  engine_now(void);
+#endif

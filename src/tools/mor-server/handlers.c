@@ -1,0 +1,519 @@
+/* handlers.c - the endpoints:
+ *   POST /v1/completions, POST /v1/chat/completions   (api.h; streamed as
+ *        server-sent events with "stream": true)
+ *   GET  /v1/models[/ID], /health, /metrics (Prometheus text)
+ * A generated token's recursion depth is in the extension object "mor" of
+ * each choice: {"token_ids": [...], "depths": [...]}, per event when
+ * streaming. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "api.h"
+#include "chat.h"
+#include "jsonw.h"
+#include "server.h"
+
+static const char *const ep_names[EP_N] = { "completions", "chat_completions", "models", "health", "metrics", "other" };
+
+int endpoint_of(const char *path)
+{
+    if (!strcmp(path, "/v1/completions")) return EP_COMPLETIONS;
+    if (!strcmp(path, "/v1/chat/completions")) return EP_CHAT;
+    if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) return EP_MODELS;
+    if (!strcmp(path, "/health")) return EP_HEALTH;
+    if (!strcmp(path, "/metrics")) return EP_METRICS;
+    return EP_OTHER;
+}
+
+static uint64_t next_random(void)
+{
+    pthread_mutex_lock(&S.mu);
+    uint64_t z = (S.rng += 0x9E3779B97F4A7C15ull);
+    pthread_mutex_unlock(&S.mu);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* ---- GET ---------------------------------------------------------------- */
+
+static void model_object(jsonw *w)
+{
+    jw_obj(w);
+    jw_key(w, "id"); jw_str(w, S.model_id);
+    jw_key(w, "object"); jw_str(w, "model");
+    jw_key(w, "created"); jw_int(w, S.started);
+    jw_key(w, "owned_by"); jw_str(w, "libmor");
+    jw_key(w, "meta");
+    jw_obj(w);
+    jw_key(w, "n_vocab"); jw_int(w, S.n_vocab);
+    jw_key(w, "n_ctx_train"); jw_int(w, S.n_ctx_train);
+    jw_key(w, "n_ctx"); jw_int(w, S.ctx_limit);
+    jw_key(w, "n_embd"); jw_int(w, mor_model_n_embd(S.model));
+    jw_key(w, "n_layer"); jw_int(w, mor_model_n_layer(S.model));
+    jw_key(w, "n_recursion"); jw_int(w, mor_model_n_recursion(S.model));
+    jw_key(w, "size_bytes"); jw_int(w, (int64_t)mor_model_size_bytes(S.model));
+    jw_key(w, "chat_template");
+    if (S.chat_family >= 0) jw_str(w, chat_name(S.chat_family)); else jw_null(w);
+    jw_obj_end(w);
+    jw_obj_end(w);
+}
+
+static void send_json(conn *c, request *rq, int status, buf *b)
+{
+    buf_putc(b, '\n');
+    if (!buf_ok(b)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); return; }
+    conn_respond(c, rq, status, "application/json", b->p, b->len, NULL);
+}
+
+static void handle_models(conn *c, request *rq)
+{
+    buf b = { 0 };
+    jsonw w;
+    jw_init(&w, &b);
+    if (!strncmp(rq->path, "/v1/models/", 11)) {
+        if (strcmp(rq->path + 11, S.model_id)) {
+            conn_error(c, rq, 404, "model", "model_not_found", "The model '%s' does not exist", rq->path + 11);
+            return;
+        }
+        model_object(&w);
+    } else {
+        jw_obj(&w);
+        jw_key(&w, "object"); jw_str(&w, "list");
+        jw_key(&w, "data");
+        jw_arr(&w);
+        model_object(&w);
+        jw_arr_end(&w);
+        jw_obj_end(&w);
+    }
+    send_json(c, rq, 200, &b);
+    buf_free(&b);
+}
+
+static void handle_health(conn *c, request *rq)
+{
+    engine_stats st;
+    engine_get_stats(S.eng, &st);
+    buf b = { 0 };
+    jsonw w;
+    jw_init(&w, &b);
+    jw_obj(&w);
+    jw_key(&w, "status"); jw_str(&w, atomic_load(&S.draining) ? "draining" : "ok");
+    jw_key(&w, "slots_processing"); jw_int(&w, st.running);
+    jw_key(&w, "slots_idle"); jw_int(&w, S.o.n_slots - st.running > 0 ? S.o.n_slots - st.running : 0);
+    jw_key(&w, "queued"); jw_int(&w, st.queued);
+    jw_obj_end(&w);
+    send_json(c, rq, atomic_load(&S.draining) ? 503 : 200, &b);
+    buf_free(&b);
+}
+
+static void metric(buf *b, const char *name, const char *type, const char *help)
+{
+    buf_printf(b, "# HELP mor_%s %s\n# TYPE mor_%s %s\n", name, help, name, type);
+}
+
+static void handle_metrics(conn *c, request *rq)
+{
+    engine_stats st;
+    engine_get_stats(S.eng, &st);
+    uint64_t http[EP_N][6];
+    int32_t n_conns;
+    pthread_mutex_lock(&S.mu);
+    memcpy(http, S.http_count, sizeof http);
+    n_conns = S.n_conns;
+    pthread_mutex_unlock(&S.mu);
+    buf b = { 0 };
+    static const char *const cls[6] = { "2xx", "400", "404", "4xx", "503", "5xx" };
+    metric(&b, "http_requests_total", "counter", "HTTP requests answered, by endpoint and status");
+    for (int e = 0; e < EP_N; e++)
+        for (int k = 0; k < 6; k++)
+            if (http[e][k] || k == 0)
+                buf_printf(&b, "mor_http_requests_total{endpoint=\"%s\",status=\"%s\"} %" PRIu64 "\n", ep_names[e],
+                           cls[k], http[e][k]);
+    static const char *const why[5] = { "none", "length", "stop", "cancelled", "error" };
+    metric(&b, "requests_total", "counter", "generation requests finished, by finish reason");
+    for (int k = 1; k < 5; k++)
+        buf_printf(&b, "mor_requests_total{finish_reason=\"%s\"} %" PRIu64 "\n", why[k], st.requests[k]);
+    metric(&b, "prompt_tokens_total", "counter", "prompt tokens of the requests started");
+    buf_printf(&b, "mor_prompt_tokens_total %" PRIu64 "\n", st.prompt_tokens);
+    metric(&b, "tokens_generated_total", "counter", "tokens generated");
+    buf_printf(&b, "mor_tokens_generated_total %" PRIu64 "\n", st.gen_tokens);
+    metric(&b, "tokens_at_depth_total", "counter", "tokens generated, by the recursions they ran");
+    for (int d = 0; d <= mor_model_n_recursion(S.model) && d < 17; d++)
+        buf_printf(&b, "mor_tokens_at_depth_total{depth=\"%d\"} %" PRIu64 "\n", d, st.at_depth[d]);
+    metric(&b, "mean_depth", "gauge", "mean recursions per generated token since the start");
+    buf_printf(&b, "mor_mean_depth %.4f\n", st.gen_tokens ? (double)st.depth_sum / (double)st.gen_tokens : 0.0);
+    metric(&b, "tokens_per_second", "gauge", "tokens generated per second over the last 10 seconds");
+    buf_printf(&b, "mor_tokens_per_second %.2f\n", st.tokens_per_second);
+    metric(&b, "queue_length", "gauge", "requests waiting for a slot");
+    buf_printf(&b, "mor_queue_length %d\n", st.queued);
+    metric(&b, "slots_busy", "gauge", "slots running a request");
+    buf_printf(&b, "mor_slots_busy %d\n", st.running);
+    metric(&b, "slots", "gauge", "slots (requests run at once)");
+    buf_printf(&b, "mor_slots %d\n", S.o.n_slots);
+    metric(&b, "steps_total", "counter", "engine steps");
+    buf_printf(&b, "mor_steps_total %" PRIu64 "\n", st.steps);
+    metric(&b, "engine_busy_seconds_total", "counter", "seconds the engine spent in steps");
+    buf_printf(&b, "mor_engine_busy_seconds_total %.6f\n", st.busy_seconds);
+    metric(&b, "connections", "gauge", "open HTTP connections");
+    buf_printf(&b, "mor_connections %d\n", n_conns);
+    if (!buf_ok(&b)) conn_error(c, rq, 500, NULL, NULL, "out of memory");
+    else conn_respond(c, rq, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, NULL);
+    buf_free(&b);
+}
+
+/* ---- generation ---------------------------------------------------------- */
+
+/* Tokenize text[0..n) into *out (malloc'd). */
+static mor_status tokenize(const char *text, size_t n, mor_token **out, int32_t *n_out)
+{
+    uint32_t flags = MOR_TOKENIZE_PARSE_SPECIAL | (S.add_bos ? MOR_TOKENIZE_ADD_BOS : 0);
+    int32_t cnt = 0;
+    *out = NULL;
+    mor_status st = mor_tokenize(S.model, text, n, flags, NULL, 0, &cnt);
+    if (st != MOR_OK && st != MOR_E_BUFFER_TOO_SMALL) return st;
+    *out = malloc(sizeof(mor_token) * (size_t)(cnt ? cnt : 1));
+    if (!*out) return MOR_E_NOMEM;
+    st = mor_tokenize(S.model, text, n, flags, *out, cnt, &cnt);
+    if (st) { free(*out); *out = NULL; return st; }
+    *n_out = cnt;
+    return MOR_OK;
+}
+
+typedef struct {
+    int         kind;
+    char        id[40];
+    int64_t     created;
+    const char *object;   /* of the response, or of a stream chunk */
+} reply;
+
+static const char *finish_name(int f) { return f == FINISH_STOP ? "stop" : f == FINISH_LENGTH ? "length" : NULL; }
+
+static void usage_object(jsonw *w, const job *j)
+{
+    jw_key(w, "usage");
+    jw_obj(w);
+    jw_key(w, "prompt_tokens"); jw_int(w, j->n_prompt);
+    jw_key(w, "completion_tokens"); jw_int(w, j->n_tokens);
+    jw_key(w, "total_tokens"); jw_int(w, j->n_prompt + j->n_tokens);
+    jw_obj_end(w);
+}
+
+/* The start of a response object or chunk: id, object, created, model. */
+static void head_fields(jsonw *w, const reply *r, int chunk)
+{
+    jw_key(w, "id"); jw_str(w, r->id);
+    jw_key(w, "object");
+    jw_str(w, r->kind == API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
+    jw_key(w, "created"); jw_int(w, r->created);
+    jw_key(w, "model"); jw_str(w, S.model_id);
+    jw_key(w, "system_fingerprint"); jw_str(w, "libmor-" MOR_VERSION_STRING);
+}
+
+/* "mor": {"token_ids": [...], "depths": [...]} for tokens [a, b). */
+static void mor_object(jsonw *w, const job *j, int32_t a, int32_t b)
+{
+    jw_key(w, "mor");
+    jw_obj(w);
+    jw_key(w, "token_ids");
+    jw_arr(w);
+    for (int32_t i = a; i < b; i++) jw_int(w, j->tokens[i]);
+    jw_arr_end(w);
+    jw_key(w, "depths");
+    jw_arr(w);
+    for (int32_t i = a; i < b; i++) jw_int(w, j->depths[i]);
+    jw_arr_end(w);
+    jw_obj_end(w);
+}
+
+/* One choice of a stream chunk: text [t0, t1) and tokens [a, b); finish
+ * reason (or null). */
+static void chunk_choice(jsonw *w, const reply *r, const job *j, size_t t0, size_t t1, int32_t a, int32_t b,
+                         const char *finish, int role)
+{
+    jw_key(w, "choices");
+    jw_arr(w);
+    jw_obj(w);
+    jw_key(w, "index"); jw_int(w, 0);
+    if (r->kind == API_CHAT) {
+        jw_key(w, "delta");
+        jw_obj(w);
+        if (role) { jw_key(w, "role"); jw_str(w, "assistant"); }
+        if (role || t1 > t0 || (!finish && b > a)) { jw_key(w, "content"); jw_strn(w, j->text.p ? j->text.p + t0 : "", t1 - t0); }
+        jw_obj_end(w);
+    } else {
+        jw_key(w, "text"); jw_strn(w, j->text.p ? j->text.p + t0 : "", t1 - t0);
+    }
+    jw_key(w, "logprobs"); jw_null(w);
+    jw_key(w, "finish_reason"); if (finish) jw_str(w, finish); else jw_null(w);
+    if (b > a) mor_object(w, j, a, b);
+    jw_obj_end(w);
+    jw_arr_end(w);
+}
+
+/* Write an SSE event "data: ...\n\n" (a chunk of the chunked body when
+ * HTTP/1.1). */
+static int sse(conn *c, request *rq, const char *data, size_t n)
+{
+    buf *o = &c->out;
+    buf_reset(o);
+    if (rq->minor) buf_printf(o, "%zx\r\n", n + 8);
+    buf_puts(o, "data: ");
+    buf_put(o, data, n);
+    buf_puts(o, "\n\n");
+    if (rq->minor) buf_puts(o, "\r\n");
+    if (!buf_ok(o)) { c->gone = 1; return -1; }
+    return conn_send(c, o->p, o->len);
+}
+
+static void stream_reply(conn *c, request *rq, job *j, const reply *r, int include_usage)
+{
+    buf b = { 0 };
+    jsonw w;
+    if (atomic_load(&S.draining)) rq->keep_alive = 0;
+    if (!rq->minor) rq->keep_alive = 0;
+    buf_printf(&b, "HTTP/1.1 200 OK\r\nServer: mor-server/%s\r\nContent-Type: text/event-stream\r\n"
+               "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%sConnection: %s\r\n\r\n", mor_version_string(),
+               rq->minor ? "Transfer-Encoding: chunked\r\n" : "", rq->keep_alive ? "keep-alive" : "close");
+    conn_send(c, b.p, b.len);
+    int32_t sent = 0;
+    int finish = FINISH_NONE, role = r->kind == API_CHAT;
+    while (!c->gone) {
+        pthread_mutex_lock(&j->mu);
+        j->signalled = 0;
+        finish = j->finish;
+        int32_t n = j->n_tokens;
+        buf_reset(&b);
+        /* one event per token: its text and depth */
+        for (int32_t i = sent; i < n; i++) {
+            size_t t0 = i ? j->text_end[i - 1] : 0;
+            jw_init(&w, &b);
+            jw_obj(&w);
+            head_fields(&w, r, 1);
+            chunk_choice(&w, r, j, t0, j->text_end[i], i, i + 1, NULL, role);
+            jw_obj_end(&w);
+            role = 0;
+            buf_putc(&b, 0);   /* a separator (JSON has no raw NUL): sent one by one below, unlocked */
+        }
+        int32_t from = sent;
+        sent = n;
+        pthread_mutex_unlock(&j->mu);
+        if (!buf_ok(&b)) { c->gone = 1; break; }
+        for (size_t at = 0; from < n && at < b.len && !c->gone;) {
+            size_t len = strlen(b.p + at);
+            sse(c, rq, b.p + at, len);
+            at += len + 1;
+        }
+        if (finish != FINISH_NONE || c->gone) break;
+        if (conn_wait(c, j) < 0) break;
+    }
+    if (c->gone) {
+        engine_cancel(S.eng, j);
+    } else {
+        buf_reset(&b);
+        jw_init(&w, &b);
+        jw_obj(&w);
+        if (finish == FINISH_STOP || finish == FINISH_LENGTH) {
+            head_fields(&w, r, 1);
+            chunk_choice(&w, r, j, 0, 0, 0, 0, finish_name(finish), role);
+        } else {
+            jw_key(&w, "error");
+            jw_obj(&w);
+            jw_key(&w, "message"); jw_str(&w, finish == FINISH_CANCELLED ? "the server is shutting down" : j->error);
+            jw_key(&w, "type"); jw_str(&w, "server_error");
+            jw_key(&w, "param"); jw_null(&w);
+            jw_key(&w, "code"); jw_null(&w);
+            jw_obj_end(&w);
+        }
+        jw_obj_end(&w);
+        sse(c, rq, b.p, b.len);
+        if (include_usage && (finish == FINISH_STOP || finish == FINISH_LENGTH)) {
+            buf_reset(&b);
+            jw_init(&w, &b);
+            jw_obj(&w);
+            head_fields(&w, r, 1);
+            jw_key(&w, "choices"); jw_arr(&w); jw_arr_end(&w);
+            usage_object(&w, j);
+            jw_obj_end(&w);
+            sse(c, rq, b.p, b.len);
+        }
+        sse(c, rq, "[DONE]", 6);
+        if (rq->minor) conn_send(c, "0\r\n\r\n", 5);
+    }
+    count_request(r->kind == API_CHAT ? EP_CHAT : EP_COMPLETIONS, 200);
+    if (!S.o.quiet)
+        fprintf(stderr, "mor-server: %s \"%s %s\" 200 stream prompt=%d tokens=%d %.3fs%s\n", c->peer, rq->method,
+                rq->path, j->n_prompt, sent, engine_now() - rq->t_start, c->gone ? " (client gone: cancelled)" : "");
+    buf_free(&b);
+}
+
+static void whole_reply(conn *c, request *rq, job *j, const reply *r)
+{
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        j->signalled = 0;
+        int f = j->finish;
+        pthread_mutex_unlock(&j->mu);
+        if (f != FINISH_NONE) break;
+        if (conn_wait(c, j) < 0) {
+            engine_cancel(S.eng, j);
+            count_request(endpoint_of(rq->path), 499);
+            if (!S.o.quiet)
+                fprintf(stderr, "mor-server: %s \"%s %s\" client gone: cancelled %.3fs\n", c->peer, rq->method,
+                        rq->path, engine_now() - rq->t_start);
+            return;
+        }
+    }
+    /* the engine writes nothing more to a finished job */
+    if (j->finish == FINISH_CANCELLED) { conn_error(c, rq, 503, NULL, NULL, "the server is shutting down"); return; }
+    if (j->finish == FINISH_ERROR) { conn_error(c, rq, 500, NULL, NULL, "%s", j->error); return; }
+    buf b = { 0 };
+    jsonw w;
+    jw_init(&w, &b);
+    jw_obj(&w);
+    head_fields(&w, r, 0);
+    jw_key(&w, "choices");
+    jw_arr(&w);
+    jw_obj(&w);
+    jw_key(&w, "index"); jw_int(&w, 0);
+    if (r->kind == API_CHAT) {
+        jw_key(&w, "message");
+        jw_obj(&w);
+        jw_key(&w, "role"); jw_str(&w, "assistant");
+        jw_key(&w, "content"); jw_strn(&w, j->text.p ? j->text.p : "", j->text.len);
+        jw_obj_end(&w);
+    } else {
+        jw_key(&w, "text"); jw_strn(&w, j->text.p ? j->text.p : "", j->text.len);
+    }
+    jw_key(&w, "logprobs"); jw_null(&w);
+    jw_key(&w, "finish_reason"); jw_str(&w, finish_name(j->finish));
+    mor_object(&w, j, 0, j->n_tokens);
+    jw_obj_end(&w);
+    jw_arr_end(&w);
+    usage_object(&w, j);
+    jw_obj_end(&w);
+    send_json(c, rq, 200, &b);
+    buf_free(&b);
+}
+
+static void handle_generate(conn *c, request *rq, const char *body, size_t n, int kind)
+{
+    api_request ar;
+    api_error ae;
+    if (api_parse(kind, body, n, &ar, &ae)) {
+        conn_error(c, rq, ae.status, ae.param, NULL, "%s", ae.msg);
+        return;
+    }
+    job *j = NULL;
+    buf text = { 0 };
+    mor_token *prompt = NULL;
+    int32_t n_prompt = 0;
+    mor_status st = MOR_OK;
+    if (ar.model && strcmp(ar.model, S.model_id)) {
+        conn_error(c, rq, 404, "model", "model_not_found", "The model '%.100s' does not exist (this server has '%s')",
+                   ar.model, S.model_id);
+        goto done;
+    }
+    if (kind == API_CHAT) {
+        if (S.chat_family < 0) { conn_error(c, rq, 400, "messages", "chat_not_supported", "%s", S.chat_error); goto done; }
+        chat_format(S.chat_family, ar.messages, ar.n_messages, &text);
+        if (!buf_ok(&text)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
+        st = tokenize(text.p ? text.p : "", text.len, &prompt, &n_prompt);
+    } else if (ar.prompt_text) {
+        if (!S.has_tokenizer) {
+            conn_error(c, rq, 400, "prompt", NULL, "this model has no tokenizer: give the prompt as token ids");
+            goto done;
+        }
+        st = tokenize(ar.prompt_text, ar.prompt_len, &prompt, &n_prompt);
+    } else {
+        for (int32_t i = 0; i < ar.n_prompt_ids; i++)
+            if (ar.prompt_ids[i] >= S.n_vocab) {
+                conn_error(c, rq, 400, "prompt", NULL, "token id %d is out of range (the vocabulary has %d)",
+                           ar.prompt_ids[i], S.n_vocab);
+                goto done;
+            }
+        prompt = ar.prompt_ids;
+        n_prompt = ar.n_prompt_ids;
+        ar.prompt_ids = NULL;
+    }
+    if (st) { conn_error(c, rq, 500, "prompt", NULL, "tokenizing the prompt failed: %s", mor_last_error()); goto done; }
+    if (n_prompt == 0) { conn_error(c, rq, 400, "prompt", NULL, "the prompt is empty"); goto done; }
+    int64_t max_tokens = ar.max_tokens_set ? ar.max_tokens : kind == API_CHAT ? S.ctx_limit - n_prompt : 16;
+    if (max_tokens < 1 || n_prompt + max_tokens > S.ctx_limit) {
+        conn_error(c, rq, 400, kind == API_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                   "This model's maximum context length is %d tokens, however you requested %lld tokens "
+                   "(%d in your prompt; %lld for the completion). Please reduce your prompt or completion length.",
+                   S.ctx_limit, (long long)(n_prompt + (max_tokens > 0 ? max_tokens : 0)), n_prompt,
+                   (long long)(max_tokens > 0 ? max_tokens : 0));
+        goto done;
+    }
+    j = job_new();
+    if (!j) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
+    j->prompt = prompt;
+    prompt = NULL;
+    j->n_prompt = n_prompt;
+    j->max_tokens = (int32_t)max_tokens;
+    j->detok = S.has_tokenizer;
+    if (S.eos >= 0) j->stop_tokens[j->n_stop_tokens++] = S.eos;
+    const char *stops[API_MAX_STOP + 1];
+    size_t stop_len[API_MAX_STOP + 1];
+    int n_stops = ar.n_stop;
+    memcpy(stops, ar.stop, sizeof(char *) * (size_t)ar.n_stop);
+    memcpy(stop_len, ar.stop_len, sizeof(size_t) * (size_t)ar.n_stop);
+    if (kind == API_CHAT) {
+        if (S.chat_end_token >= 0) j->stop_tokens[j->n_stop_tokens++] = S.chat_end_token;
+        else { stops[n_stops] = chat_end_marker(S.chat_family); stop_len[n_stops] = strlen(stops[n_stops]); n_stops++; }
+    }
+    if (ts_init(&j->ts, stops, stop_len, n_stops)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
+    if (ar.temperature_set) j->sp.temperature = (float)ar.temperature;
+    if (ar.top_p_set) j->sp.top_p = (float)ar.top_p;
+    if (ar.top_k_set) j->sp.top_k = (int32_t)ar.top_k;
+    if (ar.min_p_set) j->sp.min_p = (float)ar.min_p;
+    if (ar.repeat_penalty_set) j->sp.repeat_penalty = (float)ar.repeat_penalty;
+    if (ar.repeat_last_n_set) j->sp.repeat_last_n = (int32_t)ar.repeat_last_n;
+    j->sp.seed = ar.seed_set ? ar.seed : next_random();
+    int r = engine_submit(S.eng, j, S.o.max_queue);
+    if (r == -1) { conn_error(c, rq, 503, NULL, "server_busy", "%d requests are waiting already (--max-queue)", S.o.max_queue); goto done; }
+    if (r == -2) { conn_error(c, rq, 503, NULL, NULL, "the server is shutting down"); goto done; }
+    if (r == -3) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
+    reply rp = { kind, "", (int64_t)time(NULL), NULL };
+    uint64_t rid = next_random();
+    snprintf(rp.id, sizeof rp.id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : "cmpl", rid);
+    if (ar.stream) stream_reply(c, rq, j, &rp, ar.include_usage);
+    else whole_reply(c, rq, j, &rp);
+done:
+    job_unref(j);
+    free(prompt);
+    buf_free(&text);
+    api_request_free(&ar);
+}
+
+void handle(conn *c, request *rq, const char *body, size_t n)
+{
+    int ep = endpoint_of(rq->path);
+    int get = !strcmp(rq->method, "GET") || !strcmp(rq->method, "HEAD"), post = !strcmp(rq->method, "POST");
+    if (ep == EP_OTHER) {
+        if (!strcmp(rq->path, "/") && get) {
+            static const char page[] = "mor-server: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
+                                       "GET /health, GET /metrics\n";
+            conn_respond(c, rq, 200, "text/plain; charset=utf-8", page, sizeof page - 1, NULL);
+            return;
+        }
+        conn_error(c, rq, 404, NULL, NULL, "no such endpoint: %s %s", rq->method, rq->path);
+        return;
+    }
+    int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT;
+    if (want_post ? !post : !get) {
+        conn_error(c, rq, 405, NULL, NULL, "%s takes %s, not %s", rq->path, want_post ? "POST" : "GET", rq->method);
+        return;
+    }
+    switch (ep) {
+    case EP_COMPLETIONS: handle_generate(c, rq, body, n, API_COMPLETIONS); break;
+    case EP_CHAT: handle_generate(c, rq, body, n, API_CHAT); break;
+    case EP_MODELS: handle_models(c, rq); break;
+    case EP_HEALTH: handle_health(c, rq); break;
+    default: handle_metrics(c, rq); break;
+    }
+}

@@ -1,0 +1,88 @@
+/* server.h - what the parts of mor-server share: the options, the one
+ * server state, a connection, and the endpoints.
+ *
+ *   main.c      options, the model, the listening socket, signals, drain
+ *   conn.c      a connection's thread: read requests, write responses
+ *   handlers.c  the endpoints (completions, chat, models, health, metrics)
+ *   engine.c    the thread that owns the mor_server (engine.h) */
+#ifndef MORSRV_SERVER_H
+#define MORSRV_SERVER_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "buf.h"
+#include "engine.h"
+#include "http.h"
+#include "mor.h"
+
+typedef struct {
+    const char *model_path, *host, *alias, *api_key, *chat_template;
+    int32_t     port, n_slots, mode, n_threads, n_ctx, n_batch, kv_mode, max_depth;
+    float       thresholds[16];
+    int32_t     n_thresholds;
+    int64_t     max_body, max_header;
+    int32_t     max_conns, max_queue, timeout_s, drain_timeout_s, quiet;
+} options;
+
+/* The HTTP counters of /metrics: requests by endpoint and status. */
+enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_N };
+
+typedef struct {
+    options     o;
+    mor_model  *model;
+    engine     *eng;
+    char        model_id[128];
+    int32_t     n_vocab, n_ctx_train, ctx_limit;   /* ctx_limit: prompt + completion of one request */
+    mor_token   eos;
+    int         add_bos, has_tokenizer;
+    int         chat_family;                       /* CHAT_*, or CHAT_UNKNOWN with chat_error set */
+    char        chat_error[200];
+    mor_token   chat_end_token;                    /* -1: the end marker is not one token */
+    int64_t     started;                           /* Unix time */
+    int         drain_pipe[2];                     /* readable once draining */
+    atomic_int  draining;                          /* set once by main, read by every connection */
+    pthread_mutex_t mu;                            /* guards what follows */
+    pthread_cond_t  cv;
+    int32_t     n_conns;
+    struct conn *conns;                            /* open connections (for the last resort of a drain) */
+    uint64_t    http_count[EP_N][6];               /* by status class: 2xx, 400, 404, 4xx other, 503, 5xx other */
+    uint64_t    rng;
+} server;
+
+extern server S;
+
+typedef struct conn {
+    int          fd;
+    char         peer[64];
+    buf          in;           /* bytes received, not yet consumed */
+    buf          out;          /* a response being built */
+    int          gone;         /* the peer closed or an I/O error */
+    int          watch_in;     /* watch reads for a disconnect while generating */
+    struct conn *next, *prev;
+} conn;
+
+/* What handlers need of a request (copied: the head's bytes move). */
+typedef struct {
+    char     method[16], path[256];
+    int      minor, keep_alive;
+    double   t_start;
+} request;
+
+/* conn.c */
+void *conn_main(void *arg);                       /* the thread of one accepted connection */
+int   conn_send(conn *c, const void *p, size_t n);   /* 0, or -1 (c->gone set) */
+/* A whole response with a body. extra: more header lines, each ending in CRLF (or NULL). */
+void  conn_respond(conn *c, request *rq, int status, const char *ctype, const char *body, size_t n,
+                   const char *extra);
+/* An OpenAI-style error: {"error": {"message", "type", "param", "code"}}. */
+void  conn_error(conn *c, request *rq, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* Wait for news from the job or a disconnect: 0 news, -1 the peer is gone. */
+int   conn_wait(conn *c, job *j);
+void  count_request(int ep, int status);
+
+/* handlers.c */
+int   endpoint_of(const char *path);
+void  handle(conn *c, request *rq, const char *body, size_t n);
+#endif
