@@ -1,0 +1,54 @@
+// tests/openai_client.js - the official OpenAI Node client (npm package
+// openai) against a running mor-server (MOR_URL, e.g. http://127.0.0.1:8080/v1);
+// run by tests/test_server.py, which checks the JSON it prints.
+const OpenAI = require("openai");
+
+const client = new OpenAI({ baseURL: process.env.MOR_URL, apiKey: "unused", maxRetries: 0 });
+const model = "brown-mor";
+const prompt = "The jury said that";
+
+(async () => {
+  const out = {};
+  const models = await client.models.list();
+  out.models = models.data.map((m) => m.id);
+
+  const c = await client.completions.create({ model, prompt, max_tokens: 10, seed: 9 });
+  out.text = c.choices[0].text;
+  out.finish = c.choices[0].finish_reason;
+  out.usage = c.usage;
+
+  const s = await client.completions.create({ model, prompt, max_tokens: 10, seed: 9, stream: true });
+  let text = "";
+  const tokens = [];
+  for await (const chunk of s) {
+    if (!chunk.choices.length) continue;
+    text += chunk.choices[0].text;
+    if (chunk.choices[0].mor) tokens.push(...chunk.choices[0].mor.token_ids);
+  }
+  out.streamed = text;
+  out.stream_tokens = tokens;
+
+  try {
+    await client.completions.create({ model, prompt: "x", temperature: 5 });
+  } catch (e) {
+    out.bad_status = e.status;
+    out.bad_param = e.param;
+  }
+  try {
+    await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }] });
+  } catch (e) {
+    out.chat_status = e.status;
+  }
+
+  // leaving a stream early aborts its request
+  const long = await client.completions.create({ model, prompt, max_tokens: 200, stream: true });
+  let n = 0;
+  for await (const chunk of long) {
+    if (++n === 3) break;
+  }
+  out.abort_ok = n === 3;
+  console.log(JSON.stringify(out));
+})().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,631 @@
+"""tests/test_server.py - bin/mor-server end to end, on loopback ports with
+the bundled model (models/brown-mor.gguf): the OpenAI endpoints, streaming,
+outputs equal to bin/mor-run's, bad input of every kind, disconnects,
+limits, chat templates, curl and the official OpenAI Node client (npm
+package openai, installed into build/npm), a bounded load test (200
+requests at 32 concurrent, each equal to the same request served alone) in
+depthwise and sequence modes, and a drain on SIGTERM."""
+import concurrent.futures
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import testlib as t  # noqa: E402
+import serverlib as sl  # noqa: E402
+
+skip = getattr(t, "skip", None) or (lambda why: print("skip - " + why))
+
+
+def note(s):
+    print("# " + s)
+    sys.stdout.flush()
+
+
+def completion(srv, body, conn=None):
+    status, _, data = srv.request("POST", "/v1/completions", body, conn=conn)
+    return status, json.loads(data)
+
+
+# ---- the basics -------------------------------------------------------------
+
+def test_basics(srv):
+    st, h = srv.json("GET", "/health")
+    t.check(st == 200 and h["status"] == "ok" and h["slots_idle"] == 4, "GET /health: ok, 4 idle slots")
+    st, m = srv.json("GET", "/v1/models")
+    t.check(st == 200 and m["object"] == "list" and m["data"][0]["id"] == "brown-mor" and
+            m["data"][0]["meta"]["n_ctx_train"] == 256 and m["data"][0]["meta"]["chat_template"] is None,
+            "GET /v1/models: the model brown-mor, its context, no chat template")
+    st, one = srv.json("GET", "/v1/models/brown-mor")
+    t.check(st == 200 and one["id"] == "brown-mor", "GET /v1/models/brown-mor")
+    st, e = srv.json("GET", "/v1/models/gpt-4")
+    t.check(st == 404 and e["error"]["code"] == "model_not_found", "GET /v1/models/gpt-4: 404 model_not_found")
+    st, e = srv.json("GET", "/nowhere")
+    t.check(st == 404 and e["error"]["type"] == "not_found_error", "an unknown path: 404 with an OpenAI error body")
+    st, h, data = srv.request("DELETE", "/v1/completions")
+    t.check(st == 405 and "allow" in h and json.loads(data)["error"]["message"], "DELETE /v1/completions: 405, Allow")
+    st, h, data = srv.request("GET", "/metrics")
+    text = data.decode()
+    t.check(st == 200 and h["content-type"].startswith("text/plain") and
+            all(("mor_" + k) in text for k in ("requests_total", "tokens_generated_total", "queue_length",
+                                               "slots_busy", "mean_depth", "tokens_per_second")),
+            "GET /metrics: Prometheus text with requests, tokens, queue length, slots busy, mean depth, tokens/s")
+
+
+# ---- the same outputs as mor-run -------------------------------------------------
+
+CASES = [("The jury said that", 24, 7), ("In the morning", 32, 1), ("He", 16, 12345)]
+
+
+def test_mor_run(srv):
+    for prompt, n, seed in CASES:
+        ids, shown, flags = sl.mor_run(prompt, n, seed)
+        st, r = completion(srv, {"prompt": prompt, "max_tokens": n, "seed": seed, "temperature": 0.8,
+                                 "top_k": 40, "top_p": 0.95, "min_p": 0.05})
+        ch = r["choices"][0]
+        got = ch["mor"]["token_ids"]
+        t.check(st == 200 and got == ids,
+                "'%s' seed %d: the tokens equal `mor-run %s --print-ids`" % (prompt, seed, " ".join(flags[2:])))
+        # mor-run --show-depth prints each token with the depth it ran as
+        # the next input; the server gives each token the depth of the step
+        # that produced it: the same numbers, one place later
+        want = prompt.encode()
+        st2, events = srv.stream("/v1/completions", {"prompt": prompt, "max_tokens": n, "seed": seed, "stream": True})
+        pieces = [e["choices"][0]["text"] for e in events[:-2]]
+        deps = [e["choices"][0]["mor"]["depths"][0] for e in events[:-2]]
+        for k, p in enumerate(pieces):
+            want += p.encode() + (b"[%d]" % deps[k + 1] if k + 1 < len(deps) else b"")
+        body = shown.rstrip(b"\n")
+        last = body.rfind(b"[")
+        t.check(st2 == 200 and body[:last] == want and ch["text"] == "".join(pieces) and
+                deps == ch["mor"]["depths"],
+                "'%s' seed %d: text and depths equal `mor-run ... --show-depth`" % (prompt, seed))
+    # the defaults are mor.h's sampler defaults; a seed fixes the output
+    a = completion(srv, {"prompt": CASES[0][0], "max_tokens": 24, "seed": 7})[1]["choices"][0]["mor"]["token_ids"]
+    t.check(a == sl.mor_run(CASES[0][0], 24, 7)[0], "without sampling fields: mor.h's defaults (= the flags above)")
+    # greedy, and the prompt as token ids
+    ids = subprocess.run([sl.RUN, "-m", sl.MODEL, "--tokenize-file", "/dev/stdin"], input=b"The jury said that",
+                         capture_output=True).stdout.split()
+    ids = [int(x) for x in ids]
+    g1 = completion(srv, {"prompt": "The jury said that", "max_tokens": 12, "temperature": 0})[1]["choices"][0]
+    g2 = completion(srv, {"prompt": ids, "max_tokens": 12, "temperature": 0})[1]["choices"][0]
+    rg = subprocess.run([sl.RUN, "-m", sl.MODEL, "--ids", ",".join(map(str, ids)), "-n", "12", "--greedy",
+                         "--routing", "threshold", "--print-ids", "-q"], capture_output=True).stdout.split()
+    t.check(g1["mor"]["token_ids"] == g2["mor"]["token_ids"] == [int(x) for x in rg] and g1["text"] == g2["text"],
+            "greedy: the prompt as text or as token ids gives `mor-run --ids ... -n 12 --greedy --routing threshold`")
+
+
+# ---- streaming, stop strings -------------------------------------------------------
+
+def test_stream(srv):
+    body = {"prompt": "The jury said that", "max_tokens": 20, "seed": 3}
+    whole = completion(srv, body)[1]
+    st, ev = srv.stream("/v1/completions", dict(body, stream=True, stream_options={"include_usage": True}))
+    ok = st == 200 and ev[-1] == "[DONE]"
+    toks = [e for e in ev[:-1] if e["choices"]]
+    usage = [e for e in ev[:-1] if not e["choices"]]
+    text = "".join(e["choices"][0]["text"] for e in toks)
+    ids = sum((e["choices"][0].get("mor", {}).get("token_ids", []) for e in toks), [])
+    t.check(ok and text == whole["choices"][0]["text"] and ids == whole["choices"][0]["mor"]["token_ids"],
+            "stream: the events' text and tokens are the whole response's")
+    t.check(ok and all(e["object"] == "text_completion" and e["id"] == toks[0]["id"] for e in toks) and
+            toks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"] and
+            all(e["choices"][0]["finish_reason"] is None for e in toks[:-1]),
+            "stream: one id, finish_reason only in the last event")
+    t.check(len(usage) == 1 and usage[0]["usage"] == whole["usage"], "stream_options.include_usage: a usage chunk")
+    # stop strings: the text ends before the first one; never streamed
+    full = completion(srv, {"prompt": "The jury said that", "max_tokens": 40, "seed": 5})[1]["choices"][0]
+    ftext = full["text"]
+    words = [w for w in ftext.split(" ") if len(w) >= 3]
+    if words:
+        stop = words[len(words) // 2][:3]
+        cut = ftext.find(stop)
+        r = completion(srv, {"prompt": "The jury said that", "max_tokens": 40, "seed": 5, "stop": [stop, "zzzz"]})[1]
+        c = r["choices"][0]
+        t.check(c["text"] == ftext[:cut] and c["finish_reason"] == "stop" and
+                c["mor"]["token_ids"] == full["mor"]["token_ids"][:len(c["mor"]["token_ids"])],
+                "stop %r: the text ends before it, finish_reason stop, generation ends there" % stop)
+        st, ev = srv.stream("/v1/completions", {"prompt": "The jury said that", "max_tokens": 40, "seed": 5,
+                                                "stop": stop, "stream": True})
+        s = "".join(e["choices"][0]["text"] for e in ev[:-1])
+        t.check(s == ftext[:cut] and stop not in s, "stop %r streamed: no event shows it" % stop)
+    # a stop string across token boundaries: the text of tokens 2-4
+    toks = full["mor"]["token_ids"]
+    st, pieces = srv.stream("/v1/completions", {"prompt": "The jury said that", "max_tokens": 40, "seed": 5,
+                                                "stream": True})
+    pt = [e["choices"][0]["text"] for e in pieces[:-2]]
+    span = "".join(pt[2:5])
+    if len(span) >= 2 and all(pt[2:5]):
+        r = completion(srv, {"prompt": "The jury said that", "max_tokens": 40, "seed": 5, "stop": span})[1]["choices"][0]
+        t.check(r["text"] == ftext[:ftext.find(span)] and len(r["mor"]["token_ids"]) == 5,
+                "a stop string spanning three tokens %r: found, generation stopped at its last token" % span)
+    # max_tokens and the end-of-text token end a request as OpenAI says
+    r = completion(srv, {"prompt": "The jury said that", "max_tokens": 3, "seed": 5})[1]
+    t.check(r["choices"][0]["finish_reason"] == "length" and r["usage"]["completion_tokens"] == 3 and
+            r["usage"]["prompt_tokens"] == 5 and r["usage"]["total_tokens"] == 8, "max_tokens 3: finish_reason length, usage")
+
+
+# ---- bad input ---------------------------------------------------------------------
+
+BAD = [
+    ('{"prompt": "x", "temperature": 3}', 400, "temperature"),
+    ('{"prompt": "x", "temperature": "hot"}', 400, "temperature"),
+    ('{"prompt": "x", "top_p": 0}', 400, "top_p"),
+    ('{"prompt": "x", "top_k": -1}', 400, "top_k"),
+    ('{"prompt": "x", "min_p": 1.5}', 400, "min_p"),
+    ('{"prompt": "x", "max_tokens": 0}', 400, "max_tokens"),
+    ('{"prompt": "x", "max_tokens": 2.5}', 400, "max_tokens"),
+    ('{"prompt": "x", "max_tokens": 1e300}', 400, "max_tokens"),
+    ('{"prompt": "x", "seed": -7}', 400, "seed"),
+    ('{"prompt": "x", "stop": 5}', 400, "stop"),
+    ('{"prompt": "x", "stop": [""]}', 400, "stop"),
+    ('{"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}', 400, "stop"),
+    ('{"prompt": "x", "stream": "yes"}', 400, "stream"),
+    ('{"prompt": "x", "unknown_field": 1}', 400, "unknown_field"),
+    ('{"prompt": "x", "n": 2}', 400, "n"),
+    ('{"prompt": "x", "echo": true}', 400, "echo"),
+    ('{"prompt": "x", "logprobs": 5}', 400, "logprobs"),
+    ('{"prompt": "x", "frequency_penalty": 0.5}', 400, "frequency_penalty"),
+    ('{"prompt": "x", "prompt": "y"}', 400, "prompt"),
+    ('{"prompt": 5}', 400, "prompt"),
+    ('{"prompt": []}', 400, "prompt"),
+    ('{"prompt": [1, -2]}', 400, "prompt"),
+    ('{"prompt": [1, 4096]}', 400, "prompt"),
+    ('{"prompt": ["a", "b"]}', 400, "prompt"),
+    ('{"prompt": ""}', 400, "prompt"),
+    ('{"max_tokens": 4}', 400, "prompt"),
+    ('{"prompt": "x", "max_tokens": 256}', 400, "prompt"),
+    ('{"prompt": "x", "stream_options": {"include_usage": true}}', 400, "stream_options"),
+    ('{"prompt": "x", "model": "gpt-4"}', 404, "model"),
+    ('{"prompt": "x" "y"}', 400, None),
+    ('{"prompt": "x",}', 400, None),
+    ('[1, 2]', 400, None),
+    ('', 400, None),
+    ('{"prompt": "\\ud800"}', 400, None),
+    ('{"prompt": "x"} trailing', 400, None),
+    ('[' * 300 + ']' * 300, 400, None),
+]
+
+
+def test_errors(srv):
+    for body, status, param in BAD:
+        st, h, data = srv.request("POST", "/v1/completions", body)
+        try:
+            e = json.loads(data)["error"]
+            shape = isinstance(e["message"], str) and e["message"] and "type" in e and "code" in e
+        except (ValueError, KeyError, TypeError):
+            e, shape = {}, False
+        t.check(st == status and shape and e.get("param") == param,
+                "%s -> %d, an OpenAI error body naming %s" % (body[:60], status, param))
+    long_prompt = " ".join(["word"] * 400)
+    st, e = completion(srv, {"prompt": long_prompt, "max_tokens": 4})
+    t.check(st == 400 and e["error"]["code"] == "context_length_exceeded" and "256" in e["error"]["message"],
+            "a prompt longer than the context: 400 context_length_exceeded, the context named")
+    st, e = srv.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})
+    t.check(st == 400 and e["error"]["code"] == "chat_not_supported" and "chat template" in e["error"]["message"],
+            "chat with a model without a chat template: a clear 400")
+    for body, what in [({"messages": []}, "empty messages"), ({"messages": [{"role": "tool", "content": "x"}]}, "role tool"),
+                       ({"messages": [{"role": "user"}]}, "no content"), ({"messages": "hi"}, "not an array"),
+                       ({"messages": [{"role": "user", "content": "x"}], "prompt": "y"}, "a completions field")]:
+        st, e = srv.json("POST", "/v1/chat/completions", body)
+        t.check(st == 400 and e["error"]["param"] in ("messages", "prompt"), "chat: %s -> 400" % what)
+
+    # malformed HTTP
+    raw = [
+        (b"GARBAGE\r\n\r\n", b"400", "a request line without a target"),
+        (b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", b"505", "HTTP/2.0"),
+        (b"GET /health HTTP/1.1\r\n\r\n", b"400", "HTTP/1.1 without Host"),
+        (b"GET /health HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n", b"400", "a space in a header name"),
+        (b"GET /health HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", b"400", "obsolete line folding"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", b"400",
+         "two different Content-Lengths"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+         b"400", "Content-Length with chunked"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", b"501", "gzip transfer coding"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: a\r\n\r\n", b"411", "a POST without a length"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", b"400", "a bad chunk size"),
+        (b"GET /health HTTP/1.1\r\nHost: a\r\nX: " + b"a" * 20000 + b"\r\n\r\n", b"431", "a 20 kB header"),
+        (b"GET /health HTTP/1.1\r\nHost: a\r\nX: \x01\r\n\r\n", b"400", "a control character in a header"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999\r\n\r\n", b"413", "a 100 MB body"),
+        (b"GET /health HTTP/1.1\r\nHost: a\r\nExpect: magic\r\n\r\n", b"417", "an unknown Expect"),
+    ]
+    for data, code, what in raw:
+        out = srv.raw(data)
+        ok = out.startswith(b"HTTP/1.1 " + code) and b'"error"' in out
+        t.check(ok, "%s -> %s with an error body" % (what, code.decode()))
+    # a body larger than --max-body (64 KiB here), chunked or not
+    big = json.dumps({"prompt": "x" * 70000}).encode()
+    out = srv.raw(b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % len(big) + big)
+    t.check(out.startswith(b"HTTP/1.1 413"), "a 70 kB body past --max-body 65536: 413")
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(big[i:i + 4096]), big[i:i + 4096]) for i in range(0, len(big), 4096))
+    out = srv.raw(b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
+    t.check(out.startswith(b"HTTP/1.1 413"), "the same body chunked: 413")
+    # a read timeout on a half-sent head is a 408 (--timeout 2 here)
+    out = srv.raw(b"GET /health HTTP/1.1\r\nHost: a\r\n", timeout=10)
+    t.check(out.startswith(b"HTTP/1.1 408"), "a head never finished: 408 after --timeout")
+    # random bytes: an error or nothing, never a crash
+    import random
+    rnd = random.Random(18)
+    for k in range(40):
+        junk = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 600)))
+        srv.raw(junk + b"\r\n\r\n", timeout=3)
+    st, h = srv.json("GET", "/health")
+    t.check(st == 200 and srv.proc.poll() is None, "after all of that the server is alive and serving")
+
+
+def test_http(srv):
+    # chunked request body with an extension and a trailer, Expect: 100-continue
+    body = json.dumps({"prompt": "The jury said that", "max_tokens": 5, "seed": 1}).encode()
+    want = completion(srv, json.loads(body))[1]["choices"][0]["mor"]["token_ids"]
+    chunked = b"7;x=y\r\n" + body[:7] + b"\r\n" + b"%x\r\n" % (len(body) - 7) + body[7:] + b"\r\n0\r\nT: 1\r\n\r\n"
+    s = socket.create_connection((srv.host, srv.port), timeout=30 * sl.SLOW)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
+    first = s.recv(100)
+    s.sendall(chunked)
+    out = b""
+    while b"\r\n\r\n" not in out or len(out.split(b"\r\n\r\n", 1)[1]) < int(out.split(b"Content-Length: ")[1].split(b"\r\n")[0]):
+        out += s.recv(65536)
+    s.close()
+    resp = json.loads(out.split(b"\r\n\r\n", 1)[1])
+    t.check(first.startswith(b"HTTP/1.1 100 Continue") and resp["choices"][0]["mor"]["token_ids"] == want,
+            "Expect: 100-continue, then a chunked body with an extension and a trailer")
+    # two requests pipelined in one write, on one connection, then HTTP/1.0
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+    out = srv.raw(req + b"GET /health HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    t.check(out.count(b"HTTP/1.1 200 OK") == 2 and out.rstrip().endswith(b'"queued":0}'),
+            "two pipelined requests: two answers, in order")
+    out = srv.raw(b"GET /health HTTP/1.0\r\n\r\n")
+    t.check(out.startswith(b"HTTP/1.1 200") and b"Connection: close" in out, "HTTP/1.0: answered, then closed")
+    # keep-alive: several requests on one connection
+    c = srv.conn()
+    ok = all(srv.request("GET", "/health", conn=c)[0] == 200 for _ in range(5))
+    st, h, data = srv.request("POST", "/v1/completions", body, conn=c)
+    c.close()
+    t.check(ok and st == 200 and h.get("connection") == "keep-alive", "keep-alive: 6 requests on one connection")
+    # an API key
+    k = sl.Server(["--api-key", "sekret", "-q"])
+    st1, _ = k.json("GET", "/v1/models")
+    st2, _ = k.json("GET", "/v1/models", headers={"Authorization": "Bearer sekret"})
+    k.stop()
+    t.check(st1 == 401 and st2 == 200, "--api-key: 401 without it, 200 with Authorization: Bearer")
+
+
+# ---- disconnects and limits ----------------------------------------------------------
+
+def wait_for(cond, secs=20):
+    end = time.time() + secs * sl.SLOW
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def open_stream(srv, body):
+    """A streaming request on a raw socket, after its first token event."""
+    s = socket.create_connection((srv.host, srv.port), timeout=30 * sl.SLOW)
+    b = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+    got = b""
+    while b"data: {" not in got:
+        got += s.recv(4096)
+    return s, got
+
+
+def test_disconnect(srv):
+    before = srv.metric('mor_requests_total{finish_reason="cancelled"}')
+    s, _ = open_stream(srv, {"prompt": "The jury said that", "max_tokens": 240, "stream": True})
+    busy = srv.metric("mor_slots_busy")
+    s.close()
+    freed = wait_for(lambda: srv.metric('mor_requests_total{finish_reason="cancelled"}') == before + 1 and
+                     srv.metric("mor_slots_busy") == 0)
+    t.check(busy == 1 and freed, "a streaming client that disconnects: its request is cancelled, its slot freed")
+    # the same for a request that is not streamed (the socket is watched while it runs)
+    b = json.dumps({"prompt": "The jury said that", "max_tokens": 240}).encode()
+    s = socket.create_connection((srv.host, srv.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+    wait_for(lambda: srv.metric("mor_slots_busy") == 1, 5)
+    s.close()
+    freed = wait_for(lambda: srv.metric('mor_requests_total{finish_reason="cancelled"}') == before + 2 and
+                     srv.metric("mor_slots_busy") == 0)
+    t.check(freed, "a waiting client that disconnects: cancelled too")
+    st, r = completion(srv, {"prompt": "The jury said that", "max_tokens": 5, "seed": 1})
+    t.check(st == 200 and r["usage"]["completion_tokens"] == 5, "and the server goes on serving")
+
+
+def test_limits():
+    srv = sl.Server(["--slots", "1", "--max-queue", "1", "-q"])
+    a, _ = open_stream(srv, {"prompt": "The jury said that", "max_tokens": 240, "stream": True})
+    res = {}
+
+    def queued():
+        res["b"] = completion(srv, {"prompt": "The jury", "max_tokens": 3, "seed": 1})
+    th = threading.Thread(target=queued)
+    th.start()
+    waiting = wait_for(lambda: srv.metric("mor_queue_length") == 1, 10)
+    st, e = completion(srv, {"prompt": "x", "max_tokens": 3})
+    t.check(waiting and st == 503 and e["error"]["code"] == "server_busy",
+            "--slots 1 --max-queue 1: a third request while one runs and one waits gets 503 server_busy")
+    a.close()
+    th.join(60 * sl.SLOW)
+    t.check(res.get("b", (0,))[0] == 200, "the waiting request runs once the slot is free")
+    srv.stop()
+    srv = sl.Server(["--max-conns", "2", "-q"])
+    s1 = socket.create_connection((srv.host, srv.port))
+    s2 = socket.create_connection((srv.host, srv.port))
+    time.sleep(0.2)
+    out = srv.raw(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
+    s1.close()
+    s2.close()
+    t.check(out.startswith(b"HTTP/1.1 503") and b"server_busy" in out, "--max-conns 2: a third connection gets 503")
+    wait_for(lambda: srv.metric("mor_connections") is not None and srv.metric("mor_connections") <= 1, 5)
+    t.check(srv.json("GET", "/health")[0] == 200, "and once they close it is served again")
+    srv.stop()
+
+
+# ---- chat ---------------------------------------------------------------------
+
+def gguf_with_key(src, dst, key, value):
+    """A copy of a GGUF file with one more string key (the tensors as they
+    were, re-aligned)."""
+    with open(src, "rb") as f:
+        data = f.read()
+    o = 8
+    n_t, n_kv = struct.unpack_from("<QQ", data, o)
+    o += 16
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    align = 32
+
+    def skip_val(o, vt):
+        if vt == 8:
+            n, = struct.unpack_from("<Q", data, o)
+            return o + 8 + n
+        if vt == 9:
+            at, n = struct.unpack_from("<IQ", data, o)
+            o += 12
+            for _ in range(n):
+                o = skip_val(o, at)
+            return o
+        return o + sizes[vt]
+    for _ in range(n_kv):
+        n, = struct.unpack_from("<Q", data, o)
+        k = data[o + 8:o + 8 + n]
+        o += 8 + n
+        vt, = struct.unpack_from("<I", data, o)
+        o += 4
+        if k == b"general.alignment":
+            align, = struct.unpack_from("<I", data, o)
+        o = skip_val(o, vt)
+    kv_end = o
+    for _ in range(n_t):
+        n, = struct.unpack_from("<Q", data, o)
+        o += 8 + n
+        nd, = struct.unpack_from("<I", data, o)
+        o += 4 + 8 * nd + 4 + 8
+    infos_end = o
+    data_start = (infos_end + align - 1) // align * align
+    kb, vb = key.encode(), value.encode()
+    extra = struct.pack("<Q", len(kb)) + kb + struct.pack("<I", 8) + struct.pack("<Q", len(vb)) + vb
+    head = data[:8] + struct.pack("<QQ", n_t, n_kv + 1) + data[24:kv_end] + extra + data[kv_end:infos_end]
+    head += b"\0" * ((len(head) + align - 1) // align * align - len(head))
+    with open(dst, "wb") as f:
+        f.write(head + data[data_start:])
+
+
+CHATML_JINJA = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Tell me about the jury."}]
+
+
+def test_chat(tmp):
+    chatml = "".join("<|im_start|>%s\n%s<|im_end|>\n" % (m["role"], m["content"]) for m in MESSAGES) + "<|im_start|>assistant\n"
+    for how, args, model in [("--chat-template chatml", ["--chat-template", "chatml"], sl.MODEL),
+                             ("a chatml template in the file", [], os.path.join(tmp, "chatml.gguf"))]:
+        if model != sl.MODEL:
+            gguf_with_key(sl.MODEL, model, "tokenizer.chat_template", CHATML_JINJA)
+        srv = sl.Server(args + ["-q"], model=model)
+        st, m = srv.json("GET", "/v1/models")
+        t.check(st == 200 and m["data"][0]["meta"]["chat_template"] == "chatml", "%s: /v1/models says chatml" % how)
+        st, c = srv.json("POST", "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 20, "seed": 4})
+        st2, p = completion(srv, {"prompt": chatml, "max_tokens": 20, "seed": 4, "stop": "<|im_end|>"})
+        t.check(st == 200 and c["object"] == "chat.completion" and c["choices"][0]["message"]["role"] == "assistant" and
+                c["choices"][0]["message"]["content"] == p["choices"][0]["text"] and
+                c["choices"][0]["mor"]["token_ids"] == p["choices"][0]["mor"]["token_ids"],
+                "%s: a chat equals the completion of its chatml prompt" % how)
+        st, ev = srv.stream("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 20, "seed": 4, "stream": True})
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in ev[:-1])
+        t.check(st == 200 and ev[0]["object"] == "chat.completion.chunk" and ev[0]["choices"][0]["delta"]["role"] == "assistant"
+                and text == c["choices"][0]["message"]["content"] and ev[-2]["choices"][0]["delta"] == {} and
+                ev[-2]["choices"][0]["finish_reason"] in ("stop", "length"), "%s: streamed chat deltas" % how)
+        srv.stop()
+    unknown = os.path.join(tmp, "unknown.gguf")
+    gguf_with_key(sl.MODEL, unknown, "tokenizer.chat_template", "{{ messages[0]['content'] }} ### my own format")
+    srv = sl.Server(["-q"], model=unknown)
+    st, e = srv.json("POST", "/v1/chat/completions", {"messages": MESSAGES})
+    t.check(st == 400 and "--chat-template" in e["error"]["message"],
+            "a template of an unknown family: chat refused with a 400 naming --chat-template")
+    srv.stop()
+
+
+# ---- curl and the OpenAI Node client ------------------------------------------------
+
+def test_curl(srv):
+    if not shutil.which("curl"):
+        skip("curl checks: curl not found (Debian: apt-get install curl)")
+        return
+    url = "http://%s:%d" % (srv.host, srv.port)
+    want = completion(srv, {"prompt": "The jury said that", "max_tokens": 8, "seed": 2})[1]["choices"][0]["text"]
+    # plain `curl -d` sends application/x-www-form-urlencoded: accepted, the body is JSON anyway
+    r = subprocess.run(["curl", "-sS", url + "/v1/completions", "-d",
+                        '{"prompt": "The jury said that", "max_tokens": 8, "seed": 2}'], capture_output=True)
+    t.check(r.returncode == 0 and json.loads(r.stdout)["choices"][0]["text"] == want, "curl -d: a completion")
+    r = subprocess.run(["curl", "-sSN", url + "/v1/completions", "-H", "Content-Type: application/json", "-d",
+                        '{"prompt": "The jury said that", "max_tokens": 8, "seed": 2, "stream": true}'], capture_output=True)
+    ev = sl.parse_sse(r.stdout.decode())
+    t.check(r.returncode == 0 and ev[-1] == "[DONE]" and "".join(e["choices"][0]["text"] for e in ev[:-1]) == want,
+            "curl -N: the same completion streamed")
+    r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url + "/v1/completions", "-d",
+                        '{"prompt": "x", "top_p": 7}'], capture_output=True)
+    t.check(r.stdout == b"400", "curl: a bad value gives 400")
+    r = subprocess.run(["curl", "-s", url + "/v1/completions", "-H", "Transfer-Encoding: chunked", "-d",
+                        '{"prompt": "The jury said that", "max_tokens": 8, "seed": 2}'], capture_output=True)
+    t.check(r.returncode == 0 and json.loads(r.stdout)["choices"][0]["text"] == want, "curl with a chunked body")
+
+
+def npm_openai():
+    """The directory of an installed npm package openai, or None (skipped)."""
+    if not shutil.which("node") or not shutil.which("npm"):
+        skip("the OpenAI Node client: node or npm not found (Debian: apt-get install nodejs npm)")
+        return None
+    d = os.path.join(t.ROOT, "build", "npm")
+    if os.path.isfile(os.path.join(d, "node_modules", "openai", "package.json")):
+        return d
+    os.makedirs(d, exist_ok=True)
+    r = subprocess.run(["npm", "install", "--prefix", d, "--no-audit", "--no-fund", "--loglevel=error", "openai@4"],
+                       capture_output=True, timeout=300)
+    if r.returncode != 0:
+        skip("the OpenAI Node client: npm install openai failed (no npm registry?): %s" %
+             r.stderr.decode(errors="replace").strip().splitlines()[-1:])
+        return None
+    return d
+
+
+def test_node(srv):
+    d = npm_openai()
+    if not d:
+        return
+    want = completion(srv, {"prompt": "The jury said that", "max_tokens": 10, "seed": 9})[1]["choices"][0]
+    env = dict(os.environ, NODE_PATH=os.path.join(d, "node_modules"), MOR_URL="http://%s:%d/v1" % (srv.host, srv.port))
+    r = subprocess.run(["node", os.path.join(t.ROOT, "tests", "openai_client.js")], capture_output=True, env=env,
+                       timeout=120 * sl.SLOW)
+    try:
+        out = json.loads(r.stdout)
+    except ValueError:
+        t.check(False, "the OpenAI Node client ran: %s" % r.stderr.decode(errors="replace")[-400:])
+        return
+    t.check(out["models"] == ["brown-mor"], "openai (Node): models.list()")
+    t.check(out["text"] == want["text"] and out["finish"] == want["finish_reason"] and
+            out["usage"]["completion_tokens"] == 10, "openai (Node): completions.create() as served alone")
+    t.check(out["streamed"] == want["text"] and out["stream_tokens"] == want["mor"]["token_ids"],
+            "openai (Node): completions.create({stream: true}): the same text, tokens in the extension")
+    t.check(out["bad_status"] == 400 and out["bad_param"] == "temperature", "openai (Node): a bad value is a BadRequestError (400)")
+    t.check(out["chat_status"] == 400, "openai (Node): chat on a model without a template: 400")
+    t.check(out["abort_ok"], "openai (Node): an aborted stream ends without an error on the server")
+
+
+# ---- load -----------------------------------------------------------------------
+
+def load_test(mode):
+    srv = sl.Server(["--slots", "32", "--mode", mode, "--threads", "2", "-q"])
+    prompts = ["The jury said that", "In the morning", "He", "The city of", "She looked at", "It was a"]
+    # 100 different requests, each sent twice among the 200
+    distinct = [{"prompt": prompts[i % len(prompts)], "max_tokens": 8 + (i * 7) % 17, "seed": 1000 + i,
+                 "temperature": 0.9 if i % 5 else 0} for i in range(100)]
+    reqs = [distinct[(i * 37) % 100] for i in range(200)]
+    ref = []
+    c = srv.conn()
+    for r in distinct:
+        st, out = completion(srv, r, conn=c)
+        ref.append((st, out["choices"][0]["text"], out["choices"][0]["mor"]) if st == 200 else (st,))
+    c.close()
+    alone = [ref[(i * 37) % 100] for i in range(200)]
+    lat = [None] * len(reqs)
+    got = [None] * len(reqs)
+    local = threading.local()
+
+    def one(i):
+        if not hasattr(local, "c"):
+            local.c = srv.conn()
+        t0 = time.time()
+        try:
+            st, out = completion(srv, reqs[i], conn=local.c)
+        except (OSError, http.client.HTTPException) as e:
+            got[i] = ("exception", str(e))
+            local.c = srv.conn()
+            return
+        lat[i] = time.time() - t0
+        got[i] = (st, out["choices"][0]["text"], out["choices"][0]["mor"]) if st == 200 else (st,)
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(32) as ex:
+        list(ex.map(one, range(len(reqs))))
+    wall = time.time() - t0
+    errors = sum(1 for g in got if g is None or g[0] != 200)
+    same = sum(1 for g, a in zip(got, alone) if g == a)
+    tokens = sum(len(g[2]["token_ids"]) for g in got if g and g[0] == 200)
+    t.check(errors == 0 and all(a[0] == 200 for a in alone), "load (%s): 200 requests at 32 concurrent, no error" % mode)
+    t.check(same == len(reqs), "load (%s): every response equals the same request served alone (%d of %d)" %
+            (mode, same, len(reqs)))
+    ls = sorted(x for x in lat if x is not None)
+    if ls:
+        note("load (%s): p50 %.3f s, p99 %.3f s, %.0f tokens/s (%d tokens in %.2f s; a test, not a benchmark)"
+               % (mode, ls[len(ls) // 2], ls[min(len(ls) - 1, int(len(ls) * 0.99))], tokens / wall, tokens, wall))
+    srv.stop()
+    return [g[1:] for g in got if g and g[0] == 200]
+
+
+# ---- drain -----------------------------------------------------------------------
+
+def test_drain():
+    srv = sl.Server(["-q"])
+    s, rest = open_stream(srv, {"prompt": "The jury said that", "max_tokens": 250, "seed": 3, "stream": True})
+    idle = socket.create_connection((srv.host, srv.port))
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2 * sl.SLOW)
+    refused = False
+    try:
+        socket.create_connection((srv.host, srv.port), timeout=2).close()
+    except OSError:
+        refused = True
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        rest += b
+        if rest.endswith(b"0\r\n\r\n"):
+            break
+    s.close()
+    idle_closed = idle.recv(10) == b""
+    idle.close()
+    rc = srv.stop()
+    t.check(refused, "SIGTERM: no new connections")
+    t.check(b"data: [DONE]" in rest and b'"finish_reason":"length"' in rest, "SIGTERM: the running request finishes")
+    t.check(idle_closed, "SIGTERM: an idle keep-alive connection is closed")
+    t.check(rc == 0 and "stopped" in srv.log_text(), "SIGTERM: exit status 0 once drained")
+
+
+# ---------------------------------------------------------------------------------
+
+def main():
+    if not os.path.isfile(sl.BIN):
+        t.check(False, "bin/mor-server was built")
+        t.finish()
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="morsrv.")
+    try:
+        srv = sl.Server(["--slots", "4", "--max-body", "65536", "--timeout", "2"])
+        for f in (test_basics, test_mor_run, test_stream, test_errors, test_http, test_disconnect, test_curl, test_node):
+            f(srv)
+        t.check(srv.proc.poll() is None, "the server lived through every test")
+        rc = srv.stop()
+        t.check(rc == 0, "and stopped cleanly (exit status %d)" % rc)
+        test_limits()
+        test_chat(tmp)
+        test_drain()
+        dw = load_test("depthwise")
+        sq = load_test("sequence")
+        t.check(dw == sq, "load: depthwise and sequence modes give the same 200 responses")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    t.finish()
+
+
+if __name__ == "__main__":
+    main()
