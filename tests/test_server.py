@@ -22,7 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import testlib as t  # noqa: E402
 import serverlib as sl  # noqa: E402
 
-skip = getattr(t, "skip", None) or (lambda why: print("skip - " + why))
 
 
 def note(s):
@@ -458,8 +457,7 @@ def test_chat(tmp):
 # ---- curl and the OpenAI Node client ------------------------------------------------
 
 def test_curl(srv):
-    if not shutil.which("curl"):
-        skip("curl checks: curl not found (Debian: apt-get install curl)")
+    if not t.need_tool("curl", "curl", "the curl checks"):
         return
     url = "http://%s:%d" % (srv.host, srv.port)
     want = completion(srv, {"prompt": "The jury said that", "max_tokens": 8, "seed": 2})[1]["choices"][0]["text"]
@@ -482,8 +480,7 @@ def test_curl(srv):
 
 def npm_openai():
     """The directory of an installed npm package openai, or None (skipped)."""
-    if not shutil.which("node") or not shutil.which("npm"):
-        skip("the OpenAI Node client: node or npm not found (Debian: apt-get install nodejs npm)")
+    if not t.need_tool("node", "nodejs", "the OpenAI Node client") or not t.need_tool("npm", "npm", "the OpenAI Node client"):
         return None
     d = os.path.join(t.ROOT, "build", "npm")
     if os.path.isfile(os.path.join(d, "node_modules", "openai", "package.json")):
@@ -492,7 +489,7 @@ def npm_openai():
     r = subprocess.run(["npm", "install", "--prefix", d, "--no-audit", "--no-fund", "--loglevel=error", "openai@4"],
                        capture_output=True, timeout=300)
     if r.returncode != 0:
-        skip("the OpenAI Node client: npm install openai failed (no npm registry?): %s" %
+        t.skip("the OpenAI Node client: npm install openai failed (no npm registry?): %s" %
              r.stderr.decode(errors="replace").strip().splitlines()[-1:])
         return None
     return d

@@ -24,7 +24,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import testlib as t  # noqa: E402
 import serverlib as sl  # noqa: E402
 
-skip = getattr(t, "skip", None) or (lambda why: print("skip - " + why))
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 
 
@@ -105,7 +104,7 @@ def run(port, reqs, conc, on_done=None):
 
 def main():
     if not NGINX:
-        skip("scale-out behind nginx: nginx not found (Debian: apt-get install nginx)")
+        t.skip("scale-out behind nginx: nginx not found (Debian: apt-get install nginx)")
         t.finish()
     tmp = tempfile.mkdtemp(prefix="mornginx.")
     servers, nginx = [], None
