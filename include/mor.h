@@ -438,6 +438,25 @@ MOR_API mor_status mor_kv_seq_cp(mor_kv_cache *kv, mor_seq_id src, mor_seq_id ds
 MOR_API mor_status mor_kv_seq_keep(mor_kv_cache *kv, mor_seq_id seq);
 /* Largest cached position of seq, or -1 when it has none. */
 MOR_API mor_pos    mor_kv_seq_pos_max(const mor_kv_cache *kv, mor_seq_id seq);
+/* Add delta to the positions [p0,p1) of sequence seq, as llama.cpp's seq_add
+ * does for a context shift: keep n_keep tokens, mor_kv_seq_rm the next
+ * n_discard, then mor_kv_seq_add(kv, seq, n_keep + n_discard, -1, -n_discard)
+ * and decode on at the lower positions. The cached keys of those tokens, in
+ * every layer and recursion that holds them (recursion-wise, shared or
+ * dense), are rotated by delta positions: RoPE is a rotation, so they become
+ * the keys of the new positions up to rounding (F32 cache: float rounding;
+ * F16 and Q8_0: dequantized, rotated and stored again, one more rounding).
+ * Values are unchanged. The tokens that move keep their order within the
+ * sequence. MOR_E_POSITION, and nothing changes, when a new position would
+ * be negative or above INT32_MAX - 1, or would reach or pass a position of
+ * seq outside [p0,p1) (remove those first). A range without tokens, or
+ * delta 0, changes nothing and is not an error. A shift is exact for what it
+ * moves, but not the same as decoding the kept tokens afresh when tokens
+ * were removed: their deeper layers' keys and values were computed with the
+ * removed tokens in view (llama.cpp's context shift is approximate the same
+ * way). Errors: MOR_E_INVALID_ARG (NULL kv), MOR_E_OUT_OF_RANGE (seq),
+ * MOR_E_POSITION. Does not allocate. */
+MOR_API mor_status mor_kv_seq_add(mor_kv_cache *kv, mor_seq_id seq, mor_pos p0, mor_pos p1, mor_pos delta);
 
 /* Recursion selector for the accounting functions below. */
 #define MOR_KV_UNIQUE_LAYERS (-1)   /* layers outside the recursions (first/last) */
@@ -481,7 +500,11 @@ MOR_API void mor_sampler_params_init(mor_sampler_params *p, size_t size);
 MOR_API mor_status mor_sampler_create(const mor_sampler_params *params, mor_sampler **out);
 MOR_API void       mor_sampler_free(mor_sampler *s);   /* NULL ok */
 /* Pick a token from logits[0..n_vocab-1] (not modified), write it to *out and
- * add it to the sampler's history (for the repetition penalty). */
+ * add it to the sampler's history (for the repetition penalty). A logit of
+ * -inf bans its token. MOR_E_INVALID_ARG, changing nothing (neither the
+ * history nor the PRNG), when a logit is NaN or +inf or every logit is -inf:
+ * no token is right for such logits (they come from non-finite weights or
+ * overflowed activations). */
 MOR_API mor_status mor_sampler_sample(mor_sampler *s, const float *logits, int32_t n_vocab,
                                       mor_token *out);
 /* Add a token to the history without sampling (e.g. the prompt). */
@@ -657,11 +680,14 @@ MOR_API mor_status mor_server_submit(mor_server *srv, const mor_token *prompt, i
                                      const mor_token *stop, int32_t n_stop, mor_request_id *id_out);
 /* One step: admit queued requests, advance every running one, stream the
  * tokens generated. *n_pending (may be NULL) receives the number of
- * requests queued or running afterwards. Errors: MOR_E_INVALID_ARG,
- * MOR_E_UNSUPPORTED (the router was set to a non-causal mode),
- * MOR_E_ABORTED (abort_callback), MOR_E_NOMEM, MOR_E_KV_FULL. A failed step
- * changes nothing (no token streamed; requests, caches, samplers as they
- * were): stepping again gives what the step would have given. */
+ * requests queued or running afterwards. Errors: MOR_E_INVALID_ARG (also
+ * when a request's logits cannot be sampled: a NaN or +inf logit, from
+ * non-finite weights or an overflow; the message names the request, and
+ * cancelling it lets the others go on), MOR_E_UNSUPPORTED (the router was set
+ * to a non-causal mode), MOR_E_ABORTED (abort_callback), MOR_E_NOMEM,
+ * MOR_E_KV_FULL. A failed step changes nothing (no token streamed; requests,
+ * caches, samplers, router statistics as they were): stepping again gives
+ * what the step would have given. */
 MOR_API mor_status mor_server_step(mor_server *srv, int32_t *n_pending);
 /* Step until no request is queued or running. */
 MOR_API mor_status mor_server_run(mor_server *srv);

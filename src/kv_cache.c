@@ -12,8 +12,10 @@
  *
  * mor_decode appends through a transaction: every appended cell is logged, and
  * a failed or aborted decode frees exactly those cells again. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels.h"
 #include "kv_cache.h"
 #include "quant.h"
 #include "status.h"
@@ -78,6 +80,7 @@ void kv_free(mor_kv_cache *kv)
     free(kv->layers);
     free(kv->seq_pos_max);
     free(kv->undo);
+    free(kv->inv_freq); free(kv->shift_cs); free(kv->shift_row);
     free(kv);
 }
 
@@ -95,7 +98,12 @@ mor_status kv_create(const mor_model *m, int32_t mode, uint32_t type, int32_t n_
     kv->seq_pos_max = malloc(sizeof(int32_t) * (size_t)n_seq_max);
     kv->cap_undo = 2 * max_batch * (m->n_layer + 1);
     kv->undo = malloc(sizeof(int32_t) * (size_t)kv->cap_undo);
-    int ok = kv->layers && kv->seq_pos_max && kv->undo && layer_alloc(&kv->tokens, n_ctx, 0);
+    kv->inv_freq = malloc(sizeof(float) * (size_t)(m->head_dim / 2 + 1));
+    kv->shift_cs = malloc(sizeof(double) * (size_t)(m->head_dim + 1));
+    kv->shift_row = malloc(sizeof(float) * (size_t)(kv->kv_dim + 1));
+    int ok = kv->layers && kv->seq_pos_max && kv->undo && kv->inv_freq && kv->shift_cs && kv->shift_row &&
+             layer_alloc(&kv->tokens, n_ctx, 0);
+    if (ok) k_rope_inv_freq(kv->inv_freq, m->head_dim, m->rope_theta);   /* as the layers compute them */
     for (int32_t l = 0; ok && l < m->n_layer; l++)
         ok = layer_alloc(&kv->layers[l], kv_layer_stores(kv, l) ? n_ctx : 0, kv->row_bytes);
     if (!ok) {
@@ -243,6 +251,74 @@ mor_status mor_kv_seq_cp(mor_kv_cache *kv, mor_seq_id src, mor_seq_id dst, mor_p
         layer_rm(L, dst, p0, p1);
         layer_cp(L, l < 0 ? 0 : kv->row_bytes, src, dst, p0, p1);
     }
+    recompute_pos_max(kv);
+    return MOR_OK;
+}
+
+/* Rotate every K row of sequence seq in [p0,p1) of layer L by the angles of
+ * kv->shift_cs, in the cache's type (F16 / Q8_0: dequantized, rotated in
+ * double, stored again), and move its positions by delta. */
+static void layer_shift(mor_kv_cache *kv, kv_layer *L, int rotate, mor_seq_id seq, mor_pos p0, mor_pos p1,
+                        mor_pos delta)
+{
+    const int32_t hd = kv->m->head_dim, half = hd / 2, nh = kv->m->n_head_kv;
+    const double *c = kv->shift_cs, *s = kv->shift_cs + half;
+    float *row = kv->shift_row;
+    for (int32_t cell = 0; cell < L->n_cells; cell++) {
+        if (L->seq[cell] != seq || !in_range(L->pos[cell], p0, p1)) continue;
+        L->pos[cell] += delta;
+        if (!rotate) continue;
+        unsigned char *k = L->k + (size_t)cell * kv->row_bytes;
+        dequant_row(kv->type, k, row, kv->kv_dim);
+        for (int32_t h = 0; h < nh; h++) {   /* the pairs (i, i + half) that k_rope_cs rotates */
+            float *q = row + (int64_t)h * hd;
+            for (int32_t i = 0; i < half; i++) {
+                double a = q[i], b = q[i + half];
+                q[i] = (float)(a * c[i] - b * s[i]);
+                q[i + half] = (float)(b * c[i] + a * s[i]);
+            }
+        }
+        quant_row(kv->type, row, k, kv->kv_dim);
+    }
+}
+
+mor_status mor_kv_seq_add(mor_kv_cache *kv, mor_seq_id seq, mor_pos p0, mor_pos p1, mor_pos delta)
+{
+    mor_status st = check_seq(kv, seq, 0, "mor_kv_seq_add");
+    if (st) return st;
+    if (p0 < 0) p0 = 0;
+    if (p1 >= 0 && p1 <= p0) return MOR_OK;   /* an empty range */
+    /* what moves, and the nearest positions that stay, from the token log */
+    const kv_layer *T = &kv->tokens;
+    int64_t lo = INT64_MAX, hi = -1, below = -1, above = INT64_MAX;
+    for (int32_t c = 0; c < T->n_cells; c++) {
+        if (T->seq[c] != seq) continue;
+        int64_t p = T->pos[c];
+        if (in_range((mor_pos)p, p0, p1)) { if (p < lo) lo = p; if (p > hi) hi = p; }
+        else if (p < p0) { if (p > below) below = p; }
+        else if (p < above) above = p;
+    }
+    if (hi < 0 || delta == 0) return MOR_OK;   /* nothing to move */
+    const int64_t nlo = lo + delta, nhi = hi + delta;
+    if (nlo < 0 || nhi > INT32_MAX - 1)
+        return err_set(MOR_E_POSITION, "mor_kv_seq_add: sequence %d: positions %lld..%lld moved by %d would be "
+                       "%lld..%lld, outside [0, %d]", seq, (long long)lo, (long long)hi, delta, (long long)nlo,
+                       (long long)nhi, INT32_MAX - 1);
+    if (nlo <= below || nhi >= above)
+        return err_set(MOR_E_POSITION, "mor_kv_seq_add: sequence %d: positions %lld..%lld moved by %d would reach "
+                       "its position %lld, which stays (remove it first with mor_kv_seq_rm)", seq, (long long)lo,
+                       (long long)hi, delta, (long long)(nlo <= below ? below : above));
+    /* cos/sin of delta positions, in double: RoPE at p then a rotation by
+     * delta is RoPE at p + delta, up to rounding */
+    const int32_t half = kv->m->head_dim / 2;
+    for (int32_t i = 0; i < half; i++) {
+        double ang = (double)delta * (double)kv->inv_freq[i];
+        kv->shift_cs[i] = cos(ang);
+        kv->shift_cs[half + i] = sin(ang);
+    }
+    layer_shift(kv, &kv->tokens, 0, seq, p0, p1, delta);
+    for (int32_t l = 0; l < kv->m->n_layer; l++)
+        if (kv->layers[l].n_cells && kv->row_bytes) layer_shift(kv, &kv->layers[l], 1, seq, p0, p1, delta);
     recompute_pos_max(kv);
     return MOR_OK;
 }

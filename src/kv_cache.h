@@ -26,6 +26,11 @@ struct mor_kv_cache {
     int32_t *seq_pos_max;      /* [n_seq_max], -1 when empty */
     /* undo log of the decode in progress: (layer, cell); layer -1 = tokens */
     int32_t *undo, n_undo, cap_undo;
+    /* mor_kv_seq_add, allocated here so that it cannot fail half-way: the
+     * RoPE frequencies, cos/sin of one shift, one K row in float */
+    float   *inv_freq;         /* [head_dim/2] */
+    double  *shift_cs;         /* [head_dim]: cos, then sin */
+    float   *shift_row;        /* [kv_dim] */
 };
 
 /* type: MOR_KV_TYPE_F32, _F16 or _Q8_0 (checked by the caller). */

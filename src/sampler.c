@@ -19,9 +19,11 @@
  *  - the PRNG is xoshiro256** seeded through splitmix64, with 53-bit uniforms.
  *
  * Semantics (the header leaves these open):
- *  - NaN logits are treated as -inf. A -inf token is never drawn, unless every
- *    logit is -inf, in which case the lowest id (0) is returned, as greedy does.
- *    +inf logits share all the probability mass equally.
+ *  - Logits must be finite or -inf (a banned token, never drawn). A NaN or
+ *    +inf logit, or every logit -inf, is refused with MOR_E_INVALID_ARG
+ *    before anything changes (history, PRNG): such logits come from broken
+ *    weights or overflowed activations, and any token picked from them
+ *    (token 0, say) would only hide that.
  *  - The repetition penalty looks at the last repeat_last_n tokens of the
  *    history (sampled and accepted) and penalises each distinct token among
  *    them once: logit > 0 ? logit / penalty : logit * penalty (CTRL, as in
@@ -364,13 +366,26 @@ mor_status sampler_reserve(mor_sampler *s, int32_t n)
     return MOR_OK;
 }
 
-/* c[id].l = logits[id] (NaN -> -inf), then the repetition penalty. */
+mor_status sampler_check_logits(const float *logits, int32_t n)
+{
+    int32_t finite = 0;
+    for (int32_t i = 0; i < n; i++) {
+        float x = logits[i];
+        if (x != x || x == HUGE_VAL)
+            return err_set(MOR_E_INVALID_ARG, "mor_sampler_sample: logit %d is %s (the model's output is not finite: "
+                           "non-finite weights or overflowed activations?)", (int)i, x != x ? "NaN" : "+inf");
+        finite += x > -HUGE_VAL;
+    }
+    if (!finite) return err_set(MOR_E_INVALID_ARG, "mor_sampler_sample: every logit is -inf: no token can be drawn");
+    return MOR_OK;
+}
+
+/* c[id].l = logits[id] (checked: finite or -inf), then the repetition penalty. */
 static void sampler_load_logits(mor_sampler *s, const float *logits, int32_t n)
 {
     sampler_cand *c = s->cand;
     for (int32_t i = 0; i < n; i++) {
-        float x = logits[i];
-        c[i].l = x == x ? (double)x : -HUGE_VAL;
+        c[i].l = (double)logits[i];
         c[i].w = 0.0;
         c[i].id = i;
     }
@@ -398,28 +413,22 @@ static mor_token sampler_pick(mor_sampler *s, int32_t n_vocab)
     sampler_cand *c = s->cand;
     const mor_sampler_params *p = &s->p;
 
-    /* Greedy: first maximum in id order (all -inf: id 0). */
+    /* Greedy: first maximum in id order (at least one logit is finite). */
     int32_t best = 0;
     for (int32_t i = 1; i < n_vocab; i++)
         if (c[i].l > c[best].l) best = i;
     if (p->temperature <= 0.0f) return best;
 
-    const double lmax = c[best].l;
-    if (!(lmax > -HUGE_VAL)) return 0;         /* every logit is -inf */
+    const double lmax = c[best].l;   /* finite */
 
     /* Candidates: tokens that can be drawn, compacted in id order. */
     int32_t n = 0;
-    if (lmax == HUGE_VAL) {
-        for (int32_t i = 0; i < n_vocab; i++)
-            if (c[i].l == lmax) { c[n] = c[i]; c[n].w = 1.0; n++; }
-    } else {
-        const double T = (double)p->temperature;
-        for (int32_t i = 0; i < n_vocab; i++) {
-            if (!(c[i].l > -HUGE_VAL)) continue;
-            c[n] = c[i];
-            c[n].w = det_exp_nonpos((c[i].l - lmax) / T);
-            n++;
-        }
+    const double T = (double)p->temperature;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (!(c[i].l > -HUGE_VAL)) continue;
+        c[n] = c[i];
+        c[n].w = det_exp_nonpos((c[i].l - lmax) / T);
+        n++;
     }
 
     /* top-k */
@@ -485,7 +494,8 @@ MOR_API mor_status mor_sampler_sample(mor_sampler *s, const float *logits, int32
     if (n_vocab <= 0)
         return err_set(MOR_E_INVALID_ARG, "mor_sampler_sample: n_vocab must be > 0, got %d",
                        (int)n_vocab);
-    st = sampler_reserve(s, n_vocab);
+    st = sampler_check_logits(logits, n_vocab);   /* before anything changes */
+    if (st == MOR_OK) st = sampler_reserve(s, n_vocab);
     if (st != MOR_OK) return st;
 
     sampler_load_logits(s, logits, n_vocab);

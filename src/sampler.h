@@ -7,4 +7,8 @@
  * logits cannot fail (a server step samples only after nothing else can
  * fail). Nothing changes on failure (MOR_E_NOMEM). */
 mor_status sampler_reserve(mor_sampler *s, int32_t n);
+/* MOR_OK when mor_sampler_sample can draw from logits[0..n): none NaN or
+ * +inf, not all -inf; else MOR_E_INVALID_ARG with a message. The server
+ * checks every request's logits with it before its step publishes anything. */
+mor_status sampler_check_logits(const float *logits, int32_t n);
 #endif

@@ -30,6 +30,7 @@
  * came in; and the group runs the last layers only once all its rows have
  * exited, in one call, as mor_decode does. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "context.h"
@@ -85,6 +86,7 @@ struct mor_server {
     serve_slot *sv_slots;
     int32_t *admitted, n_admitted, sv_q_head, sv_q_len;
     int64_t  sv_reserved;
+    uint64_t sv_stats[2 + 17];            /* the router's statistics (mor_decode adds to them) */
 };
 
 void mor_server_params_init(mor_server_params *p, size_t size)
@@ -299,13 +301,29 @@ static void emit(mor_server *s, int32_t sl, const float *logits, int32_t depth)
     if (q->state == MOR_REQ_CANCELLED) { slot_release(s, sl); return; }
     if (s->hook) s->hook(s->hook_ud, q->id, logits, s->m->n_vocab);
     mor_token t = 0;
-    if (mor_sampler_sample(q->smp, logits, s->m->n_vocab, &t)) t = 0;   /* cannot fail: valid logits */
+    /* cannot fail: candidates reserved at submit, logits checked (check_logits) */
+    if (mor_sampler_sample(q->smp, logits, s->m->n_vocab, &t)) t = 0;
     q->out[q->n_out] = t; q->depth[q->n_out] = depth; q->n_out++;
     if (s->p.on_token) s->p.on_token(q->id, t, depth, s->p.user_data);
     int stop = q->n_out >= q->max_tokens;
     for (int32_t i = 0; i < q->n_stop; i++) stop |= t == q->stop[i];
     if (stop) { q->state = MOR_REQ_DONE; slot_release(s, sl); return; }
     S->next = t; S->waiting = 1;
+}
+
+/* Slot sl's logits must be ones its sampler can draw from, before the step
+ * publishes anything: a NaN or infinite logit (non-finite weights or an
+ * overflow) fails the step, which then changes nothing. */
+static mor_status check_logits(const mor_server *s, int32_t sl, const float *logits)
+{
+    const serve_req *q = s->slots[sl].req;
+    if (!q || q->state == MOR_REQ_CANCELLED) return MOR_OK;
+    mor_status st = sampler_check_logits(logits, s->m->n_vocab);
+    if (!st) return MOR_OK;
+    char msg[300];
+    snprintf(msg, sizeof msg, "%s", mor_last_error());
+    return err_set(st, "mor_server_step: request %d: %s; the step changed nothing (cancel the request to go on)",
+                   q->id, msg);
 }
 
 /* How many rows slot sl puts in this step, with `room` rows left: its
@@ -350,6 +368,19 @@ static mor_status step_decode(mor_server *s)
     if (!mor_batch_size(b)) return MOR_OK;
     mor_status st = mor_decode(s->ctx, b);
     if (st) return st;
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
+        if (last[sl] < 0 || !(st = check_logits(s, sl, mor_get_logits(s->ctx, last[sl])))) continue;
+        /* undo the decode: its cells are each sequence's positions from its first row on */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", mor_last_error());
+        for (int32_t q = 0; q < (int32_t)s->p.n_slots; q++) {
+            mor_pos first = -1;
+            for (int32_t i = 0; i < b->n; i++)
+                if (b->seq[i] == q && (first < 0 || b->pos[i] < first)) first = b->pos[i];
+            if (first >= 0) mor_kv_seq_rm(s->ctx->kv, q, first, -1);
+        }
+        return err_set(st, "%s", msg);
+    }
     int32_t *depths = s->list;
     mor_router_get_depths(s->ctx->router, depths, mor_batch_size(b));
     for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++)
@@ -606,6 +637,8 @@ static mor_status step_depthwise(mor_server *s)
             memcpy(s->gx + (size_t)g * d, s->tmp, sizeof(float) * (size_t)d);   /* packed; g <= list2[g] */
         }
         if (nl) exec_matmul(&s->ctx->ls.exec, &m->output, s->gx, d, s->logits, m->n_vocab, nl, 0);
+        for (int32_t g = 0; g < nl; g++)   /* before anything is published */
+            if ((st = check_logits(s, s->r_slot[s->list[s->list2[g]]], s->logits + (size_t)g * m->n_vocab))) return st;
         for (int32_t g = 0; g < nl; g++) {
             int32_t i = s->list[s->list2[g]], sl = s->r_slot[i];
             s->slots[sl].n_rows = s->slots[sl].n_exited = 0;
@@ -647,6 +680,9 @@ static void save(mor_server *s)
     }
     memcpy(s->sv_slots, s->slots, sizeof(serve_slot) * s->p.n_slots);
     s->sv_q_head = s->q_head; s->sv_q_len = s->q_len; s->sv_reserved = s->reserved; s->sv_n_steps = s->n_steps;
+    const mor_router *r = s->ctx->router;
+    s->sv_stats[0] = r->n_tokens; s->sv_stats[1] = r->depth_sum;
+    memcpy(s->sv_stats + 2, r->n_at_depth, sizeof r->n_at_depth);
     s->n_admitted = 0;
 }
 
@@ -665,6 +701,9 @@ static void restore(mor_server *s)
     }
     memcpy(s->slots, s->sv_slots, sizeof(serve_slot) * s->p.n_slots);
     s->q_head = s->sv_q_head; s->q_len = s->sv_q_len; s->reserved = s->sv_reserved; s->n_steps = s->sv_n_steps;
+    mor_router *r = s->ctx->router;
+    r->n_tokens = s->sv_stats[0]; r->depth_sum = s->sv_stats[1];
+    memcpy(r->n_at_depth, s->sv_stats + 2, sizeof r->n_at_depth);
     for (int32_t k = 0; k < s->n_admitted; k++) {
         serve_req *q = s->reqs[s->admitted[k]];
         q->state = MOR_REQ_QUEUED; q->slot = -1;
@@ -673,10 +712,11 @@ static void restore(mor_server *s)
 }
 
 /* A step is a transaction: everything that can fail (layers, KV appends,
- * the abort callback) runs before anything is published (sampling, the
- * stream, freed slots), and on failure the KV cells appended are removed and
- * the saved state put back. Sampling cannot fail: each request's sampler
- * reserved its candidates at submit. */
+ * the abort callback, logits that cannot be sampled) runs before anything is
+ * published (sampling, the stream, freed slots), and on failure the KV cells
+ * appended are removed and the saved state put back. Sampling then cannot
+ * fail: each request's sampler reserved its candidates at submit, and its
+ * logits were checked (check_logits). */
 mor_status mor_server_step(mor_server *s, int32_t *n_pending)
 {
     if (!s) return err_set(MOR_E_INVALID_ARG, "mor_server_step: NULL server");

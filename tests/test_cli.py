@@ -10,6 +10,10 @@
   --no-cache statistics count the generated tokens; the routing used is
   named, and generation with an expert-choice model defaults to its causal
   THRESHOLD mode (meaningful per-token depths); a huge -n does not overflow.
+- mor-run generates past the context by shifting it (llama.cpp's rule),
+  with a note naming --no-context-shift and --max-pos; a prompt longer than
+  the context keeps its start and its end (refused under
+  --no-context-shift and for dumps).
 - mor-bench --help lists --serve; mor-bench-serve --help works.
 - mor-train prints an ETA and reports no held-out loss without --val.
 - The README's `make demo` comment is the command the Makefile runs.
@@ -200,10 +204,49 @@ def mor_run_output(tmp):
     t.check(rc == 0 and out == "" and err.startswith("prompt: "),
             "mor-run -n 0: no text, and the statistics start a line of their own")
     rc, out, err = run([tool("mor-run"), "-m", BROWN, "--ids", "1,2,3", "-n", "2147483647", "--max-pos", "16",
-                        "--print-ids"])
-    t.check(rc == 0 and len(out.split()) == 13 and "--max-pos" in err,
-            "mor-run -n 2147483647 (no overflow) stops at a 16-position context, naming --max-pos (%s)"
-            % err.strip().split("\n")[0][:120])
+                        "--no-context-shift", "--print-ids"])
+    t.check(rc == 0 and len(out.split()) == 13 and "--no-context-shift" in err and "--max-pos" in err,
+            "mor-run -n 2147483647 (no overflow) stops at a 16-position context under --no-context-shift, naming "
+            "the flags (%s)" % err.strip().split("\n")[0][:160])
+
+
+def context_shift():
+    """Generation past the training context (256 positions for the bundled model)."""
+    rc, out, err = run([tool("mor-run"), "-m", BROWN, "-p", "In the morning", "-n", "500", "--routing", "threshold",
+                        "--seed", "1"])
+    words = out.split()
+    t.check(rc == 0 and len(words) > 150 and "shifting it" in err and "maximum context" not in err
+            and "max_pos" not in err,
+            "mor-run -n 500 on the bundled model goes past its 256-position context (%d words; %s)"
+            % (len(words), err.strip().split("\n")[0][:160]))
+    t.check("--no-context-shift" in err and "--max-pos" in err,
+            "the context-shift note names --no-context-shift and --max-pos")
+    m = re.search(r"shifted (\d+) times", err)
+    t.check(m and int(m.group(1)) >= 2 and "generated: 500 tokens" in err,
+            "the statistics count 500 generated tokens and the shifts (%s)" % (m.group(0) if m else "no shift line"))
+    for extra in ([], ["--no-cache"], ["--kv-type", "q8_0"], ["--kv", "shared"], ["--keep", "4"]):
+        rc, out, err = run([tool("mor-run"), "-m", BROWN, "--ids", "45,99,308", "-n", "300", "--print-ids", "-q",
+                            "--seed", "2"] + extra)
+        ids = out.split()
+        t.check(rc == 0 and len(ids) == 300 and all(0 <= int(x) < 4096 for x in ids),
+                "mor-run --ids -n 300 %s: 300 tokens past the context (%s)" % (" ".join(extra), err.strip()[:120]))
+    long_prompt = "The jury said that the city was large and the people were many and the day was long"
+    rc, out, err = run([tool("mor-run"), "-m", BROWN, "-p", long_prompt, "-n", "30", "--max-pos", "12", "--keep",
+                        "2", "--print-ids"])
+    t.check(rc == 0 and len(out.split()) == 30 and "kept its first 2" in err and "--no-context-shift" in err,
+            "a prompt longer than the context keeps its start and its end, with a note (%s)"
+            % err.strip().split("\n")[0][:160])
+    rc, out, err = run([tool("mor-run"), "-m", BROWN, "-p", long_prompt, "-n", "3", "--max-pos", "12",
+                        "--no-context-shift"])
+    t.check(rc == 1 and out == "" and "--no-context-shift" in err and "--max-pos" in err,
+            "under --no-context-shift a prompt longer than the context is refused, naming the flags (%s)" % err.strip())
+    rc, out, err = run([tool("mor-run"), "-m", BROWN, "-p", long_prompt, "--max-pos", "12", "--dump-logits",
+                        "/dev/null"])
+    t.check(rc == 1 and "--max-pos" in err, "a dump of a prompt longer than the context is refused (%s)" % err.strip())
+    rc, _, err = run([tool("mor-run"), "-m", BROWN, "-p", long_prompt, "-n", "3", "--max-pos", "12", "--keep", "-1"])
+    t.check(rc == 2 and "--keep" in err, "--keep that leaves nothing to drop is refused (%s)" % err.strip())
+    rc, _, err = run([tool("mor-run"), "-m", BROWN, "-p", "x", "-n", "3", "--ctx", "1024"])
+    t.check(rc == 0 and "--max-pos" in err, "--ctx past the training context says which flag allows positions past it")
 
 
 def help_texts():
@@ -214,7 +257,9 @@ def help_texts():
         t.check(rc == 0 and "--conc" in out and "--ways" in out, "%s: prints its options" % " ".join(
             os.path.basename(a) for a in args))
     rc, out, _ = run([tool("mor-run"), "--help"])
-    t.check(rc == 0 and "--threads" in out and "threshold" in out and "--max-pos" in out, "mor-run --help: --threads, the default routing, the context flags")
+    t.check(rc == 0 and "--threads" in out and "threshold" in out and "--max-pos" in out
+            and "--no-context-shift" in out and "--keep" in out,
+            "mor-run --help: --threads, the default routing, the context flags")
     t.check(rc == 0 and "--kv recursion|shared|dense" in out and "use_cache=False" in out and "--dump-step-logits" in out,
             "mor-run --help: --kv dense, what --no-cache means, --dump-step-logits")
     for name in ("mor-convert", "mor-quantize", "mor-train", "mor-tok-train", "mor-depth-svg"):
@@ -264,6 +309,7 @@ def main():
         other_tools_flags(tmp)
         overwrites(tmp)
         mor_run_output(tmp)
+        context_shift()
         help_texts()
         train(tmp)
         readme_demo()

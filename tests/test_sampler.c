@@ -170,27 +170,30 @@ static void test_greedy(void)
     for (int k = 0; k < 10; k++) same &= sample1(s, big, 1000) == arg;
     CHECK(same, "greedy over 1000 logits: always the argmax %d", arg);
 
+    /* NaN and +inf are refused (a broken model's output), every logit -inf too;
+     * -inf alone bans a token. A refused call changes nothing. */
     float nan_l[5] = { NAN, 1.0f, NAN, 2.0f, NAN };
-    CHECK(sample1(s, nan_l, 5) == 3, "greedy ignores NaN logits");
     float all_nan[3] = { NAN, NAN, NAN };
     float all_ninf[3] = { -INFINITY, -INFINITY, -INFINITY };
-    mor_sampler *hot = make(1.0f, 0, 1.0f, 0.0f, 7);
-    CHECK(sample1(s, all_nan, 3) == 0 && sample1(hot, all_nan, 3) == 0,
-          "all-NaN logits: no crash, token 0 (greedy and sampling)");
-    CHECK(sample1(hot, all_ninf, 3) == 0, "all -inf logits: token 0");
-    float nan_one[4] = { NAN, -INFINITY, 0.0f, NAN };
-    int only2 = 1;
-    for (int k = 0; k < 200; k++) only2 &= sample1(hot, nan_one, 4) == 2;
-    CHECK(only2, "sampling with NaN/-inf around one finite logit always picks it");
     float pinf[4] = { 1.0f, INFINITY, 5.0f, INFINITY };
-    int inf_ok = 1, saw1 = 0, saw3 = 0;
-    for (int k = 0; k < 400; k++) {
-        mor_token t = sample1(hot, pinf, 4);
-        inf_ok &= t == 1 || t == 3;
-        saw1 |= t == 1; saw3 |= t == 3;
+    mor_sampler *hot = make(1.0f, 0, 1.0f, 0.0f, 7), *ref = make(1.0f, 0, 1.0f, 0.0f, 7);
+    const float *bad[] = { nan_l, all_nan, all_ninf, pinf };
+    const int32_t nbad[] = { 5, 3, 3, 4 };
+    for (int i = 0; i < 4; i++) {
+        mor_token t = 77;
+        mor_status a = mor_sampler_sample(s, bad[i], nbad[i], &t), b = mor_sampler_sample(hot, bad[i], nbad[i], &t);
+        CHECK(a == MOR_E_INVALID_ARG && b == MOR_E_INVALID_ARG && t == 77 && *mor_last_error(),
+              "logits %d (NaN / all NaN / all -inf / +inf): MOR_E_INVALID_ARG, greedy and sampling (%s)", i,
+              mor_last_error());
     }
-    CHECK(inf_ok && saw1 && saw3, "+inf logits share all the mass");
-    CHECK(sample1(s, pinf, 4) == 1, "greedy picks the first +inf");
+    same = 1;   /* the refused calls did not advance the PRNG or the history */
+    for (int k = 0; k < 50; k++) same &= sample1(hot, big, 1000) == sample1(ref, big, 1000);
+    CHECK(same, "refused calls leave the sampler as it was (the same draws as a fresh one)");
+    float ninf_one[4] = { -INFINITY, -INFINITY, 0.0f, -INFINITY };
+    int only2 = 1;
+    for (int k = 0; k < 200; k++) only2 &= sample1(hot, ninf_one, 4) == 2;
+    CHECK(only2 && sample1(s, ninf_one, 4) == 2, "-inf logits are banned tokens: one finite logit is always picked");
+    mor_sampler_free(ref);
     mor_sampler_free(s);
     mor_sampler_free(sneg);
     mor_sampler_free(hot);

@@ -76,6 +76,12 @@ vg "mor-run: a routing mode the model does not have" 1 "$BIN/mor-run" -m "$M" --
 vg "mor-run: a forced depth past the recursions" 1 "$BIN/mor-run" -m "$M" --ids 1,2 --routing forced:9 -n 2
 vg "mor-run: a KV cache type the model cannot use" 1 "$BIN/mor-run" -m "$M" --ids 1,2 --kv-type q8_0 -n 2
 vg "mor-run: a dump that cannot be written" 1 "$BIN/mor-run" -m "$M" --ids 1,2 --dump-logits "$TMP/no/dir/l.f32"
+vg "mor-run: a prompt longer than the context, then generation past it (context shifts)" 0 \
+    "$BIN/mor-run" -m "$ROOT/models/brown-mor.gguf" -p "The jury said that the city was large and the day was long" \
+    -n 40 --max-pos 10 --keep 2 -q
+vg "mor-run --no-cache past the context" 0 "$BIN/mor-run" -m "$M" --ids 1,2,3 -n 30 --max-pos 8 --no-cache -q
+vg "mor-run: a prompt longer than the context under --no-context-shift" 1 \
+    "$BIN/mor-run" -m "$M" --ids 1,2,3,4,5 -n 3 --max-pos 4 --no-context-shift
 vg "mor-run --tokenize-file on a missing file" 1 "$BIN/mor-run" -m "$ROOT/models/brown-mor.gguf" \
     --tokenize-file "$TMP/none.txt"
 finish

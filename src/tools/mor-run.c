@@ -22,7 +22,7 @@
 typedef struct {
     const char *model, *prompt, *ids, *dump_logits, *dump_routing, *dump_hidden, *dump_step_logits, *tokenize_file;
     int n_predict, no_cache, print_ids, show_depth, quiet, max_depth, routing, forced, routing_set;
-    int kv_mode, kv_type, n_ctx, max_pos, n_threads;
+    int kv_mode, kv_type, n_ctx, max_pos, n_threads, no_context_shift, n_keep;
     int greedy, temp_set;
     float thresholds[32];
     int n_thresholds;
@@ -62,6 +62,14 @@ static void usage(FILE *f)
         "  --max-pos N              positions a sequence may reach (default: the model's training\n"
         "                           context, past which RoPE positions were never trained; a larger\n"
         "                           N allows them)\n"
+        "  The context holds min(--ctx, --max-pos) tokens. When generation fills it, it shifts, as\n"
+        "  llama.cpp does: the first --keep tokens stay, the oldest half of the rest is dropped, and\n"
+        "  the cached keys of what remains are re-rotated to their new positions, so generation goes\n"
+        "  on for any -n. A prompt longer than the context keeps its first --keep tokens and its end\n"
+        "  (a note says so).\n"
+        "  --keep N                 tokens at the start that a shift keeps (default 0; -1: the prompt)\n"
+        "  --no-context-shift       stop generating when the context is full, and refuse a prompt\n"
+        "                           longer than it\n"
         "  --kv recursion|shared|dense\n"
         "                           KV caching across recursions (default: the model's; for a model\n"
         "                           trained with KV sharing, shared: its trained semantics). dense:\n"
@@ -144,6 +152,8 @@ static void parse_args(int argc, char **argv, options *o)
         }
         else if (FLAG("--ctx")) o->n_ctx = (int)cli_int(a, VALUE(), 1, 1 << 24);
         else if (FLAG("--max-pos")) o->max_pos = (int)cli_int(a, VALUE(), 1, INT32_MAX - 1);
+        else if (FLAG("--keep")) o->n_keep = (int)cli_int(a, VALUE(), -1, INT32_MAX);
+        else if (FLAG("--no-context-shift")) o->no_context_shift = 1;
         else if (FLAG("-t") || FLAG("--threads")) o->n_threads = (int)cli_int(a, VALUE(), 1, 256);
         else if (FLAG("--no-cache")) o->no_cache = 1;
         else if (FLAG("--print-ids")) o->print_ids = 1;
@@ -209,8 +219,12 @@ typedef struct {
     mor_context *ctx;
     mor_batch *batch;
     mor_sampler *sampler;
-    mor_token *prompt, *seq;   /* seq: the tokens of the sequence in the window (no-cache) or generated */
+    mor_token *prompt;
+    mor_token *seq;            /* the tokens in the context window, positions 0..n_seq-1 */
     int n_prompt, n_seq, cap_seq;
+    mor_token *gen;            /* every generated token (--print-ids) */
+    int n_gen, cap_gen;
+    int n_shifts, n_discarded; /* context shifts so far */
     int32_t *depths;           /* scratch [n_batch] */
     float *steps;              /* --dump-step-logits: [n_predict][n_vocab] */
     int at_line_start;         /* stdout ends with a newline (or is empty) */
@@ -218,7 +232,7 @@ typedef struct {
 
 static void run_free(run_state *r)
 {
-    free(r->prompt); free(r->seq); free(r->depths); free(r->steps);
+    free(r->prompt); free(r->seq); free(r->gen); free(r->depths); free(r->steps);
     mor_sampler_free(r->sampler);
     mor_batch_free(r->batch);
     mor_context_free(r->ctx);
@@ -342,16 +356,45 @@ static void print_piece(run_state *r, mor_token t, int depth)
     fflush(stdout);
 }
 
-static int push_token(run_state *r, mor_token t)
+static int push(mor_token **v, int *n, int *cap, mor_token t)
 {
-    if (r->n_seq == r->cap_seq) {
-        int cap = r->cap_seq ? 2 * r->cap_seq : 1024;
-        mor_token *ns = realloc(r->seq, sizeof *ns * (size_t)cap);
-        if (!ns) return 0;
-        r->seq = ns; r->cap_seq = cap;
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 1024;
+        mor_token *nv = realloc(*v, sizeof *nv * (size_t)nc);
+        if (!nv) return 0;
+        *v = nv; *cap = nc;
     }
-    r->seq[r->n_seq++] = t;
+    (*v)[(*n)++] = t;
     return 1;
+}
+
+/* A prompt of n tokens longer than room: keep its first `keep` and its end,
+ * dropping whole blocks of (room - keep) / 2 after the kept ones (llama.cpp's
+ * rule: what is left fills at most room - 1 positions). Returns the new length. */
+static int truncate_prompt(mor_token *p, int n, int room, int keep)
+{
+    int block = (room - keep) / 2 > 0 ? (room - keep) / 2 : 1;
+    int erased = (n - keep - block) / block;
+    memmove(p + keep, p + keep + erased * block, sizeof *p * (size_t)(n - keep - erased * block));
+    return n - erased * block;
+}
+
+/* The context is full: keep the first n_keep tokens, drop half of the rest,
+ * and move what remains down (mor_kv_seq_add re-rotates its cached keys). */
+static mor_status context_shift(run_state *r, int n_keep)
+{
+    const int n_discard = (r->n_seq - n_keep) / 2;
+    if (!r->o.no_cache) {
+        mor_kv_cache *kv = mor_context_kv(r->ctx);
+        mor_status st = mor_kv_seq_rm(kv, 0, n_keep, n_keep + n_discard);
+        if (!st) st = mor_kv_seq_add(kv, 0, n_keep + n_discard, -1, -n_discard);
+        if (st) return st;
+    }
+    memmove(r->seq + n_keep, r->seq + n_keep + n_discard, sizeof *r->seq * (size_t)(r->n_seq - n_keep - n_discard));
+    r->n_seq -= n_discard;
+    r->n_shifts++;
+    r->n_discarded += n_discard;
+    return MOR_OK;
 }
 
 static const char *mode_name(int32_t mode)
@@ -442,12 +485,29 @@ int main(int argc, char **argv)
         cli_note("--ctx %d is past the model's training context (%d): positions stay below %d; --max-pos %d "
                  "allows positions past it", o->n_ctx, n_train, n_train, o->n_ctx);
     const int32_t limit = n_ctx < max_pos ? n_ctx : max_pos;   /* tokens a sequence can hold */
+    /* what raises the limit: past the training context only --max-pos does */
+    const char *raise = limit == max_pos ? (o->max_pos ? "--max-pos N" :
+                                            "--max-pos N, which allows positions past the training context,")
+                                         : "--ctx N";
+    const char *what = limit == max_pos && !o->max_pos ? ", the model's training context" : "";
+    const int shifting = !o->no_context_shift && !dumping;
+    int n_keep = o->n_keep < 0 || o->n_keep > R.n_prompt ? R.n_prompt : o->n_keep;
+    if (shifting && n_predict > 0 && n_keep > limit - 2) {
+        run_free(&R);
+        cli_usage_error("--keep: keeping %d tokens leaves nothing to drop in a context of %d positions", n_keep, limit);
+    }
     if (R.n_prompt > limit) {
         int n = R.n_prompt;
-        run_free(&R);
-        return cli_error("the prompt has %d tokens, more than the context holds (%d: %s); raise it with %s",
-                         n, limit, limit == max_pos ? (o->max_pos ? "--max-pos" : "the model's training context")
-                         : "--ctx", limit == max_pos ? "--max-pos N (and --ctx N)" : "--ctx N");
+        if (!shifting) {
+            run_free(&R);
+            return cli_error("the prompt has %d tokens, more than the context holds (%d positions%s); raise it "
+                             "with %s%s", n, limit, what, raise,
+                             dumping ? "" : ", or drop --no-context-shift to keep its start and its end");
+        }
+        R.n_prompt = truncate_prompt(R.prompt, n, limit, n_keep);
+        cli_note("the prompt has %d tokens, more than the context holds (%d positions%s): kept its first %d and "
+                 "its last %d tokens (--no-context-shift refuses such a prompt; %s raises the context)", n, limit,
+                 what, n_keep, R.n_prompt - n_keep, raise);
     }
 
     mor_context_params cp;
@@ -482,7 +542,7 @@ int main(int argc, char **argv)
     if ((st = mor_sampler_create(&o->sp, &R.sampler))) { run_free(&R); return lib_error(NULL, "creating the sampler", st); }
     for (int i = 0; i < R.n_prompt; i++) {
         mor_sampler_accept(R.sampler, R.prompt[i]);
-        if (!push_token(&R, R.prompt[i])) { run_free(&R); return cli_error("out of memory"); }
+        if (!push(&R.seq, &R.n_seq, &R.cap_seq, R.prompt[i])) { run_free(&R); return cli_error("out of memory"); }
     }
 
     double t0 = now_s();
@@ -497,11 +557,24 @@ int main(int argc, char **argv)
     double t1 = now_s();
     const float *logits = mor_get_logits(R.ctx, R.n_prompt - 1);
     while (n_gen < n_predict) {
-        if (R.n_seq >= limit) { stopped_at_limit = 1; break; }
+        if (R.n_seq >= limit) {   /* no position left for the next token */
+            if (!shifting) { stopped_at_limit = 1; break; }
+            if ((st = context_shift(&R, n_keep))) { rc = lib_error(&R, "shifting the context", st); break; }
+            if (R.n_shifts == 1) {
+                if (!R.at_line_start) { fputc('\n', stdout); R.at_line_start = 1; }
+                fflush(stdout);
+                cli_note("the context is full (%d positions%s): shifting it (the first %d tokens stay, the oldest "
+                         "%d of the rest are dropped; --no-context-shift stops instead, %s raises the context)",
+                         limit, what, n_keep, R.n_discarded, raise);
+            }
+        }
         mor_token t;
         if (R.steps) memcpy(R.steps + (size_t)n_gen * n_vocab, logits, sizeof *R.steps * (size_t)n_vocab);
         if ((st = mor_sampler_sample(R.sampler, logits, n_vocab, &t))) { rc = lib_error(&R, "sampling", st); break; }
-        if (!push_token(&R, t)) { rc = cli_error("out of memory"); break; }
+        if (!push(&R.seq, &R.n_seq, &R.cap_seq, t) || !push(&R.gen, &R.n_gen, &R.cap_gen, t)) {
+            rc = cli_error("out of memory");
+            break;
+        }
         n_gen++;
         int32_t depth = 0;
         if (o->no_cache) {
@@ -529,16 +602,15 @@ int main(int argc, char **argv)
         free((void *)rows);
     }
     if (o->print_ids) {
-        for (int i = R.n_prompt; i < R.n_seq; i++) printf(i > R.n_prompt ? " %d" : "%d", R.seq[i]);
+        for (int i = 0; i < R.n_gen; i++) printf(i ? " %d" : "%d", R.gen[i]);
         printf("\n");
         R.at_line_start = 1;
     }
     if (!R.at_line_start) { fputc('\n', stdout); R.at_line_start = 1; }
     fflush(stdout);
     if (stopped_at_limit && !rc)
-        cli_note("the context is full (%d positions%s): stopped after %d generated tokens; raise it with %s",
-                 limit, limit == max_pos && !o->max_pos ? ", the model's training context" : "", n_gen,
-                 limit == max_pos ? "--max-pos N (and --ctx N)" : "--ctx N");
+        cli_note("the context is full (%d positions%s): stopped after %d generated tokens (--no-context-shift); "
+                 "raise it with %s", limit, what, n_gen, raise);
     if (!o->quiet && !rc) {
         fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tok/s); generated: %d tokens in %.3f s (%.1f tok/s)\n",
                 R.n_prompt, t_prompt, R.n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
@@ -551,6 +623,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "\n");
         }
         print_routing(&R, chosen);
+        if (R.n_shifts)
+            fprintf(stderr, "context: %d positions, shifted %d times (the first %d tokens kept, %d tokens dropped "
+                    "in all)\n", limit, R.n_shifts, n_keep, R.n_discarded);
         uint64_t alloc = 0, used = 0;
         mor_kv_cache *kv = mor_context_kv(R.ctx);
         mor_kv_bytes(kv, MOR_KV_ALL, &alloc, &used);

@@ -99,6 +99,17 @@ class ClosedError(ValueError):
     """A handle was used after close()."""
 
 
+def _check_count(what, v):
+    """A non-negative int32: TypeError, OverflowError or ValueError."""
+    _capi.check_value(ctypes.c_int32, v, what)
+    if v < 0:
+        raise ValueError("%s must be >= 0, got %d" % (what, v))
+
+
+def _check_token(model, t):
+    _capi.check_value(ctypes.c_int32, t, "token id")
+
+
 # ---------------------------------------------------------------------------
 # library-wide functions
 # ---------------------------------------------------------------------------
@@ -289,7 +300,12 @@ class Model(_Handle):
         """Token ids of text (str, or bytes taken as they are). parse_special
         matches every added token, parse_user_defined only the user-defined
         ones (see mor_tokenize)."""
-        b = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        if isinstance(text, str):
+            b = text.encode("utf-8")
+        elif isinstance(text, (bytes, bytearray, memoryview)):
+            b = bytes(text)
+        else:   # bytes(123) would be 123 zero bytes
+            raise TypeError("tokenize: text must be str or bytes, not %s" % type(text).__name__)
         flags = (TOKENIZE_ADD_BOS if add_bos else 0) | (TOKENIZE_PARSE_SPECIAL if parse_special else 0) | \
             (TOKENIZE_PARSE_USER_DEFINED if parse_user_defined else 0)
         n = ctypes.c_int32()
@@ -306,8 +322,10 @@ class Model(_Handle):
     def detokenize(self, tokens):
         """The bytes of the tokens, concatenated (bytes: a token may end inside
         a UTF-8 character; decode the whole, or use generate())."""
+        if isinstance(tokens, (str, bytes)):
+            raise TypeError("detokenize: tokens must be a sequence of token ids, not %s" % type(tokens).__name__)
         toks = list(tokens)
-        arr = (ctypes.c_int32 * max(1, len(toks)))(*toks)
+        arr = _capi.int32_array(toks, "detokenize: tokens")
         n = ctypes.c_size_t()
         cap = 16 * len(toks) + 16
         while True:
@@ -338,17 +356,28 @@ class Model(_Handle):
         return Context(self, **params)
 
     def generate(self, prompt, max_tokens=64, n_ctx=None, n_threads=None, routing=None, forced_depth=0,
-                 **sampling):
+                 max_pos=None, context_shift=True, n_keep=0, **sampling):
         """Stream Token(id, text, depth) for a prompt (str or token ids) in a
-        fresh context that is closed at the end. See Context.generate."""
+        fresh context that is closed at the end. The context holds
+        min(n_ctx, max_pos) tokens (defaults: min(training context, 4096) cells,
+        positions below the training context; a larger max_pos allows
+        positions past it); generation shifts it when full (see
+        Context.generate). routing None: for an expert-choice model THRESHOLD
+        (causal: each token's depth decided as it is generated; ROUTE_TOPK is
+        the official expert-choice, under which every generated token runs all
+        recursions), else the model's own."""
         ids = self.tokenize(prompt, add_bos=True, parse_special=True) if isinstance(prompt, str) else list(prompt)
-        need = len(ids) + max_tokens
-        ctx = Context(self, n_ctx=n_ctx or (need if need > min(self.n_ctx_train, 4096) else None),
-                      n_batch=max(1, min(len(ids), 512)), n_threads=n_threads)
+        _check_count("max_tokens", max_tokens)
+        if n_ctx is None and max_pos is not None and max_pos > 0:
+            n_ctx = max_pos
+        ctx = Context(self, n_ctx=n_ctx, max_pos=max_pos, n_batch=max(1, min(len(ids), 512)), n_threads=n_threads)
         try:
+            if routing is None and self.router_type == ROUTER_TYPE_EXPERT:
+                routing = ROUTE_THRESHOLD
             if routing is not None:
                 ctx.router.set_mode(routing, forced_depth)
-            for tok in ctx.generate(ids, max_tokens=max_tokens, **sampling):
+            for tok in ctx.generate(ids, max_tokens=max_tokens, context_shift=context_shift, n_keep=n_keep,
+                                    **sampling):
                 yield tok
         finally:
             ctx.close()
@@ -391,10 +420,9 @@ class Sampler(_Handle):
                  repeat_penalty=None, repeat_last_n=None):
         sp = _capi.SamplerParams()
         _lib.mor_sampler_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
-        for k, v in (("seed", seed), ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                     ("min_p", min_p), ("repeat_penalty", repeat_penalty), ("repeat_last_n", repeat_last_n)):
-            if v is not None:
-                setattr(sp, k, v)
+        _capi.set_fields(sp, (("seed", seed), ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
+                              ("min_p", min_p), ("repeat_penalty", repeat_penalty),
+                              ("repeat_last_n", repeat_last_n)), "Sampler")
         out = ctypes.c_void_p()
         _check(_lib.mor_sampler_create(ctypes.byref(sp), ctypes.byref(out)))
         self._own(out.value, _lib.mor_sampler_free)
@@ -414,8 +442,13 @@ class Sampler(_Handle):
                 raise InvalidArgError(-1, "row %d of the last decode has no logits" % row)
             n = ctx.model.n_vocab
         else:
-            a = array.array("f", logits)
+            try:
+                a = array.array("f", logits)
+            except TypeError as e:
+                raise TypeError("Sampler.sample: logits must be a sequence of numbers (%s)" % e)
             n = len(a)
+            if n == 0:
+                raise ValueError("Sampler.sample: no logits")
             ptr = (ctypes.c_float * n).from_buffer(a)
         t = ctypes.c_int32()
         _check(_lib.mor_sampler_sample(self._p, ptr, n, ctypes.byref(t)))
@@ -452,10 +485,8 @@ class Context(_Handle):
                  max_pos=None, capture_hidden=False, abort=None):
         cp = _capi.ContextParams()
         _lib.mor_context_params_init(ctypes.byref(cp), ctypes.sizeof(cp))
-        for k, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_seq_max", n_seq_max), ("kv_mode", kv_mode),
-                     ("n_threads", n_threads), ("max_pos", max_pos)):
-            if v is not None:
-                setattr(cp, k, v)
+        _capi.set_fields(cp, (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_seq_max", n_seq_max),
+                              ("kv_mode", kv_mode), ("n_threads", n_threads), ("max_pos", max_pos)), "Context")
         if capture_hidden:
             cp.flags |= CTX_CAPTURE_HIDDEN
         cb = None
@@ -472,7 +503,9 @@ class Context(_Handle):
         self._own(out.value, _lib.mor_context_free, parent=model._h, keep=cb)
         self.model = model          # keeps the model alive as long as the context
         self.n_batch = cp.n_batch
-        self.n_ctx = cp.n_ctx
+        # the values mor_context_create resolved 0 to
+        self.n_ctx = cp.n_ctx or min(model.n_ctx_train, 4096)
+        self.max_pos = cp.max_pos if cp.max_pos > 0 else model.n_ctx_train if cp.max_pos == 0 else 2 ** 31 - 1
         self._router = Router(self)
         self._kv = KVCache(self)
 
@@ -525,13 +558,61 @@ class Context(_Handle):
             if own:
                 b.close()
 
-    def generate(self, prompt, max_tokens=64, sampler=None, seq=0, stop_at_eos=True, **sampling):
+    @property
+    def limit(self):
+        """Tokens a sequence can hold: min(n_ctx, max_pos)."""
+        return min(self.n_ctx, self.max_pos)
+
+    def _shift(self, seq, pos, n_keep, n_discard):
+        """Context shift: keep n_keep tokens, drop the next n_discard, move
+        the rest down (their cached keys re-rotated). Returns the new end."""
+        self.kv.seq_rm(seq, n_keep, n_keep + n_discard)
+        self.kv.seq_add(seq, n_keep + n_discard, -1, -n_discard)
+        return pos - n_discard
+
+    def generate(self, prompt, max_tokens=64, sampler=None, seq=0, stop_at_eos=True, context_shift=True, n_keep=0,
+                 **sampling):
         """Stream Token(id, text, depth): decode the prompt (token ids) after
         what seq already holds in the cache, then sample and decode one token
         at a time. sampler: a Sampler (default greedy, or one built from the
-        keyword arguments: seed, temperature, top_k, ...)."""
+        keyword arguments: seed, temperature, top_k, ...).
+
+        The sequence holds at most self.limit tokens. When it is full the
+        context shifts, as llama.cpp does: the first n_keep tokens stay, the
+        oldest half of the rest is dropped and the remainder moved down
+        (KVCache.seq_add), so generation goes on; a prompt that does not fit
+        keeps its first n_keep tokens and its end (a RuntimeWarning says so).
+        context_shift=False stops instead when full, and refuses (ValueError)
+        a prompt that does not fit."""
         m = self.model
         ids = m.tokenize(prompt, add_bos=True, parse_special=True) if isinstance(prompt, str) else list(prompt)
+        _check_count("max_tokens", max_tokens)
+        _check_count("n_keep", n_keep)
+        for t in ids:
+            _check_token(m, t)
+        if not ids:
+            raise ValueError("generate: the prompt has no tokens")
+        limit = self.limit
+        if context_shift and max_tokens > 0 and n_keep > limit - 2:
+            raise ValueError("generate: n_keep %d leaves nothing to drop in a context of %d tokens" % (n_keep, limit))
+        pos = self.kv.seq_pos_max(seq) + 1
+        if pos + len(ids) > limit:
+            if not context_shift:
+                raise ValueError("generate: %d cached + %d prompt tokens do not fit the context of %d (raise n_ctx "
+                                 "and max_pos, or context_shift=True)" % (pos, len(ids), limit))
+            if pos > 0:   # drop cached tokens after the kept ones first
+                k = min(n_keep, pos)
+                pos = self._shift(seq, pos, k, min(pos - k, pos + len(ids) - limit))
+            if pos + len(ids) > limit:   # the prompt alone does not fit: its start and its end
+                keep = min(n_keep, len(ids)) if pos == 0 else 0
+                room = limit - pos
+                block = max(1, (room - keep) // 2)
+                erased = (len(ids) - keep - block) // block
+                import warnings
+                warnings.warn("generate: the prompt has %d tokens, more than the %d the context has room for: kept "
+                              "its first %d and its last %d" % (len(ids), room, keep, len(ids) - keep - erased * block),
+                              RuntimeWarning, stacklevel=2)
+                ids = ids[:keep] + ids[keep + erased * block:]
         own = sampler is None
         s = sampler or Sampler(**(sampling or {"temperature": 0.0}))
         b = Batch(max(1, self.n_batch))
@@ -539,11 +620,15 @@ class Context(_Handle):
         try:
             for t in ids:
                 s.accept(t)
-            pos = self.kv.seq_pos_max(seq) + 1
             row = self.decode_tokens(ids, pos, seq, b)
             pos += len(ids)
             eos = m.token_eos
             for _ in range(max_tokens):
+                if pos >= limit:
+                    if not context_shift:
+                        break
+                    k = min(n_keep, pos - 2)
+                    pos = self._shift(seq, pos, k, max(1, (pos - k) // 2))
                 t = s.sample((self, row))
                 b.clear()
                 b.add(t, pos, seq, True)
@@ -677,6 +762,12 @@ class KVCache(_Borrowed):
     def seq_keep(self, seq):
         _check(_lib.mor_kv_seq_keep(self._p, seq))
 
+    def seq_add(self, seq, p0, p1, delta):
+        """Move positions [p0, p1) of seq by delta (a context shift; the
+        cached keys are re-rotated). PositionError, changing nothing, if a
+        position would become negative or reach one that stays."""
+        _check(_lib.mor_kv_seq_add(self._p, seq, p0, p1, delta))
+
     def seq_pos_max(self, seq):
         return _lib.mor_kv_seq_pos_max(self._p, seq)
 
@@ -718,11 +809,9 @@ class Server(_Handle):
                  exit_mode=None, exit_threshold=None, on_token=None, abort=None):
         sp = _capi.ServerParams()
         _lib.mor_server_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
-        for k, v in (("mode", mode), ("n_slots", n_slots), ("n_ctx", n_ctx), ("n_batch", n_batch),
-                     ("n_threads", n_threads), ("kv_mode", kv_mode), ("exit_mode", exit_mode),
-                     ("exit_threshold", exit_threshold)):
-            if v is not None:
-                setattr(sp, k, v)
+        _capi.set_fields(sp, (("mode", mode), ("n_slots", n_slots), ("n_ctx", n_ctx), ("n_batch", n_batch),
+                              ("n_threads", n_threads), ("kv_mode", kv_mode), ("exit_mode", exit_mode),
+                              ("exit_threshold", exit_threshold)), "Server")
         self._exc = None
         keep = []
         if on_token is not None:
@@ -765,12 +854,11 @@ class Server(_Handle):
         stop = list(stop)
         smp = _capi.SamplerParams()
         _lib.mor_sampler_params_init(ctypes.byref(smp), ctypes.sizeof(smp))
-        for k, v in (("seed", seed), ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                     ("min_p", min_p), ("repeat_penalty", repeat_penalty), ("repeat_last_n", repeat_last_n)):
-            if v is not None:
-                setattr(smp, k, v)
-        p = (_capi.mor_token * max(1, len(ids)))(*ids)
-        s = (_capi.mor_token * max(1, len(stop)))(*stop)
+        _capi.set_fields(smp, (("seed", seed), ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
+                               ("min_p", min_p), ("repeat_penalty", repeat_penalty),
+                               ("repeat_last_n", repeat_last_n)), "Server.submit")
+        p = _capi.int32_array(ids, "Server.submit: prompt")
+        s = _capi.int32_array(stop, "Server.submit: stop")
         rid = ctypes.c_int32()
         _check(_lib.mor_server_submit(self._p, p, len(ids), ctypes.byref(smp), max_tokens, s, len(stop),
                                       ctypes.byref(rid)))

@@ -9,6 +9,7 @@ function of mor.h has a prototype here whose types match the header.
 import ctypes
 import ctypes.util
 import glob
+import numbers
 import os
 import sys
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, c_int32, c_int64,
@@ -131,6 +132,7 @@ PROTOTYPES = {
     "mor_kv_seq_rm": (mor_status, [handle, mor_seq_id, mor_pos, mor_pos]),
     "mor_kv_seq_cp": (mor_status, [handle, mor_seq_id, mor_seq_id, mor_pos, mor_pos]),
     "mor_kv_seq_keep": (mor_status, [handle, mor_seq_id]),
+    "mor_kv_seq_add": (mor_status, [handle, mor_seq_id, mor_pos, mor_pos, mor_pos]),
     "mor_kv_seq_pos_max": (mor_pos, [handle, mor_seq_id]),
     "mor_kv_bytes": (mor_status, [handle, c_int32, P_u64, P_u64]),
     "mor_kv_n_cells_used": (c_int64, [handle, c_int32]),
@@ -174,6 +176,68 @@ RAW_ONLY = {
     "mor_sizeof_router_stats": "the import-time struct check",
     "mor_sizeof_server_params": "the import-time struct check",
 }
+
+
+# ctypes converts a Python int to a C integer silently modulo 2^bits (2**40
+# becomes 0): every integer argument and struct field is checked instead.
+_INT_BITS = {c_int32: (32, True), c_uint32: (32, False), c_int64: (64, True), c_uint64: (64, False),
+             c_size_t: (8 * ctypes.sizeof(c_size_t), False)}
+_FLOATS = (c_float, c_double)
+
+
+def check_value(ctype, v, what):
+    """v as an argument of C type ctype: TypeError if it is not a number of
+    the right kind, OverflowError if it does not fit. Returns v."""
+    if ctype in _INT_BITS:
+        if isinstance(v, ctypes._SimpleCData):
+            return v
+        if not isinstance(v, numbers.Integral):
+            raise TypeError("%s must be an integer, not %s" % (what, type(v).__name__))
+        bits, signed = _INT_BITS[ctype]
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        if not lo <= v <= hi:
+            raise OverflowError("%s is %d, outside the range of a C %s%d [%d, %d]"
+                                % (what, v, "int" if signed else "uint", bits, lo, hi))
+    elif ctype in _FLOATS:
+        if isinstance(v, ctypes._SimpleCData):
+            return v
+        if not isinstance(v, numbers.Real) or isinstance(v, bool):
+            raise TypeError("%s must be a number, not %s" % (what, type(v).__name__))
+    return v
+
+
+def set_fields(struct, pairs, what):
+    """Set (name, value) fields of a ctypes Structure, None skipped, each
+    checked as check_value does (ctypes would wrap 2**40 to 0)."""
+    types = dict(struct._fields_)
+    for name, v in pairs:
+        if v is not None:
+            setattr(struct, name, check_value(types[name], v, "%s: %s" % (what, name)))
+
+
+def int32_array(values, what):
+    """A ctypes int32 array of values (at least one element), each checked."""
+    vals = list(values)
+    for i, v in enumerate(vals):
+        check_value(c_int32, v, "%s[%d]" % (what, i))
+    return (c_int32 * max(1, len(vals)))(*vals)
+
+
+def _guard(lib, name):
+    """Wrap lib.name so that its integer and float arguments are checked."""
+    f = getattr(lib, name)
+    checks = [(i, t) for i, t in enumerate(f.argtypes or []) if t in _INT_BITS or t in _FLOATS]
+    if not checks:
+        return
+
+    def call(*args):
+        for i, t in checks:
+            if i < len(args):
+                check_value(t, args[i], "%s: argument %d" % (name, i + 1))
+        return f(*args)
+    call.__name__ = name
+    call.argtypes, call.restype = f.argtypes, f.restype
+    setattr(lib, name, call)
 
 
 class LibraryError(ImportError):
@@ -253,6 +317,8 @@ def load():
         _verify_version(lib)
         _declare(lib, PROTOTYPES)
         _verify(lib)
+        for name in PROTOTYPES:
+            _guard(lib, name)
         return lib
     raise LibraryError("libmor not found (set MOR_LIB_PATH to the library or its directory): "
                        + "; ".join(errors))

@@ -695,6 +695,15 @@ extern "C" {
     pub fn mor_kv_seq_pos_max(kv: *const mor_kv_cache, seq: mor_seq_id) -> mor_pos;
 }
 extern "C" {
+    pub fn mor_kv_seq_add(
+        kv: *mut mor_kv_cache,
+        seq: mor_seq_id,
+        p0: mor_pos,
+        p1: mor_pos,
+        delta: mor_pos,
+    ) -> mor_status;
+}
+extern "C" {
     pub fn mor_kv_bytes(
         kv: *const mor_kv_cache,
         r: i32,

@@ -845,6 +845,11 @@ impl<'c> KvCache<'c> {
         check(unsafe { sys::mor_kv_seq_keep(self.ptr, seq) }).map(|_| ())
     }
 
+    /// Move positions `[p0, p1)` of `seq` by `delta` (a context shift): the cached keys are re-rotated.
+    pub fn seq_add(&mut self, seq: i32, p0: i32, p1: i32, delta: i32) -> Result<()> {
+        check(unsafe { sys::mor_kv_seq_add(self.ptr, seq, p0, p1, delta) }).map(|_| ())
+    }
+
     /// The largest cached position of seq, None if it has none.
     pub fn seq_pos_max(&self, seq: i32) -> Option<i32> {
         let p = unsafe { sys::mor_kv_seq_pos_max(self.ptr, seq) };
