@@ -228,8 +228,9 @@ test-sanitize:
 	@OUT=build/san SANITIZE=1 CC="$(CC)" CXX="$(CXX)" sh tests/run.sh
 
 # A benchmark tool, only when its source exists (it is built by `tools` too).
+# scripts/bench-serving.py measures serving with bin/mor-loadgen and bin/mor-server
 ifneq ($(wildcard src/tools/mor-bench.c),)
-bench: $(BINOUT)/mor-bench
+bench: $(BINOUT)/mor-bench $(BINOUT)/mor-loadgen $(BINOUT)/mor-server
 else
 bench:
 	@echo "bench: src/tools/mor-bench.c does not exist yet; nothing to build"

@@ -302,33 +302,35 @@ static void *engine_main(void *arg)
                 failures = 0;
             }
         }
-        /* the step's news, stop strings, releases, and the running/queued counts */
-        for (job *j = e->touched, *next; j; j = next) {
-            next = j->tnext;
-            j->touched = 0;
-            j->tnext = NULL;
+        /* the step's end: stop strings cancelled, the counts published, the
+         * connections woken (after the counts: a client that got its answer
+         * sees it in /metrics), the finished requests released */
+        for (job *j = e->touched; j; j = j->tnext)
             if (j->state == J_ENDING && mor_server_request_state(e->srv, j->id) == MOR_REQ_RUNNING)
                 mor_server_cancel(e->srv, j->id);   /* a stop string */
-            notify(j);
-        }
-        e->touched = NULL;
         int32_t running = 0, queued = 0;
-        for (job *j = e->active, *next; j; j = next) {
-            next = j->anext;
+        for (job *j = e->active; j; j = j->anext) {
+            if (j->state != J_ACTIVE) continue;
             int32_t s = mor_server_request_state(e->srv, j->id);
-            if (j->state == J_ENDING) {
-                if (mor_server_release(e->srv, j->id) == MOR_OK) drop(e, j);
-                else running++;   /* still holds its slot until its rows leave */
-                continue;
-            }
-            if (s == MOR_REQ_RUNNING) running++;
-            else if (s == MOR_REQ_QUEUED) queued++;
+            running += s == MOR_REQ_RUNNING;
+            queued += s == MOR_REQ_QUEUED;
         }
         pthread_mutex_lock(&e->mu);
         e->n_waiting = queued;
         for (job *j = e->cmd_head; j; j = j->cmd_next) e->n_waiting += j->state == J_NEW;
         pthread_mutex_unlock(&e->mu);
         publish(e, dt, running, queued);
+        for (job *j = e->touched, *next; j; j = next) {
+            next = j->tnext;
+            j->touched = 0;
+            j->tnext = NULL;
+            notify(j);
+        }
+        e->touched = NULL;
+        for (job *j = e->active, *next; j; j = next) {   /* a released job may be freed: touched no more */
+            next = j->anext;
+            if (j->state == J_ENDING && mor_server_release(e->srv, j->id) == MOR_OK) drop(e, j);
+        }
     }
     return NULL;
 }
