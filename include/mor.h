@@ -544,7 +544,10 @@ enum {
  *
  * Byte-level BPE (GPT-2, GPT-NeoX/Pythia, SmolLM, StarCoder, Falcon,
  * DeepSeek, ...): every byte has a token, so any text is encoded; invalid
- * UTF-8 bytes are one-byte characters of their own, and decode back.
+ * UTF-8 bytes are one-byte characters of their own, and decode back. A byte
+ * the vocabulary has no token for is dropped, as HF and llama.cpp drop it.
+ * Where the model's tokenizer normalizes (GPT-NeoX's tokenizer.json: NFC),
+ * each stretch is tokenized in NFC, and decoding gives that NFC.
  *
  * SentencePiece-style (Llama, TinyLlama, Gemma): spaces become U+2581 and,
  * where the model says so, a U+2581 goes before the text (and before each

@@ -35,6 +35,7 @@ static const char *const known_keys[] = {
     "mor.router.arch", "mor.router.func", "mor.router.alpha", "mor.router.temp",
     "mor.router.gating", "mor.router.capacity", "mor.router.threshold", "mor.router.sampling",
     "mor.kv.shared", "mor.attention.tied_across_recursions", "mor.lora.scale", "mor.tokenizer.prefix_space",
+    "mor.tokenizer.normalizer",
     NULL
 };
 

@@ -5,7 +5,7 @@
  *   1. split out the added tokens the flags ask for (MOR_TOKENIZE_PARSE_*),
  *      leftmost match first and the longest one there, as HF's added-token
  *      splitting does; each stretch of text between them is encoded on its
- *      own;
+ *      own, in NFC first if the tokenizer says so (src/normalize.c);
  *   2. byte-level BPE: the pre-tokenizer (src/pretokenize.c) cuts the
  *      stretch into pieces, and each piece starts as one symbol per byte
  *      (the token of the byte's byte-level character);
@@ -33,6 +33,7 @@
 
 #include "tokenizer_impl.h"
 #include "model.h"
+#include "normalize.h"
 #include "status.h"
 #include "unicode.h"
 
@@ -52,6 +53,8 @@ typedef struct {
     size_t     scap;
     uint8_t   *esc;      /* SentencePiece: the stretch with spaces as U+2581 */
     size_t     esc_cap;
+    uint8_t   *norm;     /* the stretch in NFC, when the tokenizer normalizes */
+    size_t     norm_cap;
 } enc_state;
 
 static void enc_free(enc_state *st)
@@ -64,6 +67,7 @@ static void enc_free(enc_state *st)
     free(st->prev);
     free(st->heap);
     free(st->esc);
+    free(st->norm);
 }
 
 static mor_status push_id(enc_state *st, mor_token id)
@@ -297,6 +301,11 @@ static mor_status spm_stretch(enc_state *st, const uint8_t *s, size_t n, int at_
 /* A stretch of text without added tokens (n > 0). at_start: it begins the text. */
 static mor_status encode_stretch(enc_state *st, const uint8_t *s, size_t n, int at_start)
 {
+    if (st->t->nfc && !nfc_quick(s, n)) {   /* HF normalizes each stretch before pre-tokenizing */
+        mor_status err = nfc_normalize(s, n, &st->norm, &st->norm_cap, &n);
+        if (err != MOR_OK) return err;
+        s = st->norm;
+    }
     if (st->t->model == TOK_BPE) return pretok_run(st->t->pre, s, n, bpe_piece, st);
     return spm_stretch(st, s, n, at_start);
 }

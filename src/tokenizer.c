@@ -566,6 +566,19 @@ static mor_status load_pre(tokenizer *t, const gguf_file *g)
     return MOR_OK;
 }
 
+/* mor.tokenizer.normalizer: "nfc" (HF's NFC normalizer, GPT-NeoX's), or none. */
+static mor_status load_normalizer(tokenizer *t, const gguf_file *g)
+{
+    gguf_str v;
+    mor_status s = gguf_get_str(g, "mor.tokenizer.normalizer", &v);
+    if (s == MOR_E_OUT_OF_RANGE) return MOR_OK;
+    if (s != MOR_OK) return s;
+    if (!gguf_str_eq(v, "nfc"))
+        return err_set(MOR_E_FORMAT, "mor.tokenizer.normalizer = \"%.*s\": only \"nfc\" is supported", STR_ARG(v));
+    t->nfc = 1;
+    return MOR_OK;
+}
+
 /* Keys that would change how a text is tokenized in ways libmor does not do. */
 static mor_status refuse_unsupported(const gguf_file *g)
 {
@@ -581,7 +594,8 @@ static mor_status refuse_unsupported(const gguf_file *g)
 static mor_status load_all(tokenizer *t, const gguf_file *g, int32_t n_vocab_model, text_index *ix)
 {
     mor_status s;
-    if ((s = refuse_unsupported(g)) != MOR_OK || (s = load_pre(t, g)) != MOR_OK) return s;
+    if ((s = refuse_unsupported(g)) != MOR_OK || (s = load_pre(t, g)) != MOR_OK || (s = load_normalizer(t, g)) != MOR_OK)
+        return s;
 
     const gguf_kv *tokens_kv;
     s = load_string_array(g, "tokenizer.ggml.tokens", &tokens_kv);

@@ -41,6 +41,7 @@ struct tokenizer {
     pretok *pre;        /* TOK_BPE: how a text is cut into pieces          */
     int       prefix;       /* TOK_SPM*: PREFIX_*                              */
     int       split_spaces; /* TOK_SPM*: a piece starts at every U+2581 (HF Metaspace split) */
+    int       nfc;          /* each stretch of text is put in NFC first (mor.tokenizer.normalizer) */
     mor_token bos, eos, pad, unk;
     int       add_bos;      /* whether texts should start with BOS (informational) */
     uint8_t  *type;         /* [n_tokens] TT_* */
