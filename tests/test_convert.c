@@ -1290,6 +1290,84 @@ static int tok_rejects(const char *text, const char *what)
     return rc != 0 && strstr(err, what) != NULL;
 }
 
+/* A SentencePiece-style tokenizer.json (BPE with byte_fallback): <unk> <s>
+ * </s>, the 256 byte tokens, a few pieces; normalizer, pre-tokenizer and
+ * post-processor as given (JSON text, or "null"). */
+static char *spm_json(const char *normalizer, const char *pre, const char *post, int n_bytes, const char *unk)
+{
+    size_t cap = 1 << 15, n = 0;
+    char *s = malloc(cap);
+    n += (size_t)snprintf(s + n, cap - n, "{\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},"
+                          "{\"id\":1,\"content\":\"<s>\",\"special\":true},{\"id\":2,\"content\":\"</s>\",\"special\":true}],"
+                          "\"normalizer\":%s,\"pre_tokenizer\":%s,\"post_processor\":%s,\"model\":{\"type\":\"BPE\","
+                          "\"byte_fallback\":true,\"unk_token\":%s,\"vocab\":{\"<unk>\":0,\"<s>\":1,\"</s>\":2",
+                          normalizer, pre, post, unk);
+    for (int b = 0; b < n_bytes; b++) n += (size_t)snprintf(s + n, cap - n, ",\"<0x%02X>\":%d", b, 3 + b);
+    n += (size_t)snprintf(s + n, cap - n, ",\"\u2581\":%d,\"a\":%d,\"\u2581a\":%d},\"merges\":[\"\u2581 a\"]}}",
+                          3 + n_bytes, 4 + n_bytes, 5 + n_bytes);
+    return s;
+}
+
+/* The rules the SentencePiece-style reader takes from a tokenizer.json. */
+static void test_spm_tokenizer_json(void)
+{
+    static const char rep[] = "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\u2581\"}";
+    char legacy[256], meta_old[] = "{\"type\":\"Metaspace\",\"replacement\":\"\u2581\",\"add_prefix_space\":true}";
+    char split[] = "{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"MergedWithPrevious\",\"invert\":false}";
+    char tp[] = "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},"
+                "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}]}";
+    snprintf(legacy, sizeof legacy, "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\u2581\"},%s]}",
+             rep);
+    const struct {
+        const char *norm, *pre, *prefix, *pre_name;
+    } ok[] = {
+        { legacy, "null", "prepend", "default" },
+        { rep, "null", "never", "default" },
+        { rep, split, "never", "default" },
+        { "null", meta_old, "always", "metaspace" },
+        { "null", "{\"type\":\"Metaspace\",\"replacement\":\"\u2581\",\"prepend_scheme\":\"first\",\"split\":false}",
+          "first", "default" },
+        { "null", "{\"type\":\"Metaspace\",\"replacement\":\"\u2581\",\"add_prefix_space\":false,\"split\":true}",
+          "never", "metaspace" },
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char *j = spm_json(ok[i].norm, ok[i].pre, i == 0 ? tp : "null", 256, "\"<unk>\"");
+        hf_tokenizer t;
+        char err[256] = "";
+        int rc = hf_tokenizer_parse(&t, j, strlen(j), err, sizeof err);
+        CHECK(rc == 0 && !strcmp(t.model, "llama") && t.prefix && !strcmp(t.prefix, ok[i].prefix) &&
+                  !strcmp(t.pre, ok[i].pre_name),
+              "tokenizer.json %zu: model llama, prefix %s, pre %s (%s)", i, ok[i].prefix, ok[i].pre_name, err);
+        if (rc == 0) {
+            CHECK(t.types[0] == TOKEN_TYPE_UNKNOWN && t.unk == 0 && t.types[1] == TOKEN_TYPE_CONTROL &&
+                      t.types[3] == TOKEN_TYPE_BYTE && t.types[258] == TOKEN_TYPE_BYTE && t.types[259] == TOKEN_TYPE_NORMAL,
+                  "tokenizer.json %zu: unknown, control, byte and normal types", i);
+            if (i == 0) CHECK(t.add_bos == 1 && t.bos == 1, "tokenizer.json: TemplateProcessing <s> $A: BOS <s>, add_bos");
+            else CHECK(t.add_bos == -1 && t.bos == -1, "tokenizer.json %zu: no post-processor, no BOS", i);
+            hf_tokenizer_free(&t);
+        }
+        free(j);
+    }
+    const struct { const char *norm, *pre; int n_bytes; const char *unk, *what; } bad[] = {
+        { "{\"type\":\"Lowercase\"}", "null", 256, "\"<unk>\"", "U+2581" },
+        { "null", "null", 256, "\"<unk>\"", "U+2581" },
+        { "null", "{\"type\":\"ByteLevel\"}", 256, "\"<unk>\"", "U+2581" },
+        { rep, "{\"type\":\"Whitespace\"}", 256, "\"<unk>\"", "U+2581" },
+        { "null", "{\"type\":\"Metaspace\",\"replacement\":\"_\"}", 256, "\"<unk>\"", "U+2581" },
+        { "null", "{\"type\":\"Metaspace\",\"replacement\":\"\u2581\",\"prepend_scheme\":\"sometimes\"}", 256,
+          "\"<unk>\"", "U+2581" },
+        { "null", "{\"type\":\"Metaspace\",\"replacement\":\"\u2581\",\"add_prefix_space\":false,"
+          "\"prepend_scheme\":\"always\"}", 256, "\"<unk>\"", "U+2581" },
+        { rep, "null", 255, "\"<unk>\"", "255 of the 256" },
+        { rep, "null", 256, "\"<nope>\"", "unk_token" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *j = spm_json(bad[i].norm, bad[i].pre, "null", bad[i].n_bytes, bad[i].unk);
+        CHECK(tok_rejects(j, bad[i].what), "tokenizer.json: refused (%s), case %zu", bad[i].what, i);
+        free(j);
+    }
+}
+
 static void test_tokenizer(void)
 {
     char err[512];
@@ -1319,10 +1397,20 @@ static void test_tokenizer(void)
                       "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
                       "pre_tokenizer"),
           "tokenizer: ByteLevel with add_prefix_space refused");
-    CHECK(tok_rejects("{\"normalizer\":{\"type\":\"NFC\"},\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
+    CHECK(tok_rejects("{\"normalizer\":{\"type\":\"NFKC\"},\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
                       "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
                       "normalizer"),
-          "tokenizer: normalizers refused");
+          "tokenizer: normalizers other than NFC refused");
+    {
+        static const char nfc[] = "{\"normalizer\":{\"type\":\"NFC\"},\"pre_tokenizer\":{\"type\":\"ByteLevel\","
+                                  "\"add_prefix_space\":false},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}";
+        char e2[256] = "";
+        hf_tokenizer tn;
+        int rn = hf_tokenizer_parse(&tn, nfc, sizeof nfc - 1, e2, sizeof e2);
+        CHECK(rn == 0 && tn.normalizer && !strcmp(tn.normalizer, "nfc") && !strcmp(tn.model, "gpt2"),
+              "tokenizer: the NFC normalizer (GPT-NeoX) is kept (%s)", e2);
+        if (rn == 0) hf_tokenizer_free(&tn);
+    }
     CHECK(tok_rejects("{\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
                       "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"ab\"]}}",
                       "merge"),
@@ -1510,6 +1598,7 @@ int main(void)
     test_convert_fixtures();
     test_synthetic();
     test_tokenizer();
+    test_spm_tokenizer_json();
     test_cli();
     rmdir(tmp_path("tk"));
     rmdir(tmpdir);

@@ -44,24 +44,7 @@ FIXTURES = os.path.join(t.OUT, "build", "fixtures")
 FIXDATA = os.path.join(t.ROOT, "tests", "data", "fixtures")
 
 
-def reexec_under_asan():
-    """A sanitized libmor.so needs the ASan runtime loaded first."""
-    if os.environ.get("SANITIZE") != "1" or os.environ.get("MOR_PY_ASAN"):
-        return
-    cc = os.environ.get("CC", "cc")
-    rt = []
-    for name in ("libasan.so", "libubsan.so"):
-        p = subprocess.run([cc, "-print-file-name=" + name], stdout=subprocess.PIPE, universal_newlines=True)
-        path = p.stdout.strip()
-        if p.returncode == 0 and os.path.isabs(path):
-            rt.append(path)
-    env = dict(os.environ, MOR_PY_ASAN="1", LD_PRELOAD=" ".join(rt),
-               # the interpreter itself is not built for leak checking
-               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0")
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
-
-
-reexec_under_asan()
+t.reexec_under_asan()
 os.environ["MOR_LIB_PATH"] = LIB
 import mor  # noqa: E402
 from mor import _capi  # noqa: E402

@@ -67,6 +67,44 @@ def gpt2_byte_chars():
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
+def reexec_under_asan():
+    """Under SANITIZE=1, run this script again with the ASan runtime loaded
+    first, as a sanitized libmor.so needs when Python loads it (call before
+    anything else is done: the script starts over)."""
+    import subprocess
+    if os.environ.get("SANITIZE") != "1" or os.environ.get("MOR_PY_ASAN"):
+        return
+    cc = os.environ.get("CC", "cc")
+    rt = []
+    for name in ("libasan.so", "libubsan.so"):
+        p = subprocess.run([cc, "-print-file-name=" + name], stdout=subprocess.PIPE, universal_newlines=True)
+        path = p.stdout.strip()
+        if p.returncode == 0 and os.path.isabs(path):
+            rt.append(path)
+    env = dict(os.environ, MOR_PY_ASAN="1", LD_PRELOAD=" ".join(rt),
+               # the interpreter itself is not built for leak checking
+               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0")
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def libmor_path():
+    """$OUT/lib/libmor.so.MAJOR.MINOR.PATCH, the version read from include/mor.h."""
+    import re
+    with open(os.path.join(ROOT, "include", "mor.h")) as f:
+        h = f.read()
+    v = [re.search(r"#define MOR_VERSION_%s (\d+)" % k, h).group(1) for k in ("MAJOR", "MINOR", "PATCH")]
+    return os.path.join(OUT, "lib", "libmor.so." + ".".join(v))
+
+
+def import_mor():
+    """The Python bindings (bindings/python/mor) on the libmor.so make built."""
+    reexec_under_asan()
+    os.environ["MOR_LIB_PATH"] = libmor_path()
+    sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+    import mor
+    return mor
+
+
 def finish():
     if _skipped:
         print("# checks: %d passed, %d failed, %d skipped" % (_passed, _failed, _skipped))

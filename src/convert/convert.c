@@ -743,7 +743,8 @@ int convert_vocab_only(const char *dir, const char *tokenizer, FILE *out, char *
     hf_tokenizer_write(&tok, w);
     rc = gguf_writer_write(w, out, err, errcap);
     if (rc == 0 && summary && sumcap)
-        snprintf(summary, sumcap, "vocab only: %zu tokens, %zu merges, pre-tokenizer %s", tok.n_tokens, tok.n_merges, tok.pre);
+        snprintf(summary, sumcap, "vocab only: %zu tokens, %zu merges, model %s, pre-tokenizer %s", tok.n_tokens,
+                 tok.n_merges, tok.model, tok.pre);
 done:
     gguf_writer_free(w);
     if (have) hf_tokenizer_free(&tok);

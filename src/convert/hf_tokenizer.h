@@ -1,19 +1,29 @@
-/* hf_tokenizer.h - a Hugging Face tokenizer.json holding a byte-level BPE
- * (GPT-2 / SmolLM style), turned into the tokenizer.ggml.* keys of
- * docs/FORMAT.md.
+/* hf_tokenizer.h - a Hugging Face tokenizer.json holding a BPE, turned into
+ * the tokenizer.ggml.* keys of docs/FORMAT.md.
  *
- * Accepted: model.type "BPE" without byte_fallback, subword prefixes or
- * ignore_merges; no normalizer; pre_tokenizer either a lone ByteLevel
- * (use_regex true, add_prefix_space false) -> pre "gpt2", or a Sequence of
- * Digits(individual_digits=true) and that ByteLevel -> pre "smollm".
- * Token ids come from model.vocab and added_tokens and must have no gaps. */
+ * Accepted: model.type "BPE" without subword prefixes or ignore_merges, and
+ *  - byte-level (no byte_fallback): no normalizer, or NFC (GPT-NeoX, Pythia:
+ *    mor.tokenizer.normalizer "nfc"); pre_tokenizer either a
+ *    lone ByteLevel (use_regex true, add_prefix_space false) -> model "gpt2",
+ *    pre "gpt2", or a Sequence of Digits(individual_digits=true) and that
+ *    ByteLevel -> pre "smollm";
+ *  - SentencePiece-style (byte_fallback, with all 256 <0xNN> tokens) ->
+ *    model "llama" with its merges: spaces as U+2581 by a Replace normalizer
+ *    (after a Prepend("\u2581"): prefix "prepend", legacy Llama/TinyLlama;
+ *    alone: "never", Gemma, whose Split(" ") pre-tokenizer is then a no-op)
+ *    or by a Metaspace pre-tokenizer (prefix from prepend_scheme; pre
+ *    "metaspace" when it splits).
+ * Token ids come from model.vocab and added_tokens and must have no gaps.
+ * A TemplateProcessing post-processor that starts with a special token sets
+ * BOS and add_bos (tokenizer_config.json's add_bos_token overrides it). */
 #ifndef CV_HF_TOKENIZER_H
 #define CV_HF_TOKENIZER_H
 #include <stddef.h>
 #include <stdint.h>
 #include "gguf_write.h"
 
-enum { TOKEN_TYPE_NORMAL = 1, TOKEN_TYPE_CONTROL = 3, TOKEN_TYPE_USER_DEFINED = 4 };
+enum { TOKEN_TYPE_NORMAL = 1, TOKEN_TYPE_UNKNOWN = 2, TOKEN_TYPE_CONTROL = 3, TOKEN_TYPE_USER_DEFINED = 4,
+       TOKEN_TYPE_BYTE = 6 };
 
 typedef struct {
     size_t n_tokens;
@@ -21,8 +31,11 @@ typedef struct {
     int32_t *types;       /* [n_tokens] TOKEN_TYPE_* */
     size_t n_merges;
     char **merges;        /* "left right", in rank order */
-    const char *pre;      /* "gpt2" or "smollm" (static) */
-    int64_t bos, eos, pad;   /* -1 when unknown */
+    const char *model;    /* "gpt2" or "llama" (static) */
+    const char *pre;      /* "gpt2", "smollm"; "default", "metaspace" (static) */
+    const char *prefix;   /* "llama": mor.tokenizer.prefix_space (static), else NULL */
+    const char *normalizer;   /* "nfc" or NULL (static) */
+    int64_t bos, eos, pad, unk;   /* -1 when unknown */
     int add_bos;             /* -1 when unknown */
 } hf_tokenizer;
 

@@ -1,7 +1,9 @@
 /* fuzz_hf_tokenizer.c - any bytes as a tokenizer.json (the converter's
- * reader, src/convert/hf_tokenizer.c). What it accepts is written as GGUF
- * tokenizer keys, as mor-convert does, and loaded by libmor (vocab-only); a
- * tokenizer that loads must round-trip text through tokenize/detokenize. */
+ * reader, src/convert/hf_tokenizer.c): byte-level BPE and SentencePiece-style
+ * BPE with byte_fallback. What it accepts is written as GGUF tokenizer keys,
+ * as mor-convert does, and loaded by libmor (vocab-only); a tokenizer that
+ * loads must round-trip text (that starts without a space and holds no
+ * U+2581) through tokenize/detokenize. */
 #include "fuzz.h"
 #include "gguf_write.h"
 #include "hf_tokenizer.h"

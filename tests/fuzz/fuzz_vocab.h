@@ -1,7 +1,8 @@
 /* fuzz_vocab.h - the vocab-only models the tokenizer targets fuzz
  * (tests/fuzz/models/vocab_*.gguf, made by make_seeds.py): byte-level BPE
  * with the pre-tokenizers gpt2, smollm, falcon, deepseek-coder, deepseek-llm
- * and mpt, and two SentencePiece-style ones (merging by score with the dummy
+ * and mpt (normalizing to NFC, as GPT-NeoX's tokenizer.json), and two
+ * SentencePiece-style ones (merging by score with the dummy
  * prefix; by merges, Metaspace split, no prefix), loaded once per target and
  * kept for the process. */
 #ifndef MOR_FUZZ_VOCAB_H
@@ -16,15 +17,16 @@ static const struct {
     int spm;              /* SentencePiece-style: spaces are U+2581 */
     int prefix;           /* ... and a U+2581 goes before the text */
     const char *bos;      /* the BOS token's text */
+    int nfc;              /* texts are put in NFC first */
 } fuzz_vocabs[FUZZ_N_VOCABS] = {
-    { "vocab_gpt2.gguf", 0, 0, "<|endoftext|>" },
-    { "vocab_smollm.gguf", 0, 0, "<|endoftext|>" },
-    { "vocab_falcon.gguf", 0, 0, "<|endoftext|>" },
-    { "vocab_deepseek_coder.gguf", 0, 0, "<|endoftext|>" },
-    { "vocab_deepseek_llm.gguf", 0, 0, "<|endoftext|>" },
-    { "vocab_mpt.gguf", 0, 0, "<|endoftext|>" },
-    { "vocab_spm.gguf", 1, 1, "<s>" },
-    { "vocab_spm_hf.gguf", 1, 0, "<s>" },
+    { "vocab_gpt2.gguf", 0, 0, "<|endoftext|>", 0 },
+    { "vocab_smollm.gguf", 0, 0, "<|endoftext|>", 0 },
+    { "vocab_falcon.gguf", 0, 0, "<|endoftext|>", 0 },
+    { "vocab_deepseek_coder.gguf", 0, 0, "<|endoftext|>", 0 },
+    { "vocab_deepseek_llm.gguf", 0, 0, "<|endoftext|>", 0 },
+    { "vocab_mpt.gguf", 0, 0, "<|endoftext|>", 1 },
+    { "vocab_spm.gguf", 1, 1, "<s>", 0 },
+    { "vocab_spm_hf.gguf", 1, 0, "<s>", 0 },
 };
 
 /* Model i (0 <= i < FUZZ_N_VOCABS); cache is the target's own handles. */

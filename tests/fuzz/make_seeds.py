@@ -11,7 +11,7 @@ change and commit what changed):
                              token-choice (MLP router, bias), and vocab-only
                              tokenizers: byte-level BPE with GPT-2's first 2000
                              merges (pre gpt2, smollm, falcon, deepseek-coder,
-                             deepseek-llm, mpt) and two SentencePiece-style
+                             deepseek-llm, mpt with NFC) and two SentencePiece-style
                              ones made from them (by score; by merges)
   tests/fuzz/corpus/<target>/  small valid inputs of each fuzz target
 Everything is small (a few KB per file) so that mutations reach the headers.
@@ -282,13 +282,15 @@ def spm_tokenizer(hf_merges=False, n_merges=2000):
     return write, len(tokens)
 
 
-def vocab_only(pre, spm=None):
+def vocab_only(pre, spm=None, nfc=False):
     write, n = spm_tokenizer(spm == "hf") if spm else gpt2_tokenizer(pre)
     g = Gguf()
     g.add("general.architecture", STR, "mor")
     g.add("mor.format_version", U32, 1)
     g.add("mor.vocab_size", U32, n + 8)      # padded, as models often are
     write(g)
+    if nfc:                                  # GPT-NeoX's tokenizer.json normalizes to NFC
+        g.add("mor.tokenizer.normalizer", STR, "nfc")
     return g.bytes()
 
 
@@ -431,6 +433,31 @@ def tokenizer_json(pre_seq):
     return json.dumps(tj, ensure_ascii=False).encode()
 
 
+def tokenizer_json_spm(variant):
+    """A SentencePiece-style tokenizer.json (BPE with byte_fallback): legacy Llama (Prepend + Replace
+    normalizer, TemplateProcessing with <s>) or Metaspace (prepend_scheme first)."""
+    sp = "\u2581"
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for t in [sp, "h", "e", "l", "o", "he", "ll", "hell", "hello", sp + "hello"]:
+        vocab[t] = len(vocab)
+    replace = {"type": "Replace", "pattern": {"String": " "}, "content": sp}
+    tj = {"version": "1.0",
+          "added_tokens": [{"id": i, "content": c, "special": True, "normalized": False}
+                           for i, c in enumerate(["<unk>", "<s>", "</s>"])],
+          "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": sp}, replace]},
+          "pre_tokenizer": None,
+          "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                                                       {"Sequence": {"id": "A", "type_id": 0}}]},
+          "model": {"type": "BPE", "byte_fallback": True, "fuse_unk": True, "unk_token": "<unk>", "vocab": vocab,
+                    "merges": ["h e", "l l", "he ll", "hell o", sp + " hello"]}}
+    if variant == "metaspace":
+        tj["normalizer"] = None
+        tj["pre_tokenizer"] = {"type": "Metaspace", "replacement": sp, "prepend_scheme": "first", "split": True}
+    return json.dumps(tj, ensure_ascii=False).encode()
+
+
 def decode_seed(model, kvmode, ops):
     """A decode-fuzzer input (the op encoding is described in fuzz_decode.c)."""
     return bytes([model, kvmode, 30, 0x2F]) + bytes(ops)
@@ -465,7 +492,7 @@ def main():
         "vocab_falcon.gguf": vocab_only("falcon"),
         "vocab_deepseek_coder.gguf": vocab_only("deepseek-coder"),
         "vocab_deepseek_llm.gguf": vocab_only("deepseek-llm"),
-        "vocab_mpt.gguf": vocab_only("mpt"),
+        "vocab_mpt.gguf": vocab_only("mpt", nfc=True),
         "vocab_spm.gguf": vocab_only(None, "scores"),
         "vocab_spm_hf.gguf": vocab_only(None, "hf"),
     }
@@ -486,7 +513,8 @@ def main():
                  "kv.yaml": open(os.path.join(
                      ROOT, "tests/data/fixtures/expert_mc3_kvshare_fix_perturbed/mor_cfg.yaml"), "rb").read(),
                  "flow.yaml": b"---\na: [1, 2.5, 'x', \"y\\n\"]\nb: {c: ~, d: yes}\nlist:\n- one\n- two: 2\n  three: 3\nplain: a\n  continued\n"},
-        "hf_tokenizer": {"gpt2.json": tokenizer_json(False), "smollm.json": tokenizer_json(True)},
+        "hf_tokenizer": {"gpt2.json": tokenizer_json(False), "smollm.json": tokenizer_json(True),
+                         "llama.json": tokenizer_json_spm("legacy"), "metaspace.json": tokenizer_json_spm("metaspace")},
         # the first byte: bits 0-2 the vocabulary (fuzz_vocab.h), 3 PARSE_SPECIAL, 4 ADD_BOS, 5 PARSE_USER_DEFINED
         "tokenize": {"ascii.txt": b"\x00Hello world, it's 2024! I'm   here.\n\tdef f(x): return x**2",
                      "special.txt": b"\x09<|im_start|>user\nhi<|im_end|><custom> <|endoftext|>",
@@ -496,14 +524,16 @@ def main():
                      "deepseek.txt": "\x23\u6211\u60f3\u5728apple\u5de5\u4f5c 123\r\nHi, \u00bfqu\u00e9? \u3000 <custom>  "
                                      .encode(),
                      "deepseek_llm.txt": "\x04\u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac \uff01\uff1f\u2018q\u2019 a  \t ".encode(),
-                     "mpt.txt": b"\x25    indented\n        more  <custom>",
+                     "mpt.txt": "\x25    indented\n        more  <custom> e\u0301\u0323 \u1100\u1161\u11a8 \u212b".encode(),
                      "spm.txt": "\x06Hello world, it's \u00e9t\u00e9 \U0001F600 \xff".encode("utf-8", "surrogatepass"),
                      "spm_bos.txt": b"\x1eThe <s>quick</s> brown <custom> fox",
                      "spm_hf.txt": b"\x07  two spaces, a\ttab \xc3\xa9 \xff"},
         "detokenize": {"ids.bin": bytes([0]) + struct.pack("<8i", 0, 1, 255, 256, 2000, 2256, 2259, 2263),
                        "small.bin": bytes([1 | 2 << 3]) + struct.pack("<4i", 2259, 2256, 300, 2263),
                        "spm.bin": bytes([6 | 8 << 3]) + struct.pack("<8i", 0, 1, 2, 3, 100, 259, 260, 400),
-                       "spm_hf.bin": bytes([7 | 1 << 3]) + struct.pack("<6i", 259, 259, 300, 1000, 0x41 + 3, 2)},
+                       "spm_hf.bin": bytes([7 | 1 << 3]) + struct.pack("<6i", 259, 259, 300, 1000, 0x41 + 3, 2),
+                       # e, then the bytes of U+0301: re-tokenized in NFC, the e-acute
+                       "mpt_nfc.bin": bytes([5 | 4 << 3]) + struct.pack("<4i", 68, 136, 223, 0)},
         "http": {
             "get.txt": b"\x05GET /health HTTP/1.1\r\nHost: localhost:8080\r\nAccept: */*\r\n\r\n",
             "post.txt": b"\x07" + http_post(b'{"prompt": "The jury said", "max_tokens": 4}'),

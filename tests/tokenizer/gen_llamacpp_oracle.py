@@ -11,7 +11,8 @@ Writes, in tests/data/tokenizer/llama.cpp/:
   llama-spm-noprefix.extra.out     the same for ggml-vocab-llama-spm.gguf with
                                    tokenizer.ggml.add_space_prefix = false (a Gemma-like
                                    SentencePiece without the dummy prefix), written to a temporary
-                                   file for llama.cpp to read.
+                                   file for llama.cpp to read;
+  llama-spm-noprefix.out           and for the texts of llama.cpp's own llama-spm suite.
 Only llama.cpp's built tokenizer test is run (the peer's oracle); nothing is downloaded. The cases
 are valid UTF-8 (llama.cpp replaces invalid bytes) and use characters of old Unicode versions, so
 that the two programs' Unicode tables agree on them.
@@ -94,11 +95,14 @@ def main():
         gguf_min.write(noprefix, gguf_min.replace(kvs, "tokenizer.ggml.add_space_prefix", gguf_min.BOOL, False))
         jobs = [(os.path.join(DATA, "ggml-vocab-%s.gguf" % v), "ggml-vocab-%s.gguf.extra.out" % v) for v in VOCABS]
         jobs.append((noprefix, "llama-spm-noprefix.extra.out"))
-        for vocab, out in jobs:
-            lines = [" " + " ".join(str(i) for i in run_llamacpp(tool, vocab, c, tmp)) for c in CASES]
+        with open(os.path.join(DATA, "ggml-vocab-llama-spm.gguf.inp"), encoding="utf-8", newline="") as f:
+            suite = f.read().split(SEP)
+        jobs = [(v, o, CASES) for v, o in jobs] + [(noprefix, "llama-spm-noprefix.out", suite)]
+        for vocab, out, cases in jobs:
+            lines = [" " + " ".join(str(i) for i in run_llamacpp(tool, vocab, c, tmp)) for c in cases]
             with open(os.path.join(DATA, out), "w") as f:
                 f.write("\n".join(lines) + "\n")
-            print("wrote %s (%d cases)" % (out, len(CASES)))
+            print("wrote %s (%d cases)" % (out, len(cases)))
 
 
 if __name__ == "__main__":
