@@ -285,14 +285,17 @@ static mor_status spm_stretch(enc_state *st, const uint8_t *s, size_t n, int at_
         if (s[i] == ' ') { memcpy(e + m, u2581, 3); m += 3; }
         else e[m++] = s[i];
     }
-    if (!t->split_spaces) return spm_piece(st, e, m);
-    /* HF Metaspace split: each U+2581 starts a piece (merged with the next). */
+    if (!t->split_spaces && !t->cut_at_spaces) return spm_piece(st, e, m);
+    /* HF Metaspace split: each U+2581 starts a piece (merged with the next);
+     * else, where no merge can cross it (cut_at_spaces), each run of them. */
     size_t a = 0;
     mor_status err;
     for (size_t i = 1; i + 3 <= m; i++) {
         if (memcmp(e + i, u2581, 3) != 0) continue;
-        if ((err = spm_piece(st, e + a, i - a)) != MOR_OK) return err;
-        a = i;
+        if (t->split_spaces || i < 3 || memcmp(e + i - 3, u2581, 3) != 0) {
+            if ((err = spm_piece(st, e + a, i - a)) != MOR_OK) return err;
+            a = i;
+        }
         i += 2;
     }
     return spm_piece(st, e + a, m - a);

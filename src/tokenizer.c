@@ -468,6 +468,17 @@ static mor_status load_spm(tokenizer *t, const gguf_file *g, const gguf_kv *toke
         t->raw_slot[h] = i + 1;
     }
     t->raw_off[n] = pos;
+
+    /* SentencePiece trained with split_by_whitespace (Llama, Gemma) has U+2581
+     * only at the start of a token: then a text may be cut before each run of
+     * U+2581 and each part merged on its own, with the same result. */
+    t->cut_at_spaces = tok_find_raw(t, u2581, 3) >= 0;
+    for (int32_t i = 0; i < n && t->cut_at_spaces; i++) {
+        const char *p = t->raw + t->raw_off[i];
+        uint32_t len = t->raw_off[i + 1] - t->raw_off[i];
+        for (uint32_t k = 1; k + 3 <= len; k++)
+            if (!memcmp(p + k, u2581, 3) && (k < 3 || memcmp(p + k - 3, u2581, 3))) { t->cut_at_spaces = 0; break; }
+    }
     if (t->model != TOK_SPM) return MOR_OK;
 
     const char *key = "tokenizer.ggml.scores";

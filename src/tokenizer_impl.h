@@ -41,6 +41,8 @@ struct tokenizer {
     pretok *pre;        /* TOK_BPE: how a text is cut into pieces          */
     int       prefix;       /* TOK_SPM*: PREFIX_*                              */
     int       split_spaces; /* TOK_SPM*: a piece starts at every U+2581 (HF Metaspace split) */
+    int       cut_at_spaces;/* TOK_SPM*: no token has a U+2581 after another character, so no merge
+                             * crosses the start of a run of U+2581: pieces may start there (speed) */
     int       nfc;          /* each stretch of text is put in NFC first (mor.tokenizer.normalizer) */
     mor_token bos, eos, pad, unk;
     int       add_bos;      /* whether texts should start with BOS (informational) */

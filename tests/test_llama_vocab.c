@@ -21,6 +21,7 @@
  * against llama.cpp on the same file. Reads committed files only. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "convert.h"
@@ -301,6 +302,30 @@ static void test_vocab(const char *name, int spm, int add_bos)
             free(b);
         }
         CHECK(differ > 0, "mpt: %d texts with runs of spaces tokenize otherwise without PARSE_USER_DEFINED", differ);
+    }
+    /* About 256 KB of the suites' texts in one call, well under a second
+     * without sanitizers (a SentencePiece text is cut only where no merge can
+     * cross, at the start of each run of spaces) */
+    if (have_s && have_x) {
+        size_t cap = (1 << 18) + 4096, len = 0;
+        char *big = malloc(cap);
+        for (int i = 0; len < (1u << 18); i = (i + 1) % (s.n + x.n)) {
+            const suite *q = i < s.n ? &s : &x;
+            int k = i < s.n ? i : i - s.n;
+            if (len + q->len[k] + 1 > cap) break;
+            memcpy(big + len, q->text[k], q->len[k]);
+            len += q->len[k];
+            big[len++] = ' ';
+        }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int32_t n = 0;
+        mor_status bs = mor_tokenize(m, big, len, 0, NULL, 0, &n);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        CHECK(bs == MOR_E_BUFFER_TOO_SMALL && dt < 2.0, "%s: %.0f KB -> %d tokens in %.3f s", name, len / 1024.0,
+              (int)n, dt);
+        free(big);
     }
     if (have_s) suite_free(&s);
     if (have_x) suite_free(&x);

@@ -27,10 +27,13 @@ static const struct { const char *text; int type; float score; } words[] = {
     { "he", 1, -10 }, { "ll", 1, -11 }, { "llo", 1, -12 }, { "hello", 1, -13 }, { SP "h", 1, -14 },
     { SP "hello", 1, -9 }, { "ab", 1, -20 }, { "bc", 1, -20 }, { SP SP, 1, -30 }, { SP "a", 1, -31 },
     { "<u>", 4, 0 }, { "zz", 5, 0 },
+    /* with o.cross: a U+2581 inside a token, so merges cross spaces */
+    { SP "x", 1, -4 }, { "o" SP "x", 1, -5 },
 };
 #define N_WORDS (int)(sizeof words / sizeof words[0])
 
 typedef struct {
+    int cross;                       /* keep the last two words (else they are left out) */
     int no_bytes, merges, no_scores, nan_score, bad_byte, dup_byte, type_bad, pre_bad;
     int add_space_prefix;            /* -1: key left out */
     const char *prefix_space;        /* mor.tokenizer.prefix_space, or NULL */
@@ -38,7 +41,8 @@ typedef struct {
     int remove_ws, charsmap, unk_id_bad, drop_unk;
 } opts;
 
-static int n_tokens(const opts *o) { return 3 + (o->no_bytes ? 0 : 256) + N_WORDS; }
+static int n_words(const opts *o) { return N_WORDS - (o->cross ? 0 : 2); }
+static int n_tokens(const opts *o) { return 3 + (o->no_bytes ? 0 : 256) + n_words(o); }
 
 /* Token id of word i. */
 static int wid(const opts *o, int i) { return 3 + (o->no_bytes ? 0 : 256) + i; }
@@ -68,7 +72,7 @@ static void *build(const opts *o, size_t *size)
         tok[k] = strdup(t);
         type[k++] = 6;
     }
-    for (int i = 0; i < N_WORDS; i++) {
+    for (int i = 0; i < n_words(o); i++) {
         tok[k] = strdup(words[i].text);
         type[k] = words[i].type;
         score[k++] = words[i].score;
@@ -271,6 +275,21 @@ static void test_split_and_unknown(void)
     }
 }
 
+/* A token with a U+2581 after another character: merges cross the start of
+ * a run of spaces, so the text is not cut there (cut_at_spaces off). */
+static void test_crossing(void)
+{
+    opts o = { 0 };
+    o.add_space_prefix = -1;
+    o.cross = 1;
+    loaded l;
+    if (!CHECK(load(&o, &l) == MOR_OK, "a vocabulary with o\\u2581x loads (%s)", mor_last_error())) return;
+    /* \u2581hello\u2581x: \u2581x (-4), then o\u2581x (-5) before he (-10) */
+    CHECK(toks_are(l.m, "hello x", 0, (int[]){ W(SP), W("he"), W("ll"), W("o" SP "x"), -1 }),
+          "merges cross a space: hello x -> [\\u2581, he, ll, o\\u2581x]");
+    unload(&l);
+}
+
 static void expect(const opts *o, mor_status want, const char *what)
 {
     loaded l;
@@ -310,6 +329,7 @@ int main(void)
     test_merging(1);
     test_prefix_rules();
     test_split_and_unknown();
+    test_crossing();
     test_corrupt();
     return check_done();
 }
