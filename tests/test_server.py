@@ -372,11 +372,9 @@ def test_limits():
 
 # ---- chat ---------------------------------------------------------------------
 
-def gguf_with_key(src, dst, key, value):
-    """A copy of a GGUF file with one more string key (the tensors as they
-    were, re-aligned)."""
-    with open(src, "rb") as f:
-        data = f.read()
+def gguf_layout(data):
+    """(offset after the key-values, offset after the tensor infos, the data
+    section's start, alignment, {tensor: (dims, type, offset in the data)})."""
     o = 8
     n_t, n_kv = struct.unpack_from("<QQ", data, o)
     o += 16
@@ -404,19 +402,77 @@ def gguf_with_key(src, dst, key, value):
             align, = struct.unpack_from("<I", data, o)
         o = skip_val(o, vt)
     kv_end = o
+    tensors = {}
     for _ in range(n_t):
         n, = struct.unpack_from("<Q", data, o)
+        name = data[o + 8:o + 8 + n].decode()
         o += 8 + n
         nd, = struct.unpack_from("<I", data, o)
-        o += 4 + 8 * nd + 4 + 8
-    infos_end = o
-    data_start = (infos_end + align - 1) // align * align
+        dims = struct.unpack_from("<%dQ" % nd, data, o + 4)
+        tt, off = struct.unpack_from("<IQ", data, o + 4 + 8 * nd)
+        tensors[name] = (dims, tt, off)
+        o += 4 + 8 * nd + 12
+    return kv_end, o, (o + align - 1) // align * align, align, tensors
+
+
+def gguf_with_key(src, dst, key, value):
+    """A copy of a GGUF file with one more string key (the tensors as they
+    were, re-aligned)."""
+    with open(src, "rb") as f:
+        data = f.read()
+    n_t, n_kv = struct.unpack_from("<QQ", data, 8)
+    kv_end, infos_end, data_start, align, _ = gguf_layout(data)
     kb, vb = key.encode(), value.encode()
     extra = struct.pack("<Q", len(kb)) + kb + struct.pack("<I", 8) + struct.pack("<Q", len(vb)) + vb
     head = data[:8] + struct.pack("<QQ", n_t, n_kv + 1) + data[24:kv_end] + extra + data[kv_end:infos_end]
     head += b"\0" * ((len(head) + align - 1) // align * align - len(head))
     with open(dst, "wb") as f:
         f.write(head + data[data_start:])
+
+
+def gguf_poison_row(src, dst, tensor, row):
+    """A copy of an F16 GGUF file with one row of a matrix NaN."""
+    data = bytearray(open(src, "rb").read())
+    _, _, start, _, tensors = gguf_layout(data)
+    dims, tt, off = tensors[tensor]
+    assert tt == 1, "F16 expected"
+    for i in range(dims[0]):
+        struct.pack_into("<H", data, start + off + (row * dims[0] + i) * 2, 0x7E00)
+    with open(dst, "wb") as f:
+        f.write(data)
+
+
+def test_nonfinite(tmp):
+    """Logits that cannot be sampled end their own request with a 500 (the
+    library names it), not the others in the same steps."""
+    bad = os.path.join(tmp, "nan.gguf")
+    plain = os.path.join(t.ROOT, "tests", "fuzz", "models", "plain_f16.gguf")
+    # a token the clean request never meets (prompt and greedy output), for the poisoned row
+    clean = subprocess.run([sl.RUN, "-m", plain, "--ids", "1,2,3", "-n", "40", "--greedy", "--routing", "default",
+                            "--print-ids", "-q"], capture_output=True).stdout.split()
+    x = min(set(range(64)) - {1, 2, 3} - {int(v) for v in clean})
+    gguf_poison_row(plain, bad, "token_embd.weight", x)
+    srv = sl.Server(["--slots", "4", "-q"], model=bad)
+    st, e = completion(srv, {"prompt": "text", "max_tokens": 2})
+    t.check(st == 400 and "token ids" in e["error"]["message"], "a model without a tokenizer: a text prompt is a 400")
+    a, first = open_stream(srv, {"prompt": [1, 2, 3], "max_tokens": 40, "temperature": 0, "stream": True})
+    st, e = completion(srv, {"prompt": [1, x, 3], "max_tokens": 5})
+    rest = first
+    while not rest.endswith(b"0\r\n\r\n"):
+        b = a.recv(65536)
+        if not b:
+            break
+        rest += b
+    a.close()
+    n_tok = rest.count(b'"token_ids"')
+    t.check(st == 500 and "not finite" in e["error"]["message"] and e["error"]["type"] == "server_error",
+            "a request whose logits are NaN (a NaN embedding row): 500 naming the cause")
+    t.check(b'"finish_reason":"length"' in rest and n_tok == 40 and b'"error"' not in rest,
+            "the request running beside it is not touched: all 40 tokens, finish_reason length")
+    st, r = completion(srv, {"prompt": [1, 2, 3], "max_tokens": 40, "temperature": 0})
+    t.check(st == 200 and r["choices"][0]["mor"]["token_ids"] == [int(v) for v in clean],
+            "and the server goes on (the clean request's tokens are mor-run's)")
+    srv.stop()
 
 
 CHATML_JINJA = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -615,6 +671,7 @@ def main():
         t.check(rc == 0, "and stopped cleanly (exit status %d)" % rc)
         test_limits()
         test_chat(tmp)
+        test_nonfinite(tmp)
         test_drain()
         dw = load_test("depthwise")
         sq = load_test("sequence")

@@ -285,13 +285,18 @@ static void *engine_main(void *arg)
             dt = engine_now() - t0;
             e->local.steps++;
             if (st) {
-                /* A failed step changed nothing; the requests in it cannot
-                 * go on safely, so they end with the error. */
+                /* A failed step changed nothing. Logits that cannot be sampled
+                 * are one request's (mor.h: the message names it, and cancelling
+                 * it lets the others go on); for anything else every request in
+                 * the step ends with the error. */
                 char msg[200];
+                const char *at = strstr(mor_last_error(), "request ");
+                int bad = -1;
+                job *one = st == MOR_E_INVALID_ARG && at && sscanf(at, "request %d:", &bad) == 1 ? find(e, bad) : NULL;
                 snprintf(msg, sizeof msg, "generation failed: %s (%s)", mor_last_error(), mor_status_str(st));
                 fprintf(stderr, "mor-server: %s\n", msg);
                 for (job *j = e->active; j; j = j->anext)
-                    if (j->state == J_ACTIVE) {
+                    if (j->state == J_ACTIVE && (!one || j == one)) {
                         mor_server_cancel(e->srv, j->id);
                         finish(j, FINISH_ERROR, msg);
                         e->local.requests[FINISH_ERROR]++;
