@@ -20,8 +20,10 @@ work disturbed, and reports the foreign load. The models: the bundled
 models/brown-mor.gguf, and mor-bench's SmolLM-135M-shaped MoR (N_r = 3, F32
 and Q8_0; mor-bench writes it to build/bench), THRESHOLD routing calibrated
 by mor-bench for a mean depth near 2. Prints markdown tables: median tok/s,
-the ratio HTTP/direct, median p50 and p99 latency, and whether the outputs
-were the same. Run it under `flock /work/bench.lock` on a shared machine.
+the ratio HTTP/direct, median p50 and p99 latency, tokens per CPU second of
+the engine (direct: the process; HTTP: the server, its loading and drain
+included) with their ratio, the clients' CPU, and whether the outputs were
+the same. Run it under `flock /work/bench.lock` on a shared machine.
 """
 import argparse
 import os
@@ -55,11 +57,12 @@ def run(cmd, guard, out_dir, tag):
 
 def loadgen_line(text):
     m = re.search(r"conc (\d+) requests (\d+) tokens (\d+) wall ([0-9.]+) tok/s ([0-9.]+) p50 ([0-9.]+) "
-                  r"p99 ([0-9.]+) depth ([0-9.]+) errors (\d+) outputs ([0-9a-f]+)", text)
+                  r"p99 ([0-9.]+) depth ([0-9.]+) errors (\d+) outputs ([0-9a-f]+) cpu ([0-9.]+) client_cpu ([0-9.]+)", text)
     if not m:
         sys.exit("no result line in: " + text[-500:])
     return {"tps": float(m.group(5)), "p50": float(m.group(6)), "p99": float(m.group(7)),
-            "depth": float(m.group(8)), "errors": int(m.group(9)), "hash": m.group(10), "tokens": int(m.group(3))}
+            "depth": float(m.group(8)), "errors": int(m.group(9)), "hash": m.group(10), "tokens": int(m.group(3)),
+            "tpc": int(m.group(3)) / max(1e-9, float(m.group(11))), "client_cpu": float(m.group(12))}
 
 
 def bench_row(text, col):
@@ -103,8 +106,9 @@ def main():
             thr, path = calibrate(model.split("-", 1)[1], args, args.out)
         print("\n## %s%s\n" % (model, " (THRESHOLD %s / %s, calibrated by mor-bench)" % thr if thr else ""))
         print("| mode | clients | requests | direct tok/s | HTTP tok/s | HTTP / direct | mor-bench --serve tok/s "
-              "| p50 direct / HTTP (s) | p99 direct / HTTP (s) | mean depth | same outputs | foreign load max |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|")
+              "| p50 direct / HTTP (s) | p99 direct / HTTP (s) | tok per CPU s: direct / server (ratio) | client CPU s "
+              "| mean depth | same outputs | foreign load max |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|")
         for mode in args.modes.split(","):
             for conc in [int(c) for c in args.conc.split(",")]:
                 per = 8 if conc == 1 else 4 if conc <= 8 else 2
@@ -141,10 +145,14 @@ def main():
                      for w in ("direct", "http")}
                 same = len({r["hash"] for r in res["direct"] + res["http"]}) == 1 and \
                     all(r["errors"] == 0 for r in res["direct"] + res["http"])
-                print("| %s | %d | %d | %.1f | %.1f | %.3f | %s | %.3f / %.3f | %.3f / %.3f | %.3f | %s | %s |" % (
+                tpc = {w: statistics.median([r["tpc"] for r in res[w]]) for w in ("direct", "http")}
+                print("| %s | %d | %d | %.1f | %.1f | %.3f | %s | %.3f / %.3f | %.3f / %.3f | %.0f / %.0f (%.3f) | %.2f "
+                      "| %.3f | %s | %s |" % (
                     mode, conc, conc * per, med["direct"], med["http"], med["http"] / med["direct"],
                     "%.1f" % med["bench"] if med["bench"] else "-", p["direct"][0], p["http"][0], p["direct"][1],
-                    p["http"][1], res["direct"][0]["depth"], "yes" if same else "NO",
+                    p["http"][1], tpc["direct"], tpc["http"], tpc["http"] / tpc["direct"],
+                    statistics.median([r["client_cpu"] for r in res["http"]]),
+                    res["direct"][0]["depth"], "yes" if same else "NO",
                     "%.1f%%" % max(foreign) if foreign else "-"))
                 sys.stdout.flush()
 

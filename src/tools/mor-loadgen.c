@@ -16,8 +16,13 @@
  * (public API), the engine without HTTP: a client's next request is
  * submitted at the step after its previous one finished. Prints one line:
  *
- *   conc 8 requests 16 tokens 512 wall 1.234 tok/s 414.9 p50 0.480 p99 0.611 depth 1.972 errors 0 outputs 5a1f...
+ *   conc 8 requests 16 tokens 512 wall 1.234 tok/s 414.9 p50 0.480 p99 0.611 depth 1.972 errors 0
+ *   outputs 5a1f... cpu 2.31 client_cpu 0.05
  *
+ * cpu: user + system CPU seconds of the engine (--direct: this process;
+ * --server: the server, counted once it has exited); client_cpu: this
+ * process's with --server / --url (the clients). On a busy machine tokens
+ * per CPU second are less disturbed than tokens per wall second.
  * "outputs" hashes every request's tokens (order-independent), so that the
  * three ways can be checked to have generated the same tokens. */
 #include <errno.h>
@@ -29,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -282,6 +288,14 @@ static int run_direct(double *wall)
     return ok ? 0 : -1;
 }
 
+static double cpu_of(int who)
+{
+    struct rusage u;
+    getrusage(who, &u);
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
+           1e-6 * (double)u.ru_stime.tv_usec;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -349,15 +363,20 @@ int main(int argc, char **argv)
     int total = O.conc * O.requests;
     R = calloc((size_t)total, sizeof *R);
     if (!R) return 1;
-    double wall = 0;
+    double wall = 0, cpu = 0, client_cpu = 0;
     int rc;
     if (O.direct) {
+        double c0 = cpu_of(RUSAGE_SELF);
         rc = run_direct(&wall);
+        cpu = cpu_of(RUSAGE_SELF) - c0;
     } else {
         pid_t pid = O.server_args ? spawn_server(argv[0]) : 0;
         if (pid < 0) return 1;
+        double c0 = cpu_of(RUSAGE_SELF);
         rc = run_http(&wall);
+        client_cpu = cpu_of(RUSAGE_SELF) - c0;
         if (pid > 0) { kill(pid, SIGTERM); waitpid(pid, NULL, 0); }
+        cpu = cpu_of(RUSAGE_CHILDREN);   /* the server's whole life: loading, serving, draining */
     }
     long tokens = 0, dsum = 0;
     int errors = 0, n_ok = 0;
@@ -372,9 +391,9 @@ int main(int argc, char **argv)
     }
     qsort(lat, (size_t)n_ok, sizeof *lat, cmp_d);
     double p50 = n_ok ? lat[n_ok / 2] : 0, p99 = n_ok ? lat[(int)((n_ok - 1) * 0.99 + 0.5)] : 0;
-    printf("conc %d requests %d tokens %ld wall %.3f tok/s %.1f p50 %.3f p99 %.3f depth %.3f errors %d outputs %016llx\n",
-           O.conc, total, tokens, wall, (double)tokens / wall, p50, p99, tokens ? (double)dsum / (double)tokens : 0.0,
-           errors, (unsigned long long)h);
+    printf("conc %d requests %d tokens %ld wall %.3f tok/s %.1f p50 %.3f p99 %.3f depth %.3f errors %d outputs %016llx "
+           "cpu %.3f client_cpu %.3f\n", O.conc, total, tokens, wall, (double)tokens / wall, p50, p99,
+           tokens ? (double)dsum / (double)tokens : 0.0, errors, (unsigned long long)h, cpu, client_cpu);
     free(lat);
     free(R);
     return rc || errors ? 1 : 0;
