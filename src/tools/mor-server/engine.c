@@ -150,10 +150,12 @@ static void on_token(mor_request_id id, mor_token tok, int32_t depth, void *ud)
     for (int32_t i = 0; i < j->n_stop_tokens; i++) stop_token |= tok == j->stop_tokens[i];
     char small[256], *bytes = small;
     size_t len = 0;
+    /* the token's piece as it appears inside the text (mor_detokenize of a
+     * lone token would drop a SentencePiece word's leading space) */
     if (j->detok && !stop_token &&
-        mor_detokenize(e->model, &tok, 1, small, sizeof small, &len) == MOR_E_BUFFER_TOO_SMALL) {
+        mor_token_to_piece(e->model, tok, small, sizeof small, &len) == MOR_E_BUFFER_TOO_SMALL) {
         bytes = malloc(len);
-        if (!bytes || mor_detokenize(e->model, &tok, 1, bytes, len, &len) != MOR_OK) { free(bytes); bytes = small; len = 0; }
+        if (!bytes || mor_token_to_piece(e->model, tok, bytes, len, &len) != MOR_OK) { free(bytes); bytes = small; len = 0; }
     }
     const char *out;
     size_t n_out = ts_push(&j->ts, bytes, len, &out);

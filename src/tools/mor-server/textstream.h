@@ -1,7 +1,7 @@
 /* textstream.h - generated text as it may be shown: stop strings and whole
  * characters.
  *
- * Tokens arrive one at a time as bytes (mor_detokenize of one token). The
+ * Tokens arrive one at a time as bytes (mor_token_to_piece of one token). The
  * stream hands out, after each, the bytes that can no longer change:
  *  - it holds back a tail that is the beginning of a stop string (so text
  *    that turns out to be part of one is never shown), found with one KMP
