@@ -543,11 +543,12 @@ enum {
  * mor_model_add_bos() is 1.
  *
  * Byte-level BPE (GPT-2, GPT-NeoX/Pythia, SmolLM, StarCoder, Falcon,
- * DeepSeek, ...): every byte has a token, so any text is encoded; invalid
- * UTF-8 bytes are one-byte characters of their own, and decode back. A byte
- * the vocabulary has no token for is dropped, as HF and llama.cpp drop it.
- * Where the model's tokenizer normalizes (GPT-NeoX's tokenizer.json: NFC),
- * each stretch is tokenized in NFC, and decoding gives that NFC.
+ * DeepSeek, ...): each byte is encoded by its token, invalid UTF-8 bytes as
+ * one-byte characters of their own, so any text decodes back; a byte the
+ * vocabulary has no token for (StarCoder's C0 and C1, some of Falcon's
+ * control bytes) is dropped, as HF and llama.cpp drop it. Where the model's
+ * tokenizer normalizes (GPT-NeoX's tokenizer.json: NFC), each stretch is
+ * tokenized in NFC, and decoding gives that NFC.
  *
  * SentencePiece-style (Llama, TinyLlama, Gemma): spaces become U+2581 and,
  * where the model says so, a U+2581 goes before the text (and before each
@@ -568,7 +569,9 @@ MOR_API mor_status mor_tokenize(const mor_model *model, const char *text, size_t
  * a space before the text (SentencePiece, above), one leading space of the
  * first token is dropped, as llama.cpp's llama_detokenize and HF's decoder
  * do, so that decoding what mor_tokenize gave (without ADD_BOS) gives the
- * text back. To print tokens one at a time, use mor_token_to_piece.
+ * text back (a U+2581 in it comes back as a space, and under HF Metaspace's
+ * rules a leading space is lost, as in HF). To print tokens one at a time,
+ * use mor_token_to_piece.
  * MOR_E_OUT_OF_RANGE for an invalid id. Thread-safe. */
 MOR_API mor_status mor_detokenize(const mor_model *model, const mor_token *tokens, int32_t n,
                                   char *buf, size_t cap, size_t *len_out);
