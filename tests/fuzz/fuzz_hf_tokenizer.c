@@ -3,7 +3,8 @@
  * BPE with byte_fallback. What it accepts is written as GGUF tokenizer keys,
  * as mor-convert does, and loaded by libmor (vocab-only); a tokenizer that
  * loads must round-trip text (that starts without a space and holds no
- * U+2581) through tokenize/detokenize. */
+ * U+2581) through tokenize/detokenize, where its vocabulary has a token for
+ * every byte of it. */
 #include "fuzz.h"
 #include "gguf_write.h"
 #include "hf_tokenizer.h"
@@ -39,7 +40,15 @@ static void load_in_libmor(const hf_tokenizer *t)
             mor_status st = mor_tokenize(m, text, sizeof text - 1, 0, ids, 64, &k);
             FUZZ_ASSERT(st == MOR_OK, "tokenize: %s", mor_last_error());
             st = mor_detokenize(m, ids, k, back, sizeof back, &len);
-            FUZZ_ASSERT(st == MOR_OK && len == sizeof text - 1 && !memcmp(back, text, len), "round trip");
+            FUZZ_ASSERT(st == MOR_OK, "detokenize: %s", mor_last_error());
+            /* a byte-level vocabulary may lack a byte's token: that byte is dropped */
+            int covered = 1;
+            for (size_t i = 0; i < sizeof text - 1; i++) {
+                int32_t n1 = 0;
+                mor_tokenize(m, text + i, 1, 0, NULL, 0, &n1);
+                covered &= n1 > 0;
+            }
+            if (covered) FUZZ_ASSERT(len == sizeof text - 1 && !memcmp(back, text, len), "round trip");
             mor_model_free(m);
         }
     }
