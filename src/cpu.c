@@ -1,17 +1,40 @@
 /* cpu.c - CPU feature detection: cpuid + xgetbv on x86-64, hwcaps on aarch64.
  * The result is computed once and is immutable afterwards, so reading it from
- * any thread is safe. */
+ * any thread is safe. On Linux, detection also asks the kernel once for the
+ * AMX tile data permission (below), the one side effect it has. */
 #include <pthread.h>
 #include "cpu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static uint64_t xgetbv0(void)
 {
     uint32_t lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return ((uint64_t)hi << 32) | lo;
+}
+
+/* AMX tiles can run when the CPU has them (cpuid leaf 7 EDX bit 24, given in
+ * d7), the OS saves their state (XCR0 bits 17 XTILECFG and 18 XTILEDATA), and,
+ * on Linux, the process may use tile data: since Linux 5.16 a process must
+ * ask once with arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) before
+ * the first tile instruction, which otherwise faults (SIGILL). A kernel that
+ * refuses or does not know the request (older kernels, some sandboxes,
+ * valgrind) leaves AMX off, and the AVX-512 kernels run instead. */
+static int amx_usable(uint32_t d7, uint64_t xcr0)
+{
+    if (!((d7 >> 24) & 1) || (xcr0 & (3ull << 17)) != (3ull << 17)) return 0;
+#if defined(__linux__) && defined(__x86_64__)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return 0;   /* no known way to get the permission here: AMX stays off */
+#endif
 }
 
 static uint32_t detect(void)
@@ -41,6 +64,11 @@ static uint32_t detect(void)
         uint32_t a1, b1, c1, d1;
         __cpuid_count(7, 1, a1, b1, c1, d1);
         if ((a1 >> 4) & 1) f |= CPU_AVXVNNI;
+    }
+    if ((f & CPU_AVX512) && amx_usable(d, xcr0)) {
+        f |= CPU_AMX_TILE;
+        if ((d >> 25) & 1) f |= CPU_AMX_INT8;
+        if ((d >> 22) & 1) f |= CPU_AMX_BF16;
     }
     return f;
 }

@@ -14,6 +14,7 @@
  *    the work to be split, in each weight type) with each kernel set and
  *    n_threads 1, 2 and 3: bitwise the same logits and depths per set
  *    whatever the thread count, and close to the reference set's.
+ * Also the CPU detection (and, where the CPU has AMX, that tiles run).
  * Sets the CPU lacks are reported as skipped. */
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "context.h"
+#include "cpu.h"
 #include "kernels.h"
 #include "mor.h"
 #include "quant.h"
@@ -362,8 +364,44 @@ static void test_decode_threads(const char *dir)
     }
 }
 
+/* CPU detection: the feature bits hang together, and where AMX is reported, tile instructions run
+ * (the process was granted tile data: a tile stored from tilezero reads back as zeros). */
+static void test_cpu(void)
+{
+    const uint32_t f = cpu_features();
+    static const struct { uint32_t bit; const char *name; } names[] = {
+        { CPU_AVX2, "avx2" }, { CPU_AVX512, "avx512" }, { CPU_AVX512VNNI, "vnni" },
+        { CPU_AVX512BF16, "avx512-bf16" }, { CPU_AVX512VBMI, "vbmi" }, { CPU_GFNI, "gfni" },
+        { CPU_AVXVNNI, "avx-vnni" }, { CPU_AMX_TILE, "amx-tile" }, { CPU_AMX_INT8, "amx-int8" },
+        { CPU_AMX_BF16, "amx-bf16" }, { CPU_NEON, "neon" }, { CPU_DOTPROD, "dotprod" },
+    };
+    printf("# cpu features:");
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) if (f & names[i].bit) printf(" %s", names[i].name);
+    printf("\n");
+    const uint32_t amx = CPU_AMX_TILE | CPU_AMX_INT8 | CPU_AMX_BF16;
+    CHECK(!(f & amx) || ((f & CPU_AVX512) && (f & CPU_AMX_TILE)),
+          "AMX reported only with AVX-512 and tile support");
+    CHECK(cpu_features() == f, "features are the same on a second call");
+#if defined(__x86_64__)
+    if (!(f & CPU_AMX_TILE)) { SKIP("AMX tile instructions: no AMX here (or no tile permission)"); return; }
+    struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } __attribute__((aligned(64))) cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1; cfg.rows[0] = 16; cfg.colsb[0] = 64;
+    int32_t out[256];
+    memset(out, 0x5a, sizeof out);
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+    __asm__ volatile("tilezero %%tmm0" : :);
+    __asm__ volatile("tilestored %%tmm0, (%0,%1,1)" : : "r"(out), "r"((long)64) : "memory");
+    __asm__ volatile("tilerelease" : : : "memory");
+    int zero = 1;
+    for (int i = 0; i < 256; i++) zero &= out[i] == 0;
+    CHECK(zero, "AMX tiles run in this process (a zeroed 16 x 64-byte tile stored as zeros)");
+#endif
+}
+
 int main(void)
 {
+    test_cpu();
     static const char *const names[ISA_COUNT] = { "ref", "avx2", "avx512", "neon" };
     const kernel_set *best = kernels_best();
     CHECK(best != NULL, "best kernel set here: %s (compiled in: %s)", best ? best->name : "none", kernels_compiled());
