@@ -9,7 +9,11 @@
  * the same sequence of operations whatever the number of rows, the tile it
  * falls in or the output range a thread was given, so results do not depend
  * on batch composition or thread count (bitwise). Different kernel sets may
- * round differently. */
+ * round differently; what holds between them:
+ *  - quantized weights (Q8_0, Q4_0): the AMX set is bitwise the reference
+ *    kernels (exact integer sum per block, then d_w * d_x scaling in block
+ *    order, kernels_amx.c); the AVX2, AVX-512 and NEON sets split each
+ *    block's sum into lanes and round differently. */
 #ifndef MOR_KERNELS_H
 #define MOR_KERNELS_H
 #include <stddef.h>
@@ -90,7 +94,7 @@ typedef void (*lora_axpy_fn)(const float *t, int64_t ldt, int32_t rows, int32_t 
                              float *y, int64_t ldy, int64_t n);
 
 typedef struct kernel_set {
-    const char   *name;                 /* "ref", "avx2", "avx512" (or "avx512-novbmi"), "neon" */
+    const char   *name;                 /* "ref", "avx2", "avx512" (or "avx512-novbmi"), "amx", "neon" */
     /* one row of k floats (k a multiple of 32) into a mor_act_q8 row */
     void        (*act_q8)(const float *x, void *row, int64_t k);
     matmul_fn matmul;
@@ -101,7 +105,7 @@ typedef struct kernel_set {
     lora_axpy_fn  lora_axpy;
 } kernel_set;
 
-enum { ISA_REF, ISA_AVX2, ISA_AVX512, ISA_NEON, ISA_COUNT };
+enum { ISA_REF, ISA_AVX2, ISA_AVX512, ISA_AMX, ISA_NEON, ISA_COUNT };
 
 /* The kernel set for isa if it is compiled in and this CPU runs it, else
  * NULL. ISA_REF always exists. Thread-safe; tables are immutable. */
@@ -126,7 +130,7 @@ void k_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, cons
                     float scale, float *probs, float *out);
 
 /* The fast sets (kernels_<isa>.c), defined only where compiled in. */
-extern const kernel_set kernels_avx2, kernels_avx512, kernels_neon;
+extern const kernel_set kernels_avx2, kernels_avx512, kernels_amx, kernels_neon;
 /* The AVX-512 set for CPUs without VBMI and GFNI (kernels_get picks it
  * there): the same results as kernels_avx512, bitwise. */
 extern const kernel_set kernels_avx512_novbmi;
@@ -137,4 +141,8 @@ void k_rms_norm_avx2(float *out, const float *x, const float *w, int32_t n, floa
 void k_attend_avx2(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
                      size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
                      float scale, float *probs, float *out);
+/* AVX-512 members the AMX set shares (only to be called where AVX-512 runs). */
+void k_attend_avx512(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
+                       size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
+                       float scale, float *probs, float *out);
 #endif

@@ -844,7 +844,7 @@ AI void attend_g(const float *q, int G, int NJ, const char *k, const char *v, si
     { attend_g(q, G, NJ, k, v, stride, t, cells, nv, scale, probs, out); }
 ATT(1, 4) ATT(2, 4) ATT(3, 4) ATT(4, 4) ATT(1, 8) ATT(2, 8)
 
-static void attend_avx512(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
+void k_attend_avx512(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
                           size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
                           float scale, float *probs, float *out)
 {
@@ -882,10 +882,10 @@ KERNELS_LORA_AXPY(lora_axpy_avx512, 16)
 
 /* The set for CPUs with VBMI and GFNI, and the same without them (the same bits). */
 const kernel_set kernels_avx512 = {
-    "avx512", act_q8_avx2, matmul_avx512, attend_avx512, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_avx512
+    "avx512", act_q8_avx2, matmul_avx512, k_attend_avx512, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_avx512
 };
 const kernel_set kernels_avx512_novbmi = {
-    "avx512-novbmi", act_q8_avx2, matmul_avx512_novbmi, attend_avx512, k_rms_norm_avx2, k_swiglu_avx2,
+    "avx512-novbmi", act_q8_avx2, matmul_avx512_novbmi, k_attend_avx512, k_rms_norm_avx2, k_swiglu_avx2,
     lora_axpy_avx512
 };
 #endif

@@ -17,6 +17,12 @@ const kernel_set *kernels_get(int isa)
          * to unpack quantized blocks (the same results without them) */
         if (!(f & CPU_AVX512) || !(f & CPU_AVX512VNNI)) return NULL;
         return (f & CPU_AVX512VBMI) && (f & CPU_GFNI) ? &kernels_avx512 : &kernels_avx512_novbmi;
+    case ISA_AMX: {
+        /* tiles for the matrix products, and the AVX-512 set (with VBMI) for the rest */
+        const uint32_t need = CPU_AVX512 | CPU_AVX512VNNI | CPU_AVX512BF16 | CPU_AVX512VBMI |
+                              CPU_GFNI | CPU_AMX_TILE | CPU_AMX_INT8 | CPU_AMX_BF16;
+        return (f & need) == need ? &kernels_amx : NULL;
+    }
 #endif
 #if defined(__aarch64__)
     case ISA_NEON: return (f & CPU_NEON) ? &kernels_neon : NULL;
@@ -37,7 +43,7 @@ const kernel_set *kernels_best(void)
 const char *kernels_compiled(void)
 {
 #if defined(__x86_64__)
-    return "ref,avx2,avx512";
+    return "ref,avx2,avx512,amx";
 #elif defined(__aarch64__)
     return "ref,neon";
 #else

@@ -14,7 +14,7 @@ const char *mor_build_info(void)
 #endif
         /* the kernel sets compiled in (kernels_dispatch.c picks one at run time) */
 #if defined(__x86_64__)
-        " kernels=ref,avx2,avx512"
+        " kernels=ref,avx2,avx512,amx"
 #elif defined(__aarch64__)
         " kernels=ref,neon"
 #else

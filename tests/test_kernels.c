@@ -7,7 +7,7 @@
  *  - quantized matmuls on block counts around the kernels' pair and group
  *    loops, with the matrix ending at an unreadable page (no kernel reads
  *    past the weights), and the AVX-512 set without VBMI bitwise the same
- *    as with it;
+ *    as with it; the AMX set's quantized products bitwise the reference's;
  *  - the Q8_0 activation quantizer bitwise the reference (ties included);
  *  - attention over F32, F16 and Q8_0 caches, RMSNorm and SwiGLU;
  *  - decode through a context (a random-weight MoR model large enough for
@@ -68,6 +68,15 @@ static double abs_dot(const tensor *w, const float *x, int64_t o)
     return s;
 }
 
+/* Sets whose quantized products are bitwise the reference's (kernels.h) */
+static int exact_quant(const kernel_set *ks)
+{
+#if defined(__x86_64__)
+    if (ks == &kernels_amx) return 1;
+#endif
+    return ks == &kernels_ref;
+}
+
 static void test_matmul(const kernel_set *ks, uint32_t t, int64_t rows, int64_t cols, int32_t n)
 {
     tensor w;
@@ -110,6 +119,9 @@ static void test_matmul(const kernel_set *ks, uint32_t t, int64_t rows, int64_t 
           "%s matmul %s %lldx%lld, %d rows: max err %.2g (of sum |w x|); rows one at a time %s, split ranges %s, acc %s",
           ks->name, tname(t), (long long)rows, (long long)cols, n, worst, same1 ? "bitwise" : "DIFFER",
           same2 ? "bitwise" : "DIFFER", acc_ok ? "ok" : "WRONG");
+    if (act_is_q8(t) && exact_quant(ks))
+        CHECK(!memcmp(y, ref, sizeof(float) * ny), "%s matmul %s %lldx%lld, %d rows: bitwise the reference kernels",
+              ks->name, tname(t), (long long)rows, (long long)cols, n);
     free(wd); free(x); free(xp); free(ref); free(y); free(y1); free(y2); free(scr);
 }
 
@@ -402,7 +414,7 @@ static void test_cpu(void)
 int main(void)
 {
     test_cpu();
-    static const char *const names[ISA_COUNT] = { "ref", "avx2", "avx512", "neon" };
+    static const char *const names[ISA_COUNT] = { "ref", "avx2", "avx512", "amx", "neon" };
     const kernel_set *best = kernels_best();
     CHECK(best != NULL, "best kernel set here: %s (compiled in: %s)", best ? best->name : "none", kernels_compiled());
     for (int isa = ISA_REF + 1; isa < ISA_COUNT; isa++) {

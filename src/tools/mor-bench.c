@@ -10,7 +10,7 @@
  * (rep by rep), so that their ratios are fair on a noisy machine.
  *
  *   mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]
- *             [-p 128] [-n 64] [-r 5] [--dir build/bench] [--json FILE] [--kernels auto|ref|avx2|avx512]
+ *             [-p 128] [-n 64] [-r 5] [--dir build/bench] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]
  *             [--no-probe] [--quick]
  *   mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5]
  *             a relaxed model (LoRA deltas) from files: each loaded unfolded and folded
@@ -440,7 +440,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]\n"
-        "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512|neon]\n"
+        "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]\n"
         "                 [--no-probe] [--quick]\n"
         "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
@@ -506,7 +506,7 @@ int main(int argc, char **argv)
         }
     const kernel_set *ks = kernels_best();
     if (strcmp(kern, "auto")) {
-        static const char *const isa[] = { "ref", "avx2", "avx512", "neon", NULL };
+        static const char *const isa[] = { "ref", "avx2", "avx512", "amx", "neon", NULL };
         ks = kernels_get(cli_choice("--kernels", kern, isa));
         if (!ks) return cli_error("kernel set '%s' is not available here", kern);
     }

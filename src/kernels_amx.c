@@ -1,0 +1,443 @@
+/* kernels_amx.c - the AMX kernel set (x86-64 with AMX-TILE, AMX-INT8 and
+ * AMX-BF16 beside AVX-512 F/BW/VL/DQ/VNNI/BF16: Sapphire Rapids and later).
+ *
+ * Quantized matrix products run on AMX tiles; everything else (float
+ * weights, attention, RMSNorm, SwiGLU, the activation quantizer) is the
+ * AVX-512 set's.
+ *
+ * Quantized weights (Q8_0, Q4_0). A tile is up to 16 rows of up to 64
+ * bytes; tdpbssd adds the int8 product of an A tile (M rows x K bytes) and a
+ * B tile (K/4 rows of N groups of 4 bytes, "VNNI" order) into an int32 C
+ * tile (M x N). With more than ROWS_MAX activation rows (prefill, batches),
+ * 16 activation rows are the A tile (in place, the prepared rows' stride)
+ * and 16 weight rows the B tile, which needs the weights in VNNI order: each
+ * strip of 16 weight rows is transposed (Q4_0 unpacked first) into the
+ * thread's scratch once per call and used by every activation tile; a tile
+ * product per 32-column block gives each (activation row, weight row) that
+ * block's integer sum, stored and scaled by AVX-512. Up to ROWS_MAX rows
+ * (generation) take VNNI instead (see vq_rows for why), forming the same
+ * exact block sums. Either way the sums are then scaled and added in block
+ * order as the reference kernels do it:
+ *     s = 0;  for each block b:  s = s + (float)isum_b * (d_w[b] * d_x[b])
+ * (a multiply, a multiply and an add, no FMA), so this set's quantized
+ * matmuls are bitwise equal to the reference kernels' (kernels_ref.c), for
+ * any number of rows, tile or thread split. They are not bitwise equal to the
+ * AVX-512 set's, which sums each block in 8 lanes of 4 products and scales
+ * the lanes.
+ *
+ * GCC 12's _tile_loadconfig intrinsic is miscompiled (it passes an 8-byte
+ * operand, so the 64-byte configuration is never stored), so every tile
+ * instruction here is written as inline assembly with its operands spelled
+ * out; the configuration is loaded with ldtilecfg on a 64-byte object. Each
+ * matmul call loads its configuration and releases the tiles when it ends
+ * (tilerelease: the tile state is back to its initial state, cheap to save
+ * at a context switch). */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <string.h>
+#include "kernels.h"
+#include "kernels_lora.h"
+#include "quant.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx512vbmi,gfni,avx2,fma,f16c"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,avx512vbmi,gfni,avx2,fma,f16c")
+#endif
+
+#define AI static inline __attribute__((always_inline))
+
+/* ---- tiles ---- */
+
+/* The 64-byte tile configuration (palette 1): rows and bytes per row of
+ * tiles 0-7. */
+typedef struct {
+    uint8_t  palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t  rows[16];
+} __attribute__((aligned(64))) tile_config;
+_Static_assert(sizeof(tile_config) == 64, "the tile configuration is 64 bytes");
+
+AI void tile_set(tile_config *c, int t, int rows, int colsb)
+{
+    c->rows[t] = (uint8_t)rows;
+    c->colsb[t] = (uint16_t)colsb;
+}
+AI void tile_load_config(const tile_config *c) { __asm__ volatile("ldtilecfg %0" : : "m"(*c)); }
+AI void tile_release(void) { __asm__ volatile("tilerelease" : : : "memory"); }
+/* Tile numbers are part of the instruction, so these are macros. Loads and
+ * stores clobber memory: a load must see the stores before it, the plain
+ * loads after a store must see what it wrote. */
+#define TLOAD(t, p, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t : : "r"((const void *)(p)), "r"((long)(stride)) : "memory")
+#define TSTORE(t, p, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" : : "r"((void *)(p)), "r"((long)(stride)) : "memory")
+#define TZERO(t) __asm__ volatile("tilezero %%tmm" #t : :)
+#define TDPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c : :)
+
+/* ---- quantized weights ---- */
+
+enum { ROWS_MAX = 4 };   /* up to this many activation rows take the weights-as-A shape */
+
+/* Bytes of a block and offset of its codes. */
+AI size_t q_block_bytes(int q4) { return q4 ? sizeof(block_q4_0) : sizeof(block_q8_0); }
+
+/* d of block b of R rows (rows rb bytes apart, from row 0 at w) as floats,
+ * lanes R..15 zero: one gather of the 4 bytes at each block start. */
+AI __m512 q_scales(const char *w, size_t rb, int R, int64_t b, int q4)
+{
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)rb));
+    const __mmask16 m = (__mmask16)((1u << R) - 1);
+    const __m512i d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, w + (size_t)b * q_block_bytes(q4), 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+}
+
+/* Q4_0 codes of block b of R rows as int8 values (q - 8), 32 per row in
+ * value order, rows 32 bytes apart at dst (64-byte aligned). Rows from R on
+ * are not read (their bytes are left as they are). */
+AI void q4_unpack(int8_t *dst, const char *w, size_t rb, int R, int64_t b)
+{
+    const __m512i m4 = _mm512_set1_epi8(15), e8 = _mm512_set1_epi8(8);
+    /* [lo r | hi r | lo r+1 | hi r+1] and the same for r+2, r+3 (qwords of lo, then of hi) */
+    const __m512i i01 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), i23 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    const char *q = w + (size_t)b * sizeof(block_q4_0) + 2;
+    for (int r = 0; r < R; r += 4) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(q + (size_t)r * rb)));
+        if (r + 1 < R) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(q + (size_t)(r + 1) * rb)), 1);
+        if (r + 2 < R) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(q + (size_t)(r + 2) * rb)), 2);
+        if (r + 3 < R) v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(q + (size_t)(r + 3) * rb)), 3);
+        const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        _mm512_store_si512((void *)(dst + 32 * r), _mm512_sub_epi8(_mm512_permutex2var_epi64(lo, i01, hi), e8));
+        _mm512_store_si512((void *)(dst + 32 * r + 64), _mm512_sub_epi8(_mm512_permutex2var_epi64(lo, i23, hi), e8));
+    }
+}
+
+/* y row (R outputs from y, mask of R lanes) = a, or += a */
+AI void store_row(float *y, __m512 a, int R, int acc)
+{
+    const __mmask16 m = (__mmask16)((1u << R) - 1);
+    if (acc) a = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y), a);
+    _mm512_mask_storeu_ps(y, m, a);
+}
+
+/* ---- quantized matrix-vector products: exact block sums with VNNI ----
+ *
+ * For up to ROWS_MAX activation rows a tile product does little work per
+ * byte of weights, and here tile and vector instructions hardly overlap: on
+ * tiles (the weights as A tiles in place, each activation row a B tile of
+ * one column) a one-row product ran 1.5-1.7x (Q8_0) and 4-8x (Q4_0, unpacked
+ * to a buffer for the tile load) slower than the AVX-512 set's VNNI kernel
+ * (one core, from L2). So these rows take VNNI, with the same exact sums:
+ * vpdpbusd gives each block 8 lanes of 4-byte products (weights as unsigned
+ * codes, the offset taken back out by starting the lanes at -offset x the
+ * activations' lane sums), and a fixed tree of adds makes them one int32 per
+ * (row, block), exactly. Then the same scaling as the tiles. */
+
+/* The unsigned codes of blocks b, b+1 of a row (two = 0: block b, then zeros). A Q4_0 pair is one
+ * 64-byte load with `over` (the 28 bytes after the pair exist), else a masked load of the pair. */
+AI __m512i vq_codes(const char *row, int64_t b, int two, int q4, int over)
+{
+    if (q4) {
+        const char *p = row + (size_t)b * sizeof(block_q4_0);
+        const __m512i raw = over ? _mm512_loadu_si512((const void *)p)
+                                 : _mm512_maskz_loadu_epi8(two ? 0xFFFFFFFFFull : 0x3FFFFull, p);
+        /* byte j of lanes 0-15 and 16-31 <- nibble byte j of block b (bytes 2 + j), lanes 32-63 of b+1;
+         * then per 64-bit lane x & 15 or x >> 4 (an affine byte transform) */
+        const __m512i perm = _mm512_set_epi8(
+            35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+            35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+            17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2,
+            17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2);
+        const long long lo = 0x0102040800000000ll, hi = 0x1020408000000000ll;
+        const __m512i nib = _mm512_set_epi64(hi, hi, lo, lo, hi, hi, lo, lo);
+        return _mm512_gf2p8affine_epi64_epi8(_mm512_permutexvar_epi8(perm, raw), nib, 0);
+    }
+    const char *p = row + (size_t)b * sizeof(block_q8_0) + 2;
+    __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p));
+    if (two) v = _mm512_mask_loadu_epi8(v, 0xFFFFFFFF00000000ull, p + sizeof(block_q8_0) - 32);
+    return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+}
+
+/* The 16 rows' exact sums of blocks b (*s0) and b+1 (*s1) against activation codes xv (the pair's 64
+ * bytes; base: -offset x their lane sums). Row r's vpdpbusd gives lanes 0-7 for block b and 8-15 for b+1;
+ * then a fixed tree: lanes 0+2 and 1+3 per 128 bits (rows in pairs), then pairs of those (rows in
+ * fours), then the two 128-bit halves of each block. Rows from R on are zeros. */
+AI void vq_sums(const char *w, size_t rb, int R, int64_t b, int two, int q4, int over, __m512i xv, __m512i base,
+                __m512i *s0, __m512i *s1)
+{
+    __m512i u[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        __m512i q[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const int r = 4 * i + 2 * h;
+            const __m512i p0 = r < R ? _mm512_dpbusd_epi32(base, vq_codes(w + (size_t)r * rb, b, two, q4, over), xv) : _mm512_setzero_si512();
+            const __m512i p1 = r + 1 < R ? _mm512_dpbusd_epi32(base, vq_codes(w + (size_t)(r + 1) * rb, b, two, q4, over), xv) : _mm512_setzero_si512();
+            q[h] = _mm512_add_epi32(_mm512_unpacklo_epi32(p0, p1), _mm512_unpackhi_epi32(p0, p1));
+        }
+        u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(q[0], q[1]), _mm512_unpackhi_epi64(q[0], q[1]));
+    }
+    /* u[i], 128-bit quarter k: rows 4i..4i+3, summed over lanes 4k..4k+3 */
+    const __m512i s01 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], 0x88), _mm512_shuffle_i32x4(u[0], u[1], 0xDD));
+    const __m512i s23 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], 0x88), _mm512_shuffle_i32x4(u[2], u[3], 0xDD));
+    *s0 = _mm512_shuffle_i32x4(s01, s23, 0x88);
+    *s1 = _mm512_shuffle_i32x4(s01, s23, 0xDD);
+}
+
+/* R (<= 16) weight rows from w x nx (<= ROWS_MAX) activation rows, all blocks; over: Q4_0 pairs may
+ * be read as 64 bytes (more of the matrix follows the strip). */
+AI void vq_strip(const char *w, size_t rb, int q4, int R, int over, const char *x, size_t xs, int nx, int64_t K,
+                 float *y, int64_t ldy, int acc, const char *pf, size_t pfn)
+{
+    const int64_t nb = K / QK;
+    __m512 a[ROWS_MAX];
+    const int8_t *xq[ROWS_MAX];
+    const float *xd[ROWS_MAX];
+    for (int j = 0; j < ROWS_MAX; j++) {
+        a[j] = _mm512_setzero_ps();
+        xq[j] = act_q8_qs(x + (size_t)(j < nx ? j : 0) * xs);
+        xd[j] = act_q8_d(x + (size_t)(j < nx ? j : 0) * xs, K);
+    }
+    const __m512i off = _mm512_set1_epi8(q4 ? 8 : (char)0x80);
+    const size_t pf_per = pf ? (pfn + (size_t)(nb + 1) / 2 - 1) / (size_t)((nb + 1) / 2) : 0;
+    size_t pf_next = 0;
+    for (int64_t b = 0; b < nb; b += 2) {
+        for (size_t e = pf_next + pf_per; pf_next < e && pf_next < pfn; pf_next += 64) _mm_prefetch(pf + pf_next, _MM_HINT_T0);
+        if (b + 1 < nb) {   /* a pair */
+            const __m512 d0 = q_scales(w, rb, R, b, q4), d1 = q_scales(w, rb, R, b + 1, q4);
+            for (int j = 0; j < nx; j++) {
+                const __m512i xv = _mm512_loadu_si512((const void *)(xq[j] + 32 * b));
+                const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, xv));
+                __m512i s0, s1;
+                vq_sums(w, rb, R, b, 1, q4, over, xv, base, &s0, &s1);
+                a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(d0, _mm512_set1_ps(xd[j][b]))));
+                a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(d1, _mm512_set1_ps(xd[j][b + 1]))));
+            }
+        } else {            /* the last of an odd number of blocks, with zeros */
+            const __m512 d0 = q_scales(w, rb, R, b, q4);
+            for (int j = 0; j < nx; j++) {
+                const __m512i xv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(xq[j] + 32 * b)));
+                const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, xv));
+                __m512i s0, s1;
+                vq_sums(w, rb, R, b, 0, q4, 0, xv, base, &s0, &s1);
+                a[j] = _mm512_add_ps(a[j], _mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(d0, _mm512_set1_ps(xd[j][b]))));
+            }
+        }
+    }
+    for (int j = 0; j < nx; j++) store_row(y + (int64_t)j * ldy, a[j], R, acc);
+}
+
+/* The strips, compiled for each weight type with 16 rows (the inner loops unrolled) and for a short
+ * or last strip. */
+typedef void (*vq_strip_fn)(const char *w, size_t rb, int R, const char *x, size_t xs, int nx, int64_t K,
+                            float *y, int64_t ldy, int acc, const char *pf, size_t pfn);
+#define VQ_STRIP(name, Q4, RR, OVER) \
+    static void name(const char *w, size_t rb, int R, const char *x, size_t xs, int nx, int64_t K, float *y, \
+                     int64_t ldy, int acc, const char *pf, size_t pfn) \
+    { vq_strip(w, rb, Q4, RR, OVER, x, xs, nx, K, y, ldy, acc, pf, pfn); }
+VQ_STRIP(vq_q8_16, 0, 16, 0)
+VQ_STRIP(vq_q8_r, 0, R, 0)
+VQ_STRIP(vq_q4_16, 1, 16, 1)
+VQ_STRIP(vq_q4_r, 1, R, 0)
+
+static void vq_rows(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                    int64_t o0, int64_t o1, int acc)
+{
+    const int q4 = w->type == GGML_Q4_0;
+    const int64_t K = w->cols;
+    const size_t rb = tensor_row_bytes(w->type, K);
+    const char *W = (const char *)w->data;
+    for (int64_t o = o0; o < o1; o += 16) {
+        const int R = o1 - o < 16 ? (int)(o1 - o) : 16;
+        /* a Q4_0 pair read as 64 bytes ends at most 28 bytes into the next row: not past the matrix */
+        const vq_strip_fn f = q4 ? (R == 16 && o + 16 < w->rows ? vq_q4_16 : vq_q4_r) : (R == 16 ? vq_q8_16 : vq_q8_r);
+        /* prefetch the next strip while this one runs (the weights stream once per token) */
+        const int64_t no = o + 16;
+        const size_t pfn = no < o1 ? (size_t)(o1 - no < 16 ? o1 - no : 16) * rb : 0;
+        for (int32_t i = 0; i < n; i += ROWS_MAX) {
+            const int nx = n - i < ROWS_MAX ? n - i : ROWS_MAX;
+            f(W + (size_t)o * rb, rb, R, x + (size_t)i * xs, xs, nx, K, y + (int64_t)i * ldy + o, ldy, acc,
+              i == 0 && pfn ? W + (size_t)no * rb : NULL, i == 0 ? pfn : 0);
+        }
+    }
+}
+
+/* ---- quantized GEMM: activations as A, weights as B ---- */
+
+/* 16 rows of 8 dwords (r[m], lanes 0-7) as 8 rows of 16 dwords: out[k][m] = r[m][k].
+ * z[j] holds rows j (lanes 0-7) and j + 8 (lanes 8-15). */
+AI void tr16x8(const __m512i z[8], __m512i out[8])
+{
+    __m512i t[8], u[8];
+    for (int j = 0; j < 8; j += 2) {
+        t[j] = _mm512_unpacklo_epi32(z[j], z[j + 1]);
+        t[j + 1] = _mm512_unpackhi_epi32(z[j], z[j + 1]);
+    }
+    /* u[0]: rows 0-3, element 0 (4 and 8, 12 in the other 128-bit lanes); u[1] element 1, u[2] 2, u[3] 3;
+     * u[4..7]: the same of rows 4-7 */
+    for (int h = 0; h < 8; h += 4) {
+        u[h] = _mm512_unpacklo_epi64(t[h], t[h + 2]);
+        u[h + 1] = _mm512_unpackhi_epi64(t[h], t[h + 2]);
+        u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);
+        u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
+    }
+    const __m512i lo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), hi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    for (int e = 0; e < 4; e++) {
+        out[e] = _mm512_permutex2var_epi64(u[e], lo, u[e + 4]);
+        out[e + 4] = _mm512_permutex2var_epi64(u[e], hi, u[e + 4]);
+    }
+}
+
+/* Bytes of a packed weight block: the 8 x 64-byte B tile, then the 16 scales. */
+enum { QPACK = 8 * 64 + 16 * 4 };
+
+/* The R weight rows at w, all blocks, as B tiles (VNNI order: tile row k holds bytes 4k..4k+3 of every
+ * weight row's block) with their scales, into pack (QPACK bytes per block). Rows from R on are zeros. */
+static void q_pack_strip(char *pack, const char *w, size_t rb, int R, int64_t nb, int q4)
+{
+    _Alignas(64) int8_t ub[16 * 32];
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *src;
+        size_t ss;
+        if (q4) { q4_unpack(ub, w, rb, R, b); src = ub; ss = 32; }
+        else { src = (const int8_t *)(w + (size_t)b * sizeof(block_q8_0) + 2); ss = rb; }
+        __m512i z[8], out[8];
+        for (int j = 0; j < 8; j++) {
+            const __m256i lo = j < R ? _mm256_loadu_si256((const __m256i *)(src + (size_t)j * ss)) : _mm256_setzero_si256();
+            const __m256i hi = j + 8 < R ? _mm256_loadu_si256((const __m256i *)(src + (size_t)(j + 8) * ss)) : _mm256_setzero_si256();
+            z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        }
+        tr16x8(z, out);
+        char *p = pack + (size_t)b * QPACK;
+        for (int k = 0; k < 8; k++) _mm512_store_si512((void *)(p + 64 * k), out[k]);
+        _mm512_store_ps((void *)(p + 512), q_scales(w, rb, R, b, q4));
+    }
+}
+
+/* One block into the accumulators: C tile t holds the int32 sums of activation rows 0..15 (tile rows,
+ * cb rows) x weight rows (lanes); a[i] += sums[i] * (d_w * d_x[i]). */
+AI void q_gemm_scale(__m512 a[16], const int32_t *cb, const char *pk, const float *const xd[16], int64_t b)
+{
+    const __m512 dw = _mm512_load_ps((const void *)(pk + 512));
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(cb + 16 * i)));
+        a[i] = _mm512_add_ps(a[i], _mm512_mul_ps(c, _mm512_mul_ps(dw, _mm512_set1_ps(xd[i][b]))));
+    }
+}
+
+/* N (<= 16) activation rows x one packed strip of R weight rows, all blocks. Tiles: 0 A (N x 32),
+ * 1 B (8 x 4R), 2 and 3 C (N x 4R), alternating so that one block's scaling overlaps the next one's
+ * tile product. */
+static void q_gemm_tile(const char *pack, int64_t nb, const char *x, size_t xs, int N, int64_t K, int R,
+                        float *y, int64_t ldy, int acc, int32_t *cb)
+{
+    __m512 a[16];
+    const float *xd[16];
+    for (int i = 0; i < 16; i++) {
+        a[i] = _mm512_setzero_ps();
+        xd[i] = act_q8_d(x + (size_t)(i < N ? i : 0) * xs, K);   /* rows past N: any valid row */
+    }
+    const int8_t *xq = act_q8_qs(x);
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const char *p0 = pack + (size_t)b * QPACK, *p1 = p0 + QPACK;
+        TLOAD(0, xq + 32 * b, xs);
+        TLOAD(1, p0, 64);
+        TZERO(2);
+        TDPBSSD(2, 0, 1);
+        TSTORE(2, cb, 64);
+        TLOAD(0, xq + 32 * (b + 1), xs);
+        TLOAD(1, p1, 64);
+        TZERO(3);
+        TDPBSSD(3, 0, 1);
+        TSTORE(3, cb + 256, 64);
+        q_gemm_scale(a, cb, p0, xd, b);
+        q_gemm_scale(a, cb + 256, p1, xd, b + 1);
+    }
+    if (b < nb) {
+        const char *p0 = pack + (size_t)b * QPACK;
+        TLOAD(0, xq + 32 * b, xs);
+        TLOAD(1, p0, 64);
+        TZERO(2);
+        TDPBSSD(2, 0, 1);
+        TSTORE(2, cb, 64);
+        q_gemm_scale(a, cb, p0, xd, b);
+    }
+    for (int i = 0; i < N; i++) store_row(y + (int64_t)i * ldy, a[i], R, acc);
+}
+
+/* Scratch of the GEMM shape: the packed strip and the C buffers (64-byte aligned). */
+AI size_t q_gemm_scratch(int64_t nb) { return (size_t)nb * QPACK + 2 * 1024 + 64; }
+
+static void q_gemm(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                   int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    const int q4 = w->type == GGML_Q4_0;
+    const int64_t K = w->cols, nb = K / QK;
+    const size_t rb = tensor_row_bytes(w->type, K);
+    const char *W = (const char *)w->data;
+    char *pack = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    int32_t *cb = (int32_t *)(void *)(pack + (size_t)nb * QPACK);
+    tile_config cfg;
+    int R = -1, N = -1;
+    for (int64_t o = o0; o < o1; o += 16) {
+        const int r = o1 - o < 16 ? (int)(o1 - o) : 16;
+        q_pack_strip(pack, W + (size_t)o * rb, rb, r, nb, q4);
+        for (int32_t i = 0; i < n; i += 16) {
+            const int nn = n - i < 16 ? n - i : 16;
+            if (r != R || nn != N) {
+                R = r; N = nn;
+                memset(&cfg, 0, sizeof cfg);
+                cfg.palette = 1;
+                tile_set(&cfg, 0, N, 32);
+                tile_set(&cfg, 1, 8, 4 * R);
+                tile_set(&cfg, 2, N, 4 * R);
+                tile_set(&cfg, 3, N, 4 * R);
+                tile_load_config(&cfg);
+            }
+            q_gemm_tile(pack, nb, x + (size_t)i * xs, xs, N, K, R, y + (int64_t)i * ldy + o, ldy, acc, cb);
+        }
+    }
+    tile_release();
+}
+
+static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                     int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    if (o1 <= o0 || n <= 0) return;
+    /* both shapes give the same bits: the GEMM shape when there are rows enough to share a packed strip
+     * and scratch to pack it in */
+    if (n > ROWS_MAX && scratch &&
+        q_gemm_scratch(w->cols / QK) <= sizeof(float) * MM_SCRATCH_FLOATS(w->cols))
+        q_gemm(w, x, xs, y, ldy, n, o0, o1, acc, scratch);
+    else
+        vq_rows(w, x, xs, y, ldy, n, o0, o1, acc);
+}
+
+static void matmul_amx(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                       int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    switch (w->type) {
+    case GGML_Q8_0: case GGML_Q4_0:
+        mm_quant(w, (const char *)x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    default:
+        kernels_avx512.matmul(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    }
+}
+
+KERNELS_LORA_AXPY(lora_axpy_amx, 16)
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
+
+const kernel_set kernels_amx = {
+    "amx", act_q8_avx2, matmul_amx, k_attend_avx512, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_amx
+};
+#endif
