@@ -13,7 +13,11 @@
  *  - quantized weights (Q8_0, Q4_0): the AMX set is bitwise the reference
  *    kernels (exact integer sum per block, then d_w * d_x scaling in block
  *    order, kernels_amx.c); the AVX2, AVX-512 and NEON sets split each
- *    block's sum into lanes and round differently. */
+ *    block's sum into lanes and round differently;
+ *  - BF16 weights in the AMX set: bfloat16 tile products of the weights and
+ *    the activations split in three bfloat16 parts (ACT_BF16X3), float
+ *    sums in the tiles' order: within rounding of the reference, bitwise
+ *    equal to no other set. */
 #ifndef MOR_KERNELS_H
 #define MOR_KERNELS_H
 #include <stddef.h>
@@ -45,9 +49,16 @@ void k_softmax(float *x, int32_t n);
 
 /* ---- kernel sets ---- */
 
-/* Activations as a matmul reads them (see kernel_set.act_stride): float
- * rows for F32/F16/BF16 weights; quantized rows (quant.h, mor_act_q8) for
- * Q8_0/Q4_0 weights. */
+/* Activations as a matmul reads them ("prepared"), by kind:
+ *   ACT_F32     the float rows themselves: F32/F16/BF16 weights (but below);
+ *   ACT_Q8      quantized rows (quant.h, act_q8): Q8_0/Q4_0 weights, in
+ *               every set;
+ *   ACT_BF16X3  each float split into three bfloat16 (quant.h, act_bf16x3):
+ *               the weight types in a set's bf16x3_types (the AMX set's BF16
+ *               weights).
+ * act_kind, act_stride and act_prepare (below) say which, how far apart the
+ * rows are and how to make them, for a set and a type. */
+enum { ACT_F32, ACT_Q8, ACT_BF16X3 };
 int    act_is_q8(uint32_t weight_type);
 
 /* Floats of per-thread scratch a matmul over rows of k values may use
@@ -103,6 +114,10 @@ typedef struct kernel_set {
     /* g[i] = silu(g[i]) * u[i] */
     void        (*swiglu)(float *g, const float *u, int64_t n);
     lora_axpy_fn  lora_axpy;
+    /* the weight types whose activations are ACT_BF16X3 rows (bit 1 << type; 0: none), and the
+     * function that makes such a row of k floats (NULL when there are none) */
+    uint64_t      bf16x3_types;
+    void        (*act_bf16x3)(const float *x, void *row, int64_t k);
 } kernel_set;
 
 enum { ISA_REF, ISA_AVX2, ISA_AVX512, ISA_AMX, ISA_NEON, ISA_COUNT };
@@ -115,9 +130,13 @@ const kernel_set *kernels_best(void);
 /* Names of the kernel sets compiled in, e.g. "ref,avx2,avx512". */
 const char *kernels_compiled(void);
 
-/* Bytes between prepared activation rows of k values for a weight type. */
-size_t act_stride(uint32_t weight_type, int64_t k);
-/* Prepare row x (k floats) for weights of type wtype into out. */
+/* The kind of activations (ACT_*) set ks reads for weights of type wtype. */
+int    act_kind(const kernel_set *ks, uint32_t wtype);
+/* Bytes between prepared activation rows of k values for weights of type wtype in set ks. */
+size_t act_stride(const kernel_set *ks, uint32_t wtype, int64_t k);
+/* The largest of those for any set and type (a buffer that holds rows of every kind). */
+size_t act_stride_max(int64_t k);
+/* Prepare row x (k floats) for weights of type wtype in set ks into out. */
 void   act_prepare(const kernel_set *ks, uint32_t wtype, const float *x, void *out, int64_t k);
 
 /* The reference set's members, also used by the fast sets for what they do

@@ -1,9 +1,8 @@
 /* kernels_amx.c - the AMX kernel set (x86-64 with AMX-TILE, AMX-INT8 and
  * AMX-BF16 beside AVX-512 F/BW/VL/DQ/VNNI/BF16: Sapphire Rapids and later).
  *
- * Quantized matrix products run on AMX tiles; everything else (float
- * weights, attention, RMSNorm, SwiGLU, the activation quantizer) is the
- * AVX-512 set's.
+ * Matrix products run on AMX tiles; everything else (attention, RMSNorm,
+ * SwiGLU, the activation quantizer) is the AVX-512 set's.
  *
  * Quantized weights (Q8_0, Q4_0). A tile is up to 16 rows of up to 64
  * bytes; tdpbssd adds the int8 product of an A tile (M rows x K bytes) and a
@@ -405,6 +404,217 @@ static void q_gemm(const tensor *w, const char *x, size_t xs, float *y, int64_t 
     tile_release();
 }
 
+/* ---- bfloat16 weights ----
+ *
+ * tdpbf16ps adds to each float of a C tile the products of 16 pairs of
+ * bfloat16 (a row of an A tile, a column of a B tile), each product exact,
+ * the sums rounded (to nearest even, denormals flushed). The activations come
+ * split into three bfloat16 parts (ACT_BF16X3), so 32 columns are three
+ * tile products, hi, mid, lo, into the same accumulators, and a whole row is
+ * those for each 32 columns in order. Both shapes issue, for every output,
+ * the same tile products in the same order, and an output's value does not
+ * depend on the tile it is in (exact products, summed in the instruction's
+ * fixed order), so one row at a time, tiles, and any split of the outputs
+ * give the same bits. Against the reference kernels (float products summed
+ * in column order) they differ by rounding. */
+#define TDPBF16PS(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c : :)
+
+/* y row = the R floats at c, or += them */
+AI void store_rowf(float *y, const float *c, int R, int acc)
+{
+    store_row(y, _mm512_maskz_loadu_ps((__mmask16)((1u << R) - 1), c), R, acc);
+}
+
+/* Rows: the weights as A tiles (R weight rows x 32 bf16 of a chunk, in place; a last chunk that is not
+ * whole copied with zeros after it), each activation row's parts as B tiles of one column (16 pairs
+ * 4 bytes apart: in place). Tiles: 0 A, 1 B, 2-5 C (R x 4) of up to 4 activation rows. */
+#define BF_ROW(j, c)                                             \
+    do {                                                         \
+        const char *xr = x + (size_t)(i + (j)) * xs + 64 * ch;   \
+        TLOAD(1, xr, 4);                                         \
+        TDPBF16PS(c, 0, 1);                                      \
+        TLOAD(1, xr + part, 4);                                  \
+        TDPBF16PS(c, 0, 1);                                      \
+        TLOAD(1, xr + 2 * part, 4);                              \
+        TDPBF16PS(c, 0, 1);                                      \
+    } while (0)
+
+static void bf_rows(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                    int64_t o0, int64_t o1, int acc)
+{
+    const int64_t K = w->cols, nch = act_bf16x3_cols(K) / 32, full = K / 32;
+    const size_t rb = (size_t)K * 2, part = (size_t)act_bf16x3_cols(K) * 2;
+    const char *W = (const char *)w->data;
+    _Alignas(64) uint16_t tail[16 * 32];
+    _Alignas(64) float cb[4 * 16];
+    tile_config cfg;
+    int R = -1;
+    for (int64_t o = o0; o < o1; o += 16) {
+        const int r = o1 - o < 16 ? (int)(o1 - o) : 16;
+        if (r != R) {
+            R = r;
+            memset(&cfg, 0, sizeof cfg);
+            cfg.palette = 1;
+            tile_set(&cfg, 0, R, 64);
+            tile_set(&cfg, 1, 16, 4);
+            for (int t = 2; t < 6; t++) tile_set(&cfg, t, R, 4);
+            tile_load_config(&cfg);
+        }
+        const char *ws = W + (size_t)o * rb;
+        if (full < nch) {
+            const __mmask32 m = (__mmask32)((1ull << (K - 32 * full)) - 1);
+            for (int q = 0; q < R; q++)
+                _mm512_store_si512((void *)(tail + 32 * q), _mm512_maskz_loadu_epi16(m, ws + (size_t)q * rb + 64 * full));
+        }
+        /* the next strip, spread over this one's chunks (the weights stream once per token) */
+        const int64_t no = o + 16;
+        const size_t pfn = no < o1 ? (size_t)(o1 - no < 16 ? o1 - no : 16) * rb : 0, pf_per = (pfn + (size_t)nch - 1) / (size_t)nch;
+        const char *pf = W + (size_t)no * rb;
+        for (int32_t i = 0; i < n; i += ROWS_MAX) {
+            const int nx = n - i < ROWS_MAX ? n - i : ROWS_MAX;
+            TZERO(2); TZERO(3); TZERO(4); TZERO(5);
+            size_t pf_next = 0;
+            for (int64_t ch = 0; ch < nch; ch++) {
+                if (i == 0)
+                    for (size_t e = pf_next + pf_per; pf_next < e && pf_next < pfn; pf_next += 64) _mm_prefetch(pf + pf_next, _MM_HINT_T0);
+                if (ch < full) TLOAD(0, ws + 64 * ch, rb);
+                else TLOAD(0, tail, 64);
+                BF_ROW(0, 2);
+                if (nx > 1) BF_ROW(1, 3);
+                if (nx > 2) BF_ROW(2, 4);
+                if (nx > 3) BF_ROW(3, 5);
+            }
+            TSTORE(2, cb, 4);
+            if (nx > 1) TSTORE(3, cb + 16, 4);
+            if (nx > 2) TSTORE(4, cb + 32, 4);
+            if (nx > 3) TSTORE(5, cb + 48, 4);
+            for (int j = 0; j < nx; j++) store_rowf(y + (int64_t)(i + j) * ldy + o, cb + 16 * j, R, acc);
+        }
+    }
+    tile_release();
+}
+
+/* 16 rows of 16 dwords as their transpose: out[k][m] = r[m][k]. */
+AI void tr16x16(const __m512i r[16], __m512i out[16])
+{
+    __m512i t[16], u[16];
+    for (int j = 0; j < 16; j += 2) {
+        t[j] = _mm512_unpacklo_epi32(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_epi32(r[j], r[j + 1]);
+    }
+    /* u[4g + e], 128-bit quarter k: rows 4g..4g+3, element 4k + e */
+    for (int g = 0; g < 16; g += 4) {
+        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    const __m512i i01 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), i23 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    for (int e = 0; e < 4; e++) {
+        /* quarters 0, 1 (then 2, 3) of rows 0-3 and 4-7, and of rows 8-11 and 12-15 */
+        const __m512i v1 = _mm512_permutex2var_epi64(u[e], i01, u[4 + e]), v2 = _mm512_permutex2var_epi64(u[e], i23, u[4 + e]);
+        const __m512i w1 = _mm512_permutex2var_epi64(u[8 + e], i01, u[12 + e]), w2 = _mm512_permutex2var_epi64(u[8 + e], i23, u[12 + e]);
+        out[e] = _mm512_shuffle_i32x4(v1, w1, 0x44);
+        out[4 + e] = _mm512_shuffle_i32x4(v1, w1, 0xEE);
+        out[8 + e] = _mm512_shuffle_i32x4(v2, w2, 0x44);
+        out[12 + e] = _mm512_shuffle_i32x4(v2, w2, 0xEE);
+    }
+}
+
+/* The R weight rows at w (rb bytes apart) as B tiles, one per chunk of 32 columns (1 KB): tile row p
+ * holds pair p of each weight row (VNNI order). Rows from R on and columns from K on are zeros. */
+static void bf_pack_strip(char *pack, const char *w, size_t rb, int R, int64_t K, int64_t nch)
+{
+    for (int64_t ch = 0; ch < nch; ch++) {
+        const int64_t left = K - 32 * ch;
+        const __mmask32 m = left >= 32 ? 0xFFFFFFFFu : (__mmask32)((1ull << left) - 1);
+        __m512i r[16], out[16];
+        for (int q = 0; q < 16; q++)
+            r[q] = q < R ? _mm512_maskz_loadu_epi16(m, w + (size_t)q * rb + 64 * ch) : _mm512_setzero_si512();
+        tr16x16(r, out);
+        for (int p = 0; p < 16; p++) _mm512_store_si512((void *)(pack + 1024 * ch + 64 * p), out[p]);
+    }
+}
+
+/* GEMM: N activation rows (their parts as A tiles, in place) x a packed strip of R weight rows.
+ * Tiles: 0 C (N x 4R), 1 B (16 x 4R), 2-4 A (N x 64), one per part. */
+static void bf_gemm(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                    int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    const int64_t K = w->cols, nch = act_bf16x3_cols(K) / 32;
+    const size_t rb = (size_t)K * 2, part = (size_t)act_bf16x3_cols(K) * 2;
+    const char *W = (const char *)w->data;
+    char *pack = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *cb = (float *)(void *)(pack + 1024 * (size_t)nch);
+    tile_config cfg;
+    int R = -1, N = -1;
+    for (int64_t o = o0; o < o1; o += 16) {
+        const int r = o1 - o < 16 ? (int)(o1 - o) : 16;
+        bf_pack_strip(pack, W + (size_t)o * rb, rb, r, K, nch);
+        for (int32_t i = 0; i < n; i += 16) {
+            const int nn = n - i < 16 ? n - i : 16;
+            if (r != R || nn != N) {
+                R = r; N = nn;
+                memset(&cfg, 0, sizeof cfg);
+                cfg.palette = 1;
+                tile_set(&cfg, 0, N, 4 * R);
+                tile_set(&cfg, 1, 16, 4 * R);
+                for (int t = 2; t < 5; t++) tile_set(&cfg, t, N, 64);
+                tile_load_config(&cfg);
+            }
+            const char *xi = x + (size_t)i * xs;
+            TZERO(0);
+            for (int64_t ch = 0; ch < nch; ch++) {
+                TLOAD(1, pack + 1024 * ch, 64);
+                TLOAD(2, xi + 64 * ch, xs);
+                TDPBF16PS(0, 2, 1);
+                TLOAD(3, xi + part + 64 * ch, xs);
+                TDPBF16PS(0, 3, 1);
+                TLOAD(4, xi + 2 * part + 64 * ch, xs);
+                TDPBF16PS(0, 4, 1);
+            }
+            TSTORE(0, cb, 64);
+            for (int q = 0; q < N; q++) store_rowf(y + (int64_t)(i + q) * ldy + o, cb + 16 * q, R, acc);
+        }
+    }
+    tile_release();
+}
+
+static void mm_bf16(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                    int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    if (o1 <= o0 || n <= 0) return;
+    const size_t need = 1024 * (size_t)(act_bf16x3_cols(w->cols) / 32) + 1024 + 64;
+    if (n > ROWS_MAX && scratch && need <= sizeof(float) * MM_SCRATCH_FLOATS(w->cols))
+        bf_gemm(w, x, xs, y, ldy, n, o0, o1, acc, scratch);
+    else
+        bf_rows(w, x, xs, y, ldy, n, o0, o1, acc);
+}
+
+/* A row of k floats split into the three bfloat16 parts of ACT_BF16X3 (quant.h). */
+AI __m512 bf16_widen(__m256bh h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16));
+}
+
+static void act_bf16x3_amx(const float *x, void *row, int64_t k)
+{
+    const int64_t kp = act_bf16x3_cols(k);
+    uint16_t *hi = (uint16_t *)row, *mid = hi + kp, *lo = mid + kp;
+    for (int64_t i = 0; i < kp; i += 16) {
+        const __mmask16 m = i + 16 <= k ? 0xFFFF : i < k ? (__mmask16)((1u << (k - i)) - 1) : 0;
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        const __m256bh h = _mm512_cvtneps_pbh(v);
+        const __m512 hf = bf16_widen(h);
+        const __m512 r = _mm512_maskz_sub_ps((__mmask16)~_mm512_fpclass_ps_mask(hf, 0x18), v, hf);   /* 0 where hi is infinite */
+        const __m256bh md = _mm512_cvtneps_pbh(r);
+        const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(r, bf16_widen(md)));
+        _mm256_storeu_si256((__m256i *)(hi + i), (__m256i)h);
+        _mm256_storeu_si256((__m256i *)(mid + i), (__m256i)md);
+        _mm256_storeu_si256((__m256i *)(lo + i), (__m256i)l);
+    }
+}
+
 static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc, float *scratch)
 {
@@ -424,6 +634,8 @@ static void matmul_amx(const tensor *w, const void *x, size_t xs, float *y, int6
     switch (w->type) {
     case GGML_Q8_0: case GGML_Q4_0:
         mm_quant(w, (const char *)x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    case GGML_BF16:
+        mm_bf16(w, (const char *)x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     default:
         kernels_avx512.matmul(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     }
@@ -438,6 +650,7 @@ KERNELS_LORA_AXPY(lora_axpy_amx, 16)
 #endif
 
 const kernel_set kernels_amx = {
-    "amx", act_q8_avx2, matmul_amx, k_attend_avx512, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_amx
+    "amx", act_q8_avx2, matmul_amx, k_attend_avx512, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_amx,
+    1ull << GGML_BF16, act_bf16x3_amx
 };
 #endif

@@ -882,10 +882,10 @@ KERNELS_LORA_AXPY(lora_axpy_avx512, 16)
 
 /* The set for CPUs with VBMI and GFNI, and the same without them (the same bits). */
 const kernel_set kernels_avx512 = {
-    "avx512", act_q8_avx2, matmul_avx512, k_attend_avx512, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_avx512
+    "avx512", act_q8_avx2, matmul_avx512, k_attend_avx512, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_avx512, 0, NULL
 };
 const kernel_set kernels_avx512_novbmi = {
     "avx512-novbmi", act_q8_avx2, matmul_avx512_novbmi, k_attend_avx512, k_rms_norm_avx2, k_swiglu_avx2,
-    lora_axpy_avx512
+    lora_axpy_avx512, 0, NULL
 };
 #endif

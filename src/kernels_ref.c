@@ -86,34 +86,53 @@ void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int
     }
 }
 
-size_t act_stride(uint32_t wtype, int64_t k)
+int act_kind(const kernel_set *ks, uint32_t wtype)
 {
-    return act_is_q8(wtype) ? act_q8_stride(k) : sizeof(float) * (size_t)k;
+    if (act_is_q8(wtype)) return ACT_Q8;
+    return wtype < 64 && ((ks->bf16x3_types >> wtype) & 1) ? ACT_BF16X3 : ACT_F32;
+}
+
+size_t act_stride(const kernel_set *ks, uint32_t wtype, int64_t k)
+{
+    switch (act_kind(ks, wtype)) {
+    case ACT_Q8:     return act_q8_stride(k);
+    case ACT_BF16X3: return act_bf16x3_stride(k);
+    default:             return sizeof(float) * (size_t)k;
+    }
+}
+
+size_t act_stride_max(int64_t k)
+{
+    size_t a = act_q8_stride(k), b = act_bf16x3_stride(k), c = sizeof(float) * (size_t)k;
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
 }
 
 void act_prepare(const kernel_set *ks, uint32_t wtype, const float *x, void *out, int64_t k)
 {
-    if (act_is_q8(wtype)) ks->act_q8(x, out, k);
-    else memcpy(out, x, sizeof(float) * (size_t)k);
+    switch (act_kind(ks, wtype)) {
+    case ACT_Q8:     ks->act_q8(x, out, k); break;
+    case ACT_BF16X3: ks->act_bf16x3(x, out, k); break;
+    default:             memcpy(out, x, sizeof(float) * (size_t)k); break;
+    }
 }
 
-/* A matmul on the calling thread with kernel set ks. Quantized weights need
- * their activations quantized: done a segment of columns at a time into a
- * stack buffer, so this never allocates. */
+/* A matmul on the calling thread with kernel set ks. Weights whose
+ * activations are prepared (quantized, or split for bfloat16 tiles) get them
+ * a segment of columns at a time in a stack buffer, so this never allocates. */
 #define SEG 4096
 static void matmul_here(const kernel_set *ks, const tensor *w, const float *x, float *y, int32_t n)
 {
     const int64_t K = w->cols;
-    if (!act_is_q8(w->type)) {
+    if (act_kind(ks, w->type) == ACT_F32) {
         ks->matmul(w, x, sizeof(float) * (size_t)K, y, w->rows, n, 0, w->rows, 0, NULL);
         return;
     }
-    _Alignas(64) unsigned char buf[SEG + SEG / QK * sizeof(float) + 64];
+    _Alignas(64) unsigned char buf[6 * SEG + 64];   /* one row of SEG columns of any kind */
     for (int32_t i = 0; i < n; i++) {
         const float *xi = x + (int64_t)i * K;
         float *yi = y + (int64_t)i * w->rows;
         if (K <= SEG) {
-            ks->act_q8(xi, buf, K);
+            act_prepare(ks, w->type, xi, buf, K);
             ks->matmul(w, buf, 0, yi, w->rows, 1, 0, w->rows, 0, NULL);
             continue;
         }
@@ -124,7 +143,7 @@ static void matmul_here(const kernel_set *ks, const tensor *w, const float *x, f
             tensor part = *w;
             part.cols = kc;
             part.data = (const char *)w->data + tensor_row_bytes(w->type, c0);
-            ks->act_q8(xi + c0, buf, kc);
+            act_prepare(ks, w->type, xi + c0, buf, kc);
             for (int64_t o = 0; o < w->rows; o++) {   /* rows keep their full stride */
                 tensor row = part;
                 row.rows = 1;
@@ -251,5 +270,5 @@ static void swiglu_ref(float *g, const float *u, int64_t n)
 KERNELS_LORA_AXPY(lora_axpy_ref, 4)
 
 const kernel_set kernels_ref = {
-    "ref", act_q8_ref, k_matmul_ref_range, k_attend_ref, k_rms_norm, swiglu_ref, lora_axpy_ref
+    "ref", act_q8_ref, k_matmul_ref_range, k_attend_ref, k_rms_norm, swiglu_ref, lora_axpy_ref, 0, NULL
 };

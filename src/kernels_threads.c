@@ -56,8 +56,11 @@ mor_status exec_init(exec_ctx *e, int32_t n_threads, uint32_t n_batch, int64_t k
     e->mm_scratch = calloc((size_t)n_threads, sizeof(float *));
     e->probs = calloc((size_t)n_threads, sizeof(float *));
     e->vis = calloc((size_t)n_threads, sizeof(int32_t *));
-    /* malloc + manual alignment: the one allocator users and tests can hook */
-    e->act_mem = malloc(n_batch * act_q8_stride(kmax) + 64);
+    /* malloc + manual alignment: the one allocator users and tests can hook. One region per kind of
+     * prepared activations (a job may need two: quantized and bf16-split rows for two matrices), each
+     * sized for rows of any kind, as the kernel set can be changed after this (tests, mor-bench). */
+    e->act_bytes = ((size_t)n_batch * act_stride_max(kmax) + 63) & ~(size_t)63;
+    e->act_mem = malloc(2 * e->act_bytes + 64);
     if (e->act_mem) e->act = (void *)(((uintptr_t)e->act_mem + 63) & ~(uintptr_t)63);
     int ok = e->mm_scratch && e->probs && e->vis && e->act;
     for (int32_t t = 0; ok && t < n_threads; t++) {
@@ -73,27 +76,29 @@ mor_status exec_init(exec_ctx *e, int32_t n_threads, uint32_t n_batch, int64_t k
     return MOR_OK;
 }
 
-/* ---- activation preparation (Q8_0 for quantized weights) ---- */
+/* ---- activation preparation (quantized or split rows, kernels.h) ---- */
 
-typedef struct { exec_ctx *e; const float *x; int64_t ldx, k, chunk; int32_t n; size_t stride; } prep_job;
+typedef struct { exec_ctx *e; const float *x; int64_t ldx, k, chunk; int32_t n; size_t stride; uint32_t t; char *out; } prep_job;
 
 static void prep_task(void *arg, int64_t c, int32_t ith)
 {
     prep_job *j = arg;
     const int64_t b = c * j->chunk, end = b + j->chunk < j->n ? b + j->chunk : j->n;
-    for (int64_t i = b; i < end; i++)
-        j->e->k->act_q8(j->x + i * j->ldx, (char *)j->e->act + (size_t)i * j->stride, j->k);
+    for (int64_t i = b; i < end; i++) act_prepare(j->e->k, j->t, j->x + i * j->ldx, j->out + (size_t)i * j->stride, j->k);
 }
 
-/* The activations a matmul with weights of type t reads: x itself for float
- * types, else x quantized into e->act. Returns the pointer and row stride. */
+/* The activations a matmul with weights of type t reads: x itself (ACT_F32),
+ * else x prepared into e->act's region for that kind. Returns the pointer and
+ * row stride. */
 static const void *prepare(exec_ctx *e, uint32_t t, const float *x, int64_t ldx, int64_t k, int32_t n, size_t *xs)
 {
-    if (!act_is_q8(t)) { *xs = sizeof(float) * (size_t)ldx; return x; }
-    prep_job j = { e, x, ldx, k, pool_chunk(n, 1, e->nth), n, act_q8_stride(k) };
+    const int kind = act_kind(e->k, t);
+    if (kind == ACT_F32) { *xs = sizeof(float) * (size_t)ldx; return x; }
+    char *out = (char *)e->act + (kind == ACT_BF16X3 ? e->act_bytes : 0);
+    prep_job j = { e, x, ldx, k, pool_chunk(n, 1, e->nth), n, act_stride(e->k, t, k), t, out };
     *xs = j.stride;
     run(e, (n + j.chunk - 1) / j.chunk, prep_task, &j, (int64_t)n * k / 4);
-    return e->act;
+    return out;
 }
 
 /* ---- matmul ---- */
@@ -138,16 +143,12 @@ void exec_matmul_multi(exec_ctx *e, int32_t nw, const tensor *const *w, const fl
                        float *const *y, int32_t n)
 {
     mm_job j = { .e = e, .nw = nw, .n = n, .acc = 0 };
-    const void *q8 = NULL;
-    size_t q8s = 0;
     for (int32_t q = 0; q < nw; q++) {
         j.w[q] = w[q]; j.y[q] = y[q]; j.ldy[q] = w[q]->rows;
-        if (act_is_q8(w[q]->type)) {   /* one quantization serves every quantized matrix */
-            if (!q8) q8 = prepare(e, w[q]->type, x, ldx, w[q]->cols, n, &q8s);
-            j.x[q] = q8; j.xs[q] = q8s;
-        } else {
-            j.x[q] = x; j.xs[q] = sizeof(float) * (size_t)ldx;
-        }
+        int p = 0;   /* one preparation serves every matrix of its kind */
+        while (p < q && act_kind(e->k, w[p]->type) != act_kind(e->k, w[q]->type)) p++;
+        if (p < q) { j.x[q] = j.x[p]; j.xs[q] = j.xs[p]; }
+        else j.x[q] = prepare(e, w[q]->type, x, ldx, w[q]->cols, n, &j.xs[q]);
     }
     int64_t macs = 0;
     for (int32_t q = 0; q < nw; q++) { macs += (int64_t)n * w[q]->rows * w[q]->cols; j.total += w[q]->rows; }
@@ -182,9 +183,8 @@ void exec_ffn_up(exec_ctx *e, const tensor *wg, const tensor *wu, const float *x
 {
     ffn_job j = { .e = e, .wg = wg, .wu = wu, .g = g, .u = u, .n = n };
     j.xg = prepare(e, wg->type, x, ldx, wg->cols, n, &j.xgs);
-    if (act_is_q8(wu->type) && act_is_q8(wg->type)) { j.xu = j.xg; j.xus = j.xgs; }
-    else if (act_is_q8(wu->type)) j.xu = prepare(e, wu->type, x, ldx, wu->cols, n, &j.xus);
-    else { j.xu = x; j.xus = sizeof(float) * (size_t)ldx; }
+    if (act_kind(e->k, wu->type) == act_kind(e->k, wg->type)) { j.xu = j.xg; j.xus = j.xgs; }
+    else j.xu = prepare(e, wu->type, x, ldx, wu->cols, n, &j.xus);
     j.chunk = mm_chunk(wg->rows, n, e->nth);
     run(e, (wg->rows + j.chunk - 1) / j.chunk, ffn_task, &j, 2 * (int64_t)n * wg->rows * wg->cols);
 }

@@ -16,7 +16,9 @@ typedef struct {
     float     **mm_scratch;     /* [nth]: MM_SCRATCH_FLOATS(max cols) each */
     float     **probs;          /* [nth]: group * n_ctx attention weights each */
     int32_t   **vis;            /* [nth]: n_ctx visible cells, then n_ctx of sort scratch, each */
-    void       *act;            /* n_batch rows of prepared activations (max stride), 64-aligned */
+    void       *act;            /* prepared activations, 64-aligned: two regions of act_bytes (quantized rows,
+                                   then bf16-split rows), each n_batch rows of any kind */
+    size_t      act_bytes;
     void       *act_mem;        /* the allocation act points into */
 } exec_ctx;
 

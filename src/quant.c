@@ -91,3 +91,34 @@ void act_q8_ref(const float *x, void *row, int64_t k)
         d[b] = f16_to_f32(blk.d);
     }
 }
+
+size_t act_bf16x3_stride(int64_t k)
+{
+    return (size_t)act_bf16x3_cols(k) * 3 * sizeof(uint16_t);   /* 192 bytes per 32 values: whole cache lines */
+}
+
+/* bf16 of x as the AVX512-BF16 conversion makes it: round to nearest even, below FLT_MIN zero */
+static uint16_t bf16_daz(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000);
+    return f32_to_bf16(x);
+}
+
+void act_bf16x3_ref(const float *x, void *row, int64_t k)
+{
+    const int64_t kp = act_bf16x3_cols(k);
+    uint16_t *hi = row, *mid = hi + kp, *lo = mid + kp;
+    for (int64_t i = 0; i < kp; i++) {
+        if (i >= k) { hi[i] = mid[i] = lo[i] = 0; continue; }
+        float v = x[i], h, m;
+        hi[i] = bf16_daz(v);
+        h = bf16_to_f32(hi[i]);
+        if (isinf(h)) { mid[i] = lo[i] = 0; continue; }
+        v -= h;   /* exact: h is v rounded to 8 significant bits */
+        mid[i] = bf16_daz(v);
+        m = bf16_to_f32(mid[i]);
+        lo[i] = bf16_daz(v - m);
+    }
+}

@@ -35,4 +35,21 @@ static inline const int8_t *act_q8_qs(const void *row) { return (const int8_t *)
 static inline const float *act_q8_d(const void *row, int64_t k) { return (const float *)((const int8_t *)row + k); }
 /* The reference activation quantizer: the same numbers as quant_row_q8_0. */
 void act_q8_ref(const float *x, void *row, int64_t k);
+
+/* Activations for bfloat16 tile products (the AMX set's BF16 weights): each
+ * float x split into three bfloat16, hi = bf16(x), mid = bf16(x - hi),
+ * lo = bf16(x - hi - mid) (round to nearest even; inputs below FLT_MIN count
+ * as zero, as the hardware conversion does), so that hi + mid + lo is x to
+ * about 2^-24 of it and the product of each with a bfloat16 weight is exact
+ * in float. A row is the k values of hi, then of mid, then of lo, each padded
+ * with zeros to act_bf16x3_cols(k) values; where hi is infinite, mid and
+ * lo are zero. Rows are act_bf16x3_stride(k) bytes apart. */
+static inline int64_t act_bf16x3_cols(int64_t k) { return (k + 31) / 32 * 32; }
+size_t act_bf16x3_stride(int64_t k);
+static inline const uint16_t *act_bf16x3_part(const void *row, int64_t k, int part)
+{
+    return (const uint16_t *)row + (size_t)part * (size_t)act_bf16x3_cols(k);
+}
+/* The reference splitter. */
+void act_bf16x3_ref(const float *x, void *row, int64_t k);
 #endif
