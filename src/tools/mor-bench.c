@@ -2,19 +2,20 @@
  * manner of llama-bench, on random-weight models of the SmolLM-135M and -360M
  * shapes that it writes itself (dense Llama, the dense model of the MoR's
  * unrolled depth, and MoR middle-cycle with N_r = 3), so nothing is
- * downloaded. It also measures this machine's memory read bandwidth and peak
- * FMA rate and prints every result as a fraction of the roofline:
- *   tg: tok/s x (weight + KV bytes a token must read) / read bandwidth
- *   pp: tok/s x (FLOPs per token) / peak FMA rate
- * Variants of one shape, type and thread count are measured interleaved
+ * downloaded. It also probes this machine (roofline.h: read bandwidth at each
+ * test's working-set size, the peak of every unit the kernels use) and
+ * prints every result as a fraction of its bound, the faster of what the
+ * reads and the arithmetic of a token allow at those rates; --no-probe
+ * skips it. Variants of one shape, type and thread count are measured interleaved
  * (rep by rep), so that their ratios are fair on a noisy machine.
  *
  *   mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]
  *             [-p 128] [-n 64] [-r 5] [--dir build/bench] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]
  *             [--no-probe] [--quick]
- *   mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5]
- *             a relaxed model (LoRA deltas) from files: each loaded unfolded and folded
- *             (MOR_MODEL_FOLD_LORA), the two measured interleaved
+ *   mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--no-probe]
+ *             models from files (a relaxed model's LoRA deltas: each loaded unfolded and folded,
+ *             MOR_MODEL_FOLD_LORA, the two measured interleaved); the roofline counts the base
+ *             weights at full depth
  */
 #include <math.h>
 #include <pthread.h>
@@ -32,10 +33,8 @@
 #include "quant.h"
 #include "tools/bench_serve.h"
 #include "tools/cli.h"
+#include "tools/roofline.h"
 #include "tools/synth_model.h"
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 static double now(void)
 {
@@ -60,144 +59,6 @@ static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* ---------------- machine probes ---------------- */
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static float sum_avx2(const float *p, size_t n)
-{
-    __m256 a[8];
-    for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-    for (size_t i = 0; i + 64 <= n; i += 64) {
-        /* prefetch ahead, as the kernels do: on this machine the hardware
-         * prefetchers alone leave bandwidth unused */
-        _mm_prefetch((const char *)(p + i) + 8192, _MM_HINT_T0);
-        _mm_prefetch((const char *)(p + i) + 8192 + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(p + i) + 8192 + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)(p + i) + 8192 + 192, _MM_HINT_T0);
-        for (int j = 0; j < 8; j++) a[j] = _mm256_add_ps(a[j], _mm256_loadu_ps(p + i + 8 * j));
-    }
-    for (int j = 1; j < 8; j++) a[0] = _mm256_add_ps(a[0], a[j]);
-    float t[8];
-    _mm256_storeu_ps(t, a[0]);
-    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
-
-__attribute__((target("avx2,fma"))) static float fma_avx2(long iters)
-{
-    __m256 a[12];
-    const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
-    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
-    for (long it = 0; it < iters; it++) {
-        /* 12 independent chains (FMA latency x throughput), kept in registers */
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
-    }
-    for (int i = 1; i < 12; i++) a[0] = _mm256_add_ps(a[0], a[i]);
-    float t[8];
-    _mm256_storeu_ps(t, a[0]);
-    return t[0];
-}
-
-__attribute__((target("avx512f"))) static float fma_avx512(long iters)
-{
-    __m512 a[12];
-    const __m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
-    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
-    for (long it = 0; it < iters; it++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
-    }
-    for (int i = 1; i < 12; i++) a[0] = _mm512_add_ps(a[0], a[i]);
-    return _mm512_reduce_add_ps(a[0]);
-}
-#endif
-
-static float sum_plain(const float *p, size_t n)
-{
-    float s[8] = { 0 };
-    for (size_t i = 0; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += p[i + j];
-    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-}
-
-static int have_avx2(void) { return (cpu_features() & CPU_AVX2) != 0; }
-static int have_avx512(void) { return (cpu_features() & CPU_AVX512) != 0; }
-
-typedef struct {
-    pthread_barrier_t *bar;
-    const float *p;
-    size_t n;
-    long iters;
-    int fma;
-    volatile float sink;
-} probe_arg;
-
-static void *probe_thread(void *v)
-{
-    probe_arg *a = v;
-    pthread_barrier_wait(a->bar);
-#if defined(__x86_64__)
-    if (a->fma == 2) a->sink = fma_avx512(a->iters);
-    else if (have_avx2()) a->sink = a->fma ? fma_avx2(a->iters) : sum_avx2(a->p, a->n);
-    else
-#endif
-    if (!a->fma) a->sink = sum_plain(a->p, a->n);
-    pthread_barrier_wait(a->bar);
-    return NULL;
-}
-
-/* One timed run on nt threads: read n floats split among them, or iters FMA loops each. */
-static double probe_once(int nt, const float *p, size_t n, long iters, int fma)
-{
-    pthread_barrier_t bar;
-    pthread_barrier_init(&bar, NULL, (unsigned)nt + 1);
-    pthread_t th[64];
-    probe_arg a[64];
-    for (int i = 0; i < nt; i++) {
-        size_t b = n / (size_t)nt * (size_t)i, e = i == nt - 1 ? n : n / (size_t)nt * (size_t)(i + 1);
-        a[i] = (probe_arg){ &bar, p + b, e - b, iters, fma, 0 };
-        pthread_create(&th[i], NULL, probe_thread, &a[i]);
-    }
-    pthread_barrier_wait(&bar);
-    double t0 = now();
-    pthread_barrier_wait(&bar);
-    double t = now() - t0;
-    for (int i = 0; i < nt; i++) pthread_join(th[i], NULL);
-    pthread_barrier_destroy(&bar);
-    return t;
-}
-
-typedef struct { double bw_med, bw_best, fma_med, fma_best; } probe_result;
-
-static probe_result probe(int nt, int reps)
-{
-    probe_result r = { 0, 0, 0, 0 };
-    const size_t n = (size_t)512 << 20 >> 2;   /* 512 MiB of floats: far beyond any cache */
-    /* in 2 MiB pages where the kernel gives them, as the weights (loaded
-     * with MOR_MODEL_NO_MMAP, see main): the same page size on both sides */
-    const size_t huge = (size_t)2 << 20;
-    char *mem = malloc(n * sizeof(float) + huge);
-    if (!mem) return r;
-    float *p = (float *)(void *)(((uintptr_t)mem + huge - 1) & ~(uintptr_t)(huge - 1));
-#ifdef MADV_HUGEPAGE
-    (void)madvise(p, n * sizeof(float), MADV_HUGEPAGE);
-#endif
-    for (size_t i = 0; i < n; i++) p[i] = 1.0f;
-    double bw[16], fl[16];
-    const long iters = 20000000;
-    for (int i = 0; i < reps && i < 16; i++) {
-        bw[i] = (double)n * sizeof(float) / probe_once(nt, p, n, 0, 0) / 1e9;
-        /* the widest FMA this CPU has (the kernels use it) */
-        if (have_avx512()) fl[i] = (double)iters * 12 * 16 * 2 * nt / probe_once(nt, NULL, 0, iters, 2) / 1e9;
-        else fl[i] = have_avx2() ? (double)iters * 12 * 8 * 2 * nt / probe_once(nt, NULL, 0, iters, 1) / 1e9 : 0;
-    }
-    free(mem);
-    for (int i = 0; i < reps; i++) { if (bw[i] > r.bw_best) r.bw_best = bw[i]; if (fl[i] > r.fma_best) r.fma_best = fl[i]; }
-    r.bw_med = median(bw, reps);
-    r.fma_med = median(fl, reps);
-    return r;
 }
 
 /* ---------------- models ---------------- */
@@ -252,6 +113,32 @@ static double layer_macs(const mor_model *m, int32_t l)
     for (int r = 0; r < ROLE_COUNT; r++)
         if (r != ROLE_ATTN_NORM && r != ROLE_FFN_NORM) b += (double)m->layers[l].w[r].rows * (double)m->layers[l].w[r].cols;
     return b;
+}
+
+/* What a token of test `test` (0 pp, 1 tg: ntok tokens) of model m at mean depth `depth` must read
+ * and compute (roofline.h): every layer it runs, the output matrix (pp: once for the batch), the K/V
+ * rows of the cells before it (average position ntok / 2, F32 cache). */
+static roof_work test_work(const mor_model *m, int test, int ntok, double depth)
+{
+    double once = 0, block = 0, lm = 0;
+    for (int32_t l = 0; l < m->prelude; l++) { once += layer_bytes(m, l); lm += layer_macs(m, l); }
+    for (int32_t l = m->n_layer - m->coda; l < m->n_layer; l++) { once += layer_bytes(m, l); lm += layer_macs(m, l); }
+    for (int32_t j = 0; j < m->base_depth; j++) {
+        const int32_t l = model_layer_of(m, 0, j);
+        block += layer_bytes(m, l);
+        lm += depth * layer_macs(m, l);
+    }
+    const double layers_run = m->prelude + m->coda + depth * m->base_depth;
+    const double kvd = (double)m->n_head_kv * m->head_dim, qd = (double)m->n_head * m->head_dim;
+    const double head_macs = (double)m->output.rows * m->output.cols / (test == 0 ? ntok : 1);
+    roof_work w;
+    w.once = once + block + wbytes(&m->output);
+    w.block = m->n_rec > 1 ? block : 0;
+    w.depth = m->n_rec > 1 ? depth : 1;
+    w.kv = layers_run * (ntok / 2.0) * 2 * kvd * 4;
+    w.flops = 2 * (lm + head_macs + layers_run * (ntok / 2.0) * 2 * qd);
+    w.per_batch = test == 0 ? ntok : 1;
+    return w;
 }
 
 /* ---------------- measurements ---------------- */
@@ -380,15 +267,15 @@ static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" :
  * (a file without deltas gives the same model twice). Routing is the
  * model's default. */
 static int bench_files(const char *files, const int *threads, int n_threads, int np, int ng, int reps,
-                       const kernel_set *ks)
+                       const kernel_set *ks, roof_machine *rm)
 {
     char list[4096];
     snprintf(list, sizeof list, "%s", files);
     mor_batch *b = NULL;
     if (mor_batch_create(np > ng ? np : ng, &b)) return 1;
     make_tokens(32000);
-    printf("\n| model | LoRA | size MB | thr | test | tok/s median [min-max] | cpu |\n");
-    printf("|---|---|---:|---:|---|---|---:|\n");
+    printf("\n| model | LoRA | size MB | thr | test | tok/s median [min-max] | cpu | roofline |\n");
+    printf("|---|---|---:|---:|---|---|---:|---|\n");
     for (char *path = strtok(list, ","); path; path = strtok(NULL, ",")) {
         variant var[2];
         memset(var, 0, sizeof var);
@@ -423,9 +310,18 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
                 for (int test = 0; test < 2; test++) {
                     const rep_stats rs = summarize(&var[k], test, reps);
                     const char *base = strrchr(path, '/');
-                    printf("| %s | %s | %.0f | %d | %s%d | %.1f [%.1f-%.1f] | %.0f%% |\n", base ? base + 1 : path,
+                    char roofs[160] = "-";
+                    if (rm) {
+                        /* the model's default routing: full depth (LoRA deltas not counted) */
+                        const mor_model *m = var[k].m;
+                        const roof_work w = test_work(m, test, test ? ng : np, m->n_rec);
+                        char what[128];
+                        const double bound = roof_bound(rm, threads[ti], ks, m->layers[m->prelude].w[ROLE_FFN_UP].type, &w, what, sizeof what);
+                        if (bound > 0) snprintf(roofs, sizeof roofs, "%.0f%% of %.0f (%s)", 100 * rs.med / bound, bound, what);
+                    }
+                    printf("| %s | %s | %.0f | %d | %s%d | %.1f [%.1f-%.1f] | %.0f%% | %s |\n", base ? base + 1 : path,
                            k ? "folded" : "unfolded", (double)mor_model_size_bytes(var[k].m) / 1e6, threads[ti],
-                           test ? "tg" : "pp", test ? ng : np, rs.med, rs.mn, rs.mx, 100 * rs.busy);
+                           test ? "tg" : "pp", test ? ng : np, rs.med, rs.mn, rs.mx, 100 * rs.busy, roofs);
                 }
             fflush(stdout);
             for (int k = 0; k < 2; k++) { mor_context_free(var[k].c); var[k].c = NULL; }
@@ -442,7 +338,7 @@ static void usage(FILE *f)
         "usage: mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]\n"
         "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]\n"
         "                 [--no-probe] [--quick]\n"
-        "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K]\n"
+        "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--no-probe]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
         "  -s LIST        model shapes (SmolLM-135M, -360M) of random-weight models written to --dir\n"
         "  -w LIST        weight types          -t LIST   thread counts (each 1..64)\n"
@@ -452,9 +348,10 @@ static void usage(FILE *f)
         "  --dir DIR      where the model files are written (default build/bench)\n"
         "  --json FILE    the results as JSON too\n"
         "  --kernels K    a kernel set instead of the best this CPU has\n"
-        "  --no-probe     skip the memory-bandwidth and FMA probes (no roofline column)\n"
+        "  --no-probe     skip the machine probes (read bandwidth at each test's working set, peaks of the\n"
+        "                 units the kernels use): no roofline column\n"
         "  --quick        -r 2 -p 32 -n 8\n"
-        "  --model FILES  relaxed models (LoRA deltas) from files, each loaded unfolded and folded\n"
+        "  --model FILES  models from files (LoRA deltas: each loaded unfolded and folded)\n"
         "  --serve        serving throughput four ways (serial, lockstep, sequence, depth-wise;\n"
         "                 docs/BATCHING.md); the same as bin/mor-bench-serve\n"
         "  -h, --help\n");
@@ -512,18 +409,18 @@ int main(int argc, char **argv)
     }
     int threads[8], n_threads = cli_int_list("-t", thread_list, threads, 8, 1, 64);
     printf("# libmor %s, kernels %s, %s\n", mor_version_string(), ks->name, mor_build_info());
-    if (files) return bench_files(files, threads, n_threads, np, ng, reps, ks);
+    /* the machine's limits (roofline.h), probed when first needed */
+    static roof_machine machine;
+    machine.reps = 5;
+    roof_machine *rm = do_probe ? &machine : NULL;
+    if (rm) {
+        for (int i = 0; i < n_threads; i++) roof_print_units(rm, threads[i]);
+        printf("# read bandwidth: probed at each test's working set (2 MiB pages), best of %d; the roofline column\n"
+               "# is the median tok/s as a fraction of the bound, and what bounds it\n", rm->reps);
+    }
+    if (files) return bench_files(files, threads, n_threads, np, ng, reps, ks, rm);
     mkdir("build", 0755);
     mkdir(dir, 0755);
-    probe_result pr[8];
-    memset(pr, 0, sizeof pr);
-    if (do_probe)
-        for (int i = 0; i < n_threads; i++) {
-            pr[i] = probe(threads[i], 5);
-            printf("# machine, %d thread%s: DRAM read %.1f GB/s (best %.1f), FMA peak %.0f GFLOP/s (best %.0f)%s\n",
-                   threads[i], threads[i] > 1 ? "s" : "", pr[i].bw_med, pr[i].bw_best, pr[i].fma_med, pr[i].fma_best,
-                   have_avx512() ? " (AVX-512 FMA probe)" : have_avx2() ? " (AVX2 FMA probe)" : " (no AVX2: no FMA probe)");
-        }
     FILE *jf = json ? fopen(json, "w") : NULL;
     if (json && !jf) { fprintf(stderr, "cannot write %s\n", json); return 1; }
     if (jf) fprintf(jf, "[\n");
@@ -613,44 +510,17 @@ int main(int argc, char **argv)
                 for (int k = 0; k < nv; k++) {
                     variant *v = &var[k];
                     const mor_model *m = v->m;
-                    /* per-token work: layers run (MoR: prelude + coda + depth x block) */
                     for (int test = 0; test < 2; test++) {
                         const rep_stats rs = summarize(v, test, reps);
                         const double med = rs.med;
                         double depth = m->router_type == MOR_ROUTER_TYPE_NONE ? m->n_rec : test == 0 ? v->depth_pp : v->depth_tg;
-                        double lb = 0, lm = 0, unique = 0;
-                        for (int32_t l = 0; l < m->prelude; l++) { lb += layer_bytes(m, l); lm += layer_macs(m, l); }
-                        for (int32_t l = m->n_layer - m->coda; l < m->n_layer; l++) { lb += layer_bytes(m, l); lm += layer_macs(m, l); }
-                        unique = lb;
-                        for (int32_t j = 0; j < m->base_depth; j++) {
-                            int32_t l = model_layer_of(m, 0, j);
-                            lb += depth * layer_bytes(m, l);
-                            lm += depth * layer_macs(m, l);
-                            unique += layer_bytes(m, l);
-                        }
-                        const double head = wbytes(&m->output);
                         const int ntok = test == 0 ? np : ng;
-                        const double layers_run = m->prelude + m->coda + depth * m->base_depth;
-                        /* attention: average position ntok/2, K and V rows of kv_dim floats per layer run */
-                        const double kvd = (double)m->n_head_kv * m->head_dim, qd = (double)m->n_head * m->head_dim;
-                        double roof = 0;
-                        char roofs[96] = "-";
-                        if (test == 1) {
-                            double bytes = lb + head + layers_run * (ntok / 2.0) * 2 * kvd * 4;
-                            double ub = unique + head;
-                            if (pr[ti2].bw_med > 0) {
-                                roof = med * bytes / (pr[ti2].bw_med * 1e9);
-                                snprintf(roofs, sizeof roofs, "%.0f%% of %.0f (%.0f MB/tok; unique %.0f MB)",
-                                         100 * roof, pr[ti2].bw_med * 1e9 / bytes, bytes / 1e6, ub / 1e6);
-                            }
-                        } else {
-                            double flops = 2 * (lm + (double)m->output.rows * m->output.cols / ntok +
-                                                layers_run * (ntok / 2.0) * 2 * qd);
-                            if (pr[ti2].fma_med > 0) {
-                                roof = med * flops / (pr[ti2].fma_med * 1e9);
-                                snprintf(roofs, sizeof roofs, "%.0f%% of %.0f (%.0f MFLOP/tok)", 100 * roof,
-                                         pr[ti2].fma_med * 1e9 / flops, flops / 1e6);
-                            }
+                        const roof_work w = test_work(m, test, ntok, depth);
+                        double roof = 0, bound = 0;
+                        char roofs[160] = "-", what[128];
+                        if (rm && (bound = roof_bound(rm, nt, ks, wtypes[ti].type, &w, what, sizeof what)) > 0) {
+                            roof = med / bound;
+                            snprintf(roofs, sizeof roofs, "%.0f%% of %.0f (%s)", 100 * roof, bound, what);
                         }
                         char name[16];
                         snprintf(name, sizeof name, "%s%d", test == 0 ? "pp" : "tg", ntok);
@@ -661,10 +531,11 @@ int main(int argc, char **argv)
                             fprintf(jf, "%s  {\"model\": \"%s\", \"arch\": \"%s\", \"layers\": %d, \"routing\": \"%s\", "
                                         "\"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"test\": \"%s\", "
                                         "\"tok_s\": %.3f, \"tok_s_min\": %.3f, \"tok_s_max\": %.3f, \"reps\": %d, "
-                                        "\"mean_depth\": %.4f, \"cpu\": %.3f, \"roofline_fraction\": %.4f, \"bw_gbs\": %.2f, \"fma_gflops\": %.1f}",
+                                        "\"mean_depth\": %.4f, \"cpu\": %.3f, \"roofline_fraction\": %.4f, \"bound_tok_s\": %.2f, "
+                                        "\"bound\": \"%s\"}",
                                     first_json ? "" : ",\n", sh->name, arch_names[v->arch], m->n_layer,
                                     routing_name(v->routing), wtypes[ti].name, nt, ks->name, name, med, rs.mn, rs.mx, reps,
-                                    depth, rs.busy, roof, pr[ti2].bw_med, pr[ti2].fma_med);
+                                    depth, rs.busy, roof, bound, bound > 0 ? what : "-");
                             first_json = 0;
                         }
                     }
