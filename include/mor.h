@@ -161,7 +161,12 @@ enum {
      * dequantized for it, and generation, which reads every weight per
      * token, can be much slower than unfolded (docs/RELAXED.md). Logits
      * agree with the unfolded model to rounding. No effect without LoRA. */
-    MOR_MODEL_FOLD_LORA  = 1u << 2
+    MOR_MODEL_FOLD_LORA  = 1u << 2,
+    /* Check every weight for NaN and infinity at load (MOR_E_FORMAT naming
+     * the tensor), reading the whole file once. Without it only the norms
+     * and routers are checked, which is cheap; the tools set it by default
+     * (their --no-check-tensors skips it), as llama.cpp's --check-tensors. */
+    MOR_MODEL_CHECK_TENSORS = 1u << 3
 };
 
 typedef struct mor_model_params {
@@ -183,7 +188,8 @@ MOR_API void mor_model_params_init(mor_model_params *p, size_t size);
 
 /* Load a GGUF file. The file is mapped read-only (weights are used in place,
  * with no copy, where the stored type is used as is) and checked strictly:
- * every key, type, shape, offset and size. params may be NULL for defaults.
+ * every key, type, shape, offset and size, and the norms and routers for
+ * NaN and infinity (every weight with MOR_MODEL_CHECK_TENSORS). params may be NULL for defaults.
  * On success *out owns the model. Errors: MOR_E_INVALID_ARG, MOR_E_IO,
  * MOR_E_FORMAT, MOR_E_UNSUPPORTED, MOR_E_NOMEM, MOR_E_ABORTED, MOR_E_ABI.
  * Thread-safe. */

@@ -24,10 +24,11 @@ void log_emit(int32_t level, const char *fmt, ...)
     mor_log_fn fn = log_fn; void *ud = log_ud; int32_t max = log_max_level;
     pthread_mutex_unlock(&log_lock);
     if (!fn || level > max) return;
-    char msg[1024];
+    char raw[1024], msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    text_escape_controls(msg, sizeof msg, raw);
     fn(level, msg, ud);
 }

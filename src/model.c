@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "lora.h"
+#include "quant.h"
 #include "model.h"
 #include "status.h"
 
@@ -280,6 +281,27 @@ static mor_status report(const mor_model_params *p, float f)
     return MOR_OK;
 }
 
+/* A NaN or infinity in a weight is a broken file: it would turn every output
+ * into NaN, silently. Norms and routers (vectors and rtr.*: small) are always
+ * checked; every tensor with MOR_MODEL_CHECK_TENSORS (one read of the file). */
+static mor_status check_finite(const gguf_file *g, const mor_model_params *p)
+{
+    const int all = (p->flags & MOR_MODEL_CHECK_TENSORS) != 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        const int cheap = t->n_dims == 1 || (t->name.n >= 4 && !memcmp(t->name.p, "rtr", 3));
+        if (!cheap && !all) continue;
+        if (all && i % 16 == 0) { mor_status st = report(p, 0.9f); if (st) return st; }
+        int64_t n = 1;
+        for (uint32_t k = 0; k < t->n_dims; k++) n *= t->ne[k];
+        int64_t bad = quant_find_nonfinite(t->type, t->data, n);
+        if (bad >= 0)
+            return err_set(MOR_E_FORMAT, "tensor '%.*s' holds a NaN or infinity (at element %lld): the file is "
+                           "broken", (int)(t->name.n > 96 ? 96 : t->name.n), t->name.p, (long long)bad);
+    }
+    return MOR_OK;
+}
+
 static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model_params *p)
 {
     mor_status st;
@@ -356,6 +378,7 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
      * when the image itself is aligned, which mmap and malloc ensure; a borrowed buffer may not be. */
     for (uint64_t i = 0; i < g->n_tensors; i++)
         if ((uintptr_t)g->tensors[i].data % 4) { st = err_set(MOR_E_INVALID_ARG, "model buffer is not 4-byte aligned"); goto done; }
+    if ((st = check_finite(g, p))) goto done;
     if ((p->flags & MOR_MODEL_FOLD_LORA) && (st = lora_fold(m))) goto done;
     st = MOR_OK;
 done:

@@ -63,6 +63,39 @@ void dequant_row(uint32_t type, const void *row, float *out, int64_t k)
     }
 }
 
+int64_t quant_find_nonfinite(uint32_t type, const void *data, int64_t n)
+{
+    const unsigned char *p = data;
+    switch (type) {
+    case GGML_F32:
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, p + 4 * i, 4);
+            if ((u & 0x7f800000u) == 0x7f800000u) return i;   /* exponent all ones: inf or NaN */
+        }
+        return -1;
+    case GGML_F16: case GGML_BF16: {
+        const uint16_t mask = type == GGML_F16 ? 0x7c00 : 0x7f80;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            if ((h & mask) == mask) return i;
+        }
+        return -1;
+    }
+    case GGML_Q8_0: case GGML_Q4_0: {   /* the blocks' F16 scales; the quants are integers */
+        const size_t bs = type == GGML_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0);
+        for (int64_t b = 0; b < n / QK; b++) {
+            uint16_t d;
+            memcpy(&d, p + (size_t)b * bs, 2);
+            if ((d & 0x7c00) == 0x7c00) return b * QK;
+        }
+        return -1;
+    }
+    default: return -1;
+    }
+}
+
 void quant_row(uint32_t type, const float *x, void *out, int64_t k)
 {
     switch (type) {

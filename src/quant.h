@@ -23,6 +23,10 @@ void quant_row_q4_0(const float *x, block_q4_0 *y, int64_t k);
 /* Convert a row of k values of any of the five types to float (exact for
  * F32/F16/BF16; d * q for the blocks, also exact in float). */
 void dequant_row(uint32_t type, const void *row, float *out, int64_t k);
+/* The index of the first NaN or infinite value among the n values of a
+ * tensor of `type` (any of the five; Q8_0 / Q4_0: the first value of the
+ * first block whose scale is), or -1 when every value is finite. */
+int64_t quant_find_nonfinite(uint32_t type, const void *data, int64_t n);
 /* Convert a row of k floats to `type` (any of the five). */
 void quant_row(uint32_t type, const float *x, void *out, int64_t k);
 

@@ -12,6 +12,10 @@
 /* Record a message for mor_last_error() in this thread and return s, so that
  * callers can write `return err_set(MOR_E_FORMAT, "bad %s", what);`. */
 mor_status err_set(mor_status s, const char *fmt, ...) MOR_PRINTF(2, 3);
+/* Copy src into dst (cap bytes, NUL-terminated, truncated at a whole
+ * character) with control characters and DEL as \xNN: for messages that
+ * quote a model file's strings. err_set and the log apply it. */
+void text_escape_controls(char *dst, size_t cap, const char *src);
 /* Forget the last message (called on entry of public functions that succeed). */
 void err_clear(void);
 

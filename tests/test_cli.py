@@ -15,6 +15,8 @@
   the context keeps its start and its end (refused under
   --no-context-shift and for dumps).
 - mor-bench --help lists --serve; mor-bench-serve --help works.
+- mor-convert draws its progress (tensors written, SVDs done) on a terminal
+  only.
 - mor-train prints an ETA and reports no held-out loss without --val.
 - The README's `make demo` comment is the command the Makefile runs.
 """
@@ -286,6 +288,47 @@ def train(tmp):
     t.check("ETA " in err and "held-out loss" not in err, "mor-train prints an ETA and no held-out loss without --val")
 
 
+def on_terminal(args):
+    """Run args with stderr on a pseudo-terminal; (exit status, what it drew)."""
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    p.stdout.read()
+    rc = p.wait()
+    os.close(master)
+    return rc, drawn.decode("utf-8", "replace")
+
+
+def convert_progress(tmp):
+    fix = os.path.join(t.ROOT, "tests", "data", "fixtures", "expert_mc3_fix_perturbed", "hf_safetensors")
+    rc, drawn = on_terminal([tool("mor-convert"), fix, "-o", os.path.join(tmp, "p.gguf")])
+    t.check(rc == 0 and "writing tensors" in drawn and "100%" in drawn,
+            "mor-convert on a terminal shows the tensors written (%r)" % drawn[-80:])
+    rc, _, err = run([tool("mor-convert"), fix, "-o", os.path.join(tmp, "p.gguf")])
+    t.check(rc == 0 and "writing tensors" not in err and "\r" not in err, "mor-convert into a pipe draws no progress")
+    # a vanilla model made recursive and relaxed: the SVDs
+    txt = os.path.join(tmp, "train.txt")
+    voc = os.path.join(tmp, "v.gguf")
+    van = os.path.join(tmp, "vanilla.gguf")
+    rc1, _, _ = run([tool("mor-train"), "--data", txt, "--vocab", voc, "-o", van, "--d", "32", "--ff", "64", "--heads",
+                     "2", "--layers", "4", "--batch", "2", "--seq", "16", "--steps", "1", "--threads", "1",
+                     "--save-every", "0", "-q"])
+    rc, drawn = on_terminal([tool("mor-convert"), van, "-o", os.path.join(tmp, "r.gguf"), "--num-recursion", "2",
+                             "--sharing", "cycle", "--init", "average", "--lora-rank", "4"])
+    t.check(rc1 == 0 and rc == 0 and "SVDs" in drawn and "writing tensors" in drawn,
+            "mor-convert on a terminal shows the SVDs done when relaxing a model (%r)" % drawn[-120:])
+
+
 def readme_demo():
     with open(os.path.join(t.ROOT, "README.md")) as f:
         readme = f.read()
@@ -312,6 +355,7 @@ def main():
         context_shift()
         help_texts()
         train(tmp)
+        convert_progress(tmp)
         readme_demo()
     t.finish()
 

@@ -498,6 +498,8 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     memset(&tok, 0, sizeof tok);
     memset(&gi, 0, sizeof gi);
     memset(&rs, 0, sizeof rs);
+    rs.progress = o->progress;
+    rs.progress_ud = o->progress_ud;
     for (int role = 0; role < CV_ROLE_COUNT; role++) any_rank |= !is_norm(role) && o->lora_rank[role] > 0;
     if (from_gguf) {
         if (gguf_input_open(&gi, o->dir, &ck, &cfg, err, errcap) || gather_settings(o, &cfg, &s, err, errcap)) goto done;
@@ -645,6 +647,7 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
         if (!rc && lo.bias) rc = add_f32(w, "rtr.bias", lo.bias, &own, err, errcap);
     }
     if (rc) goto done;
+    gguf_writer_set_progress(w, o->progress, o->progress_ud);
     rc = gguf_writer_write(w, out, err, errcap);
     if (rc == 0 && summary && sumcap) {
         char tok_desc[240] = "";

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include "settings.h"
+#include "util.h"
 
 enum { OUTTYPE_AUTO = -1 };   /* else a dtype.h value: GGML_F32, GGML_F16, GGML_BF16 */
 
@@ -25,6 +26,8 @@ typedef struct {
     int lora_rank[9];         /* per CV role (norms ignored): SVD LoRA rank, 0 = not relaxed */
     int svd_exact;            /* full Jacobi SVD even for small ranks */
     int threads;              /* SVDs in parallel; <= 0: 1 */
+    cv_progress_fn progress;  /* optional: SVDs done, tensors written (util.h) */
+    void *progress_ud;
     /* The output matrix. A saved lm_head.weight bitwise equal to the
      * embedding is stored tied; one that differs is kept as the output matrix
      * whatever config.json says (the official RecursiveLlamaForCausalLM never

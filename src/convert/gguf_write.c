@@ -28,7 +28,14 @@ struct gguf_writer {
     gw_tensor *t;
     size_t n_t, cap_t;
     char err[256];            /* first error, sticky */
+    cv_progress_fn progress;
+    void *progress_ud;
 };
+
+void gguf_writer_set_progress(gguf_writer *w, cv_progress_fn fn, void *user_data)
+{
+    if (w) { w->progress = fn; w->progress_ud = user_data; }
+}
 
 gguf_writer *gguf_writer_new(void)
 {
@@ -274,6 +281,7 @@ int gguf_writer_write(gguf_writer *w, FILE *f, char *err, size_t errcap)
         }
         if (padded != t->nbytes && fwrite(zeros, 1, (size_t)(padded - t->nbytes), f) != (size_t)(padded - t->nbytes))
             goto io;
+        if (w->progress) w->progress("writing tensors", (int64_t)i + 1, (int64_t)w->n_t, w->progress_ud);
     }
     w->kv_len = kv_len;   /* the writer may be written again */
     if (fflush(f) != 0 || ferror(f)) return cv_fail(err, errcap, "write error");

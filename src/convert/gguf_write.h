@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "util.h"
 
 #define GGUF_WRITE_ALIGNMENT 32
 
@@ -32,6 +33,9 @@ void gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const 
  * nbytes must equal what the dims take in that type. */
 void gguf_writer_add_tensor(gguf_writer *w, const char *name, int type, int n_dims, const uint64_t *dims,
                             const void *data, uint64_t nbytes);
+
+/* Report each tensor written to fn (NULL: none). */
+void gguf_writer_set_progress(gguf_writer *w, cv_progress_fn fn, void *user_data);
 
 /* Write the file to f (from its current position, which should be 0). */
 int gguf_writer_write(gguf_writer *w, FILE *f, char *err, size_t errcap);

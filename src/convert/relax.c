@@ -172,7 +172,9 @@ typedef struct {
     svd_job *jobs;
     int n, exact;
     pthread_mutex_t mu;
-    int next;
+    int next, done;
+    cv_progress_fn progress;
+    void *progress_ud;
 } svd_queue;
 
 static uint64_t mix64(uint64_t z)
@@ -234,6 +236,10 @@ static void *svd_worker(void *arg)
         pthread_mutex_unlock(&q->mu);
         if (i < 0) return NULL;
         run_job(&q->jobs[i], q->exact);
+        pthread_mutex_lock(&q->mu);   /* one report at a time */
+        q->done++;
+        if (q->progress) q->progress("SVDs", q->done, q->n, q->progress_ud);
+        pthread_mutex_unlock(&q->mu);
     }
 }
 
@@ -265,6 +271,8 @@ int relax_svd(relax_state *rs, const cv_layout *lo, int first, int last, const i
         }
     q.n = n;
     q.exact = exact;
+    q.progress = rs->progress;
+    q.progress_ud = rs->progress_ud;
     pthread_mutex_init(&q.mu, NULL);
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;

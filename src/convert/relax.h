@@ -37,6 +37,8 @@ typedef struct {
     int n_delta;
     double residual2, captured2;                  /* SVD: sum ||R||^2 and of the kept sigma^2 */
     int n_zero;                                   /* SVD: zero residuals (standard init) */
+    cv_progress_fn progress;                      /* relax_svd: each SVD done (NULL: none) */
+    void *progress_ud;
     void **own;                                   /* buffers to free */
     size_t n_own, cap_own;
 } relax_state;

@@ -14,6 +14,10 @@
 #  define CV_PRINTF(a, b)
 #endif
 
+/* Progress of a long step ("writing tensors", "SVDs"): done of total units.
+ * Called from the converting thread (SVDs: one at a time, under a lock). */
+typedef void (*cv_progress_fn)(const char *what, int64_t done, int64_t total, void *user_data);
+
 /* Write a message into err (when err && errcap) and return -1, so that callers
  * can write `return cv_fail(err, errcap, "bad %s", what);`. */
 int cv_fail(char *err, size_t errcap, const char *fmt, ...) CV_PRINTF(3, 4);

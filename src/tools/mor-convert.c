@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "convert.h"
 #include "dtype.h"
@@ -122,6 +123,37 @@ static void parse_ranks(const char *v, int *rank)
         if (i == 7) cli_usage_error("--lora-rank: bad projection '%s' (q, k, v, o, gate, up, down)", tok);
         rank[roles[i]] = parse_int("--lora-rank", eq + 1, 0, 1 << 20);
     }
+}
+
+/* Progress on a terminal (stderr), redrawn in place at most every 1/10 s:
+ * SVDs done, tensors written. Never into a file or a pipe. */
+typedef struct { char what[32]; double last; int shown; } progress_line;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void show_progress(const char *what, int64_t done, int64_t total, void *ud)
+{
+    progress_line *p = ud;
+    double t = now_s();
+    int fresh = strcmp(p->what, what) != 0;
+    if (!fresh && done < total && t - p->last < 0.1) return;
+    snprintf(p->what, sizeof p->what, "%s", what);
+    p->last = t;
+    p->shown = 1;
+    fprintf(stderr, "\rmor-convert: %s %lld/%lld (%.0f%%)   ", what, (long long)done, (long long)total,
+            total ? 100.0 * (double)done / (double)total : 100.0);
+    fflush(stderr);
+}
+
+static void end_progress(progress_line *p)
+{
+    if (p->shown) fprintf(stderr, "\r%60s\r", "");   /* the line, cleared */
+    p->shown = 0;
 }
 
 /* Every file the conversion may read: the named ones, and in a checkpoint
@@ -244,9 +276,13 @@ int main(int argc, char **argv)
     f = cli_out_open(out, &tmp);
     if (!f) return 1;
     o.dir = dir;
+    progress_line pl;
+    memset(&pl, 0, sizeof pl);
+    if (cli_isatty(stderr)) { o.progress = show_progress; o.progress_ud = &pl; }
     o.note = note; o.notecap = sizeof note;
     if (vocab_only) rc = convert_vocab_only(dir, o.tokenizer, f, summary, sizeof summary, err, sizeof err);
     else rc = convert_model(&o, f, summary, sizeof summary, err, sizeof err);
+    end_progress(&pl);
     if (rc != 0) {
         cli_out_close(f, &tmp, out, 0);
         die("%s", err);

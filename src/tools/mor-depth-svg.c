@@ -14,7 +14,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mor-depth-svg -m MODEL.gguf (-f TEXT_FILE | -p TEXT) -o OUT.svg\n"
-               "                     [--routing threshold|topk] [--title TEXT] [--width PX]\n");
+               "                     [--routing threshold|topk] [--title TEXT] [--width PX] [--no-check-tensors]\n");
 }
 
 static char *read_file(const char *path)
@@ -57,7 +57,7 @@ static int token_xml(const char *p, size_t n, char *out, size_t cap)
 int main(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *prompt = NULL, *out = NULL, *title = NULL;
-    int routing = MOR_ROUTE_THRESHOLD, width = 900;
+    int routing = MOR_ROUTE_THRESHOLD, width = 900, check_tensors = 1;
     static const char *const modes[] = { "threshold", "topk", NULL };
     cli_init("mor-depth-svg");
     for (int i = 1; i < argc; i++) {
@@ -70,6 +70,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--width")) width = (int)cli_int(a, cli_value(argc, argv, &i), 200, 100000);
         else if (!strcmp(a, "--routing"))
             routing = cli_choice(a, cli_value(argc, argv, &i), modes) ? MOR_ROUTE_TOPK : MOR_ROUTE_THRESHOLD;
+        else if (!strcmp(a, "--no-check-tensors")) check_tensors = 0;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else cli_usage_error("unknown option '%s'", a);
     }
@@ -86,7 +87,10 @@ int main(int argc, char **argv)
     while (tl && (text[tl - 1] == '\n' || text[tl - 1] == ' ')) text[--tl] = 0;
 
     mor_model *m;
-    mor_status st = mor_model_load_file(model, NULL, &m);
+    mor_model_params mp;
+    MOR_MODEL_PARAMS_INIT(&mp);
+    if (check_tensors) mp.flags |= MOR_MODEL_CHECK_TENSORS;
+    mor_status st = mor_model_load_file(model, &mp, &m);
     if (st) { fprintf(stderr, "mor-depth-svg: %s\n", mor_last_error()); return 1; }
     int32_t n = 0;
     mor_tokenize(m, text, tl, 0, NULL, 0, &n);

@@ -49,19 +49,21 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mor-quantize IN.gguf OUT.gguf f32|f16|bf16|q8_0|q4_0 [--embd-type TYPE] [--drift N]\n"
                "  --embd-type TYPE  the embedding's (and untied output's) type (default TYPE; q8_0 for q4_0)\n"
-               "  --drift N         then compare OUT's logits with IN's over N tokens (KL, top-1)\n");
+               "  --drift N         then compare OUT's logits with IN's over N tokens (KL, top-1)\n"
+               "  --no-check-tensors  do not check every weight of IN for NaN and infinity\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *ts = NULL, *es = NULL;
-    int drift_n = 0;
+    int drift_n = 0, check_tensors = 1;
     cli_init("mor-quantize");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--embd-type")) es = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--drift")) drift_n = (int)cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
+        else if (!strcmp(a, "--no-check-tensors")) check_tensors = 0;
         else if (a[0] == '-' && a[1]) cli_usage_error("unknown option '%s'", a);
         else if (!in) in = a;
         else if (!out) out = a;
@@ -81,7 +83,10 @@ int main(int argc, char **argv)
     if (gguf_parse(buf, size, &g)) { fprintf(stderr, "mor-quantize: %s: %s\n", in, mor_last_error()); free(buf); return 1; }
     /* the input must be a model libmor loads, so the output is one too */
     mor_model *check = NULL;
-    if (mor_model_load_memory(buf, size, NULL, &check)) {
+    mor_model_params mp;
+    MOR_MODEL_PARAMS_INIT(&mp);
+    if (check_tensors) mp.flags |= MOR_MODEL_CHECK_TENSORS;
+    if (mor_model_load_memory(buf, size, &mp, &check)) {
         fprintf(stderr, "mor-quantize: %s: %s\n", in, mor_last_error());
         gguf_free(g); free(buf); return 1;
     }

@@ -23,7 +23,7 @@ typedef struct {
     const char *model, *prompt, *ids, *dump_logits, *dump_routing, *dump_hidden, *dump_step_logits, *tokenize_file;
     int n_predict, no_cache, print_ids, show_depth, quiet, max_depth, routing, forced, routing_set;
     int kv_mode, kv_type, n_ctx, max_pos, n_threads, no_context_shift, n_keep;
-    int greedy, temp_set;
+    int greedy, temp_set, no_check_tensors;
     float thresholds[32];
     int n_thresholds;
     mor_sampler_params sp;
@@ -85,6 +85,8 @@ static void usage(FILE *f)
         "                           use_cache=False loop of a KV-sharing model is --no-cache --kv dense\n"
         "  -t, --threads N          worker threads (default: the online CPUs, at most 8); results\n"
         "                           do not depend on it\n"
+        "  --no-check-tensors       do not check every weight for NaN and infinity at load (the norms\n"
+        "                           and routers always are)\n"
         "dumps (one forward over the prompt, for comparison with other implementations):\n"
         "  --dump-logits FILE       logits, float32 [T][vocab]\n"
         "  --dump-routing FILE      routing as JSON {depth, selected}\n"
@@ -154,6 +156,7 @@ static void parse_args(int argc, char **argv, options *o)
         else if (FLAG("--max-pos")) o->max_pos = (int)cli_int(a, VALUE(), 1, INT32_MAX - 1);
         else if (FLAG("--keep")) o->n_keep = (int)cli_int(a, VALUE(), -1, INT32_MAX);
         else if (FLAG("--no-context-shift")) o->no_context_shift = 1;
+        else if (FLAG("--no-check-tensors")) o->no_check_tensors = 1;
         else if (FLAG("-t") || FLAG("--threads")) o->n_threads = (int)cli_int(a, VALUE(), 1, 256);
         else if (FLAG("--no-cache")) o->no_cache = 1;
         else if (FLAG("--print-ids")) o->print_ids = 1;
@@ -445,6 +448,7 @@ int main(int argc, char **argv)
     mor_model_params mp;
     MOR_MODEL_PARAMS_INIT(&mp);
     if (o->tokenize_file) mp.flags |= MOR_MODEL_VOCAB_ONLY;
+    else if (!o->no_check_tensors) mp.flags |= MOR_MODEL_CHECK_TENSORS;
     mor_status st = mor_model_load_file(o->model, &mp, &R.model);
     if (st) return lib_error(NULL, "loading the model", st);
     if (o->tokenize_file) { int rc = tokenize_file(R.model, o->tokenize_file); run_free(&R); return rc; }

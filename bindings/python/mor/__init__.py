@@ -38,7 +38,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 OK = 0
 LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
-MODEL_NO_MMAP, MODEL_VOCAB_ONLY, MODEL_FOLD_LORA = 1, 2, 4
+MODEL_NO_MMAP, MODEL_VOCAB_ONLY, MODEL_FOLD_LORA, MODEL_CHECK_TENSORS = 1, 2, 4, 8
 ROUTER_TYPE_NONE, ROUTER_TYPE_EXPERT, ROUTER_TYPE_TOKEN = 0, 1, 2
 CTX_CAPTURE_HIDDEN = 1
 KV_MODEL_DEFAULT, KV_RECURSION_WISE, KV_SHARED, KV_DENSE = 0, 1, 2, 3
@@ -225,15 +225,18 @@ class _Handle(object):
 # ---------------------------------------------------------------------------
 class Model(_Handle):
     """An immutable model loaded from a GGUF file (path) or from bytes (data).
-    Thread-safe. Closing it closes every Context made from it first."""
+    Thread-safe. Closing it closes every Context made from it first.
+    check_tensors=True checks every weight for NaN and infinity (FormatError;
+    the norms and routers are always checked)."""
     _kind = "model"
 
-    def __init__(self, path=None, data=None, no_mmap=False, vocab_only=False, progress=None):
+    def __init__(self, path=None, data=None, no_mmap=False, vocab_only=False, progress=None, check_tensors=False):
         if (path is None) == (data is None):
             raise TypeError("Model() takes a path or data=, not both")
         mp = _capi.ModelParams()
         _lib.mor_model_params_init(ctypes.byref(mp), ctypes.sizeof(mp))
-        mp.flags |= (MODEL_NO_MMAP if no_mmap else 0) | (MODEL_VOCAB_ONLY if vocab_only else 0)
+        mp.flags |= (MODEL_NO_MMAP if no_mmap else 0) | (MODEL_VOCAB_ONLY if vocab_only else 0) | \
+            (MODEL_CHECK_TENSORS if check_tensors else 0)
         raised = []
         if progress is not None:
             def cb(frac, _user):

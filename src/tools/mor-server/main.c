@@ -60,6 +60,8 @@ static void usage(FILE *f)
         "  --max-queue N           requests waiting for a slot at most (default 256; more get 503)\n"
         "  --timeout S             idle keep-alive and read timeout in seconds (default 30)\n"
         "  --drain-timeout S       on SIGINT/SIGTERM, wait this long for running requests (default 30)\n"
+        "  --no-check-tensors      do not check every weight for NaN and infinity at load (the\n"
+        "                          norms and routers always are)\n"
         "  -q, --quiet             no line per request on stderr\n", chat_names());
 }
 
@@ -84,6 +86,7 @@ static int parse_args(int argc, char **argv, options *o)
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+        if (!strcmp(a, "--no-check-tensors")) { o->no_check_tensors = 1; continue; }
         if (a[0] != '-') cli_usage_error("unexpected argument '%s'", a);
         const char *v = cli_value(argc, argv, &i);
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
@@ -352,7 +355,10 @@ int main(int argc, char **argv)
     S.started = (int64_t)time(NULL);
     S.rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(engine_now() * 1e9);
 
-    mor_status st = mor_model_load_file(S.o.model_path, NULL, &S.model);
+    mor_model_params mp;
+    MOR_MODEL_PARAMS_INIT(&mp);
+    if (!S.o.no_check_tensors) mp.flags |= MOR_MODEL_CHECK_TENSORS;   /* a broken file fails here, not per request */
+    mor_status st = mor_model_load_file(S.o.model_path, &mp, &S.model);
     if (st) {
         fprintf(stderr, "mor-server: loading %s: %s (%s)\n", S.o.model_path, mor_last_error(), mor_status_str(st));
         return 1;

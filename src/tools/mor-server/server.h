@@ -22,7 +22,7 @@ typedef struct {
     float       thresholds[16];
     int32_t     n_thresholds;
     int64_t     max_body, max_header;
-    int32_t     max_conns, max_queue, timeout_s, drain_timeout_s, quiet;
+    int32_t     max_conns, max_queue, timeout_s, drain_timeout_s, quiet, no_check_tensors;
 } options;
 
 /* The HTTP counters of /metrics: requests by endpoint and status. */

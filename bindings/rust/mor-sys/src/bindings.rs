@@ -92,6 +92,7 @@ pub struct mor_sampler {
 pub const MOR_MODEL_NO_MMAP: _bindgen_ty_3 = 1;
 pub const MOR_MODEL_VOCAB_ONLY: _bindgen_ty_3 = 2;
 pub const MOR_MODEL_FOLD_LORA: _bindgen_ty_3 = 4;
+pub const MOR_MODEL_CHECK_TENSORS: _bindgen_ty_3 = 8;
 pub type _bindgen_ty_3 = u32;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
