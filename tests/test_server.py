@@ -452,7 +452,11 @@ def test_nonfinite(tmp):
                             "--print-ids", "-q"], capture_output=True).stdout.split()
     x = min(set(range(64)) - {1, 2, 3} - {int(v) for v in clean})
     gguf_poison_row(plain, bad, "token_embd.weight", x)
-    srv = sl.Server(["--slots", "4", "-q"], model=bad)
+    # mor-server checks every weight at load by default: a broken file does not start
+    p = subprocess.run([sl.BIN, "-m", bad, "--host", "127.0.0.1", "--port", "0", "-q"], capture_output=True, timeout=60)
+    t.check(p.returncode == 1 and b"token_embd.weight" in p.stderr,
+            "a NaN weight is refused at load, naming the tensor (%r)" % p.stderr[-120:])
+    srv = sl.Server(["--slots", "4", "-q", "--no-check-tensors"], model=bad)
     st, e = completion(srv, {"prompt": "text", "max_tokens": 2})
     t.check(st == 400 and "token ids" in e["error"]["message"], "a model without a tokenizer: a text prompt is a 400")
     a, first = open_stream(srv, {"prompt": [1, 2, 3], "max_tokens": 40, "temperature": 0, "stream": True})
