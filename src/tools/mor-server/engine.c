@@ -331,7 +331,7 @@ static void *engine_main(void *arg)
             next = j->tnext;
             j->touched = 0;
             j->tnext = NULL;
-            notify(j);
+            if (j->each_token || j->state != J_ACTIVE) notify(j);   /* J_ACTIVE: not finished */
         }
         e->touched = NULL;
         for (job *j = e->active, *next; j; j = next) {   /* a released job may be freed: touched no more */

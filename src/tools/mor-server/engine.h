@@ -34,6 +34,8 @@ struct job {
     mor_token          stop_tokens[8];   /* end the request; their text is not shown */
     int32_t            n_stop_tokens;
     int                detok;            /* the model has a tokenizer: produce text */
+    int                each_token;       /* wake the connection at every token (a stream),
+                                            else only when the job has finished */
     textstream         ts;               /* stop strings (then the engine's) */
 
     /* Shared with the connection, under mu. Token i released the text

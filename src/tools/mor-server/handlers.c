@@ -456,6 +456,7 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
     j->n_prompt = n_prompt;
     j->max_tokens = (int32_t)max_tokens;
     j->detok = S.has_tokenizer;
+    j->each_token = ar.stream;   /* a whole response waits for the end: no wake-up per token */
     if (S.eos >= 0) j->stop_tokens[j->n_stop_tokens++] = S.eos;
     const char *stops[API_MAX_STOP + 1];
     size_t stop_len[API_MAX_STOP + 1];
