@@ -95,7 +95,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     s->up = alloc_n(n * (size_t)m->n_ff, sizeof(float), &ok);
     s->inv_freq = alloc_n((size_t)m->head_dim / 2, sizeof(float), &ok);
     s->cs_own = alloc_n(n * (size_t)m->head_dim, sizeof(float), &ok);
-    if (s->inv_freq) k_rope_inv_freq(s->inv_freq, m->head_dim, m->rope_theta);
+    if (s->inv_freq) k_rope_inv_freq(s->inv_freq, m->arch.rope_dims, m->rope_theta);
     c->x = alloc_n(n * d, sizeof(float), &ok);
     c->y = alloc_n(n * d, sizeof(float), &ok);
     c->h1 = alloc_n(n * d, sizeof(float), &ok);
@@ -124,7 +124,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     int64_t kmax = m->n_embd;   /* the widest matmul input: n_embd, H*hd or n_ff */
     if ((int64_t)m->n_head * m->head_dim > kmax) kmax = (int64_t)m->n_head * m->head_dim;
     if (m->n_ff > kmax) kmax = m->n_ff;
-    s->dims = (attn_dims){ m->n_head, m->n_head_kv, m->head_dim };
+    s->dims = (attn_dims){ m->n_head, m->n_head_kv, m->head_dim, 0, 0, 0 };
     if ((st = exec_init(&s->exec, p.n_threads, p.n_batch, kmax, m->n_head / m->n_head_kv, p.n_ctx)) || (st = lora_scratch_init(&s->lora, m, p.n_batch))) {
         mor_context_free(c);
         return st;

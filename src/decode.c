@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "context.h"
+#include "embed_output.h"
 #include "kernels.h"
 #include "layer.h"
 #include "status.h"
@@ -244,7 +245,7 @@ static mor_status forward(mor_context *c, const mor_batch *b)
     for (int32_t i = 0; i < n; i++) {
         if (kv_append(c->kv, -1, b->seq[i], b->pos[i]) < 0)
             return err_set(MOR_E_KV_FULL, "KV cache full (%d cells)", c->kv->n_ctx);
-        k_embed_row(&m->tok_embd, b->token[i], c->x + (size_t)i * d);
+        model_embed_row(m, b->token[i], c->x + (size_t)i * d);
         c->depth[i] = 0;
         for (int32_t r = 0; r < nr; r++) {
             c->z[(size_t)i * nr + r] = NAN;
@@ -269,7 +270,7 @@ static mor_status forward(mor_context *c, const mor_batch *b)
     }
     /* Nothing can fail from here on: publish into the outputs directly. */
     for (int32_t i = 0; i < n; i++)
-        k_rms_norm(c->x + (size_t)i * d, c->x + (size_t)i * d, m->output_norm.data, d, m->eps);
+        model_output_norm(m, c->x + (size_t)i * d, c->x + (size_t)i * d);
     capture(c, &bnd, n);
     /* the rows that want logits, packed, through one pass over the output matrix */
     int32_t slot = 0;
@@ -277,7 +278,7 @@ static mor_status forward(mor_context *c, const mor_batch *b)
         c->logit_row[i] = b->want[i] ? slot : -1;
         if (b->want[i]) memcpy(c->y + (size_t)slot++ * d, c->x + (size_t)i * d, sizeof(float) * (size_t)d);
     }
-    if (slot) exec_matmul(&c->ls.exec, &m->output, c->y, d, c->logits, m->n_vocab, slot, 0);
+    if (slot) model_logits(m, &c->ls.exec, c->y, slot, c->logits);
     return MOR_OK;
 }
 

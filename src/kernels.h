@@ -47,6 +47,32 @@ float k_gelu(float x);   /* exact (erf) GELU, as nn.GELU() */
 /* In-place softmax of n floats, max-subtracted, in float like torch's fp32 softmax. */
 void k_softmax(float *x, int32_t n);
 
+/* ---- the model families' kernels (kernels_family.c) ----
+ * Portable C, the same in every kernel set (and so the same bits on every
+ * CPU): element-wise work beside the matmuls, and soft-capped attention. */
+enum { K_ACT_SILU, K_ACT_GELU, K_ACT_GELU_TANH };   /* activations: silu, erf GELU, tanh GELU */
+float k_gelu_tanh(float x);   /* torch's gelu(approximate="tanh") */
+/* x[i] = act(x[i]) */
+void k_act(float *x, int64_t n, int act);
+/* g[i] = act(g[i]) * u[i] (SwiGLU, GeGLU, ...) */
+void k_glu(float *g, const float *u, int64_t n, int act);
+/* out = (x - mean) / sqrt(var + eps) * w + b (torch's LayerNorm, biased
+ * variance); out may be x. */
+void k_layer_norm(float *out, const float *x, const float *w, const float *b, int32_t n, float eps);
+/* y[i*ldy + o] += b[o] for o < n_out, i < rows. */
+void k_add_bias(float *y, int64_t ldy, const float *b, int64_t n_out, int32_t rows);
+/* x[i] = cap * tanh(x[i] / cap) (logit soft-capping). */
+void k_softcap(float *x, int64_t n, float cap);
+/* k_rope_cs over the first rot (even, <= head_dim) dims of each head, the
+ * rest passed through (GPT-NeoX's partial rotary): cs[i] = cos, cs[rot/2 + i]
+ * = sin of the angle of pair (i, i + rot/2), i < rot/2. */
+void k_rope_cs_part(float *v, int32_t n_heads, int32_t head_dim, int32_t rot, const float *cs);
+/* attend_fn with the scaled scores soft-capped before the softmax:
+ * s = cap * tanh(scale * q.k / cap) (Gemma 2). */
+void k_attend_capped(const float *q, int32_t group, int32_t hd, const void *k, const void *v, size_t stride,
+                     uint32_t kv_type, const int32_t *cells, int32_t nv, float scale, float cap, float *probs,
+                     float *out);
+
 /* ---- kernel sets ---- */
 
 /* Activations as a matmul reads them ("prepared"), by kind:
@@ -95,8 +121,16 @@ typedef struct {
 } kv_rows;
 
 /* The attention heads: n_head query heads, n_head_kv KV heads (query head h
- * reads KV head h / (n_head / n_head_kv)), head_dim values each. */
-typedef struct { int32_t n_head, n_head_kv, head_dim; } attn_dims;
+ * reads KV head h / (n_head / n_head_kv)), head_dim values each; and how
+ * scores are made (all 0 for Llama): scaled by `scale` (0: 1/sqrt(head_dim)),
+ * soft-capped to softcap * tanh(s / softcap) when softcap > 0
+ * (k_attend_capped), and with window > 0 only the cells of positions
+ * pos - window < p <= pos visible (sliding-window attention). */
+typedef struct {
+    int32_t n_head, n_head_kv, head_dim;
+    float   scale, softcap;
+    int32_t window;
+} attn_dims;
 
 /* y[i*ldy + o] += sum_q t[i*ldt + q] * bt[q*ldb + o] for i < rows, o < n:
  * the second pass of the unfolded LoRA product (lora.c, kernels_lora.h).

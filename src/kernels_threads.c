@@ -164,7 +164,7 @@ typedef struct {
     const void *xg, *xu;
     size_t xgs, xus;
     float *g, *u;
-    int32_t n;
+    int32_t n, act;
     int64_t chunk;
 } ffn_job;
 
@@ -175,13 +175,22 @@ static void ffn_task(void *arg, int64_t c, int32_t ith)
     const kernel_set *k = j->e->k;
     k->matmul(j->wg, j->xg, j->xgs, j->g, F, j->n, b, end, 0, j->e->mm_scratch[ith]);
     k->matmul(j->wu, j->xu, j->xus, j->u, F, j->n, b, end, 0, j->e->mm_scratch[ith]);
-    for (int32_t i = 0; i < j->n; i++) k->swiglu(j->g + i * F + b, j->u + i * F + b, end - b);
+    if (j->act == K_ACT_SILU)
+        for (int32_t i = 0; i < j->n; i++) k->swiglu(j->g + i * F + b, j->u + i * F + b, end - b);
+    else
+        for (int32_t i = 0; i < j->n; i++) k_glu(j->g + i * F + b, j->u + i * F + b, end - b, j->act);
 }
 
 void exec_ffn_up(exec_ctx *e, const tensor *wg, const tensor *wu, const float *x, int64_t ldx,
                  float *g, float *u, int32_t n)
 {
-    ffn_job j = { .e = e, .wg = wg, .wu = wu, .g = g, .u = u, .n = n };
+    exec_ffn_up_act(e, wg, wu, x, ldx, g, u, n, K_ACT_SILU);
+}
+
+void exec_ffn_up_act(exec_ctx *e, const tensor *wg, const tensor *wu, const float *x, int64_t ldx,
+                     float *g, float *u, int32_t n, int act)
+{
+    ffn_job j = { .e = e, .wg = wg, .wu = wu, .g = g, .u = u, .n = n, .act = act };
     j.xg = prepare(e, wg->type, x, ldx, wg->cols, n, &j.xgs);
     if (act_kind(e->k, wu->type) == act_kind(e->k, wg->type)) { j.xu = j.xg; j.xus = j.xgs; }
     else j.xu = prepare(e, wu->type, x, ldx, wu->cols, n, &j.xus);
@@ -240,7 +249,8 @@ static void att_task(void *arg, int64_t ch, int32_t ith)
     const kv_rows *L = j->L;
     const int32_t hd = j->d->head_dim, nkv = j->d->n_head_kv, group = j->d->n_head / nkv, qd = j->d->n_head * hd;
     const size_t head_bytes = L->row_bytes / (size_t)nkv;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = j->d->scale > 0 ? j->d->scale : 1.0f / sqrtf((float)hd), cap = j->d->softcap;
+    const int32_t window = j->d->window;
     const int64_t units = (int64_t)j->n * nkv, b = ch * j->chunk;   /* units: (row, KV head) */
     const int64_t end = b + j->chunk < units ? b + j->chunk : units;
     int32_t *vis = j->e->vis[ith], nv = 0, vis_row = -1;
@@ -250,7 +260,7 @@ static void att_task(void *arg, int64_t ch, int32_t ith)
             int32_t sorted = 1, last = -1;   /* positions are >= 0 */
             nv = 0;
             for (int32_t c = 0; c < L->n; c++)
-                if (L->seq[c] == j->seq[i] && L->pos[c] <= j->pos[i]) {
+                if (L->seq[c] == j->seq[i] && L->pos[c] <= j->pos[i] && (!window || j->pos[i] - L->pos[c] < window)) {
                     sorted &= L->pos[c] >= last;
                     last = L->pos[c];
                     vis[nv++] = c;
@@ -259,6 +269,12 @@ static void att_task(void *arg, int64_t ch, int32_t ith)
             vis_row = i;
         }
         const size_t off = (size_t)h * head_bytes;
+        if (cap > 0) {
+            k_attend_capped(j->q + (int64_t)i * qd + (int64_t)h * group * hd, group, hd, (const char *)L->k + off,
+                            (const char *)L->v + off, L->row_bytes, L->type, vis, nv, scale, cap, j->e->probs[ith],
+                            j->out + (int64_t)i * qd + (int64_t)h * group * hd);
+            continue;
+        }
         j->e->k->attend(j->q + (int64_t)i * qd + (int64_t)h * group * hd, group, hd,
                         (const char *)L->k + off, (const char *)L->v + off, L->row_bytes, L->type,
                         vis, nv, scale, j->e->probs[ith], j->out + (int64_t)i * qd + (int64_t)h * group * hd);

@@ -41,6 +41,9 @@ void exec_matmul_multi(exec_ctx *e, int32_t nw, const tensor *const *w, const fl
  * of the same size. */
 void exec_ffn_up(exec_ctx *e, const tensor *wg, const tensor *wu, const float *x, int64_t ldx,
                  float *g, float *u, int32_t n);
+/* The same with act(g) * u for act a K_ACT_* (GeGLU: K_ACT_GELU_TANH). */
+void exec_ffn_up_act(exec_ctx *e, const tensor *wg, const tensor *wu, const float *x, int64_t ldx,
+                     float *g, float *u, int32_t n, int act);
 /* Attention of n query rows (q: n x n_head*head_dim, out: the same) over the
  * cells of kv visible to each row: same sequence, position <= its own,
  * summed in (position, cell) order. */

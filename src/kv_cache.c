@@ -103,7 +103,7 @@ mor_status kv_create(const mor_model *m, int32_t mode, uint32_t type, int32_t n_
     kv->shift_row = malloc(sizeof(float) * (size_t)(kv->kv_dim + 1));
     int ok = kv->layers && kv->seq_pos_max && kv->undo && kv->inv_freq && kv->shift_cs && kv->shift_row &&
              layer_alloc(&kv->tokens, n_ctx, 0);
-    if (ok) k_rope_inv_freq(kv->inv_freq, m->head_dim, m->rope_theta);   /* as the layers compute them */
+    if (ok) k_rope_inv_freq(kv->inv_freq, m->arch.rope_dims, m->rope_theta);   /* as the layers compute them */
     for (int32_t l = 0; ok && l < m->n_layer; l++)
         ok = layer_alloc(&kv->layers[l], kv_layer_stores(kv, l) ? n_ctx : 0, kv->row_bytes);
     if (!ok) {
@@ -261,7 +261,7 @@ mor_status mor_kv_seq_cp(mor_kv_cache *kv, mor_seq_id src, mor_seq_id dst, mor_p
 static void layer_shift(mor_kv_cache *kv, kv_layer *L, int rotate, mor_seq_id seq, mor_pos p0, mor_pos p1,
                         mor_pos delta)
 {
-    const int32_t hd = kv->m->head_dim, half = hd / 2, nh = kv->m->n_head_kv;
+    const int32_t hd = kv->m->head_dim, half = kv->m->arch.rope_dims / 2, nh = kv->m->n_head_kv;   /* rope_dims: hd unless partial */
     const double *c = kv->shift_cs, *s = kv->shift_cs + half;
     float *row = kv->shift_row;
     for (int32_t cell = 0; cell < L->n_cells; cell++) {
@@ -310,7 +310,7 @@ mor_status mor_kv_seq_add(mor_kv_cache *kv, mor_seq_id seq, mor_pos p0, mor_pos 
                        (long long)hi, delta, (long long)(nlo <= below ? below : above));
     /* cos/sin of delta positions, in double: RoPE at p then a rotation by
      * delta is RoPE at p + delta, up to rounding */
-    const int32_t half = kv->m->head_dim / 2;
+    const int32_t half = kv->m->arch.rope_dims / 2;
     for (int32_t i = 0; i < half; i++) {
         double ang = (double)delta * (double)kv->inv_freq[i];
         kv->shift_cs[i] = cos(ang);

@@ -8,7 +8,7 @@
 #include "lora.h"
 #include "status.h"
 
-static int is_linear(int role) { return role != ROLE_ATTN_NORM && role != ROLE_FFN_NORM; }
+static int is_linear(int role) { return role_is_projection(role); }
 
 /* "lora.<l>.<role>.<a|b>" -> l, role, part (0 = a, 1 = b); 0 if it does not parse. */
 static int parse_name(gguf_str nm, int32_t n_layer, int32_t *l, int *role, int *part)
@@ -80,6 +80,11 @@ mor_status lora_load(const gguf_file *g, mor_model *m, unsigned char *used)
         }
         const tensor *w = &m->layers[l].w[role];
         const int64_t in = w->cols, out = w->rows, rmax = in < out ? in : out;
+        if (!w->data) {
+            st = err_set(MOR_E_FORMAT, "tensor '%.*s': this model has no %s projection", (int)t->name.n, t->name.p,
+                         role_names[role]);
+            goto fail;
+        }
         if (t->type != GGML_F32) {
             st = err_set(MOR_E_FORMAT, "tensor '%.*s' has type %s; LoRA factors must be F32", (int)t->name.n, t->name.p,
                          tensor_type_name(t->type));

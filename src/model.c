@@ -19,12 +19,24 @@
 #include "model.h"
 #include "status.h"
 
-const char *const role_names[ROLE_COUNT] = {
+const char *const role_names[ROLE_ALL] = {
     "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"
+    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+    "attn_norm.bias", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
+    "ffn_norm.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias",
+    "attn_post_norm", "ffn_post_norm"
 };
+const char *const role_tensor[ROLE_ALL] = {
+    "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+    "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
+    "attn_norm.bias", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
+    "ffn_norm.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias",
+    "attn_post_norm.weight", "ffn_post_norm.weight"
+};
+const char *const family_names[FAMILY_COUNT] = { "llama", "gemma", "gemma2", "gptneox" };
 
-#define MOR_FORMAT_VERSION 2   /* 2 adds the depth-wise LoRA tensors and keys */
+/* 2 adds the depth-wise LoRA tensors and keys, 3 the model-family features */
+#define MOR_FORMAT_VERSION 3
 
 /* Every key under "mor." this version understands (plus mor.layer_map.<role>). */
 static const char *const known_keys[] = {
@@ -39,14 +51,24 @@ static const char *const known_keys[] = {
     "mor.tokenizer.normalizer",
     NULL
 };
+/* Format version 3: the architecture features of the model families. */
+static const char *const family_keys[] = {
+    "mor.family", "mor.norm.type", "mor.attention.layer_norm_epsilon", "mor.norm.post", "mor.ffn.activation",
+    "mor.ffn.gated", "mor.attention.bias", "mor.ffn.bias", "mor.residual.parallel", "mor.rope.dimension_count",
+    "mor.attention.scale", "mor.attention.logit_softcap", "mor.output.logit_softcap", "mor.embedding.scale",
+    "mor.attention.sliding_window", "mor.attention.sliding_window_layers", NULL
+};
+
 
 static int key_known(gguf_str k)
 {
     for (int i = 0; known_keys[i]; i++)
         if (gguf_str_eq(k, known_keys[i])) return 1;
+    for (int i = 0; family_keys[i]; i++)
+        if (gguf_str_eq(k, family_keys[i])) return 1;
     static const char pfx[] = "mor.layer_map.";
     if (k.n > sizeof pfx - 1 && memcmp(k.p, pfx, sizeof pfx - 1) == 0)
-        for (int r = 0; r < ROLE_COUNT; r++) {
+        for (int r = 0; r < ROLE_ALL; r++) {
             gguf_str tail = { k.p + sizeof pfx - 1, k.n - (sizeof pfx - 1) };
             if (gguf_str_eq(tail, role_names[r])) return 1;
         }
@@ -54,7 +76,7 @@ static int key_known(gguf_str k)
     if (k.n > sizeof lpfx - 1 && memcmp(k.p, lpfx, sizeof lpfx - 1) == 0)
         for (int r = 0; r < ROLE_COUNT; r++) {
             gguf_str tail = { k.p + sizeof lpfx - 1, k.n - (sizeof lpfx - 1) };
-            if (r != ROLE_ATTN_NORM && r != ROLE_FFN_NORM && gguf_str_eq(tail, role_names[r])) return 1;
+            if (role_is_projection(r) && gguf_str_eq(tail, role_names[r])) return 1;
         }
     return 0;
 }
@@ -206,6 +228,102 @@ static mor_status load_hparams(const gguf_file *g, mor_model *m, uint32_t flags)
     return req_u32(g, "mor.vocab_size", 1, INT32_MAX, &m->n_vocab);
 }
 
+static mor_status opt_bool(const gguf_file *g, const char *key, int *out)
+{
+    mor_status st = gguf_get_bool(g, key, out);
+    if (st == MOR_E_OUT_OF_RANGE) { *out = 0; return MOR_OK; }
+    return st;
+}
+
+/* An optional positive finite float32 key (0 when absent). */
+static mor_status opt_pos_f32(const gguf_file *g, const char *key, float *out)
+{
+    mor_status st = gguf_get_f32(g, key, out);
+    if (st == MOR_E_OUT_OF_RANGE) { *out = 0; return MOR_OK; }
+    if (st) return st;
+    if (!(*out > 0) || !isfinite(*out)) return err_set(MOR_E_FORMAT, "key '%s' = %g must be positive and finite", key, *out);
+    return MOR_OK;
+}
+
+/* The architecture features (format version 3; FORMAT.md "Model families").
+ * Every one is off when its key is absent: a Llama model. */
+static mor_status load_family(const gguf_file *g, mor_model *m)
+{
+    model_arch *a = &m->arch;
+    mor_status st;
+    uint32_t fv = 0;
+    gguf_get_u32(g, "mor.format_version", &fv);
+    for (int i = 0; family_keys[i]; i++)
+        if (fv < 3 && gguf_find_kv(g, family_keys[i]))
+            return err_set(MOR_E_FORMAT, "key '%s' needs mor.format_version >= 3 (the file says %u)", family_keys[i], fv);
+    static const char *const norms[] = { "rms", "layer", NULL };
+    static const char *const acts[] = { "silu", "gelu", "gelu_tanh", NULL };
+    const char *fams[FAMILY_COUNT + 1] = { NULL };
+    for (int i = 0; i < FAMILY_COUNT; i++) fams[i] = family_names[i];
+    if ((st = opt_str_choice(g, "mor.family", fams, FAMILY_LLAMA, &a->family)) ||
+        (st = opt_str_choice(g, "mor.norm.type", norms, 0, &a->layer_norm)) ||
+        (st = opt_str_choice(g, "mor.ffn.activation", acts, FFN_ACT_SILU, &a->ffn_act)))
+        return st;
+    a->ffn_gated = 1;
+    st = gguf_get_bool(g, "mor.ffn.gated", &a->ffn_gated);
+    if (st && st != MOR_E_OUT_OF_RANGE) return st;
+    if ((st = opt_bool(g, "mor.attention.bias", &a->attn_bias)) || (st = opt_bool(g, "mor.ffn.bias", &a->ffn_bias)) ||
+        (st = opt_bool(g, "mor.residual.parallel", &a->parallel_residual)) ||
+        (st = opt_bool(g, "mor.norm.post", &a->post_norms)))
+        return st;
+    if (a->post_norms && a->layer_norm)
+        return err_set(MOR_E_UNSUPPORTED, "post-sub-layer norms (mor.norm.post) are RMSNorms only");
+    if (a->post_norms && a->parallel_residual)
+        return err_set(MOR_E_UNSUPPORTED, "mor.norm.post and mor.residual.parallel together are not supported");
+    a->rope_dims = m->head_dim;
+    uint32_t v;
+    st = gguf_get_u32(g, "mor.rope.dimension_count", &v);
+    if (st == MOR_OK) {
+        if (v < 2 || v > (uint32_t)m->head_dim || v % 2)
+            return err_set(MOR_E_FORMAT, "mor.rope.dimension_count %u must be even and in [2, key_length %d]", v, m->head_dim);
+        a->rope_dims = (int32_t)v;
+    } else if (st != MOR_E_OUT_OF_RANGE) return st;
+    if ((st = opt_pos_f32(g, "mor.attention.scale", &a->attn_scale)) ||
+        (st = opt_pos_f32(g, "mor.attention.logit_softcap", &a->attn_softcap)) ||
+        (st = opt_pos_f32(g, "mor.output.logit_softcap", &a->final_softcap)) ||
+        (st = opt_pos_f32(g, "mor.embedding.scale", &a->embd_scale)))
+        return st;
+    if (!a->attn_scale) a->attn_scale = 1.0f / sqrtf((float)m->head_dim);   /* as HF: 1/sqrt(head_dim) */
+    const int has_w = gguf_find_kv(g, "mor.attention.sliding_window") != NULL;
+    const int has_l = gguf_find_kv(g, "mor.attention.sliding_window_layers") != NULL;
+    if (has_w != has_l)
+        return err_set(MOR_E_FORMAT, "mor.attention.sliding_window and mor.attention.sliding_window_layers come together");
+    if (has_w) {
+        if ((st = req_u32(g, "mor.attention.sliding_window", 1, INT32_MAX, &a->window))) return st;
+        int32_t *fl = malloc(sizeof(int32_t) * (size_t)m->n_layer);
+        a->local = malloc((size_t)m->n_layer);
+        if (!fl || !a->local) { free(fl); return err_set(MOR_E_NOMEM, "out of memory"); }
+        st = gguf_get_arr_i32(g, "mor.attention.sliding_window_layers", fl, (uint64_t)m->n_layer);
+        for (int32_t l = 0; !st && l < m->n_layer; l++) {
+            if (fl[l] != 0 && fl[l] != 1)
+                st = err_set(MOR_E_FORMAT, "mor.attention.sliding_window_layers[%d] = %d is neither 0 nor 1", l, fl[l]);
+            a->local[l] = (uint8_t)fl[l];
+        }
+        free(fl);
+        if (st) return st == MOR_E_OUT_OF_RANGE ? err_set(MOR_E_FORMAT, "bad mor.attention.sliding_window_layers") : st;
+    }
+    return MOR_OK;
+}
+
+/* Whether a model with these features has tensors of role r. */
+static int role_present(const model_arch *a, int r)
+{
+    switch (r) {
+    case ROLE_FFN_GATE: return a->ffn_gated;
+    case ROLE_ATTN_NORM_B: case ROLE_FFN_NORM_B: return a->layer_norm;
+    case ROLE_ATTN_Q_B: case ROLE_ATTN_K_B: case ROLE_ATTN_V_B: case ROLE_ATTN_OUT_B: return a->attn_bias;
+    case ROLE_FFN_GATE_B: return a->ffn_bias && a->ffn_gated;
+    case ROLE_FFN_UP_B: case ROLE_FFN_DOWN_B: return a->ffn_bias;
+    case ROLE_ATTN_POST_NORM: case ROLE_FFN_POST_NORM: return a->post_norms;
+    default: return 1;
+    }
+}
+
 static mor_status load_arch(const gguf_file *g, mor_model *m)
 {
     mor_status st;
@@ -228,9 +346,16 @@ static mor_status load_arch(const gguf_file *g, mor_model *m)
     if ((int64_t)m->prelude + (int64_t)m->n_rec * m->base_depth + m->coda != m->n_layer)
         return err_set(MOR_E_FORMAT, "layer_count %d != prelude %d + recursion.count %d * base_depth %d + coda %d",
                        m->n_layer, m->prelude, m->n_rec, m->base_depth, m->coda);
-    if ((st = gguf_get_f32(g, "mor.attention.layer_norm_rms_epsilon", &m->eps)) ||
+    if ((st = load_family(g, m))) return st;
+    /* the epsilon of the norm the model has */
+    const char *eps_key = m->arch.layer_norm ? "mor.attention.layer_norm_epsilon" : "mor.attention.layer_norm_rms_epsilon";
+    const char *other = m->arch.layer_norm ? "mor.attention.layer_norm_rms_epsilon" : "mor.attention.layer_norm_epsilon";
+    if (gguf_find_kv(g, other))
+        return err_set(MOR_E_FORMAT, "key '%s' does not fit a model whose norms are %s", other,
+                       m->arch.layer_norm ? "LayerNorms" : "RMSNorms");
+    if ((st = gguf_get_f32(g, eps_key, &m->eps)) ||
         (st = gguf_get_f32(g, "mor.rope.freq_base", &m->rope_theta)))
-        return st == MOR_E_OUT_OF_RANGE ? err_set(MOR_E_FORMAT, "missing epsilon or rope.freq_base") : st;
+        return st == MOR_E_OUT_OF_RANGE ? err_set(MOR_E_FORMAT, "missing %s or mor.rope.freq_base", eps_key) : st;
     if (!(m->eps > 0 && m->eps < 1) || !(m->rope_theta > 1) || !isfinite(m->rope_theta))
         return err_set(MOR_E_FORMAT, "bad rms epsilon %g or rope.freq_base %g", m->eps, m->rope_theta);
 
@@ -308,12 +433,13 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
     loader ld = { g, calloc(g->n_tensors ? g->n_tensors : 1, 1) };
     if (!ld.used) return err_set(MOR_E_NOMEM, "out of memory");
     int32_t L = m->n_layer, d = m->n_embd;
-    int32_t *map = malloc(sizeof(int32_t) * (size_t)L * (ROLE_COUNT + 1));
+    int32_t *map = malloc(sizeof(int32_t) * (size_t)L * (ROLE_ALL + 1));
     m->layers = calloc((size_t)L, sizeof(layer_weights));
     if (!map || !m->layers) { st = err_set(MOR_E_NOMEM, "out of memory"); goto done; }
 
     if ((st = get_tensor(&ld, "token_embd.weight", d, m->n_vocab, 0, &m->tok_embd))) goto done;
     if ((st = get_tensor(&ld, "output_norm.weight", d, 0, 1, &m->output_norm))) goto done;
+    if (m->arch.layer_norm && (st = get_tensor(&ld, "output_norm.bias", d, 0, 1, &m->output_norm_b))) goto done;
     if (gguf_find_tensor(g, "output.weight")) {
         if ((st = get_tensor(&ld, "output.weight", d, m->n_vocab, 0, &m->output))) goto done;
     } else {
@@ -321,26 +447,38 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
     }
 
     /* per-role layer maps: the default map, overridden per role */
-    int32_t *defmap = map + (size_t)L * ROLE_COUNT;
+    int32_t *defmap = map + (size_t)L * ROLE_ALL;
     st = gguf_get_arr_i32(g, "mor.layer_map", defmap, (uint64_t)L);
     if (st) { if (st == MOR_E_OUT_OF_RANGE) st = err_set(MOR_E_FORMAT, "missing key 'mor.layer_map'"); goto done; }
     const int64_t hd = m->head_dim, qd = hd * m->n_head, kvd = hd * m->n_head_kv;
-    const int64_t shape[ROLE_COUNT][2] = {
+    /* GGUF dims of each role; a bias (role r + 9) is a vector of role r's outputs */
+    int64_t shape[ROLE_ALL][2] = {
         { d, 0 }, { d, qd }, { d, kvd }, { d, kvd }, { qd, d }, { d, 0 }, { d, m->n_ff }, { d, m->n_ff }, { m->n_ff, d }
     };
-    for (int role = 0; role < ROLE_COUNT; role++) {
+    for (int r = ROLE_ATTN_NORM_B; r <= ROLE_FFN_DOWN_B; r++) {
+        const int64_t *ws = shape[r - ROLE_BIAS_OFFSET];
+        shape[r][0] = ws[1] ? ws[1] : ws[0];
+        shape[r][1] = 0;
+    }
+    shape[ROLE_ATTN_POST_NORM][0] = shape[ROLE_FFN_POST_NORM][0] = d;
+    for (int role = 0; role < ROLE_ALL; role++) {
         char key[64], name[96];
-        if ((st = report(p, 0.6f + 0.3f * (float)role / ROLE_COUNT))) goto done;
+        if (role < ROLE_COUNT && (st = report(p, 0.6f + 0.3f * (float)role / ROLE_COUNT))) goto done;
         int32_t *rm = map + (size_t)L * role;
         snprintf(key, sizeof key, "mor.layer_map.%s", role_names[role]);
+        const int present = role_present(&m->arch, role);
+        if (!present) {
+            if (gguf_find_kv(g, key)) { st = err_set(MOR_E_FORMAT, "key '%s' names a role this model does not have", key); goto done; }
+            continue;
+        }
         st = gguf_get_arr_i32(g, key, rm, (uint64_t)L);
         if (st == MOR_E_OUT_OF_RANGE) memcpy(rm, defmap, sizeof(int32_t) * (size_t)L);
         else if (st) goto done;
         for (int32_t l = 0; l < L; l++) {
             if (rm[l] < 0 || rm[l] >= 4096) { st = err_set(MOR_E_FORMAT, "%s[%d] = %d is out of range", key, l, rm[l]); goto done; }
-            snprintf(name, sizeof name, "blk.%d.%s.weight", rm[l], role_names[role]);
-            int norm = role == ROLE_ATTN_NORM || role == ROLE_FFN_NORM;
-            if ((st = get_tensor(&ld, name, shape[role][0], shape[role][1], norm, &m->layers[l].w[role]))) goto done;
+            snprintf(name, sizeof name, "blk.%d.%s", rm[l], role_tensor[role]);
+            int vec = shape[role][1] == 0;   /* norms and biases: F32 vectors */
+            if ((st = get_tensor(&ld, name, shape[role][0], shape[role][1], vec, &m->layers[l].w[role]))) goto done;
         }
     }
 
@@ -415,6 +553,7 @@ void mor_model_free(mor_model *m)
     if (!m) return;
     tokenizer_free(m->tok);
     lora_free(m->lora);
+    free(m->arch.local);
     gguf_free(m->gguf);
     free(m->layers);
     if (m->map) {

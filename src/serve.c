@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "context.h"
+#include "embed_output.h"
 #include "kernels.h"
 #include "layer.h"
 #include "sampler.h"
@@ -401,8 +402,8 @@ static float confidence(mor_server *s, int32_t i)
         for (int32_t e = 0; e < d; e++) { xy += (double)x[e] * h[e]; xx += (double)x[e] * x[e]; yy += (double)h[e] * h[e]; }
         return xx > 0 && yy > 0 ? (float)(xy / sqrt(xx * yy)) : 0.0f;
     }
-    k_rms_norm(s->tmp, x, m->output_norm.data, d, m->eps);
-    exec_matmul(&s->ctx->ls.exec, &m->output, s->tmp, d, s->vocab, m->n_vocab, 1, 0);
+    model_output_norm(m, s->tmp, x);
+    model_logits(m, &s->ctx->ls.exec, s->tmp, 1, s->vocab);
     float l1 = -INFINITY, l2 = -INFINITY;
     for (int32_t v = 0; v < m->n_vocab; v++) {
         float l = s->vocab[v];
@@ -476,7 +477,7 @@ static void row_decide(mor_server *s, int32_t i)
 
 static int same_weights(const mor_model *m, int32_t a, int32_t b)
 {
-    for (int r = 0; r < ROLE_COUNT; r++)
+    for (int r = 0; r < ROLE_ALL; r++)
         if (m->layers[a].w[r].data != m->layers[b].w[r].data) return 0;
     return 1;
 }
@@ -542,7 +543,7 @@ static mor_status step_depthwise(mor_server *s)
                 s->r_slot[i] = sl; s->r_pos[i] = S->n_pos + t; s->r_rec[i] = 0; s->r_depth[i] = 0; s->r_kvonly[i] = 0;
                 if (kv_append(kv, -1, sl, s->r_pos[i]) < 0)
                     return err_set(MOR_E_INTERNAL, "server: token log full despite the KV budget");
-                k_embed_row(&m->tok_embd, tok, s->x + (size_t)i * d);
+                model_embed_row(m, tok, s->x + (size_t)i * d);
                 s->r_state[i] = ROW_RUN;
                 s->list[ne++] = i;
             }
@@ -633,10 +634,10 @@ static mor_status step_depthwise(mor_server *s)
         if ((st = run_layers(s, m->n_layer - m->coda, m->n_layer, nf))) return st;
         for (int32_t g = 0; g < nl; g++) {
             float *row = s->gx + (size_t)s->list2[g] * d;
-            k_rms_norm(s->tmp, row, m->output_norm.data, d, m->eps);
+            model_output_norm(m, s->tmp, row);
             memcpy(s->gx + (size_t)g * d, s->tmp, sizeof(float) * (size_t)d);   /* packed; g <= list2[g] */
         }
-        if (nl) exec_matmul(&s->ctx->ls.exec, &m->output, s->gx, d, s->logits, m->n_vocab, nl, 0);
+        if (nl) model_logits(m, &s->ctx->ls.exec, s->gx, nl, s->logits);
         for (int32_t g = 0; g < nl; g++)   /* before anything is published */
             if ((st = check_logits(s, s->r_slot[s->list[s->list2[g]]], s->logits + (size_t)g * m->n_vocab))) return st;
         for (int32_t g = 0; g < nl; g++) {

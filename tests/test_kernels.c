@@ -11,6 +11,9 @@
  *  - the Q8_0 activation quantizer bitwise the reference (ties included),
  *    and the bf16 splitter of the AMX set (ACT_BF16X3) too;
  *  - attention over F32, F16 and Q8_0 caches, RMSNorm and SwiGLU;
+ *  - the model families' kernels, shared by every set (LayerNorm, the GELUs
+ *    and gated products, soft-capping, bias rows, partial RoPE, soft-capped
+ *    attention), against float64 formulas;
  *  - decode through a context (a random-weight MoR model large enough for
  *    the work to be split, in each weight type) with each kernel set and
  *    n_threads 1, 2 and 3: bitwise the same logits and depths per set
@@ -463,6 +466,129 @@ static void test_cpu(void)
 #endif
 }
 
+/* ---- the model families' kernels (kernels_family.c), the same in every set:
+ * against float64 formulas ---- */
+static void test_family_kernels(void)
+{
+    enum { N = 200, HD = 64, G = 2, NV = 37 };
+    static float x[N], w[N], b[N], y[N], z[N], u[N];
+    for (int i = 0; i < N; i++) { x[i] = 3 * frand() + 0.5f; w[i] = 1 + frand(); b[i] = frand(); u[i] = frand(); }
+    /* LayerNorm with bias */
+    double mu = 0, var = 0, e = 0;
+    for (int i = 0; i < N; i++) mu += x[i];
+    mu /= N;
+    for (int i = 0; i < N; i++) var += (x[i] - mu) * (x[i] - mu);
+    var /= N;
+    k_layer_norm(y, x, w, b, N, 1e-5f);
+    for (int i = 0; i < N; i++) {
+        double want = (x[i] - mu) / sqrt(var + 1e-5) * w[i] + b[i];
+        if (fabs(want - y[i]) > e) e = fabs(want - y[i]);
+    }
+    memcpy(z, x, sizeof z);
+    k_layer_norm(z, z, w, b, N, 1e-5f);
+    CHECK(e < 2e-6 && !memcmp(y, z, sizeof y), "LayerNorm of %d: max abs err %.2g against float64; in place the same bits", N, e);
+    /* the GELUs and their gated products, over [-12, 12] */
+    double eg = 0, et = 0, eglu = 0;
+    for (int i = 0; i < N; i++) {
+        const double v = -12.0 + 24.0 * i / (N - 1);
+        const double ge = 0.5 * v * (1 + erf(v / sqrt(2.0)));
+        const double gt = 0.5 * v * (1 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+        eg = fmax(eg, fabs(k_gelu((float)v) - ge) / (1 + fabs(ge)));
+        et = fmax(et, fabs(k_gelu_tanh((float)v) - gt) / (1 + fabs(gt)));
+        y[i] = (float)v;
+    }
+    static const int acts[3] = { K_ACT_SILU, K_ACT_GELU, K_ACT_GELU_TANH };
+    for (int a = 0; a < 3; a++) {
+        memcpy(z, y, sizeof z);
+        k_glu(z, u, N, acts[a]);
+        memcpy(x, y, sizeof x);
+        k_act(x, N, acts[a]);
+        for (int i = 0; i < N; i++) {
+            const double v = y[i];
+            const double f = a == 0 ? v / (1 + exp(-v)) : a == 1 ? 0.5 * v * (1 + erf(v / sqrt(2.0)))
+                           : 0.5 * v * (1 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+            eglu = fmax(eglu, fabs(z[i] - f * u[i]) / (1 + fabs(f)));
+            eglu = fmax(eglu, fabs(x[i] - f) / (1 + fabs(f)));
+        }
+    }
+    CHECK(eg < 1e-6 && et < 1e-6 && eglu < 1e-6, "GELU %.2g, tanh GELU %.2g, act and act(g) * u %.2g: relative to float64", eg,
+          et, eglu);
+    /* soft-capping, bias rows */
+    double es = 0;
+    for (int i = 0; i < N; i++) z[i] = 40 * frand();
+    memcpy(x, z, sizeof x);
+    k_softcap(x, N, 7.5f);
+    for (int i = 0; i < N; i++) es = fmax(es, fabs(x[i] - 7.5 * tanh(z[i] / 7.5)));
+    float rows[3][4] = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { 0 } }, bb[3] = { 0.5f, -1, 2 };
+    k_add_bias(&rows[0][0], 4, bb, 3, 2);
+    CHECK(es < 2e-6 && rows[0][2] == 5 && rows[1][0] == 5.5f && rows[1][3] == 8 && rows[2][0] == 0,
+          "soft-cap: max abs err %.2g; bias rows add into their first n_out values", es);
+    /* partial RoPE: the first rot dims of each head rotated, the rest passed; rot = head_dim is k_rope_cs */
+    float v1[2 * HD], v2[2 * HD], cs[HD];
+    for (int i = 0; i < 2 * HD; i++) v1[i] = v2[i] = frand();
+    for (int i = 0; i < HD / 2; i++) { cs[i] = cosf(0.3f * (float)i); cs[HD / 2 + i] = sinf(0.3f * (float)i); }
+    k_rope_cs(v1, 2, HD, cs);
+    k_rope_cs_part(v2, 2, HD, HD, cs);
+    int same = !memcmp(v1, v2, sizeof v1);
+    const int rot = 24;
+    float pc[HD];
+    for (int i = 0; i < rot / 2; i++) { pc[i] = cosf(0.7f * (float)(i + 1)); pc[rot / 2 + i] = sinf(0.7f * (float)(i + 1)); }
+    for (int i = 0; i < 2 * HD; i++) v1[i] = v2[i] = frand();
+    k_rope_cs_part(v2, 2, HD, rot, pc);
+    double er = 0;
+    int pass = 1;
+    for (int h = 0; h < 2; h++) {
+        for (int i = 0; i < rot / 2; i++) {
+            const double a = v1[h * HD + i], c = v1[h * HD + i + rot / 2];
+            er = fmax(er, fabs(v2[h * HD + i] - (a * pc[i] - c * pc[rot / 2 + i])));
+            er = fmax(er, fabs(v2[h * HD + i + rot / 2] - (c * pc[i] + a * pc[rot / 2 + i])));
+        }
+        for (int i = rot; i < HD; i++) pass &= v2[h * HD + i] == v1[h * HD + i];
+    }
+    CHECK(same && pass && er < 1e-6, "partial RoPE: all dims = k_rope_cs bit for bit; %d of %d: rotate_half over them "
+          "(%.2g), the others untouched", rot, HD, er);
+    /* soft-capped attention over F32, F16 and Q8_0 caches */
+    static const uint32_t kts[3] = { GGML_F32, GGML_F16, GGML_Q8_0 };
+    for (int kt = 0; kt < 3; kt++) {
+        const size_t rb = tensor_row_bytes(kts[kt], HD);
+        unsigned char *kc = malloc(rb * NV), *vc = malloc(rb * NV);
+        float kf[NV][HD], vf[NV][HD], q[G * HD], probs[G * NV], out[G * HD], tmp[HD];
+        int32_t cells[NV];
+        for (int c = 0; c < NV; c++) {
+            for (int i = 0; i < HD; i++) tmp[i] = 3 * frand();
+            quant_row(kts[kt], tmp, kc + rb * (size_t)c, HD);
+            dequant_row(kts[kt], kc + rb * (size_t)c, kf[c], HD);
+            for (int i = 0; i < HD; i++) tmp[i] = frand();
+            quant_row(kts[kt], tmp, vc + rb * (size_t)c, HD);
+            dequant_row(kts[kt], vc + rb * (size_t)c, vf[c], HD);
+            cells[c] = (c * 7 + 2) % NV;
+        }
+        for (int i = 0; i < G * HD; i++) q[i] = frand();
+        const float scale = 0.25f, cap = 3.0f;
+        k_attend_capped(q, G, HD, kc, vc, rb, kts[kt], cells, NV, scale, cap, probs, out);
+        double ea = 0;
+        for (int g = 0; g < G; g++) {
+            double sc[NV], mx = -1e300, sum = 0;
+            for (int t2 = 0; t2 < NV; t2++) {
+                double dd = 0;
+                for (int i = 0; i < HD; i++) dd += (double)q[g * HD + i] * kf[cells[t2]][i];
+                sc[t2] = cap * tanh(dd * scale / cap);
+                mx = fmax(mx, sc[t2]);
+            }
+            for (int t2 = 0; t2 < NV; t2++) { sc[t2] = exp(sc[t2] - mx); sum += sc[t2]; }
+            for (int i = 0; i < HD; i++) {
+                double o = 0;
+                for (int t2 = 0; t2 < NV; t2++) o += sc[t2] / sum * vf[cells[t2]][i];
+                ea = fmax(ea, fabs(o - out[g * HD + i]));
+            }
+        }
+        CHECK(ea < 2e-6, "soft-capped attention, %s cache, head_dim %d, group %d, %d cells: max abs err %.2g against float64",
+              tname(kts[kt]), HD, G, NV, ea);
+        free(kc);
+        free(vc);
+    }
+}
+
 int main(void)
 {
     test_cpu();
@@ -483,5 +609,6 @@ int main(void)
     snprintf(dir, sizeof dir, "%s/build/tmp", out ? out : ".");
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
     if (CHECK(system(cmd) == 0, "scratch directory %s", dir)) test_decode_threads(dir);
+    test_family_kernels();
     return check_done();
 }

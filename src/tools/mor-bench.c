@@ -103,7 +103,7 @@ static double wbytes(const tensor *w) { return (double)tensor_row_bytes(w->type,
 static double layer_bytes(const mor_model *m, int32_t l)
 {
     double b = 0;
-    for (int r = 0; r < ROLE_COUNT; r++) b += wbytes(&m->layers[l].w[r]);
+    for (int r = 0; r < ROLE_ALL; r++) b += wbytes(&m->layers[l].w[r]);
     return b;
 }
 
