@@ -15,6 +15,7 @@
 
 #include "checkpoint.h"
 #include "dtype.h"
+#include "family.h"
 #include "gguf_input.h"
 #include "gguf_write.h"
 #include "hf_config.h"
@@ -277,16 +278,16 @@ static int gather_settings(const convert_opts *o, const hf_config *cfg, cv_setti
 /* ---- writing -------------------------------------------------------------------- */
 
 typedef struct {
-    int32_t *map[CV_ROLE_COUNT];                 /* [n_layer] block index per role */
-    int n_blocks[CV_ROLE_COUNT];
-    const void **data[CV_ROLE_COUNT];            /* [n_blocks] */
-    uint64_t *nbytes[CV_ROLE_COUNT];
-    const ckpt_tensor **src[CV_ROLE_COUNT];
+    int32_t *map[CV_ROLE_ALL];                   /* [n_layer] block index per role; NULL: the model has none */
+    int n_blocks[CV_ROLE_ALL];
+    const void **data[CV_ROLE_ALL];              /* [n_blocks] */
+    uint64_t *nbytes[CV_ROLE_ALL];
+    const ckpt_tensor **src[CV_ROLE_ALL];
 } blocks;
 
 static void blocks_free(blocks *b)
 {
-    for (int r = 0; r < CV_ROLE_COUNT; r++) {
+    for (int r = 0; r < CV_ROLE_ALL; r++) {
         free(b->map[r]);
         free(b->data[r]);
         free(b->nbytes[r]);
@@ -294,13 +295,14 @@ static void blocks_free(blocks *b)
     }
 }
 
-static int is_norm(int role) { return role == CV_ROLE_ATTN_NORM || role == CV_ROLE_FFN_NORM; }
+static int is_norm(int role) { return cv_role_is_vector(role); }   /* norms and biases: F32 vectors */
 
 static int dedup(blocks *b, const convert_opts *o, const cv_layout *lo, owned_list *own, int *types, char *err,
                  size_t errcap)
 {
     int L = lo->n_layer;
-    for (int role = 0; role < CV_ROLE_COUNT; role++) {
+    for (int role = 0; role < CV_ROLE_ALL; role++) {
+        if (!lo->role[0][role]) continue;   /* a role this model does not have */
         b->map[role] = malloc((size_t)L * sizeof *b->map[role]);
         b->data[role] = malloc((size_t)L * sizeof *b->data[role]);
         b->nbytes[role] = malloc((size_t)L * sizeof *b->nbytes[role]);
@@ -390,7 +392,7 @@ static int check_tied(const blocks *b, const plan *p, char *err, size_t errcap)
         int i = l - p->prelude, slot = seq ? i / p->n_rec : i % p->base_depth;
         int lead = p->prelude + (seq ? slot * p->n_rec : slot);
         for (int role = 0; role < CV_ROLE_COUNT; role++)
-            if (!is_norm(role) && b->map[role][l] != b->map[role][lead])
+            if (!is_norm(role) && b->map[role] && b->map[role][l] != b->map[role][lead])
                 return cv_fail(err, errcap, "the checkpoint's layers are not tied under %s sharing (layer %d's %s differs "
                                             "from layer %d's); to make a vanilla model recursive, pass --init "
                                             "stepwise|average|lower|upper", ms_sharing_names[p->sharing], l,
@@ -439,14 +441,42 @@ static int add_deltas(gguf_writer *w, relax_state *rs, const cv_layout *lo, owne
     for (int l = 0; l < lo->n_layer; l++)
         for (int role = 0; role < CV_ROLE_COUNT; role++) {
             const cv_delta *d = &rs->delta[l][role];
+            if (!d->r) continue;
             uint64_t out = lo->role[l][role]->shape[0], in = lo->role[l][role]->shape[1], r = (uint64_t)d->r;
             uint64_t da[2] = {in, r}, db[2] = {r, out};
-            if (!d->r) continue;
             snprintf(name, sizeof name, "lora.%d.%s.a", l, cv_role_gguf[role]);
             gguf_writer_add_tensor(w, name, GGML_F32, 2, da, d->a, in * r * 4);
             snprintf(name, sizeof name, "lora.%d.%s.b", l, cv_role_gguf[role]);
             gguf_writer_add_tensor(w, name, GGML_F32, 2, db, d->b, r * out * 4);
         }
+    return 0;
+}
+
+/* The architecture features (FORMAT.md "Model families"): only those a
+ * model has, so a Llama's file has none of them. */
+static int write_arch_keys(gguf_writer *w, const cv_arch *a, int n_layer, char *err, size_t errcap)
+{
+    gguf_writer_add_str(w, "mor.family", cv_family_names[a->family]);
+    if (a->layer_norm) gguf_writer_add_str(w, "mor.norm.type", "layer");
+    if (a->post_norms) gguf_writer_add_bool(w, "mor.norm.post", 1);
+    if (a->act != CV_ACT_SILU) gguf_writer_add_str(w, "mor.ffn.activation", cv_act_names[a->act]);
+    if (!a->gated) gguf_writer_add_bool(w, "mor.ffn.gated", 0);
+    if (a->attn_bias) gguf_writer_add_bool(w, "mor.attention.bias", 1);
+    if (a->ffn_bias) gguf_writer_add_bool(w, "mor.ffn.bias", 1);
+    if (a->parallel) gguf_writer_add_bool(w, "mor.residual.parallel", 1);
+    if (a->rope_dims) gguf_writer_add_u32(w, "mor.rope.dimension_count", a->rope_dims);
+    if (a->attn_scale > 0) gguf_writer_add_f32(w, "mor.attention.scale", a->attn_scale);
+    if (a->attn_softcap > 0) gguf_writer_add_f32(w, "mor.attention.logit_softcap", a->attn_softcap);
+    if (a->final_softcap > 0) gguf_writer_add_f32(w, "mor.output.logit_softcap", a->final_softcap);
+    if (a->embd_scale > 0) gguf_writer_add_f32(w, "mor.embedding.scale", a->embd_scale);
+    if (a->window) {
+        int32_t *fl = malloc(sizeof(int32_t) * (size_t)n_layer);
+        if (!fl) return cv_fail(err, errcap, "out of memory");
+        for (int l = 0; l < n_layer; l++) fl[l] = a->local[l];
+        gguf_writer_add_u32(w, "mor.attention.sliding_window", a->window);
+        gguf_writer_add_arr_i32(w, "mor.attention.sliding_window_layers", fl, (size_t)n_layer);
+        free(fl);
+    }
     return 0;
 }
 
@@ -477,6 +507,7 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     hf_config cfg;
     cv_settings s;
     checkpoint ck;
+    family_ckpt fck;
     cv_layout lo;
     plan p;
     blocks b;
@@ -486,13 +517,14 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     gguf_input gi;
     relax_state rs;
     char *path = NULL, lora_desc[160] = "";
-    int have_tok = 0, rc = -1, types[CV_ROLE_COUNT], tied = 1, n_tensors = 0, max_blocks = 0, any_rank = 0;
+    int have_tok = 0, rc = -1, types[CV_ROLE_ALL], tied = 1, n_tensors = 0, max_blocks = 0, any_rank = 0;
     const int from_gguf = gguf_input_is_gguf(o->dir);
     const void *emb_d, *head_d = NULL;
     const void **shared = NULL;
     uint64_t emb_n, head_n = 0;
 
     memset(&ck, 0, sizeof ck);
+    memset(&fck, 0, sizeof fck);
     memset(&lo, 0, sizeof lo);
     memset(&b, 0, sizeof b);
     memset(&tok, 0, sizeof tok);
@@ -511,7 +543,10 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
         if (!(path = weights_path(o, err, errcap))) goto done;
         if (ckpt_open(&ck, path, err, errcap)) goto done;
     }
-    if (layout_build(&lo, &ck, err, errcap) || layout_check_shapes(&lo, &cfg, err, errcap)) goto done;
+    /* the other families' keys in the Llama grammar (family.h) */
+    const int mapped = !from_gguf && cfg.arch.family != CV_FAMILY_LLAMA;
+    if (mapped && family_map(&fck, &ck, &cfg, err, errcap)) goto done;
+    if (layout_build(&lo, mapped ? &fck.ck : &ck, err, errcap) || layout_check_shapes(&lo, &cfg, err, errcap)) goto done;
     if (o->init != INIT_NONE) {
         if (lo.lora) { cv_fail(err, errcap, "--init converts a vanilla checkpoint; this one already has LoRA factors"); goto done; }
         if (relax_tie(&rs, &lo, &cfg, s.sharing, s.num_recursion, o->init, o->keep_norms, err, errcap)) goto done;
@@ -533,7 +568,8 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     if (any_rank) {   /* SVD deltas against the shared weights as they will be stored */
         if (!(shared = malloc(sizeof *shared * (size_t)p.n_layer * CV_ROLE_COUNT))) { cv_fail(err, errcap, "out of memory"); goto done; }
         for (int l = 0; l < p.n_layer; l++)
-            for (int role = 0; role < CV_ROLE_COUNT; role++) shared[l * CV_ROLE_COUNT + role] = b.data[role][b.map[role][l]];
+            for (int role = 0; role < CV_ROLE_COUNT; role++)
+                shared[l * CV_ROLE_COUNT + role] = b.map[role] ? b.data[role][b.map[role][l]] : NULL;
         if (relax_svd(&rs, &lo, p.prelude, p.n_layer - p.coda, o->lora_rank, shared, types, o->svd_exact, o->threads, err,
                       errcap))
             goto done;
@@ -542,6 +578,9 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     }
     if (relax_peft(&rs, &lo, &s, err, errcap)) goto done;
     if (lo.lora) snprintf(lora_desc, sizeof lora_desc, "; LoRA: %d deltas", rs.n_delta);
+
+    /* the default layer map: the FFN's (its up projection's without a gate) */
+    const int defrole = b.map[CV_ROLE_FFN_GATE] ? CV_ROLE_FFN_GATE : CV_ROLE_FFN_UP;
 
     /* attention weights repeat across recursions when every block position
      * maps to the same block in every recursion */
@@ -575,7 +614,9 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     gguf_writer_add_str(w, "general.architecture", "mor");
     gguf_writer_add_u32(w, "general.alignment", GGUF_WRITE_ALIGNMENT);
     if (o->name) gguf_writer_add_str(w, "general.name", o->name);
-    gguf_writer_add_u32(w, "mor.format_version", rs.n_delta ? 2 : 1);   /* 2: depth-wise LoRA */
+    /* 2: depth-wise LoRA; 3: the model families' features */
+    const int llama = cv_arch_is_llama(&cfg.arch);
+    gguf_writer_add_u32(w, "mor.format_version", !llama ? 3 : rs.n_delta ? 2 : 1);
     gguf_writer_add_u32(w, "mor.vocab_size", cfg.vocab);
     gguf_writer_add_u32(w, "mor.context_length", cfg.ctx);
     gguf_writer_add_u32(w, "mor.embedding_length", cfg.hidden);
@@ -583,8 +624,10 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     gguf_writer_add_u32(w, "mor.attention.head_count", cfg.n_head);
     gguf_writer_add_u32(w, "mor.attention.head_count_kv", cfg.n_head_kv);
     gguf_writer_add_u32(w, "mor.attention.key_length", cfg.head_dim);
-    gguf_writer_add_f32(w, "mor.attention.layer_norm_rms_epsilon", cfg.eps);
+    gguf_writer_add_f32(w, cfg.arch.layer_norm ? "mor.attention.layer_norm_epsilon" : "mor.attention.layer_norm_rms_epsilon",
+                        cfg.eps);
     gguf_writer_add_f32(w, "mor.rope.freq_base", cfg.rope_theta);
+    if (!llama && write_arch_keys(w, &cfg.arch, p.n_layer, err, errcap)) goto done;
     gguf_writer_add_u32(w, "mor.layer_count", (uint32_t)p.n_layer);
     gguf_writer_add_u32(w, "mor.recursion.count", (uint32_t)p.n_rec);
     gguf_writer_add_u32(w, "mor.recursion.base_depth", (uint32_t)p.base_depth);
@@ -592,10 +635,10 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     gguf_writer_add_u32(w, "mor.recursion.coda", (uint32_t)p.coda);
     gguf_writer_add_str(w, "mor.recursion.sharing", ms_sharing_names[p.sharing]);
     /* the FFN's map is the default; other roles get their own only if different */
-    gguf_writer_add_arr_i32(w, "mor.layer_map", b.map[CV_ROLE_FFN_GATE], (size_t)p.n_layer);
-    for (int role = 0; role < CV_ROLE_COUNT; role++) {
+    gguf_writer_add_arr_i32(w, "mor.layer_map", b.map[defrole], (size_t)p.n_layer);
+    for (int role = 0; role < CV_ROLE_ALL; role++) {
         char key[64];
-        if (memcmp(b.map[role], b.map[CV_ROLE_FFN_GATE], (size_t)p.n_layer * sizeof(int32_t)) == 0) continue;
+        if (!b.map[role] || memcmp(b.map[role], b.map[defrole], (size_t)p.n_layer * sizeof(int32_t)) == 0) continue;
         snprintf(key, sizeof key, "mor.layer_map.%s", cv_role_gguf[role]);
         gguf_writer_add_arr_i32(w, key, b.map[role], (size_t)p.n_layer);
     }
@@ -621,14 +664,15 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     /* tensors, in an order that depends only on the model */
     add_tensor(w, "token_embd.weight", lo.embed, matrix_type(o, lo.embed), emb_d, emb_n);
     if (add_f32(w, "output_norm.weight", lo.norm, &own, err, errcap)) goto done;
+    if (lo.norm_b && add_f32(w, "output_norm.bias", lo.norm_b, &own, err, errcap)) goto done;
     if (head_d) add_tensor(w, "output.weight", lo.lm_head, matrix_type(o, lo.lm_head), head_d, head_n);
-    for (int role = 0; role < CV_ROLE_COUNT; role++)
+    for (int role = 0; role < CV_ROLE_ALL; role++)
         if (b.n_blocks[role] > max_blocks) max_blocks = b.n_blocks[role];
     for (int k = 0; k < max_blocks; k++)
-        for (int role = 0; role < CV_ROLE_COUNT; role++) {
+        for (int role = 0; role < CV_ROLE_ALL; role++) {
             char name[64];
             if (k >= b.n_blocks[role]) continue;
-            snprintf(name, sizeof name, "blk.%d.%s.weight", k, cv_role_gguf[role]);
+            snprintf(name, sizeof name, "blk.%d.%s", k, cv_role_tensor[role]);
             add_tensor(w, name, b.src[role][k], types[role], b.data[role][k], b.nbytes[role][k]);
         }
     rc = 0;
@@ -654,10 +698,10 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
         if (have_tok || (from_gguf && gi.has_tokenizer)) snprintf(tok_desc, sizeof tok_desc, ", tokenizer");
         else if (from_gguf && gi.tokenizer_note[0])
             snprintf(tok_desc, sizeof tok_desc, ", tokenizer not copied (%.200s)", gi.tokenizer_note);
-        for (int role = 0; role < CV_ROLE_COUNT; role++) n_tensors += b.n_blocks[role];
+        for (int role = 0; role < CV_ROLE_ALL; role++) n_tensors += b.n_blocks[role];
         snprintf(summary, sumcap, "%s, %s sharing, N_r=%d, K=%d, L=%d; %d stored blocks (attention: %d), %d layer tensors%s%s%s%s",
                  route_desc(p.route), ms_sharing_names[p.sharing], p.n_rec, p.base_depth, p.n_layer,
-                 b.n_blocks[CV_ROLE_FFN_GATE], b.n_blocks[CV_ROLE_ATTN_Q], n_tensors, head_d ? ", untied output" : "",
+                 b.n_blocks[defrole], b.n_blocks[CV_ROLE_ATTN_Q], n_tensors, head_d ? ", untied output" : "",
                  tok_desc,
                  rs.n_orig && rs.n_orig != p.n_layer ? ", layers selected by linspace" : "", lora_desc);
     }
@@ -668,6 +712,7 @@ done:
     if (have_tok) hf_tokenizer_free(&tok);
     relax_free(&rs);
     layout_free(&lo);
+    family_free(&fck);
     ckpt_free(&ck);
     gguf_input_close(&gi);
     free(shared);

@@ -1,6 +1,7 @@
 /* gguf_input.c - a `mor` GGUF file as a plain checkpoint. See gguf_input.h. */
 #include "gguf_input.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,13 @@
 #include "quant.h"
 #include "tokenizer.h"
 #include "util.h"
+
+/* A `mor` file's features and roles are read by model.h's names, the same numbers as hf_config.h's and layout.h's. */
+_Static_assert((int)ROLE_ALL == (int)CV_ROLE_ALL && (int)ROLE_ATTN_POST_NORM == (int)CV_ROLE_ATTN_POST_NORM &&
+               (int)ROLE_FFN_DOWN_B == (int)CV_ROLE_FFN_DOWN_B && (int)FAMILY_GPTNEOX == (int)CV_FAMILY_GPTNEOX &&
+               (int)FAMILY_GEMMA2 == (int)CV_FAMILY_GEMMA2 && (int)FFN_ACT_GELU == (int)CV_ACT_GELU &&
+               (int)FFN_ACT_GELU_TANH == (int)CV_ACT_GELU_TANH,
+               "model.h and the converter number roles, families and activations alike");
 
 int gguf_input_is_gguf(const char *path)
 {
@@ -101,6 +109,19 @@ static int unpermute(gguf_input *gi, tensor *w, int64_t hd, char *err, size_t er
     return 0;
 }
 
+/* The llama.cpp architectures that convert, and their families. */
+static const struct { const char *arch; int family; } lcpp_arch[] = {
+    {"llama", CV_FAMILY_LLAMA}, {"gemma", CV_FAMILY_GEMMA}, {"gemma2", CV_FAMILY_GEMMA2}, {"gptneox", CV_FAMILY_GPTNEOX},
+};
+#define N_LCPP_ARCH (sizeof lcpp_arch / sizeof lcpp_arch[0])
+
+/* Key "<arch>.<suffix>" into buf. */
+static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix)
+{
+    snprintf(buf, cap, "%s.%s", arch, suffix);
+    return buf;
+}
+
 static int llama_u32(const gguf_file *g, const char *key, uint32_t def, uint32_t *out, char *err, size_t errcap)
 {
     mor_status st = gguf_get_u32(g, key, out);
@@ -109,54 +130,182 @@ static int llama_u32(const gguf_file *g, const char *key, uint32_t def, uint32_t
     return 0;
 }
 
-static int open_llama(gguf_input *gi, const char *path, checkpoint *ck, hf_config *cfg, char *err, size_t errcap)
+/* An optional positive float key (def when absent). */
+static int llama_f32(const gguf_file *g, const char *key, float def, float *out, char *err, size_t errcap)
+{
+    mor_status st = gguf_get_f32(g, key, out);
+    if (st == MOR_E_OUT_OF_RANGE) { *out = def; return 0; }
+    if (st || !(*out > 0) || !(*out < 3e38f)) return cv_fail(err, errcap, "llama GGUF: key '%s' is not a positive number", key);
+    return 0;
+}
+
+/* The tensor "blk.<l>.<stem>.<suffix>" (or "<stem>.<suffix>" when l < 0)
+ * added as HF-grammar tensor hf (a format string with the layer, or plain). */
+static int move(gguf_input *gi, checkpoint *ck, const gguf_file *g, int l, const char *stem, const char *suffix,
+                const char *hf, char *err, size_t errcap)
+{
+    char name[160], to[160];
+    tensor w;
+    const int vec = strcmp(suffix, "bias") == 0 || strstr(stem, "norm") != NULL;
+    if (l >= 0) snprintf(name, sizeof name, "blk.%d.%s.%s", l, stem, suffix);
+    else snprintf(name, sizeof name, "%s.%s", stem, suffix);
+    if (llama_tensor(g, name, vec, &w, err, errcap)) return -1;
+    if (l >= 0) snprintf(to, sizeof to, "model.layers.%d.%s", l, hf);
+    else snprintf(to, sizeof to, "%s", hf);
+    return add_weight(gi, ck, to, &w, vec, err, errcap);
+}
+
+/* GPT-NeoX's attn_qkv, [all q; all k; all v] as llama.cpp's converter wrote
+ * it (from HF's per-head [q; k; v]), as three row blocks. */
+static int split_qkv(gguf_input *gi, checkpoint *ck, const gguf_file *g, int l, const hf_config *cfg, int bias, char *err,
+                     size_t errcap)
+{
+    static const char *const hf[3] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"};
+    char name[128], to[128];
+    tensor w;
+    const int64_t qd = (int64_t)cfg->n_head * cfg->head_dim;
+    snprintf(name, sizeof name, "blk.%d.attn_qkv.%s", l, bias ? "bias" : "weight");
+    if (llama_tensor(g, name, bias, &w, err, errcap)) return -1;
+    if ((bias ? w.cols : w.rows) != 3 * qd || (!bias && w.cols != cfg->hidden))
+        return cv_fail(err, errcap, "llama GGUF: tensor '%s' is not 3 x %lld rows of %u", name, (long long)qd, cfg->hidden);
+    for (int p = 0; p < 3; p++) {
+        tensor part = w;
+        if (bias) { part.cols = qd; part.data = (const float *)w.data + p * qd; }
+        else { part.rows = qd; part.data = (const uint8_t *)w.data + (size_t)(p * qd) * tensor_row_bytes(w.type, w.cols); }
+        snprintf(to, sizeof to, "model.layers.%d.%s.%s", l, hf[p], bias ? "bias" : "weight");
+        if (add_weight(gi, ck, to, &part, bias, err, errcap)) return -1;
+    }
+    return 0;
+}
+
+/* A llama.cpp file of architecture `arch`: the dimensions and features from
+ * its <arch>.* keys, the tensors renamed into the HF grammar (layout.h), Q
+ * and K of the "llama" architecture put back in HF order. What llama.cpp
+ * does not store, it implies; libmor takes the same: Gemma's embedding
+ * scale sqrt(n_embd), tied output and tanh GELU, Gemma 2's score scale
+ * 1/sqrt(head_dim) (n_embd / n_head for its 46-layer model), and its
+ * soft-caps, window (4096) and window pattern (2) defaults. For GPT-NeoX,
+ * whose files do not say which GELU the model uses, libmor computes the
+ * exact (erf) GELU of Pythia's hidden_act "gelu" (llama.cpp approximates
+ * every GPT-NeoX's GELU by a tanh GELU, in an F16 table). */
+static int open_llamacpp(gguf_input *gi, const char *path, const char *arch, int family, checkpoint *ck, hf_config *cfg,
+                         char *err, size_t errcap)
 {
     const gguf_file *g = gi->g;
+    cv_arch *a = &cfg->arch;
     tensor emb, w;
-    char name[128];
+    char name[128], k[128];
     gguf_str s;
     uint32_t v;
-    if (gguf_find_tensor(g, "rope_freqs.weight") || !gguf_get_str(g, "llama.rope.scaling.type", &s))
-        return cv_fail(err, errcap, "%s: RoPE scaling (rope_freqs / llama.rope.scaling) is not supported", path);
-    if (llama_u32(g, "llama.embedding_length", 0, &cfg->hidden, err, errcap) ||
-        llama_u32(g, "llama.feed_forward_length", 0, &cfg->intermediate, err, errcap) ||
-        llama_u32(g, "llama.block_count", 0, &cfg->n_layer, err, errcap) ||
-        llama_u32(g, "llama.attention.head_count", 0, &cfg->n_head, err, errcap) ||
-        llama_u32(g, "llama.attention.head_count_kv", cfg->n_head, &cfg->n_head_kv, err, errcap) ||
-        llama_u32(g, "llama.context_length", 2048, &cfg->ctx, err, errcap) ||
-        llama_u32(g, "llama.attention.key_length", cfg->hidden / cfg->n_head, &cfg->head_dim, err, errcap) ||
-        llama_u32(g, "llama.rope.dimension_count", cfg->head_dim, &v, err, errcap))
+    const int neox = family == CV_FAMILY_GPTNEOX, gem = family == CV_FAMILY_GEMMA || family == CV_FAMILY_GEMMA2;
+    a->family = family;
+    if (gguf_find_tensor(g, "rope_freqs.weight") || !gguf_get_str(g, akey(k, sizeof k, arch, "rope.scaling.type"), &s))
+        return cv_fail(err, errcap, "%s: RoPE scaling (rope_freqs / %s.rope.scaling) is not supported", path, arch);
+    if (llama_u32(g, akey(k, sizeof k, arch, "embedding_length"), 0, &cfg->hidden, err, errcap) ||
+        llama_u32(g, akey(k, sizeof k, arch, "feed_forward_length"), 0, &cfg->intermediate, err, errcap) ||
+        llama_u32(g, akey(k, sizeof k, arch, "block_count"), 0, &cfg->n_layer, err, errcap) ||
+        llama_u32(g, akey(k, sizeof k, arch, "attention.head_count"), 0, &cfg->n_head, err, errcap) ||
+        llama_u32(g, akey(k, sizeof k, arch, "attention.head_count_kv"), cfg->n_head, &cfg->n_head_kv, err, errcap) ||
+        llama_u32(g, akey(k, sizeof k, arch, "context_length"), 2048, &cfg->ctx, err, errcap) ||
+        llama_u32(g, akey(k, sizeof k, arch, "attention.key_length"), cfg->hidden / cfg->n_head, &cfg->head_dim, err,
+                  errcap) ||
+        llama_u32(g, akey(k, sizeof k, arch, "attention.value_length"), cfg->head_dim, &v, err, errcap))
         return -1;
     if (v != cfg->head_dim)
-        return cv_fail(err, errcap, "%s: partial RoPE (%u of %u dims) is not supported", path, v, cfg->head_dim);
-    if (gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &cfg->eps))
-        return cv_fail(err, errcap, "%s: key 'llama.attention.layer_norm_rms_epsilon' is missing", path);
-    if (gguf_get_f32(g, "llama.rope.freq_base", &cfg->rope_theta)) cfg->rope_theta = 10000.0f;
+        return cv_fail(err, errcap, "%s: value_length %u differs from key_length %u", path, v, cfg->head_dim);
+    if (cfg->n_layer > CV_MAX_LAYERS || cfg->n_head % cfg->n_head_kv)
+        return cv_fail(err, errcap, "%s: %u layers, %u heads, %u KV heads", path, cfg->n_layer, cfg->n_head, cfg->n_head_kv);
+    if (neox && cfg->n_head_kv != cfg->n_head)
+        return cv_fail(err, errcap, "%s: a GPT-NeoX model has as many KV heads as heads", path);
+    if (llama_u32(g, akey(k, sizeof k, arch, "rope.dimension_count"), cfg->head_dim, &v, err, errcap)) return -1;
+    /* GGML's "normal" RoPE (llama) pairs other dims than HF; partial rotary converts for the NeoX-style ones */
+    if (v > cfg->head_dim || v % 2 || (family == CV_FAMILY_LLAMA && v != cfg->head_dim))
+        return cv_fail(err, errcap, "%s: partial RoPE (%u of %u dims) is not supported for %s", path, v, cfg->head_dim, arch);
+    a->rope_dims = v == cfg->head_dim ? 0 : v;
+    if (llama_f32(g, akey(k, sizeof k, arch, "rope.freq_base"), 10000.0f, &cfg->rope_theta, err, errcap)) return -1;
+    if (neox) {
+        int par;
+        if (gguf_get_f32(g, akey(k, sizeof k, arch, "attention.layer_norm_epsilon"), &cfg->eps) || !(cfg->eps > 0))
+            return cv_fail(err, errcap, "%s: key '%s' is missing", path, k);
+        if (gguf_get_bool(g, akey(k, sizeof k, arch, "use_parallel_residual"), &par))
+            return cv_fail(err, errcap, "%s: key '%s' is missing", path, k);
+        a->layer_norm = 1;
+        a->gated = 0;
+        a->attn_bias = a->ffn_bias = 1;
+        a->parallel = par;
+        a->act = CV_ACT_GELU;
+    } else if (gguf_get_f32(g, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), &cfg->eps) || !(cfg->eps > 0)) {
+        return cv_fail(err, errcap, "%s: key '%s' is missing", path, k);
+    }
+    if (gem) {
+        a->act = CV_ACT_GELU_TANH;
+        a->embd_scale = sqrtf((float)cfg->hidden);   /* llama.cpp: sqrtf(n_embd) */
+    }
+    if (family == CV_FAMILY_GEMMA2) {
+        uint32_t pat = 2;
+        float base_swa;
+        a->post_norms = 1;
+        if (llama_f32(g, akey(k, sizeof k, arch, "attn_logit_softcapping"), 50.0f, &a->attn_softcap, err, errcap) ||
+            llama_f32(g, akey(k, sizeof k, arch, "final_logit_softcapping"), 30.0f, &a->final_softcap, err, errcap) ||
+            llama_u32(g, akey(k, sizeof k, arch, "attention.sliding_window"), 4096, &a->window, err, errcap))
+            return -1;
+        mor_status st = gguf_get_u32(g, akey(k, sizeof k, arch, "attention.sliding_window_pattern"), &pat);
+        if (st && st != MOR_E_OUT_OF_RANGE) return cv_fail(err, errcap, "%s: bad key '%s'", path, k);
+        for (uint32_t l = 0; l < cfg->n_layer; l++) a->local[l] = pat == 0 || l % pat < pat - 1;
+        if (!gguf_get_f32(g, akey(k, sizeof k, arch, "rope.freq_base_swa"), &base_swa) && base_swa != cfg->rope_theta)
+            return cv_fail(err, errcap, "%s: a RoPE base of its own for the sliding-window layers is not supported", path);
+        if (cfg->n_layer == 46)   /* Gemma 2 27B: query_pre_attn_scalar = n_embd / n_head */
+            a->attn_scale = 1.0f / sqrtf((float)(cfg->hidden / cfg->n_head));
+    }
     if (llama_tensor(g, "token_embd.weight", 0, &emb, err, errcap)) return -1;
     cfg->vocab = (uint32_t)emb.rows;
     cfg->tie_embeddings = !gguf_find_tensor(g, "output.weight");
+    if (gem && !cfg->tie_embeddings) return cv_fail(err, errcap, "%s: a %s model's output is its embedding; it has output.weight", path, arch);
+    if (neox && cfg->tie_embeddings) return cv_fail(err, errcap, "%s: output.weight is missing", path);
     cfg->bos = cfg->eos = cfg->pad = -1;
     ck->format = CKPT_SAFETENSORS;
     if (add_weight(gi, ck, "model.embed_tokens.weight", &emb, 0, err, errcap) ||
-        llama_tensor(g, "output_norm.weight", 1, &w, err, errcap) ||
-        add_weight(gi, ck, "model.norm.weight", &w, 1, err, errcap))
+        move(gi, ck, g, -1, "output_norm", "weight", "model.norm.weight", err, errcap) ||
+        (neox && move(gi, ck, g, -1, "output_norm", "bias", "model.norm.bias", err, errcap)))
         return -1;
     if (!cfg->tie_embeddings &&
         (llama_tensor(g, "output.weight", 0, &w, err, errcap) || add_weight(gi, ck, "lm_head.weight", &w, 0, err, errcap)))
         return -1;
-    for (uint32_t l = 0; l < cfg->n_layer; l++)
+    for (int l = 0; l < (int)cfg->n_layer; l++) {
+        if (neox) {
+            static const char *const stems[][2] = {
+                {"attn_norm", "input_layernorm"}, {"ffn_norm", "post_attention_layernorm"},
+                {"attn_output", "self_attn.o_proj"}, {"ffn_up", "mlp.up_proj"}, {"ffn_down", "mlp.down_proj"},
+            };
+            char hf[96];
+            if (split_qkv(gi, ck, g, l, cfg, 0, err, errcap) || split_qkv(gi, ck, g, l, cfg, 1, err, errcap)) return -1;
+            for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++)
+                for (int b = 0; b < 2; b++) {
+                    snprintf(hf, sizeof hf, "%s.%s", stems[i][1], b ? "bias" : "weight");
+                    if (move(gi, ck, g, l, stems[i][0], b ? "bias" : "weight", hf, err, errcap)) return -1;
+                }
+            continue;
+        }
         for (int role = 0; role < CV_ROLE_COUNT; role++) {
             const int vec = role == CV_ROLE_ATTN_NORM || role == CV_ROLE_FFN_NORM;
-            snprintf(name, sizeof name, "blk.%u.%s.weight", l, cv_role_gguf[role]);
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, cv_role_gguf[role]);
             if (llama_tensor(g, name, vec, &w, err, errcap) ||
-                ((role == CV_ROLE_ATTN_Q || role == CV_ROLE_ATTN_K) && unpermute(gi, &w, cfg->head_dim, err, errcap)))
+                (family == CV_FAMILY_LLAMA && (role == CV_ROLE_ATTN_Q || role == CV_ROLE_ATTN_K) &&
+                 unpermute(gi, &w, cfg->head_dim, err, errcap)))
                 return -1;
-            snprintf(name, sizeof name, "model.layers.%u.%s", l, cv_role_hf[role]);
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, cv_role_hf[role]);
             if (add_weight(gi, ck, name, &w, vec, err, errcap)) return -1;
         }
+        if (family == CV_FAMILY_GEMMA2 &&
+            (move(gi, ck, g, l, "post_attention_norm", "weight", "attn_post_norm.weight", err, errcap) ||
+             move(gi, ck, g, l, "post_ffw_norm", "weight", "ffn_post_norm.weight", err, errcap)))
+            return -1;
+    }
     /* The tokenizer is copied when libmor can run it; otherwise the reason
      * goes into the converter's summary. */
-    if (gguf_find_kv(g, "tokenizer.ggml.model")) {
+    if (!gguf_get_str(g, "tokenizer.ggml.model", &s) && (gguf_str_eq(s, "no_vocab") || gguf_str_eq(s, "none"))) {
+        snprintf(gi->tokenizer_note, sizeof gi->tokenizer_note, "the file has none: tokenizer.ggml.model = no_vocab");
+    } else if (gguf_find_kv(g, "tokenizer.ggml.model")) {
         tokenizer *tk = NULL;
         gi->has_tokenizer = tokenizer_load(g, (int32_t)cfg->vocab, &tk) == MOR_OK && tk;
         if (!gi->has_tokenizer) snprintf(gi->tokenizer_note, sizeof gi->tokenizer_note, "%s", mor_last_error());
@@ -165,20 +314,28 @@ static int open_llama(gguf_input *gi, const char *path, checkpoint *ck, hf_confi
     return ckpt_finish(ck, err, errcap);
 }
 
-/* general.architecture of the GGUF file at path is "llama": map it into gi
- * (1), or leave it to libmor's loader (0); -1 when it cannot be read. */
-static int map_if_llama(gguf_input *gi, const char *path, char *err, size_t errcap)
+/* The GGUF file at path: a llama.cpp file of an architecture that converts
+ * (1, mapped into gi, *family set), or a `mor` file for libmor's loader (0);
+ * -1 when it cannot be read or its architecture is another. */
+static int map_if_llamacpp(gguf_input *gi, const char *path, int *family, const char **arch_name, char *err, size_t errcap)
 {
     gguf_str arch;
     if (cv_file_open(&gi->file, path, err, errcap)) return -1;
     if (gguf_parse(gi->file.data, gi->file.size, &gi->g) || gguf_get_str(gi->g, "general.architecture", &arch) ||
-        !gguf_str_eq(arch, "llama")) {
+        gguf_str_eq(arch, "mor")) {
         gguf_free(gi->g);   /* not ours to judge: the loader gives the message */
         gi->g = NULL;
         cv_file_close(&gi->file);
         return 0;
     }
-    return 1;
+    for (size_t i = 0; i < N_LCPP_ARCH; i++)
+        if (gguf_str_eq(arch, lcpp_arch[i].arch)) {
+            *family = lcpp_arch[i].family;
+            *arch_name = lcpp_arch[i].arch;
+            return 1;
+        }
+    return cv_fail(err, errcap, "%s: llama.cpp architecture '%.*s' is not supported (llama, gemma, gemma2, gptneox)", path,
+                   (int)(arch.n > 40 ? 40 : arch.n), arch.p);
 }
 
 int gguf_input_open(gguf_input *gi, const char *path, checkpoint *ck, hf_config *cfg, char *err, size_t errcap)
@@ -189,8 +346,11 @@ int gguf_input_open(gguf_input *gi, const char *path, checkpoint *ck, hf_config 
     memset(gi, 0, sizeof *gi);
     memset(ck, 0, sizeof *ck);
     memset(cfg, 0, sizeof *cfg);
-    const int llama = map_if_llama(gi, path, err, errcap);
-    if (llama) return llama < 0 ? -1 : open_llama(gi, path, ck, cfg, err, errcap);
+    cv_arch_llama(&cfg->arch);
+    int family = CV_FAMILY_LLAMA;
+    const char *arch = NULL;
+    const int lcpp = map_if_llamacpp(gi, path, &family, &arch, err, errcap);
+    if (lcpp) return lcpp < 0 ? -1 : open_llamacpp(gi, path, arch, family, ck, cfg, err, errcap);
     MOR_MODEL_PARAMS_INIT(&mp);
     mp.flags = MOR_MODEL_FOLD_LORA;
     if (mor_model_load_file(path, &mp, &gi->model)) return cv_fail(err, errcap, "%s: %s", path, mor_last_error());
@@ -210,17 +370,36 @@ int gguf_input_open(gguf_input *gi, const char *path, checkpoint *ck, hf_config 
     cfg->rope_theta = m->rope_theta;
     cfg->tie_embeddings = m->output.data == m->tok_embd.data;
     cfg->bos = cfg->eos = cfg->pad = -1;
+    {   /* the architecture features, as the file has them (its norms already hold Gemma's 1 + w) */
+        const model_arch *ma = &m->arch;
+        cv_arch *a = &cfg->arch;
+        a->family = ma->family;   /* FAMILY_* and CV_FAMILY_* are both FORMAT.md's order */
+        a->layer_norm = ma->layer_norm;
+        a->act = ma->ffn_act;
+        a->gated = ma->ffn_gated;
+        a->attn_bias = ma->attn_bias;
+        a->ffn_bias = ma->ffn_bias;
+        a->parallel = ma->parallel_residual;
+        a->post_norms = ma->post_norms;
+        a->rope_dims = ma->rope_dims == m->head_dim ? 0 : (uint32_t)ma->rope_dims;
+        a->attn_scale = ma->attn_scale == 1.0f / sqrtf((float)m->head_dim) ? 0 : ma->attn_scale;
+        a->attn_softcap = ma->attn_softcap;
+        a->final_softcap = ma->final_softcap;
+        a->embd_scale = ma->embd_scale;
+        a->window = (uint32_t)ma->window;
+        for (int32_t l = 0; ma->local && l < m->n_layer && l < CV_MAX_LAYERS; l++) a->local[l] = ma->local[l];
+    }
     ck->format = CKPT_SAFETENSORS;
     if (add_weight(gi, ck, "model.embed_tokens.weight", &m->tok_embd, 0, err, errcap) ||
         add_weight(gi, ck, "model.norm.weight", &m->output_norm, 1, err, errcap) ||
+        (m->output_norm_b.data && add_weight(gi, ck, "model.norm.bias", &m->output_norm_b, 1, err, errcap)) ||
         (!cfg->tie_embeddings && add_weight(gi, ck, "lm_head.weight", &m->output, 0, err, errcap)))
         return -1;
     for (int32_t l = 0; l < m->n_layer; l++)
-        for (int role = 0; role < CV_ROLE_COUNT; role++) {
+        for (int role = 0; role < CV_ROLE_ALL; role++) {   /* model.h's ROLE_* are CV_ROLE_*, in FORMAT.md's order */
+            if (!m->layers[l].w[role].data) continue;
             snprintf(name, sizeof name, "model.layers.%d.%s", l, cv_role_hf[role]);
-            if (add_weight(gi, ck, name, &m->layers[l].w[role], role == CV_ROLE_ATTN_NORM || role == CV_ROLE_FFN_NORM,
-                           err, errcap))
-                return -1;
+            if (add_weight(gi, ck, name, &m->layers[l].w[role], cv_role_is_vector(role), err, errcap)) return -1;
         }
     for (uint64_t i = 0; i < m->gguf->n_kv; i++) {
         gguf_str k = m->gguf->kv[i].key;

@@ -2,6 +2,7 @@
  * range-checked here, so later code can trust the dimensions. */
 #include "hf_config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,45 +53,180 @@ static int must_be_false(const json *o, const char *k, const char *what, char *e
     return 0;
 }
 
+const char *const cv_family_names[] = {"llama", "gemma", "gemma2", "gptneox", NULL};
+const char *const cv_act_names[] = {"silu", "gelu", "gelu_tanh", NULL};
+
+void cv_arch_llama(cv_arch *a)
+{
+    memset(a, 0, sizeof *a);
+    a->family = CV_FAMILY_LLAMA;
+    a->act = CV_ACT_SILU;
+    a->gated = 1;
+}
+
+int cv_arch_is_llama(const cv_arch *a)
+{
+    cv_arch l;
+    cv_arch_llama(&l);
+    return memcmp(a, &l, sizeof l) == 0;
+}
+
+/* The architecture classes config.json may name, and their family. */
+static const struct { const char *cls, *model_type; int family, mor; } known_arch[] = {
+    {"LlamaForCausalLM", "llama", CV_FAMILY_LLAMA, 0},
+    {"MoRLlamaForCausalLM", NULL, CV_FAMILY_LLAMA, 1},
+    {"GemmaForCausalLM", "gemma", CV_FAMILY_GEMMA, 0},
+    {"Gemma2ForCausalLM", "gemma2", CV_FAMILY_GEMMA2, 0},
+    {"GPTNeoXForCausalLM", "gpt_neox", CV_FAMILY_GPTNEOX, 0},
+};
+#define N_KNOWN_ARCH (sizeof known_arch / sizeof known_arch[0])
+
+static int family_of(const json *root, hf_config *c, char *err, size_t errcap)
+{
+    const json *a = json_get(root, "architectures");
+    if (a && a->type == JSON_ARRAY) {
+        for (size_t i = 0; i < a->n; i++) {
+            const char *s = json_as_str(a->items[i]);
+            for (size_t k = 0; s && k < N_KNOWN_ARCH; k++)
+                if (strcmp(s, known_arch[k].cls) == 0) {
+                    c->arch.family = known_arch[k].family;
+                    c->is_mor |= known_arch[k].mor;
+                    return 0;
+                }
+        }
+        return cv_fail(err, errcap, "config.json: architecture '%.60s' is not supported (LlamaForCausalLM, "
+                                    "MoRLlamaForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, GPTNeoXForCausalLM)",
+                       a->n && json_as_str(a->items[0]) ? a->items[0]->str : "?");
+    }
+    const char *mt = json_as_str(json_get(root, "model_type"));
+    for (size_t k = 0; mt && k < N_KNOWN_ARCH; k++)
+        if (known_arch[k].model_type && strcmp(mt, known_arch[k].model_type) == 0) {
+            c->arch.family = known_arch[k].family;
+            return 0;
+        }
+    return cv_fail(err, errcap, "config.json: neither 'architectures' nor a known model_type (llama, gemma, gemma2, "
+                                "gpt_neox)%s%.60s", mt ? "; it says " : "", mt ? mt : "");
+}
+
+/* An activation name of transformers' ACT2FN that libmor computes. */
+static int act_of(const json *root, const char *key, const char *def, int *act, char *err, size_t errcap)
+{
+    const json *v = json_get(root, key);
+    const char *s = v && v->type != JSON_NULL ? json_as_str(v) : def;
+    if (!s) return cv_fail(err, errcap, "config.json: '%s' is not a string", key);
+    if (strcmp(s, "silu") == 0) *act = CV_ACT_SILU;
+    else if (strcmp(s, "gelu") == 0) *act = CV_ACT_GELU;
+    else if (strcmp(s, "gelu_pytorch_tanh") == 0 || strcmp(s, "gelu_new") == 0) *act = CV_ACT_GELU_TANH;
+    else return cv_fail(err, errcap, "config.json: %s '%.40s' is not supported (silu, gelu, gelu_pytorch_tanh, gelu_new)", key, s);
+    return 0;
+}
+
+/* A positive number, or null / absent: 0 when null, def when absent. */
+static int get_opt_pos(const json *o, const char *k, double def, float *out, char *err, size_t errcap)
+{
+    const json *v = json_get(o, k);
+    if (!v) { *out = (float)def; return 0; }
+    if (v->type == JSON_NULL) { *out = 0; return 0; }
+    if (v->type != JSON_NUMBER || !(v->num > 0) || v->num > 3.0e38)
+        return cv_fail(err, errcap, "config.json: '%s' is not a positive number", k);
+    *out = (float)v->num;
+    return 0;
+}
+
+static int get_bool(const json *o, const char *k, int def, int *out, char *err, size_t errcap)
+{
+    const json *v = json_get(o, k);
+    if (!v || v->type == JSON_NULL) { *out = def; return 0; }
+    if (v->type != JSON_BOOL) return cv_fail(err, errcap, "config.json: '%s' is not a boolean", k);
+    *out = v->boolean;
+    return 0;
+}
+
+/* The features of the families beyond Llama, with their configs' defaults
+ * (GemmaConfig, Gemma2Config, GPTNeoXConfig). */
+static int family_features(const json *root, hf_config *c, char *err, size_t errcap)
+{
+    cv_arch *a = &c->arch;
+    const json *v;
+    if (a->family == CV_FAMILY_GEMMA || a->family == CV_FAMILY_GEMMA2) {
+        /* GemmaRMSNorm: x_hat * (1 + w); embeddings * sqrt(hidden_size); GeGLU */
+        a->norm_offset = 1.0f;
+        a->embd_scale = (float)sqrt((double)c->hidden);
+        if (act_of(root, "hidden_activation", "gelu_pytorch_tanh", &a->act, err, errcap)) return -1;
+    }
+    if (a->family == CV_FAMILY_GEMMA2) {
+        float qs;
+        a->post_norms = 1;
+        if (get_opt_pos(root, "query_pre_attn_scalar", 256, &qs, err, errcap) ||
+            get_opt_pos(root, "attn_logit_softcapping", 50.0, &a->attn_softcap, err, errcap) ||
+            get_opt_pos(root, "final_logit_softcapping", 30.0, &a->final_softcap, err, errcap))
+            return -1;
+        if (!(qs > 0)) return cv_fail(err, errcap, "config.json: query_pre_attn_scalar is null");
+        a->attn_scale = (float)pow((double)qs, -0.5);   /* HF: query_pre_attn_scalar ** -0.5 */
+        v = json_get(root, "sliding_window");
+        if (!v) a->window = 4096;
+        else if (v->type != JSON_NULL) {
+            int64_t w;
+            if (!json_as_int(v, 1, INT32_MAX, &w)) return cv_fail(err, errcap, "config.json: bad sliding_window");
+            a->window = (uint32_t)w;
+        }
+        v = json_get(root, "layer_types");
+        for (uint32_t l = 0; a->window && l < c->n_layer; l++) {
+            const char *t = v && v->type == JSON_ARRAY && l < v->n ? json_as_str(v->items[l]) : NULL;
+            if (v && v->type == JSON_ARRAY) {
+                if (v->n != c->n_layer || !t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention")))
+                    return cv_fail(err, errcap, "config.json: layer_types must list sliding_attention or full_attention "
+                                                "for each of the %u layers", c->n_layer);
+                a->local[l] = strcmp(t, "sliding_attention") == 0;
+            } else {
+                a->local[l] = l % 2 == 0;   /* Gemma 2: every other layer, from the first */
+            }
+        }
+    }
+    if (a->family == CV_FAMILY_GPTNEOX) {
+        float pct;
+        a->layer_norm = 1;
+        a->gated = 0;
+        a->ffn_bias = 1;
+        if (get_bool(root, "attention_bias", 1, &a->attn_bias, err, errcap) ||
+            get_bool(root, "use_parallel_residual", 1, &a->parallel, err, errcap) ||
+            act_of(root, "hidden_act", "gelu", &a->act, err, errcap))
+            return -1;
+        v = json_get(root, "partial_rotary_factor");
+        if (get_float(root, v ? "partial_rotary_factor" : "rotary_pct", 0.25, &pct, err, errcap)) return -1;
+        if (pct > 1) return cv_fail(err, errcap, "config.json: rotary_pct %g is above 1", pct);
+        uint32_t rd = (uint32_t)(c->head_dim * (double)pct);   /* int(head_size * rotary_pct) */
+        if (rd < 2 || rd % 2)
+            return cv_fail(err, errcap, "config.json: %u rotary dims (head_dim %u x rotary_pct %g) are not an even number >= 2",
+                           rd, c->head_dim, pct);
+        a->rope_dims = rd == c->head_dim ? 0 : rd;
+    }
+    return 0;
+}
+
 int hf_config_parse(hf_config *c, const char *text, size_t len, char *err, size_t errcap)
 {
     json *root = json_parse(text, len, err, errcap);
-    const json *a, *v;
+    const json *v;
     int rc = -1;
     memset(c, 0, sizeof *c);
+    cv_arch_llama(&c->arch);
     if (!root) return cv_prefix(err, errcap, "config.json");
     if (root->type != JSON_OBJECT) { cv_fail(err, errcap, "config.json is not a JSON object"); goto done; }
+    if (family_of(root, c, err, errcap)) goto done;
+    const int fam = c->arch.family, neox = fam == CV_FAMILY_GPTNEOX, gemma = fam == CV_FAMILY_GEMMA || fam == CV_FAMILY_GEMMA2;
 
-    a = json_get(root, "architectures");
-    if (a && a->type == JSON_ARRAY) {
-        int known = 0;
-        for (size_t i = 0; i < a->n; i++) {
-            const char *s = json_as_str(a->items[i]);
-            if (s && strcmp(s, "MoRLlamaForCausalLM") == 0) { known = 1; c->is_mor = 1; }
-            if (s && strcmp(s, "LlamaForCausalLM") == 0) known = 1;
-        }
-        if (!known) {
-            cv_fail(err, errcap, "config.json: architecture '%.60s' is not supported (LlamaForCausalLM or MoRLlamaForCausalLM)",
-                    a->n && json_as_str(a->items[0]) ? a->items[0]->str : "?");
-            goto done;
-        }
-    } else {
-        const char *mt = json_as_str(json_get(root, "model_type"));
-        if (!mt || strcmp(mt, "llama") != 0) {
-            cv_fail(err, errcap, "config.json: neither 'architectures' nor model_type \"llama\"");
-            goto done;
-        }
-    }
     v = json_get(root, "rope_scaling");
     if (v && v->type != JSON_NULL) { cv_fail(err, errcap, "config.json: rope_scaling is not supported"); goto done; }
-    v = json_get(root, "hidden_act");
-    if (v && (!json_as_str(v) || strcmp(v->str, "silu") != 0)) {
-        cv_fail(err, errcap, "config.json: hidden_act must be \"silu\"");
-        goto done;
+    if (fam == CV_FAMILY_LLAMA) {
+        v = json_get(root, "hidden_act");
+        if (v && (!json_as_str(v) || strcmp(v->str, "silu") != 0)) {
+            cv_fail(err, errcap, "config.json: hidden_act must be \"silu\"");
+            goto done;
+        }
+        if (must_be_false(root, "mlp_bias", "mlp_bias", err, errcap)) goto done;
     }
-    if (must_be_false(root, "attention_bias", "attention_bias", err, errcap) ||
-        must_be_false(root, "mlp_bias", "mlp_bias", err, errcap))
-        goto done;
+    if (!neox && must_be_false(root, "attention_bias", "attention_bias", err, errcap)) goto done;
 
     if (get_dim(root, "hidden_size", 0, &c->hidden, err, errcap) ||
         get_dim(root, "intermediate_size", 0, &c->intermediate, err, errcap) ||
@@ -98,27 +234,42 @@ int hf_config_parse(hf_config *c, const char *text, size_t len, char *err, size_
         get_dim(root, "num_hidden_layers", 0, &c->n_layer, err, errcap) ||
         get_dim(root, "vocab_size", 0, &c->vocab, err, errcap) ||
         get_dim(root, "num_key_value_heads", c->n_head, &c->n_head_kv, err, errcap) ||
-        get_dim(root, "max_position_embeddings", 2048, &c->ctx, err, errcap))
+        get_dim(root, "max_position_embeddings", gemma ? 8192 : 2048, &c->ctx, err, errcap))
         goto done;
-    if (!json_get(root, "head_dim") && c->hidden % c->n_head != 0) {
+    if (c->n_layer > CV_MAX_LAYERS) { cv_fail(err, errcap, "config.json: more than %d layers", CV_MAX_LAYERS); goto done; }
+    if (neox && c->n_head_kv != c->n_head) {
+        cv_fail(err, errcap, "config.json: GPT-NeoX has as many key/value heads as query heads");
+        goto done;
+    }
+    if (!gemma && !json_get(root, "head_dim") && c->hidden % c->n_head != 0) {
         cv_fail(err, errcap, "config.json: hidden_size is not a multiple of num_attention_heads and head_dim is not given");
         goto done;
     }
-    if (get_dim(root, "head_dim", c->hidden / c->n_head ? c->hidden / c->n_head : 1, &c->head_dim, err, errcap)) goto done;
+    if (neox) c->head_dim = c->hidden / c->n_head;   /* GPTNeoXConfig has no head_dim */
+    else if (get_dim(root, "head_dim", gemma ? 256 : c->hidden / c->n_head ? c->hidden / c->n_head : 1, &c->head_dim, err,
+                     errcap))
+        goto done;
     if (c->n_head % c->n_head_kv != 0) {
         cv_fail(err, errcap, "config.json: num_key_value_heads (%u) does not divide num_attention_heads (%u)", c->n_head_kv, c->n_head);
         goto done;
     }
     if ((uint64_t)c->n_head * c->head_dim > INT32_MAX) { cv_fail(err, errcap, "config.json: attention too wide"); goto done; }
-    if (get_float(root, "rms_norm_eps", 1e-6, &c->eps, err, errcap) ||
-        get_float(root, "rope_theta", 10000.0, &c->rope_theta, err, errcap))
+    if (neox) {
+        if (get_float(root, "layer_norm_eps", 1e-5, &c->eps, err, errcap) ||
+            get_float(root, json_get(root, "rope_theta") ? "rope_theta" : "rotary_emb_base", 10000.0, &c->rope_theta, err,
+                      errcap))
+            goto done;
+    } else if (get_float(root, "rms_norm_eps", 1e-6, &c->eps, err, errcap) ||
+               get_float(root, "rope_theta", 10000.0, &c->rope_theta, err, errcap)) {
         goto done;
+    }
     v = json_get(root, "tie_word_embeddings");
     if (v && v->type != JSON_BOOL) { cv_fail(err, errcap, "config.json: tie_word_embeddings is not a boolean"); goto done; }
-    c->tie_embeddings = v ? v->boolean : 0;
+    c->tie_embeddings = v ? v->boolean : gemma;   /* GemmaConfig and Gemma2Config tie by default */
     if (get_token(root, "bos_token_id", &c->bos, err, errcap) || get_token(root, "eos_token_id", &c->eos, err, errcap) ||
         get_token(root, "pad_token_id", &c->pad, err, errcap))
         goto done;
+    if (family_features(root, c, err, errcap)) goto done;
 
     v = json_get(root, "kv_sharing");
     if (v && v->type == JSON_OBJECT) {

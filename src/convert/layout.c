@@ -10,17 +10,33 @@
 #include "settings.h"
 #include "util.h"
 
-const char *const cv_role_gguf[CV_ROLE_COUNT] = {
+const char *const cv_role_gguf[CV_ROLE_ALL] = {
     "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+    "attn_norm.bias", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "ffn_norm.bias",
+    "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias", "attn_post_norm", "ffn_post_norm",
 };
-const char *const cv_role_hf[CV_ROLE_COUNT] = {
+const char *const cv_role_tensor[CV_ROLE_ALL] = {
+    "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "ffn_norm.weight",
+    "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
+    "attn_norm.bias", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "ffn_norm.bias",
+    "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias", "attn_post_norm.weight", "ffn_post_norm.weight",
+};
+const char *const cv_role_hf[CV_ROLE_ALL] = {
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
     "mlp.down_proj.weight",
+    "input_layernorm.bias", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+    "self_attn.o_proj.bias", "post_attention_layernorm.bias", "mlp.gate_proj.bias", "mlp.up_proj.bias",
+    "mlp.down_proj.bias", "attn_post_norm.weight", "ffn_post_norm.weight",
 };
 
+int cv_role_is_vector(int role)
+{
+    return role == CV_ROLE_ATTN_NORM || role == CV_ROLE_FFN_NORM || role >= CV_ROLE_COUNT;
+}
+
 /* what a key is */
-enum { K_IGNORE, K_EMBED, K_NORM, K_LM_HEAD, K_PLAIN, K_EXPERT, K_TOKEN, K_ROUTER, K_AUX, K_BIAS };
+enum { K_IGNORE, K_EMBED, K_NORM, K_NORM_B, K_LM_HEAD, K_PLAIN, K_EXPERT, K_TOKEN, K_ROUTER, K_AUX, K_BIAS };
 /* router parts */
 enum { P_W, P_FC1, P_FC2 };
 
@@ -43,6 +59,8 @@ static int role_of(const char *s, int *part)
     static const char *const peft[3] = {"base_layer.weight", "lora_A.default.weight", "lora_B.default.weight"};
     static const int parts[3] = {PART_WEIGHT, PART_LORA_A, PART_LORA_B};
     *part = PART_WEIGHT;
+    for (int i = CV_ROLE_COUNT; i < CV_ROLE_ALL; i++)
+        if (strcmp(s, cv_role_hf[i]) == 0) return i;
     for (int i = 0; i < CV_ROLE_COUNT; i++) {
         size_t n = strlen(cv_role_hf[i]) - 6;   /* the module, without "weight" */
         if (strcmp(s, cv_role_hf[i]) == 0) return i;
@@ -99,6 +117,7 @@ static int classify(const ckpt_tensor *t, keyinfo *k, char *err, size_t errcap)
     k->t = t;
     if (strcmp(s, "model.embed_tokens.weight") == 0) { k->what = K_EMBED; return 0; }
     if (strcmp(s, "model.norm.weight") == 0) { k->what = K_NORM; return 0; }
+    if (strcmp(s, "model.norm.bias") == 0) { k->what = K_NORM_B; return 0; }
     if (strcmp(s, "lm_head.weight") == 0) { k->what = K_LM_HEAD; return 0; }
     if (ends_with(s, ".rotary_emb.inv_freq")) { k->what = K_IGNORE; return 0; }
     if (strncmp(s, "model.layers.", 13) == 0) {
@@ -191,6 +210,7 @@ int layout_build(cv_layout *lo, const checkpoint *ck, char *err, size_t errcap)
         switch (k->what) {
         case K_EMBED: lo->embed = k->t; continue;
         case K_NORM: lo->norm = k->t; continue;
+        case K_NORM_B: lo->norm_b = k->t; continue;
         case K_LM_HEAD: lo->lm_head = k->t; continue;
         case K_IGNORE: continue;
         case K_PLAIN: want = L_PLAIN; break;
@@ -317,10 +337,15 @@ int layout_build(cv_layout *lo, const checkpoint *ck, char *err, size_t errcap)
         *slot = k->t;
     }
 
-    /* completeness */
+    /* completeness: the nine but ffn_gate in every layer, the others in
+     * every layer or none */
+    int any[CV_ROLE_ALL] = {0};
     for (int l = 0; l < lo->n_layer; l++)
-        for (int r = 0; r < CV_ROLE_COUNT; r++)
-            if (!lo->role[l][r]) {
+        for (int r = 0; r < CV_ROLE_ALL; r++) any[r] |= lo->role[l][r] != NULL;
+    for (int r = 0; r < CV_ROLE_COUNT; r++) any[r] |= r != CV_ROLE_FFN_GATE;
+    for (int l = 0; l < lo->n_layer; l++)
+        for (int r = 0; r < CV_ROLE_ALL; r++)
+            if (!lo->role[l][r] && any[r]) {
                 char pre[128];
                 layer_prefix(lo, first, l, pre, sizeof pre);
                 cv_fail(err, errcap, "%s%s is missing", pre, cv_role_hf[r]);
@@ -376,21 +401,41 @@ static int router_shapes(const lo_router *rt, uint64_t out, uint64_t d, char *er
     return shape_is(rt->fc2, 2, out, 2 * d, err, errcap);
 }
 
+int cv_arch_has_role(const cv_arch *a, int role)
+{
+    switch (role) {
+    case CV_ROLE_FFN_GATE: return a->gated;
+    case CV_ROLE_ATTN_NORM_B: case CV_ROLE_FFN_NORM_B: return a->layer_norm;
+    case CV_ROLE_ATTN_Q_B: case CV_ROLE_ATTN_K_B: case CV_ROLE_ATTN_V_B: case CV_ROLE_ATTN_OUT_B: return a->attn_bias;
+    case CV_ROLE_FFN_GATE_B: return a->ffn_bias && a->gated;
+    case CV_ROLE_FFN_UP_B: case CV_ROLE_FFN_DOWN_B: return a->ffn_bias;
+    case CV_ROLE_ATTN_POST_NORM: case CV_ROLE_FFN_POST_NORM: return a->post_norms;
+    default: return 1;
+    }
+}
+
 int layout_check_shapes(const cv_layout *lo, const hf_config *c, char *err, size_t errcap)
 {
     uint64_t d = c->hidden, f = c->intermediate, q = (uint64_t)c->n_head * c->head_dim,
              kv = (uint64_t)c->n_head_kv * c->head_dim, v = c->vocab;
+    /* [out, in] per role; in = 0: a vector of out */
+    uint64_t shape[CV_ROLE_ALL][2] = { {d, 0}, {q, d}, {kv, d}, {kv, d}, {d, q}, {d, 0}, {f, d}, {f, d}, {d, f} };
+    for (int r = CV_ROLE_ATTN_NORM_B; r <= CV_ROLE_FFN_DOWN_B; r++) shape[r][0] = shape[r - CV_ROLE_COUNT][0];
+    shape[CV_ROLE_ATTN_POST_NORM][0] = shape[CV_ROLE_FFN_POST_NORM][0] = d;
     if (shape_is(lo->embed, 2, v, d, err, errcap) || shape_is(lo->norm, 1, d, 0, err, errcap) ||
-        (lo->lm_head && shape_is(lo->lm_head, 2, v, d, err, errcap)))
+        (lo->lm_head && shape_is(lo->lm_head, 2, v, d, err, errcap)) || (lo->norm_b && shape_is(lo->norm_b, 1, d, 0, err, errcap)))
         return -1;
+    if (!lo->norm_b != !c->arch.layer_norm)
+        return cv_fail(err, errcap, "model.norm.bias %s (the model's norms are %s)", lo->norm_b ? "is unexpected" : "is missing",
+                       c->arch.layer_norm ? "LayerNorms" : "RMSNorms");
+    for (int r = 0; r < CV_ROLE_ALL; r++)
+        if (!lo->role[0][r] != !cv_arch_has_role(&c->arch, r))
+            return cv_fail(err, errcap, "model.layers.0.%s %s for a %s model", cv_role_hf[r],
+                           lo->role[0][r] ? "is not expected" : "is missing", cv_family_names[c->arch.family]);
     for (int l = 0; l < lo->n_layer; l++) {
         const ckpt_tensor *const *t = lo->role[l];
-        if (shape_is(t[CV_ROLE_ATTN_NORM], 1, d, 0, err, errcap) || shape_is(t[CV_ROLE_FFN_NORM], 1, d, 0, err, errcap) ||
-            shape_is(t[CV_ROLE_ATTN_Q], 2, q, d, err, errcap) || shape_is(t[CV_ROLE_ATTN_K], 2, kv, d, err, errcap) ||
-            shape_is(t[CV_ROLE_ATTN_V], 2, kv, d, err, errcap) || shape_is(t[CV_ROLE_ATTN_OUT], 2, d, q, err, errcap) ||
-            shape_is(t[CV_ROLE_FFN_GATE], 2, f, d, err, errcap) || shape_is(t[CV_ROLE_FFN_UP], 2, f, d, err, errcap) ||
-            shape_is(t[CV_ROLE_FFN_DOWN], 2, d, f, err, errcap))
-            return -1;
+        for (int r = 0; r < CV_ROLE_ALL; r++)
+            if (t[r] && shape_is(t[r], shape[r][1] ? 2 : 1, shape[r][0], shape[r][1], err, errcap)) return -1;
         for (int r = 0; lo->lora && r < CV_ROLE_COUNT; r++) {
             const ckpt_tensor *a = lo->lora[l][r][0], *b = lo->lora[l][r][1];
             uint64_t out = t[r]->shape[0], in = t[r]->shape[1], rk;

@@ -10,7 +10,10 @@
  *   model.layers.{i}.block_list.{r}.{j}.<role>    token-choice MoR layer (one), recursion r, block j
  *   model.layers.{i}.router_bias                  token-choice selection bias [N_r]
  * where <role> is input_layernorm.weight, self_attn.{q,k,v,o}_proj.weight,
- * post_attention_layernorm.weight or mlp.{gate,up,down}_proj.weight.
+ * post_attention_layernorm.weight or mlp.{gate,up,down}_proj.weight, and for
+ * the other families (family.h maps their checkpoints onto this grammar)
+ * the same with .bias, attn_post_norm.weight and ffn_post_norm.weight, and
+ * model.norm.bias.
  * A relaxed (PEFT LoRA) checkpoint names a projection's weight
  * <proj>.base_layer.weight instead and adds <proj>.lora_A.default.weight
  * [r, in] and <proj>.lora_B.default.weight [out, r] (adapter "default").
@@ -27,11 +30,19 @@
 
 #define LAYOUT_MAX_INDEX 4096   /* bound on layer / block / recursion indices */
 
-/* the nine decoder-layer roles, in FORMAT.md's order */
+/* the decoder-layer roles, in FORMAT.md's order: the nine of a Llama layer
+ * (CV_ROLE_COUNT; ffn_gate only in gated FFNs), then the biases (role r's at
+ * r + CV_ROLE_COUNT) and Gemma 2's extra norms (format version 3) */
 enum { CV_ROLE_ATTN_NORM, CV_ROLE_ATTN_Q, CV_ROLE_ATTN_K, CV_ROLE_ATTN_V, CV_ROLE_ATTN_OUT,
-       CV_ROLE_FFN_NORM, CV_ROLE_FFN_GATE, CV_ROLE_FFN_UP, CV_ROLE_FFN_DOWN, CV_ROLE_COUNT };
-extern const char *const cv_role_gguf[CV_ROLE_COUNT];   /* "attn_norm", "attn_q", ... */
-extern const char *const cv_role_hf[CV_ROLE_COUNT];     /* "input_layernorm.weight", ... */
+       CV_ROLE_FFN_NORM, CV_ROLE_FFN_GATE, CV_ROLE_FFN_UP, CV_ROLE_FFN_DOWN, CV_ROLE_COUNT,
+       CV_ROLE_ATTN_NORM_B = CV_ROLE_COUNT, CV_ROLE_ATTN_Q_B, CV_ROLE_ATTN_K_B, CV_ROLE_ATTN_V_B, CV_ROLE_ATTN_OUT_B,
+       CV_ROLE_FFN_NORM_B, CV_ROLE_FFN_GATE_B, CV_ROLE_FFN_UP_B, CV_ROLE_FFN_DOWN_B,
+       CV_ROLE_ATTN_POST_NORM, CV_ROLE_FFN_POST_NORM, CV_ROLE_ALL };
+extern const char *const cv_role_gguf[CV_ROLE_ALL];     /* "attn_norm", "attn_q", ..., "attn_q.bias", ... */
+extern const char *const cv_role_tensor[CV_ROLE_ALL];   /* after "blk.N.": "attn_norm.weight", ..., "attn_q.bias" */
+extern const char *const cv_role_hf[CV_ROLE_ALL];       /* "input_layernorm.weight", ..., "self_attn.q_proj.bias" */
+/* Norms, biases: 1-D, always F32. */
+int cv_role_is_vector(int role);
 
 /* A router: linear (w) or MLP (fc1 = router.0, fc2 = router.2). */
 typedef struct {
@@ -43,8 +54,11 @@ typedef struct {
     int n_layer;              /* L, unrolled */
     int prelude, coda;        /* plain layers before / after the MoR layers (routed only) */
     int n_rec, base_depth;    /* N_r and K (routed only; 0 for plain) */
-    const ckpt_tensor *(*role)[CV_ROLE_COUNT];   /* [n_layer][role], all set */
+    /* [n_layer][role]: the nine but ffn_gate in every layer; ffn_gate and
+     * the others in every layer or none (NULL) */
+    const ckpt_tensor *(*role)[CV_ROLE_ALL];
     const ckpt_tensor *embed, *norm, *lm_head;   /* lm_head may be NULL */
+    const ckpt_tensor *norm_b;                   /* model.norm.bias (LayerNorm), or NULL */
     int arch;                 /* ARCH_LINEAR / ARCH_MLP of the routers; -1 for plain */
     lo_router *router;        /* expert: [n_rec]; token: [1] */
     lo_router *aux;           /* expert with mlp_router: [n_rec]; else NULL */
@@ -57,7 +71,10 @@ typedef struct {
 int  layout_build(cv_layout *lo, const checkpoint *ck, char *err, size_t errcap);
 void layout_free(cv_layout *lo);
 
-/* Check every tensor's shape against the config's dimensions. */
+/* Check every tensor's shape against the config's dimensions, and that the
+ * layers have exactly the roles the config's architecture features need. */
 int layout_check_shapes(const cv_layout *lo, const hf_config *c, char *err, size_t errcap);
+/* Whether a model of these features has role (CV_ROLE_*) tensors. */
+int cv_arch_has_role(const cv_arch *a, int role);
 
 #endif

@@ -60,7 +60,7 @@ static void targets(int sharing, int K, int n_rec, int i, int *t)
         t[rec] = mid + (sharing == SHARE_CYCLE || sharing == SHARE_MIDDLE_CYCLE ? i + rec * K : i * n_rec + rec);
 }
 
-static int is_norm_role(int role) { return role == CV_ROLE_ATTN_NORM || role == CV_ROLE_FFN_NORM; }
+static int is_norm_role(int role) { return cv_role_is_vector(role); }
 
 /* The element-wise mean of n tensors of one shape and dtype, in double,
  * rounded to that dtype. */
@@ -108,7 +108,7 @@ int relax_tie(relax_state *rs, cv_layout *lo, hf_config *cfg, int sharing, int n
     rs->n_orig = L0;
     rs->kept = own(rs, malloc(sizeof(int) * (size_t)L));
     rs->orig = own(rs, calloc((size_t)L, sizeof *rs->orig));
-    rs->synth = own(rs, calloc((size_t)K * CV_ROLE_COUNT, sizeof *rs->synth));
+    rs->synth = own(rs, calloc((size_t)K * CV_ROLE_ALL, sizeof *rs->synth));
     src = malloc(sizeof(int) * (size_t)K);
     tar = malloc(sizeof(int) * (size_t)n_rec);
     grp = malloc(sizeof *grp * (size_t)n_rec);
@@ -126,6 +126,12 @@ int relax_tie(relax_state *rs, cv_layout *lo, hf_config *cfg, int sharing, int n
         if (mid) { rs->kept[0] = 0; rs->kept[L - 1] = L0 - 1; }
     }
     for (int l = 0; l < L; l++) memcpy(rs->orig[l], lo->role[rs->kept[l]], sizeof rs->orig[l]);
+    {   /* per-layer features follow the layers kept */
+        unsigned char local[CV_MAX_LAYERS];
+        for (int l = 0; l < L; l++) local[l] = cfg->arch.local[rs->kept[l]];
+        memcpy(cfg->arch.local, local, (size_t)L);
+        memset(cfg->arch.local + L, 0, (size_t)(L0 - L));
+    }
     /* source layers (new numbering) of the selection initialisations */
     if (init == INIT_STEPWISE) linspace_round(mid, L - 1 - mid, K, src);
     for (int i = 0; i < K; i++) {
@@ -137,9 +143,9 @@ int relax_tie(relax_state *rs, cv_layout *lo, hf_config *cfg, int sharing, int n
     for (int l = 0; l < L; l++) memcpy(lo->role[l], rs->orig[l], sizeof lo->role[l]);   /* prelude, coda, and norms kept */
     for (int i = 0; i < K; i++) {
         targets(sharing, K, n_rec, i, tar);
-        for (int role = 0; role < CV_ROLE_COUNT; role++) {
+        for (int role = 0; role < CV_ROLE_ALL; role++) {
             const ckpt_tensor *w;
-            if (keep_norms && is_norm_role(role)) continue;
+            if (!rs->orig[0][role] || (keep_norms && is_norm_role(role))) continue;   /* absent, or kept per layer */
             if (init == INIT_AVERAGE) {
                 for (int rec = 0; rec < n_rec; rec++) grp[rec] = rs->orig[tar[rec]][role];
                 if (!(w = average(rs, grp, n_rec, err, errcap))) { free(src); free(tar); free(grp); return -1; }
@@ -258,7 +264,7 @@ int relax_svd(relax_state *rs, const cv_layout *lo, int first, int last, const i
     for (int l = first; l < last; l++)
         for (int role = 0; role < CV_ROLE_COUNT; role++) {
             const ckpt_tensor *w = rs->orig[l][role];
-            if (is_norm_role(role) || rank[role] <= 0) continue;
+            if (is_norm_role(role) || rank[role] <= 0 || !w) continue;
             svd_job *j = &q.jobs[n++];
             j->l = l;
             j->role = role;

@@ -29,7 +29,7 @@ typedef struct {
     /* relax_tie */
     int n_orig;                                   /* layers of the vanilla checkpoint */
     int *kept;                                    /* [n_layer]: its source layer (linspace selection) */
-    const ckpt_tensor *(*orig)[CV_ROLE_COUNT];    /* [n_layer]: each layer's own weights */
+    const ckpt_tensor *(*orig)[CV_ROLE_ALL];      /* [n_layer]: each layer's own weights */
     ckpt_tensor *synth;                           /* averaged weights (their data is owned) */
     int n_synth;
     /* relax_svd / relax_peft */
@@ -49,9 +49,11 @@ void relax_free(relax_state *rs);
  * (SHARE_CYCLE, _MIDDLE_CYCLE, _SEQUENCE, _MIDDLE_SEQUENCE). When the
  * layers do not divide evenly, the official selection keeps those at
  * round(linspace(...)) first (cfg->n_layer and lo->n_layer shrink). Each
- * shared slot takes the weights `init` says, norms included unless
- * keep_norms (then every layer keeps its own RMSNorm weights, so that a
- * full-rank relaxation reproduces the original model exactly). */
+ * shared slot takes the weights `init` says, norms and biases included
+ * unless keep_norms (then every layer keeps its own norm weights and biases,
+ * the vectors of CV_ROLE_* that cv_role_is_vector names, so that a full-rank
+ * relaxation reproduces the original model exactly). Per-layer features
+ * (the sliding-window layers) follow the layers kept. */
 int relax_tie(relax_state *rs, cv_layout *lo, hf_config *cfg, int sharing, int n_rec, int init, int keep_norms,
               char *err, size_t errcap);
 

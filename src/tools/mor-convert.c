@@ -1,5 +1,5 @@
-/* mor-convert - convert a Hugging Face MoR / recursive / Llama checkpoint to
- * a `mor` GGUF file (docs/FORMAT.md), or a tokenizer to a vocab-only GGUF;
+/* mor-convert - convert a Hugging Face MoR / recursive / Llama checkpoint, or
+ * one of a Gemma, Gemma 2 or GPT-NeoX (Pythia) model, to a `mor` GGUF file (docs/FORMAT.md), or a tokenizer to a vocab-only GGUF;
  * optionally make a vanilla model recursive with depth-wise LoRA deltas
  * (Relaxed Recursive Transformers, docs/RELAXED.md).
  *
@@ -33,9 +33,11 @@ static const char usage[] =
     "       mor-convert --vocab-only FILE.gguf -o OUT.gguf\n"
     "\n"
     "DIR holds config.json and model.safetensors or pytorch_model.bin (model.safetensors\n"
-    "is used when both exist, unless --weights says otherwise). MODEL.gguf is a libmor\n"
-    "model without routers (e.g. from mor-train) or a llama.cpp Llama (F32/F16/BF16/Q8_0/\n"
-    "Q4_0 tensors, no RoPE scaling), read as a plain Llama.\n"
+    "is used when both exist, unless --weights says otherwise), of a LlamaForCausalLM\n"
+    "(TinyLlama, SmolLM), MoRLlamaForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM or\n"
+    "GPTNeoXForCausalLM (Pythia). MODEL.gguf is a libmor model without routers (e.g. from\n"
+    "mor-train) or a llama.cpp file of architecture llama, gemma, gemma2 or gptneox\n"
+    "(F32/F16/BF16/Q8_0/Q4_0 tensors, no RoPE scaling).\n"
     "\n"
     "options:\n"
     "  -o, --output FILE       the GGUF file to write (required)\n"
@@ -65,8 +67,8 @@ static const char usage[] =
     "  --lora-rank R | q=R,k=R,v=R,o=R,gate=R,up=R,down=R\n"
     "                          a LoRA delta per looped layer and projection, the truncated SVD\n"
     "                          of what tying lost (0 or omitted: not relaxed; capped at min(in, out))\n"
-    "  --keep-norms            keep every layer's own RMSNorm weights (then full rank reproduces\n"
-    "                          the original exactly; the official code ties them)\n"
+    "  --keep-norms            keep every layer's own norm weights and biases (then full rank\n"
+    "                          reproduces the original exactly; the official code ties them)\n"
     "  --svd exact|fast        exact: Jacobi on the whole residual; fast (default): subspace\n"
     "                          iteration first when the rank is small next to the matrix\n"
     "  --threads N             SVDs in parallel (default 2)\n"

@@ -372,7 +372,11 @@ int tr_load_gguf(tr_model *m, const char *path, char *err, size_t errcap)
         goto done;
     }
     get_u32(g, "mor.format_version", &ver);
-    if (ver > 2) { fail(err, errcap, "format version newer than 2 in", path); goto done; }
+    if (ver > 2) {   /* 3: the other model families (FORMAT.md), which mor-train does not train */
+        fail(err, errcap, gguf_find_kv(g, "mor.family") ? "mor-train trains Llama-family models; not the model family of"
+                                                          : "format version newer than 2 in", path);
+        goto done;
+    }
     c.router = TR_ROUTER_NONE;
     if (!gguf_get_str(g, "mor.router.type", &s)) {
         if (gguf_str_eq(s, "expert")) c.router = TR_ROUTER_EXPERT;
