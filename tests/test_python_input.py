@@ -18,6 +18,7 @@ import warnings
 import testlib as t
 
 sys.path.insert(0, os.path.join(t.ROOT, "bindings", "python"))
+t.reexec_under_asan()   # under SANITIZE=1 the library is an ASan build
 os.environ.setdefault("MOR_LIB_PATH", os.path.join(t.OUT, "lib"))
 import mor  # noqa: E402
 
