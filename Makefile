@@ -197,6 +197,10 @@ FIXTURE_GGUF := $(FIXTURE_VARIANTS:%=$(OUT)/build/fixtures/%.st.gguf)
 FIXTURE_GGUF += $(OUT)/build/fixtures/expert_mc3_kvshare_c0half.gguf
 # and the token-choice fixture with KV sharing on (MOR_KV_DENSE serving: test_serve)
 FIXTURE_GGUF += $(OUT)/build/fixtures/token_mc3_kvshare.gguf
+# and relaxed recursive models of other families, from llama.cpp files (test_serve; norms tied, so that
+# rows of different recursions share a layer call): Gemma 2's three
+# layers (local, global, local) tied into one block looped 3 times, GPT-NeoX's two looped twice
+FIXTURE_GGUF += $(OUT)/build/fixtures/gemma2_cycle3.gguf $(OUT)/build/fixtures/gptneox_cycle2.gguf
 endif
 fixtures: $(FIXTURE_GGUF)
 
@@ -217,6 +221,12 @@ $(OUT)/build/fixtures/%.st.gguf: tests/data/fixtures/%/hf_safetensors/model.safe
 $(OUT)/build/fixtures/expert_mc3_kvshare_c0half.gguf: $(OUT)/build/fixtures/expert_mc3_kvshare_fix_perturbed.st.gguf
 	$(BINOUT)/mor-convert tests/data/fixtures/expert_mc3_kvshare_fix_perturbed/hf_safetensors -o $@ \
 	    --capacity 0.5,0.5,0.25
+$(OUT)/build/fixtures/gemma2_cycle3.gguf: tests/data/families/gemma2.lcpp.gguf $(BINOUT)/mor-convert
+	@mkdir -p $(dir $@)
+	$(BINOUT)/mor-convert $< -o $@ --num-recursion 3 --sharing cycle --init average --lora-rank 8
+$(OUT)/build/fixtures/gptneox_cycle2.gguf: tests/data/families/gptneox.lcpp.gguf $(BINOUT)/mor-convert
+	@mkdir -p $(dir $@)
+	$(BINOUT)/mor-convert $< -o $@ --num-recursion 2 --sharing cycle --init average --lora-rank 8
 $(OUT)/build/fixtures/token_mc3_kvshare.gguf: $(OUT)/build/fixtures/token_mc3_perturbed.st.gguf
 	$(BINOUT)/mor-convert tests/data/fixtures/token_mc3_perturbed/hf_safetensors -o $@ --kv-sharing 1
 

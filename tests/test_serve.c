@@ -21,7 +21,11 @@
  *  - all of the fixtures' checks again on relaxed copies of two of them (an
  *    unfolded LoRA delta on every projection of every looped layer): rows at
  *    different recursions share the shared weight's product, each with its
- *    own delta, and must get bit for bit what they get alone. */
+ *    own delta, and must get bit for bit what they get alone;
+ *  - relaxed recursive Gemma 2 and GPT-NeoX models (other families, no
+ *    router): every mode equals mor_decode bit for bit, with rows of
+ *    several recursions in one layer call (Gemma 2's tied layers differ in
+ *    their sliding window, which each row takes from its own layer). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -630,6 +634,37 @@ int main(void)
         if (CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the token-choice model with KV sharing") &&
             prepare(m, "token-choice, KV sharing"))
             dense_serving(m, "token-choice, KV sharing");
+        unprepare();
+        mor_model_free(m);
+    }
+    /* other model families, relaxed recursive, without routers: rows of different recursions of one
+     * tied block run in one layer call under DEPTHWISE; Gemma 2's tied layers differ in their window */
+    static const char *const fams[] = { "gemma2_cycle3", "gptneox_cycle2" };
+    for (int f = 0; f < 2; f++) {
+        char path[800];
+        snprintf(path, sizeof path, "%s/%s.gguf", fixture_dir, fams[f]);
+        mor_model *m = NULL;
+        if (!CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK && m->arch.family != FAMILY_LLAMA && m->lora,
+                   "load %s (a relaxed model of another family): %s", fams[f], mor_last_error())) {
+            mor_model_free(m);
+            continue;
+        }
+        n_vocab = mor_model_n_vocab(m);
+        make_requests(n_vocab);
+        int ok = 1;
+        for (int32_t i = 0; i < NREQ; i++) {
+            reqs[i].logits = malloc(sizeof(float) * MAXT * (size_t)n_vocab);
+            got_logits[i] = malloc(sizeof(float) * MAXT * (size_t)n_vocab);
+            ok &= reqs[i].logits && got_logits[i];
+        }
+        if (CHECK(ok && reference(m, 0, 0), "%s: reference decode", fams[f]))
+            for (int mode = 0; mode < 3; mode++)
+                for (int k = 0; k < 2; k++) {   /* 32 slots: requests enter at every step, so a DEPTHWISE
+                                                 * layer call has rows of several recursions */
+                    char what[160];
+                    snprintf(what, sizeof what, "%s %s 32 requests in %d slots", fams[f], mode_name[mode], k ? 32 : 9);
+                    serve_and_compare(m, what, mode, 32, k ? 32 : 9, 0, 0, 0);
+                }
         unprepare();
         mor_model_free(m);
     }
