@@ -18,8 +18,8 @@ and bin/mor-run's logits for fixed token ids must be, from both inputs,
 Each feature matters: the oracle with it computed wrongly (family_ref's
 `off`) differs from the right logits by more than 100 times the tolerance.
 Decoding one token at a time through the KV cache (sliding window, partial
-rotary) gives the oracle's logits at every step; results do not depend on
-the thread count. Relaxed recursive conversion of each family: full-rank
+rotary) gives the oracle's logits at every step, also across context shifts
+(1-layer models); results do not depend on the thread count. Relaxed recursive conversion of each family: full-rank
 LoRA with --keep-norms reproduces the original within 1e-4 (cycle and
 middle-cycle; Gemma 2 then ties a local with a global layer), also from a
 libmor GGUF of the family, and rank r leaves exactly the SVD tail as each
@@ -146,6 +146,38 @@ def check_steps(fam, d, gguf, tmp):
         seq.append(toks[i])
     t.check(worst <= TOL, "%s: %d tokens decoded one at a time through the KV cache: each step's logits are the "
             "oracle's over the sequence so far (%.2g)" % (fam, n, worst))
+
+
+def check_shift(tmp):
+    """A context shift re-rotates the cached keys (mor_kv_seq_add): on a
+    1-layer model, whose keys depend only on token and position, generation
+    after a shift is the oracle's over the tokens kept, renumbered from 0
+    (only the rotated dims turn: GPT-NeoX's partial rotary)."""
+    for fam in ("gptneox", "gemma2"):
+        d = F.write_model(os.path.join(tmp, "shift_" + fam), *F.make_model(fam, L=1))
+        g = os.path.join(tmp, "shift.gguf")
+        ok, msg = convert(d, g)
+        prompt, n, ctx = F.IDS[:5], 10, 8
+        out = os.path.join(tmp, "steps.f32")
+        p = subprocess.run([RUN, "-q", "-m", g, "--ids", ",".join(map(str, prompt)), "-n", str(n), "--greedy",
+                            "--print-ids", "--ctx", str(ctx), "--dump-step-logits", out],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if not t.check(ok and p.returncode == 0 and "shifting" in p.stderr, "%s, 1 layer: generates past a full "
+                       "context of %d (%s)" % (fam, ctx, (msg if not ok else p.stderr)[-120:])):
+            continue
+        toks = [int(x) for x in p.stdout.split()]
+        with open(out, "rb") as f:
+            raw = f.read()
+        steps = struct.unpack("<%df" % (len(raw) // 4), raw)
+        V = len(steps) // n
+        ref, seq, worst = F.Ref(d), list(prompt), 0.0
+        for i in range(n):
+            worst = max(worst, maxdiff(list(steps[i * V:(i + 1) * V]), ref.forward(seq)[-1]))
+            seq.append(toks[i])
+            if len(seq) > ctx:   # the shift: the oldest half goes, the rest moves to positions 0..
+                seq = seq[ctx // 2:]
+        t.check(worst <= TOL, "%s, 1 layer: after context shifts each step's logits are the oracle's over the kept "
+                "tokens, renumbered (%.2g)" % (fam, worst))
 
 
 def check_variants(tmp):
@@ -381,6 +413,7 @@ def main():
         for fam in F.FAMILIES:
             check_family(fam, tmp)
         check_variants(tmp)
+        check_shift(tmp)
         check_relaxed(tmp)
         check_refusals(tmp)
     t.finish()
