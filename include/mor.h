@@ -25,9 +25,14 @@
  *
  * Conventions (they hold for every function below unless it says otherwise):
  *  - Errors: functions return a mor_status. MOR_OK (0) is success; every error is
- *    negative, named, and never reused. After an error, mor_last_error() gives a
- *    human-readable message for the calling thread. A call that fails changes
- *    nothing: no handle, cache or output is modified.
+ *    negative, named, and never reused. A call that fails changes nothing: no
+ *    handle, cache or output is modified. mor_last_error() is the message of
+ *    the calling thread's last call that could fail: every function that
+ *    returns a mor_status (or a count, id or state that is a negative
+ *    mor_status on error) sets it when it fails and clears it ("") when it
+ *    succeeds. Functions that cannot fail (the version, size and
+ *    hyperparameter getters, the _free functions, mor_get_logits and the
+ *    like, which return NULL or -1 for bad arguments) leave it as it was.
  *  - The library never aborts, exits, or prints. It logs only through a
  *    callback set with mor_log_set().
  *  - Ownership: a handle returned through an out-parameter belongs to the caller
@@ -113,8 +118,9 @@ enum {
  * value this version does not know. Thread-safe. */
 MOR_API const char *mor_status_str(mor_status s);
 
-/* The message of the last error raised in the calling thread ("" if none).
- * Valid until the next libmor call in this thread. Thread-safe (per thread). */
+/* The message of the calling thread's last call that could fail ("" if it
+ * succeeded; see "Errors" above). Valid until that thread's next call that
+ * can fail. Thread-safe (per thread). */
 MOR_API const char *mor_last_error(void);
 
 /* ------------------------------------------------------------------------ */

@@ -5,6 +5,7 @@
 
 mor_status mor_batch_create(int32_t capacity, mor_batch **out)
 {
+    err_clear();
     if (!out) return err_set(MOR_E_INVALID_ARG, "mor_batch_create: out is NULL");
     *out = NULL;
     if (capacity <= 0) return err_set(MOR_E_INVALID_ARG, "mor_batch_create: capacity %d <= 0", capacity);
@@ -33,6 +34,7 @@ int32_t mor_batch_size(const mor_batch *b) { return b ? b->n : 0; }
 
 mor_status mor_batch_add(mor_batch *b, mor_token token, mor_pos pos, mor_seq_id seq, int32_t want_logits)
 {
+    err_clear();
     if (!b) return err_set(MOR_E_INVALID_ARG, "mor_batch_add: batch is NULL");
     if (b->n >= b->cap) return err_set(MOR_E_BUFFER_TOO_SMALL, "mor_batch_add: batch is full (%d tokens)", b->cap);
     b->token[b->n] = token; b->pos[b->n] = pos; b->seq[b->n] = seq; b->want[b->n] = want_logits != 0;

@@ -1,21 +1,20 @@
 /* context.c - creating a context: every buffer mor_decode needs, allocated once. */
 #include <stdlib.h>
 #include <string.h>
+#include "abi.h"
 #include "context.h"
 #include "kernels.h"
 #include "status.h"
 
 void mor_context_params_init(mor_context_params *p, size_t size)
 {
-    if (!p || size < sizeof(uint32_t)) return;
     mor_context_params d = { 0 };
     d.n_ctx = 0;          /* resolved against the model at create time */
     d.n_batch = 512;
     d.n_seq_max = 1;
     d.kv_mode = MOR_KV_MODEL_DEFAULT;
     d.n_threads = 1;
-    d.size = (uint32_t)(size < sizeof d ? size : sizeof d);
-    memcpy(p, &d, d.size);
+    abi_init(p, size, &d, sizeof d);
 }
 
 void mor_context_free(mor_context *c)
@@ -23,29 +22,28 @@ void mor_context_free(mor_context *c)
     if (!c) return;
     kv_free(c->kv);
     router_free(c->router);
-    layer_scratch *s = &c->ls;
-    free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att); free(s->o);
-    free(s->gate); free(s->up); free(s->inv_freq); free(s->cs_own);
-    exec_free(&s->exec);
-    lora_scratch_free(&s->lora);
-    free(c->x); free(c->y); free(c->h1); free(c->rtmp);
-    free(c->z); free(c->g); free(c->p);
-    free(c->idx); free(c->pos); free(c->seq); free(c->depth); free(c->seq_rows);
-    free(c->active); free(c->sel); free(c->done); free(c->rank);
-    free(c->st_scores); free(c->cs);
-    free(c->logits); free(c->logit_row); free(c->hidden); free(c->st_hidden);
+    exec_free(&c->ls.exec);
+    lora_scratch_free(&c->ls.lora);
+    free(c->logits);
+    free(c->mem);
     free(c);
 }
 
-static void *alloc_n(size_t n, size_t size, int *ok)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) *ok = 0;
-    return p;
-}
+/* Every buffer of a context but the KV cache, the router's read-back, the
+ * threads' scratch and the logits, in one block: (type, member, count). */
+#define CTX_BUFFERS(X)                                                                                  \
+    X(float, ls.xn, n * d) X(float, ls.q, n * qd) X(float, ls.k, n * kvd) X(float, ls.v, n * kvd)       \
+    X(float, ls.att, n * qd) X(float, ls.o, n * d) X(float, ls.gate, n * ff) X(float, ls.up, n * ff)    \
+    X(float, ls.inv_freq, hd / 2) X(float, ls.cs_own, n * hd)                                          \
+    X(int32_t, idx, n) X(int32_t, pos, n) X(int32_t, seq, n) X(int32_t, depth, n)                     \
+    X(int32_t, seq_rows, p.n_seq_max) X(int32_t, logit_row, n) X(float, z, n * nr) X(float, st_scores, n * nr) \
+    X(float, hidden, hid) X(float, st_hidden, hid)
+
+static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 mor_status mor_context_create(mor_model *m, const mor_context_params *params, mor_context **out)
 {
+    err_clear();
     mor_status st;
     if (!out) return err_set(MOR_E_INVALID_ARG, "mor_context_create: out is NULL");
     *out = NULL;
@@ -54,13 +52,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
 
     mor_context_params p;
     mor_context_params_init(&p, sizeof p);
-    if (params) {
-        if (params->size < offsetof(mor_context_params, abort_callback) || params->size > sizeof p)
-            return err_set(MOR_E_ABI, "mor_context_params.size %u is not one this libmor knows (max %zu)",
-                           params->size, sizeof p);
-        memcpy(&p, params, params->size);
-        p.size = sizeof p;
-    }
+    if ((st = abi_read(&p, sizeof p, params, sizeof(abi_context_params_v1), "mor_context_params"))) return st;
     if (p.n_ctx == 0) p.n_ctx = (uint32_t)(m->n_ctx_train < 4096 ? m->n_ctx_train : 4096);
     if (p.n_batch == 0 || p.n_batch > (1u << 20) || p.n_ctx > (1u << 24) || p.n_seq_max == 0 || p.n_seq_max > (1u << 16))
         return err_set(MOR_E_INVALID_ARG, "mor_context_create: n_batch %u, n_ctx %u or n_seq_max %u out of range",
@@ -81,46 +73,25 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     mor_context *c = calloc(1, sizeof *c);
     if (!c) return err_set(MOR_E_NOMEM, "out of memory");
     c->model = m; c->params = p;
-    const size_t n = p.n_batch, d = (size_t)m->n_embd, nr = (size_t)m->n_rec;
-    const size_t qd = (size_t)m->n_head * m->head_dim, kvd = (size_t)m->n_head_kv * m->head_dim;
-    int ok = 1;
-    layer_scratch *s = &c->ls;
-    s->xn = alloc_n(n * d, sizeof(float), &ok);
-    s->q = alloc_n(n * qd, sizeof(float), &ok);
-    s->k = alloc_n(n * kvd, sizeof(float), &ok);
-    s->v = alloc_n(n * kvd, sizeof(float), &ok);
-    s->att = alloc_n(n * qd, sizeof(float), &ok);
-    s->o = alloc_n(n * d, sizeof(float), &ok);
-    s->gate = alloc_n(n * (size_t)m->n_ff, sizeof(float), &ok);
-    s->up = alloc_n(n * (size_t)m->n_ff, sizeof(float), &ok);
-    s->inv_freq = alloc_n((size_t)m->head_dim / 2, sizeof(float), &ok);
-    s->cs_own = alloc_n(n * (size_t)m->head_dim, sizeof(float), &ok);
-    if (s->inv_freq) k_rope_inv_freq(s->inv_freq, m->arch.rope_dims, m->rope_theta);
-    c->x = alloc_n(n * d, sizeof(float), &ok);
-    c->y = alloc_n(n * d, sizeof(float), &ok);
-    c->h1 = alloc_n(n * d, sizeof(float), &ok);
-    c->rtmp = alloc_n(3 * d, sizeof(float), &ok);
-    c->z = alloc_n(n * nr, sizeof(float), &ok);
-    c->g = alloc_n(n, sizeof(float), &ok);
-    c->p = alloc_n(n, sizeof(float), &ok);
-    c->idx = alloc_n(n, sizeof(int32_t), &ok);
-    c->pos = alloc_n(n, sizeof(int32_t), &ok);
-    c->seq = alloc_n(n, sizeof(int32_t), &ok);
-    c->depth = alloc_n(n, sizeof(int32_t), &ok);
-    c->seq_rows = alloc_n(p.n_seq_max, sizeof(int32_t), &ok);
-    c->active = alloc_n(n, 1, &ok);
-    c->sel = alloc_n(n, 1, &ok);
-    c->done = alloc_n(n, 1, &ok);
-    c->rank = alloc_n(n, sizeof(router_rank), &ok);
-    c->st_scores = alloc_n(n * nr, sizeof(float), &ok);
-    c->cs = alloc_n(n * (size_t)m->head_dim, sizeof(float), &ok);
-    c->logit_row = alloc_n(n, sizeof(int32_t), &ok);
+    const size_t n = p.n_batch, d = (size_t)m->n_embd, nr = (size_t)m->n_rec, hd = (size_t)m->head_dim;
+    const size_t qd = (size_t)m->n_head * hd, kvd = (size_t)m->n_head_kv * hd, ff = (size_t)m->n_ff;
     c->n_boundaries = mor_model_n_boundaries(m);
-    if (p.flags & MOR_CTX_CAPTURE_HIDDEN) {
-        c->hidden = alloc_n((size_t)c->n_boundaries * n * d, sizeof(float), &ok);
-        c->st_hidden = alloc_n((size_t)c->n_boundaries * n * d, sizeof(float), &ok);
-    }
-    if (!ok) { mor_context_free(c); return err_set(MOR_E_NOMEM, "cannot allocate context scratch for n_batch %u", p.n_batch); }
+    const size_t hid = p.flags & MOR_CTX_CAPTURE_HIDDEN ? (size_t)c->n_boundaries * n * d : 0;
+    /* plan the block, then lay it out: 64-byte aligned pieces, zeroed */
+    size_t total = rec_bytes(m, (int32_t)n);
+#define SIZE(T, member, count) total += align64(sizeof(T) * (count));
+    CTX_BUFFERS(SIZE)
+#undef SIZE
+    /* malloc and align by hand: malloc is the one allocator users and tests can hook */
+    c->mem = malloc(total + 63);
+    if (!c->mem) { free(c); return err_set(MOR_E_NOMEM, "cannot allocate %zu bytes of context memory for n_batch %u", total, p.n_batch); }
+    unsigned char *at = (unsigned char *)(((uintptr_t)c->mem + 63) & ~(uintptr_t)63);
+    memset(at, 0, total);
+#define LAY(T, member, count) c->member = (count) != 0 ? (void *)at : NULL; at += align64(sizeof(T) * (count));
+    CTX_BUFFERS(LAY)
+#undef LAY
+    layer_scratch *s = &c->ls;
+    k_rope_inv_freq(s->inv_freq, m->arch.rope_dims, m->rope_theta);
     int64_t kmax = m->n_embd;   /* the widest matmul input: n_embd, H*hd or n_ff */
     if ((int64_t)m->n_head * m->head_dim > kmax) kmax = (int64_t)m->n_head * m->head_dim;
     if (m->n_ff > kmax) kmax = m->n_ff;
@@ -134,6 +105,9 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
         mor_context_free(c);
         return st;
     }
+    rec_bind(&c->eng, m, c->kv, c->router, s, (int32_t)n, at);
+    c->eng.abort_cb = p.abort_callback;
+    c->eng.abort_ud = p.abort_user_data;
     *out = c;
     return MOR_OK;
 }

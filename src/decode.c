@@ -1,196 +1,42 @@
-/* decode.c - recursion scheduling: one forward pass over a batch.
+/* decode.c - mor_decode: one forward pass over a batch, as one KV
+ * transaction around the recursion engine (recursion.h):
  *
- *   x = embed(tokens)
- *   prelude layers (all rows)
- *   expert-choice: for r in 0..N_r-1:
- *       z = router_r(x[active]); choose sel ⊆ active (router.c)
- *       y = block_r(x[sel]);  x[sel] += gate * y     (block output includes its residuals)
- *       active = sel
- *     (where recursion r caches every token's K/V, kv_caches_every_row, the
- *     block runs over every row and only sel's outputs are used)
- *   token-choice: i_t = argmax router(x); recursion r runs rows with i_t >= r,
- *       intermediate recursions ungated; x = x_in + gate * y at the token's last one
- *     (where r caches every row, rows past their depth run too, from the input
- *     of their last recursion, for their K/V)
- *   no router: every recursion (up to a FORCED depth), ungated
- *   coda layers (all rows); final RMSNorm; logits for the rows that asked
+ *   validate the batch (nothing has changed if it fails)
+ *   enter every row: embedding, the unique first layers
+ *   until every row has exited: the verdicts for its next recursion, then a
+ *       pass of the shared block over the rows that run it
+ *   the unique last layers, the final norm, logits for the rows that asked
  *
- * The whole call is one KV transaction: on any error (full cache, abort) the
- * appended cells are removed again, and the outputs of the previous call
- * stay as they were (results are staged and published at the end). */
+ * On any error (full cache, abort) the cells appended are removed again and
+ * the outputs of the previous call stay as they were: logits, depths and
+ * hidden states are staged and published only once nothing can fail. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "context.h"
-#include "embed_output.h"
 #include "kernels.h"
-#include "layer.h"
+#include "recursion.h"
 #include "status.h"
 
-static void capture(mor_context *c, int32_t *b, int32_t n)
+/* The capture points of mor_get_hidden: every row's hidden state, in batch
+ * order, into the staged buffer's next boundary. */
+typedef struct { mor_context *c; int32_t bnd; } capture_state;
+
+static void capture_gathered(void *ud, const float *gx, const int32_t *list, int32_t n)
 {
-    if (c->st_hidden) {
-        size_t row = (size_t)c->model->n_embd;
-        memcpy(c->st_hidden + (size_t)(*b) * c->params.n_batch * row, c->x, sizeof(float) * row * (size_t)n);
-    }
-    (*b)++;
+    capture_state *cs = ud;
+    const size_t d = (size_t)cs->c->model->n_embd;
+    float *dst = cs->c->st_hidden + (size_t)cs->bnd++ * cs->c->params.n_batch * d;
+    for (int32_t t = 0; t < n; t++) memcpy(dst + (size_t)list[t] * d, gx + (size_t)t * d, sizeof(float) * d);
 }
 
-static mor_status check_abort(mor_context *c)
+static void capture_rows(capture_state *cs, int32_t n)
 {
-    if (c->params.abort_callback && c->params.abort_callback(c->params.abort_user_data))
-        return err_set(MOR_E_ABORTED, "decode aborted by the abort callback");
-    return MOR_OK;
-}
-
-/* Gather rows idx of src into c->y with their positions, sequences and RoPE
- * cos/sin (into ls.cs_own, for run_block). */
-static void gather(mor_context *c, const mor_batch *b, const float *src, const int32_t *idx, int32_t n)
-{
-    const int32_t d = c->model->n_embd, hd = c->model->head_dim;
-    for (int32_t i = 0; i < n; i++) {
-        memcpy(c->y + (size_t)i * d, src + (size_t)idx[i] * d, sizeof(float) * (size_t)d);
-        memcpy(c->ls.cs_own + (size_t)i * hd, c->cs + (size_t)idx[i] * hd, sizeof(float) * (size_t)hd);
-        c->pos[i] = b->pos[idx[i]];
-        c->seq[i] = b->seq[idx[i]];
-    }
-}
-
-/* The K layers of recursion r over c->y (n rows gathered by gather()). */
-static mor_status run_block(mor_context *c, int32_t r, int32_t n)
-{
-    const mor_model *m = c->model;
-    for (int32_t j = 0; j < m->base_depth; j++) {
-        c->ls.rope_cs = c->ls.cs_own;
-        mor_status st = layer_forward(m, model_layer_of(m, r, j), c->kv, &c->ls, c->y, c->pos, c->seq, n);
-        if (st) return st;
-    }
-    return MOR_OK;
-}
-
-static mor_status run_all_rows(mor_context *c, const mor_batch *b, int32_t l)
-{
-    c->ls.rope_cs = c->cs;
-    return layer_forward(c->model, l, c->kv, &c->ls, c->x, b->pos, b->seq, b->n);
-}
-
-static mor_status expert_recursions(mor_context *c, const mor_batch *b, int32_t *bnd)
-{
-    const mor_model *m = c->model;
-    const int32_t n = b->n, d = m->n_embd, nr = m->n_rec;
-    const int32_t cap = router_depth_cap(c->router);
-    for (int32_t i = 0; i < n; i++) c->active[i] = 1;
-    for (int32_t r = 0; r < nr; r++) {
-        mor_status st;
-        capture(c, bnd, n);
-        if ((st = check_abort(c))) return st;
-        if (r >= cap) memset(c->active, 0, (size_t)n);   /* past the cap no router is evaluated */
-        for (int32_t i = 0; i < n; i++) {
-            float *zi = c->z + (size_t)i * nr;
-            if (!c->active[i]) { zi[r] = NAN; c->st_scores[(size_t)i * nr + r] = NAN; continue; }
-            zi[r] = router_expert_logit(m, r, c->x + (size_t)i * d, c->rtmp);
-            c->g[i] = router_func(m, zi[r]);
-            c->p[i] = router_gate(m, zi[r]);
-            c->st_scores[(size_t)i * nr + r] = c->p[i];
-        }
-        router_select_expert(c->router, r, n, c->active, c->g, c->p, b->seq, c->seq_rows,
-                             c->done, c->rank, c->sel);
-        /* The block runs over the selected rows, and over the others too when
-         * recursion r caches every token's K/V (kv_caches_every_row: KV
-         * sharing at r = 0, dense at every r) or in lockstep; their outputs
-         * are discarded, and lockstep's own extra rows store no K/V (done,
-         * router scratch free again, indexed by gathered row). */
-        const int every = r < cap && kv_caches_every_row(c->kv, r);
-        int32_t k = 0;
-        for (int32_t i = 0; i < n; i++) {
-            if (c->sel[i]) c->depth[i] = r + 1;
-            if (c->sel[i] || every || c->lockstep) { c->done[k] = !c->sel[i] && !every; c->idx[k++] = i; }
-        }
-        if (k) {
-            gather(c, b, c->x, c->idx, k);
-            c->ls.skip_store = c->lockstep ? c->done : NULL;
-            st = run_block(c, r, k);
-            c->ls.skip_store = NULL;
-            if (st) return st;
-            for (int32_t t = 0; t < k; t++) {
-                if (!c->sel[c->idx[t]]) continue;
-                float *xi = c->x + (size_t)c->idx[t] * d;
-                const float *yt = c->y + (size_t)t * d;
-                float w = m->gating_additive ? 1.0f : c->p[c->idx[t]];
-                for (int32_t e = 0; e < d; e++) xi[e] += w * yt[e];   /* x + w * f(x) */
-            }
-        }
-        memcpy(c->active, c->sel, (size_t)n);
-    }
-    return MOR_OK;
-}
-
-static mor_status token_recursions(mor_context *c, const mor_batch *b, int32_t *bnd)
-{
-    const mor_model *m = c->model;
-    const int32_t n = b->n, d = m->n_embd, nr = m->n_rec, cap = router_depth_cap(c->router);
-    capture(c, bnd, n);
-    for (int32_t i = 0; i < n; i++) {
-        float *zi = c->z + (size_t)i * nr, *pi = c->st_scores + (size_t)i * nr;
-        router_token_logits(m, c->x + (size_t)i * d, zi, c->rtmp);
-        if (m->router_func == ROUTER_FUNC_SOFTMAX) {
-            memcpy(pi, zi, sizeof(float) * (size_t)nr);
-            k_softmax(pi, nr);
-            for (int32_t t = 0; t < nr; t++) pi[t] *= m->alpha;
-        } else {
-            for (int32_t t = 0; t < nr; t++) pi[t] = router_gate(m, zi[t]);
-        }
-        c->depth[i] = router_choose_token(c->router, pi) + 1;
-        c->p[i] = pi[c->depth[i] - 1];                       /* gate without the bias */
-    }
-    /* cur (c->h1) follows each token's own trajectory; x keeps H^1 for the output */
-    memcpy(c->h1, c->x, sizeof(float) * (size_t)n * d);
-    for (int32_t r = 0; r < nr; r++) {
-        mor_status st;
-        if ((st = check_abort(c))) return st;
-        /* as in expert_recursions: rows past their depth run too where r caches every row */
-        const int every = r < cap && kv_caches_every_row(c->kv, r);
-        int32_t k = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (c->depth[i] > r || every || c->lockstep) { c->done[k] = c->depth[i] <= r && !every; c->idx[k++] = i; }
-        if (!k) break;
-        gather(c, b, c->h1, c->idx, k);
-        c->ls.skip_store = c->lockstep ? c->done : NULL;
-        st = run_block(c, r, k);
-        c->ls.skip_store = NULL;
-        if (st) return st;
-        for (int32_t t = 0; t < k; t++) {
-            int32_t i = c->idx[t];
-            const float *yt = c->y + (size_t)t * d;
-            if (c->depth[i] <= r) continue;
-            if (c->depth[i] == r + 1) {     /* finished here: H^1 + g * f^(r+1)(H^1) */
-                float w = m->gating_additive ? 1.0f : c->p[i];
-                float *xi = c->x + (size_t)i * d;
-                for (int32_t e = 0; e < d; e++) xi[e] += w * yt[e];
-            } else {                        /* goes deeper: ungated */
-                memcpy(c->h1 + (size_t)i * d, yt, sizeof(float) * (size_t)d);
-            }
-        }
-    }
-    return MOR_OK;
-}
-
-/* Models without routers: every recursion (up to the depth cap), ungated.
- * Each layer is a module of its own for the capture points. */
-static mor_status plain_recursions(mor_context *c, const mor_batch *b, int32_t *bnd)
-{
-    const mor_model *m = c->model;
-    int32_t cap = router_depth_cap(c->router);
-    for (int32_t i = 0; i < b->n; i++) c->depth[i] = cap;
-    for (int32_t r = 0; r < m->n_rec; r++) {
-        mor_status st;
-        if ((st = check_abort(c))) return st;
-        for (int32_t j = 0; j < m->base_depth; j++) {
-            capture(c, bnd, b->n);
-            if (r < cap && (st = run_all_rows(c, b, model_layer_of(m, r, j)))) return st;
-        }
-    }
-    return MOR_OK;
+    if (!cs->c->st_hidden) return;
+    const rec_engine *e = &cs->c->eng;
+    const size_t d = (size_t)cs->c->model->n_embd;
+    float *dst = cs->c->st_hidden + (size_t)cs->bnd++ * cs->c->params.n_batch * d;
+    for (int32_t i = 0; i < n; i++) memcpy(dst + (size_t)i * d, rec_x(e, i), sizeof(float) * d);
 }
 
 static mor_status validate(mor_context *c, const mor_batch *b)
@@ -238,47 +84,43 @@ static mor_status validate(mor_context *c, const mor_batch *b)
 static mor_status forward(mor_context *c, const mor_batch *b)
 {
     const mor_model *m = c->model;
-    const int32_t n = b->n, d = m->n_embd, nr = m->n_rec;
+    rec_engine *e = &c->eng;
+    const int32_t n = b->n, nr = m->n_rec;
+    capture_state cap = { c, 0 };
     mor_status st;
-    int32_t bnd = 0;
-
+    e->capture = c->st_hidden ? capture_gathered : NULL;
+    e->capture_ud = &cap;
+    e->capture_in_pass = m->router_type == MOR_ROUTER_TYPE_NONE;   /* each layer is a module of its own */
     for (int32_t i = 0; i < n; i++) {
-        if (kv_append(c->kv, -1, b->seq[i], b->pos[i]) < 0)
-            return err_set(MOR_E_KV_FULL, "KV cache full (%d cells)", c->kv->n_ctx);
-        model_embed_row(m, b->token[i], c->x + (size_t)i * d);
-        c->depth[i] = 0;
-        for (int32_t r = 0; r < nr; r++) {
-            c->z[(size_t)i * nr + r] = NAN;
-            c->st_scores[(size_t)i * nr + r] = NAN;
-        }
+        c->idx[i] = i;
+        if ((st = rec_enter(e, i, b->token[i], b->pos[i], b->seq[i], i))) return st;
     }
-    layer_rope_cs(m, &c->ls, b->pos, n, c->cs);   /* once per decode, for every layer */
-    for (int32_t l = 0; l < m->prelude; l++) {
-        capture(c, &bnd, n);
-        if ((st = run_all_rows(c, b, l))) return st;
+    if ((st = rec_layers(e, c->idx, n, 0, m->prelude))) return st;
+    if (m->router_type == MOR_ROUTER_TYPE_TOKEN) capture_rows(&cap, n);
+    for (int32_t r = 0; r < nr; r++) {
+        if (m->router_type == MOR_ROUTER_TYPE_EXPERT) capture_rows(&cap, n);
+        int32_t k = 0;   /* the rows that have not exited, all at recursion r */
+        for (int32_t i = 0; i < n; i++)
+            if (rec_at(e, i)->state != ROW_EXITED) c->pos[k++] = i;
+        rec_decide(e, c->pos, k, c->seq_rows);
+        int32_t np = 0;
+        for (int32_t t = 0; t < k; t++)
+            if (rec_at(e, c->pos[t])->state != ROW_EXITED) c->pos[np++] = c->pos[t];
+        if (!np && e->capture_in_pass)   /* past the depth cap: the points are there all the same */
+            for (int32_t j = 0; j < m->base_depth; j++) capture_rows(&cap, n);
+        if ((st = rec_pass(e, c->pos, np))) return st;
     }
-    switch (m->router_type) {
-    case MOR_ROUTER_TYPE_EXPERT: st = expert_recursions(c, b, &bnd); break;
-    case MOR_ROUTER_TYPE_TOKEN:  st = token_recursions(c, b, &bnd); break;
-    default:                     st = plain_recursions(c, b, &bnd); break;
-    }
-    if (st) return st;
-    if ((st = check_abort(c))) return st;
-    for (int32_t l = m->n_layer - m->coda; l < m->n_layer; l++) {
-        capture(c, &bnd, n);
-        if ((st = run_all_rows(c, b, l))) return st;
-    }
-    /* Nothing can fail from here on: publish into the outputs directly. */
-    for (int32_t i = 0; i < n; i++)
-        model_output_norm(m, c->x + (size_t)i * d, c->x + (size_t)i * d);
-    capture(c, &bnd, n);
     /* the rows that want logits, packed, through one pass over the output matrix */
-    int32_t slot = 0;
-    for (int32_t i = 0; i < n; i++) {
-        c->logit_row[i] = b->want[i] ? slot : -1;
-        if (b->want[i]) memcpy(c->y + (size_t)slot++ * d, c->x + (size_t)i * d, sizeof(float) * (size_t)d);
+    int32_t n_out = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (b->want[i]) c->seq[n_out++] = i;
+    if ((st = rec_finish(e, c->idx, n, c->seq, n_out, c->logits))) return st;
+    for (int32_t i = 0, o = 0; i < n; i++) {   /* published: nothing failed */
+        c->logit_row[i] = b->want[i] ? o++ : -1;
+        c->depth[i] = rec_at(e, i)->depth;   /* staged for router_publish */
+        memcpy(c->z + (size_t)i * nr, rec_z(e, i), sizeof(float) * (size_t)nr);
+        memcpy(c->st_scores + (size_t)i * nr, rec_p(e, i), sizeof(float) * (size_t)nr);
     }
-    if (slot) model_logits(m, &c->ls.exec, c->y, slot, c->logits);
     return MOR_OK;
 }
 

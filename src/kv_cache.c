@@ -195,6 +195,7 @@ static mor_status check_seq(const mor_kv_cache *kv, mor_seq_id s, int allow_any,
 
 mor_status mor_kv_seq_rm(mor_kv_cache *kv, mor_seq_id seq, mor_pos p0, mor_pos p1)
 {
+    err_clear();
     mor_status st = check_seq(kv, seq, 1, "mor_kv_seq_rm");
     if (st) return st;
     for_each_layer_rm(kv, seq, p0, p1);
@@ -203,6 +204,7 @@ mor_status mor_kv_seq_rm(mor_kv_cache *kv, mor_seq_id seq, mor_pos p0, mor_pos p
 
 mor_status mor_kv_seq_keep(mor_kv_cache *kv, mor_seq_id seq)
 {
+    err_clear();
     mor_status st = check_seq(kv, seq, 0, "mor_kv_seq_keep");
     if (st) return st;
     for (int32_t s = 0; s < kv->n_seq_max; s++)
@@ -235,6 +237,7 @@ static void layer_cp(kv_layer *L, size_t row_bytes, mor_seq_id src, mor_seq_id d
 
 mor_status mor_kv_seq_cp(mor_kv_cache *kv, mor_seq_id src, mor_seq_id dst, mor_pos p0, mor_pos p1)
 {
+    err_clear();
     mor_status st;
     if ((st = check_seq(kv, src, 0, "mor_kv_seq_cp")) || (st = check_seq(kv, dst, 0, "mor_kv_seq_cp"))) return st;
     if (src == dst) return MOR_OK;
@@ -347,6 +350,7 @@ static mor_status check_selector(const mor_kv_cache *kv, int32_t r, const char *
 
 mor_status mor_kv_bytes(const mor_kv_cache *kv, int32_t r, uint64_t *allocated, uint64_t *used)
 {
+    err_clear();
     mor_status st = check_selector(kv, r, "mor_kv_bytes");
     if (st) return st;
     uint64_t a = 0, u = 0, cell = 2ull * (uint64_t)kv->row_bytes;
@@ -362,6 +366,7 @@ mor_status mor_kv_bytes(const mor_kv_cache *kv, int32_t r, uint64_t *allocated, 
 
 int64_t mor_kv_n_cells_used(const mor_kv_cache *kv, int32_t r)
 {
+    err_clear();
     mor_status st = check_selector(kv, r, "mor_kv_n_cells_used");
     if (st) return st;
     int64_t n = 0;

@@ -1,7 +1,27 @@
 /* layer.h - one Llama decoder layer over a set of rows, with its KV cache. */
 #ifndef MOR_LAYER_H
 #define MOR_LAYER_H
-#include "context.h"
+#include "kernels_threads.h"
+#include "kv_cache.h"
+#include "lora.h"
+#include "model.h"
+
+/* Scratch for one decoder layer over up to n_batch rows (see layer.c). */
+typedef struct {
+    float   *xn, *q, *k, *v, *att, *o, *gate, *up;
+    exec_ctx exec;             /* kernels, threads and their per-thread scratch */
+    attn_dims dims;            /* the model's attention heads */
+    lora_scratch lora;         /* the unfolded LoRA product's (lora.h) */
+    float   *inv_freq;         /* [head_dim/2]: RoPE frequencies */
+    /* [n][head_dim] cos | sin of each row's RoPE angles for the next
+     * layer_forward only (it resets this to NULL), set by its caller
+     * (layer_rope_cs), or NULL: computed there into cs_own */
+    const float *rope_cs;
+    float   *cs_own;           /* [n_batch][head_dim] */
+    /* [n] or NULL, set by the caller for its calls: rows i with
+     * skip_store[i] != 0 store no K/V (their results are to be discarded) */
+    const uint8_t *skip_store;
+} layer_scratch;
 
 /* x (n rows of n_embd) <- layer(x), in place. Rows carry their own position
  * and sequence. The rows' keys and values are appended to the cache of

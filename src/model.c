@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "abi.h"
 #include "lora.h"
 #include "quant.h"
 #include "model.h"
@@ -529,23 +530,15 @@ done:
 
 void mor_model_params_init(mor_model_params *p, size_t size)
 {
-    if (!p || size < sizeof(uint32_t)) return;
-    mor_model_params d = { 0 };
-    d.size = (uint32_t)(size < sizeof d ? size : sizeof d);
-    memcpy(p, &d, d.size);
+    const mor_model_params d = { 0 };
+    abi_init(p, size, &d, sizeof d);
 }
 
 /* Copy caller params into a full struct of this version's defaults. */
 static mor_status model_params_read(const mor_model_params *in, mor_model_params *out)
 {
     mor_model_params_init(out, sizeof *out);
-    if (!in) return MOR_OK;
-    if (in->size < offsetof(mor_model_params, progress) || in->size > sizeof *out)
-        return err_set(MOR_E_ABI, "mor_model_params.size %u is not one this libmor knows (max %zu)",
-                       in->size, sizeof *out);
-    memcpy(out, in, in->size);
-    out->size = sizeof *out;
-    return MOR_OK;
+    return abi_read(out, sizeof *out, in, sizeof(abi_model_params_v1), "mor_model_params");
 }
 
 void mor_model_free(mor_model *m)
@@ -583,6 +576,7 @@ static mor_status load_image(const void *buf, size_t size, const mor_model_param
 
 mor_status mor_model_load_memory(const void *data, size_t size, const mor_model_params *params, mor_model **out)
 {
+    err_clear();
     mor_model_params p;
     mor_status st;
     if (!out) return err_set(MOR_E_INVALID_ARG, "mor_model_load_memory: out is NULL");
@@ -609,6 +603,7 @@ static void advise_huge(void *p, size_t n)
 
 mor_status mor_model_load_file(const char *path, const mor_model_params *params, mor_model **out)
 {
+    err_clear();
     mor_model_params p;
     mor_status st;
     if (!out) return err_set(MOR_E_INVALID_ARG, "mor_model_load_file: out is NULL");
@@ -697,6 +692,7 @@ int32_t mor_model_n_boundaries(const mor_model *m)
 
 mor_status mor_model_meta_str(const mor_model *m, const char *key, char *buf, size_t cap, size_t *len_out)
 {
+    err_clear();
     if (!m || !key || (!buf && cap)) return err_set(MOR_E_INVALID_ARG, "mor_model_meta_str: NULL argument");
     const gguf_kv *kv = gguf_find_kv(m->gguf, key);
     if (!kv) return err_set(MOR_E_OUT_OF_RANGE, "no metadata key '%s'", key);

@@ -12,7 +12,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "abi.h"
+#include "embed_output.h"
 #include "kernels.h"
+#include "kernels_threads.h"
 #include "router.h"
 #include "status.h"
 
@@ -56,14 +59,12 @@ int32_t router_depth_cap(const mor_router *r)
     return cap;
 }
 
-static float router_apply(const router_weights *rw, const float *x, int32_t d, int32_t n_out,
-                          float *z, float *tmp)
+static float router_apply(const router_weights *rw, const float *x, int32_t d, float *z, float *tmp)
 {
     if (!rw->mlp) { k_matmul(&rw->w, x, z, 1); return z[0]; }
     k_matmul(&rw->fc1, x, tmp, 1);
     for (int32_t i = 0; i < 2 * d; i++) tmp[i] = k_gelu(tmp[i]);
     k_matmul(&rw->fc2, tmp, z, 1);
-    (void)n_out;
     return z[0];
 }
 
@@ -75,20 +76,7 @@ static const float *scaled_input(const mor_model *m, const float *x, float *buf)
     return buf;
 }
 
-float router_expert_logit(const mor_model *m, int32_t rec, const float *x, float *tmp)
-{
-    float z;
-    const float *in = scaled_input(m, x, tmp + 2 * m->n_embd);
-    return router_apply(&m->router[rec], in, m->n_embd, 1, &z, tmp);
-}
-
-void router_token_logits(const mor_model *m, const float *x, float *z, float *tmp)
-{
-    const float *in = scaled_input(m, x, tmp + 2 * m->n_embd);
-    router_apply(&m->router_tc, in, m->n_embd, m->n_rec, z, tmp);
-}
-
-float router_func(const mor_model *m, float z)
+static float func(const mor_model *m, float z)
 {
     switch (m->router_func) {
     case ROUTER_FUNC_SIGMOID: return 1.0f / (1.0f + expf(-z));
@@ -97,9 +85,9 @@ float router_func(const mor_model *m, float z)
     }
 }
 
-float router_gate(const mor_model *m, float z)
+static float gate(const mor_model *m, float z)
 {
-    return m->router_func == ROUTER_FUNC_NONE ? z : m->alpha * router_func(m, z);
+    return m->router_func == ROUTER_FUNC_NONE ? z : m->alpha * func(m, z);
 }
 
 /* Gate descending, then row ascending: ties go to the earlier token. */
@@ -110,56 +98,93 @@ static int cmp_rank(const void *a, const void *b)
     return (x->row > y->row) - (x->row < y->row);
 }
 
-void router_select_expert(const mor_router *r, int32_t rec, int32_t n, const uint8_t *cand,
-                          const float *g, const float *p, const int32_t *seq,
-                          const int32_t *seq_rows, uint8_t *done, router_rank *buf, uint8_t *sel)
+void router_decide_expert(const mor_router *r, int32_t rec, int32_t n, const float *const *x,
+                          const int32_t *seq, const int32_t *seq_rows, float *z, float *p, uint8_t *sel,
+                          float *tmp, router_rank *rank)
 {
     const mor_model *m = r->m;
-    int32_t mode = router_mode(r);
-    int32_t cap = router_depth_cap(r);
-    for (int32_t i = 0; i < n; i++) sel[i] = 0;
-    if (rec >= cap) return;
-    if (mode == MOR_ROUTE_FORCED) {
-        for (int32_t i = 0; i < n; i++) sel[i] = cand[i];
-        return;
+    const int32_t mode = router_mode(r);
+    for (int32_t t = 0; t < n; t++) {
+        float zt;
+        z[t] = router_apply(&m->router[rec], scaled_input(m, x[t], tmp + 2 * m->n_embd), m->n_embd, &zt, tmp);
+        p[t] = gate(m, z[t]);
+        sel[t] = mode == MOR_ROUTE_FORCED ||
+                 (mode == MOR_ROUTE_THRESHOLD && (m->capacity[rec] == 1.0 || func(m, z[t]) >= r->threshold[rec]));
     }
-    if (mode == MOR_ROUTE_THRESHOLD) {
-        for (int32_t i = 0; i < n; i++)
-            sel[i] = cand[i] && (m->capacity[rec] == 1.0 || g[i] >= r->threshold[rec]);
-        return;
-    }
-    /* TOPK: one group per sequence; `done` marks rows already grouped */
-    for (int32_t i = 0; i < n; i++) done[i] = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (done[i]) continue;
-        int32_t s = seq[i], nc = 0;
-        for (int32_t j = i; j < n; j++) {
-            if (seq[j] != s) continue;
-            done[j] = 1;
-            if (cand[j]) { buf[nc].p = p[j]; buf[nc].row = j; nc++; }
+    if (mode != MOR_ROUTE_TOPK) return;
+    /* TOPK: one group per sequence; sel marks the rows already grouped until
+     * the group's top k are set */
+    for (int32_t t = 0; t < n; t++) sel[t] = 0;
+    for (int32_t t = 0; t < n; t++) {
+        if (sel[t] & 2) continue;
+        int32_t nc = 0;
+        for (int32_t u = t; u < n; u++) {
+            if (seq[u] != seq[t]) continue;
+            sel[u] = 2;
+            rank[nc].p = p[u]; rank[nc].row = u; nc++;
         }
         /* k_r = max(1, int(c_r * T)) with c_r a double, as Python computes it */
-        int64_t k = (int64_t)(m->capacity[rec] * (double)seq_rows[s]);
+        int64_t k = (int64_t)(m->capacity[rec] * (double)seq_rows[seq[t]]);
         if (k < 1) k = 1;
         if (k > nc) k = nc;
-        qsort(buf, (size_t)nc, sizeof *buf, cmp_rank);
-        for (int64_t t = 0; t < k; t++) sel[buf[t].row] = 1;
+        qsort(rank, (size_t)nc, sizeof *rank, cmp_rank);
+        for (int64_t q = 0; q < nc; q++) sel[rank[q].row] = q < k ? 3 : 2;
     }
+    for (int32_t t = 0; t < n; t++) sel[t] = sel[t] == 3;
 }
 
-int32_t router_choose_token(const mor_router *r, const float *probs)
+int32_t router_decide_token(const mor_router *r, const float *x, float *z, float *probs, float *gate_out, float *tmp)
 {
     const mor_model *m = r->m;
+    const int32_t nr = m->n_rec;
+    router_apply(&m->router_tc, scaled_input(m, x, tmp + 2 * m->n_embd), m->n_embd, z, tmp);
+    if (m->router_func == ROUTER_FUNC_SOFTMAX) {
+        memcpy(probs, z, sizeof(float) * (size_t)nr);
+        k_softmax(probs, nr);
+        for (int32_t t = 0; t < nr; t++) probs[t] *= m->alpha;
+    } else {
+        for (int32_t t = 0; t < nr; t++) probs[t] = gate(m, z[t]);
+    }
     int32_t best = 0;
     float bestq = -INFINITY;
-    for (int32_t i = 0; i < m->n_rec; i++) {
+    for (int32_t i = 0; i < nr; i++) {
         float q = probs[i] + (m->router_bias ? m->router_bias[i] : 0.0f);   /* bias: selection only */
         if (q > bestq) { bestq = q; best = i; }
     }
-    int32_t cap = router_depth_cap(r);
+    const int32_t cap = router_depth_cap(r);
     if (router_mode(r) == MOR_ROUTE_FORCED) best = cap - 1;
     if (best > cap - 1) best = cap - 1;
-    return best;
+    *gate_out = probs[best];
+    return best + 1;
+}
+
+void router_update(const mor_model *m, float *x, const float *y, float g)
+{
+    const float w = m->gating_additive ? 1.0f : g;
+    for (int32_t e = 0; e < m->n_embd; e++) x[e] += w * y[e];   /* x + w * f(x) */
+}
+
+float router_confidence(const mor_model *m, exec_ctx *e, int32_t mode, const float *x, const float *xprev,
+                        float *tmp, float *vocab)
+{
+    const int32_t d = m->n_embd;
+    if (mode == MOR_EXIT_SATURATION) {
+        double xy = 0, xx = 0, yy = 0;
+        for (int32_t i = 0; i < d; i++) {
+            xy += (double)x[i] * xprev[i]; xx += (double)x[i] * x[i]; yy += (double)xprev[i] * xprev[i];
+        }
+        return xx > 0 && yy > 0 ? (float)(xy / sqrt(xx * yy)) : 0.0f;
+    }
+    model_output_norm(m, tmp, x);
+    model_logits(m, e, tmp, 1, vocab);
+    float l1 = -INFINITY, l2 = -INFINITY;
+    for (int32_t v = 0; v < m->n_vocab; v++) {
+        float l = vocab[v];
+        if (l > l1) { l2 = l1; l1 = l; } else if (l > l2) l2 = l;
+    }
+    double sum = 0;
+    for (int32_t v = 0; v < m->n_vocab; v++) sum += exp((double)vocab[v] - l1);
+    return (float)((1.0 - exp((double)l2 - l1)) / sum);
 }
 
 void router_publish(mor_router *r, int32_t n, const int32_t *depth, const float *scores, const float *logits)
@@ -181,6 +206,7 @@ void router_publish(mor_router *r, int32_t n, const int32_t *depth, const float 
 
 mor_status mor_router_set_mode(mor_router *r, int32_t mode, int32_t forced_depth)
 {
+    err_clear();
     if (!r) return err_set(MOR_E_INVALID_ARG, "mor_router_set_mode: router is NULL");
     const mor_model *m = r->m;
     switch (mode) {
@@ -207,10 +233,16 @@ mor_status mor_router_set_mode(mor_router *r, int32_t mode, int32_t forced_depth
     return MOR_OK;
 }
 
-int32_t mor_router_get_mode(const mor_router *r) { return r ? r->mode : MOR_E_INVALID_ARG; }
+int32_t mor_router_get_mode(const mor_router *r)
+{
+    if (!r) return err_set(MOR_E_INVALID_ARG, "mor_router_get_mode: router is NULL");
+    err_clear();
+    return r->mode;
+}
 
 mor_status mor_router_set_threshold(mor_router *r, int32_t rec, float thr)
 {
+    err_clear();
     if (!r) return err_set(MOR_E_INVALID_ARG, "mor_router_set_threshold: router is NULL");
     if (rec < 0 || rec >= r->m->n_rec) return err_set(MOR_E_OUT_OF_RANGE, "recursion %d out of range", rec);
     if (isnan(thr)) return err_set(MOR_E_INVALID_ARG, "threshold is NaN");
@@ -226,6 +258,7 @@ float mor_router_get_threshold(const mor_router *r, int32_t rec)
 
 mor_status mor_router_set_max_depth(mor_router *r, int32_t max_depth)
 {
+    err_clear();
     if (!r) return err_set(MOR_E_INVALID_ARG, "mor_router_set_max_depth: router is NULL");
     if (max_depth < 0 || max_depth > r->m->n_rec)
         return err_set(MOR_E_OUT_OF_RANGE, "max depth %d out of range [0, %d]", max_depth, r->m->n_rec);
@@ -235,6 +268,7 @@ mor_status mor_router_set_max_depth(mor_router *r, int32_t max_depth)
 
 int32_t mor_router_get_depths(const mor_router *r, int32_t *depths, int32_t n)
 {
+    err_clear();
     if (!r || (!depths && n > 0) || n < 0) return err_set(MOR_E_INVALID_ARG, "mor_router_get_depths: bad arguments");
     int32_t c = n < r->n_rows ? n : r->n_rows;
     if (c > 0) memcpy(depths, r->depth, sizeof(int32_t) * (size_t)c);
@@ -252,23 +286,24 @@ static int32_t get_row(const mor_router *r, const float *src, int32_t i, float *
 
 int32_t mor_router_get_scores(const mor_router *r, int32_t i, float *out, int32_t n)
 {
+    err_clear();
     return get_row(r, r ? r->scores : NULL, i, out, n);
 }
 
 int32_t mor_router_get_logits(const mor_router *r, int32_t i, float *out, int32_t n)
 {
+    err_clear();
     return get_row(r, r ? r->logits : NULL, i, out, n);
 }
 
 mor_status mor_router_get_stats(const mor_router *r, mor_router_stats *out)
 {
+    err_clear();
     if (!r || !out) return err_set(MOR_E_INVALID_ARG, "mor_router_get_stats: NULL argument");
-    if (out->size < sizeof(mor_router_stats))
-        return err_set(MOR_E_ABI, "mor_router_stats.size %u is too small", out->size);
-    out->n_tokens = r->n_tokens;
-    out->mean_depth = r->n_tokens ? (double)r->depth_sum / (double)r->n_tokens : 0.0;
-    memcpy(out->n_at_depth, r->n_at_depth, sizeof out->n_at_depth);
-    return MOR_OK;
+    mor_router_stats full = { .size = sizeof full, .n_tokens = r->n_tokens };
+    full.mean_depth = r->n_tokens ? (double)r->depth_sum / (double)r->n_tokens : 0.0;
+    memcpy(full.n_at_depth, r->n_at_depth, sizeof full.n_at_depth);
+    return abi_write(out, &full, sizeof full, sizeof(abi_router_stats_v1), "mor_router_stats");
 }
 
 void mor_router_reset_stats(mor_router *r)

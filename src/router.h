@@ -2,6 +2,7 @@
  * each routing mode, plus the read-back of the last decode. */
 #ifndef MOR_ROUTER_H
 #define MOR_ROUTER_H
+#include "kernels_threads.h"
 #include "model.h"
 
 struct mor_router {
@@ -24,28 +25,34 @@ int32_t    router_mode(const mor_router *r);
 /* Depth cap from max_depth and FORCED (N_r when none). */
 int32_t    router_depth_cap(const mor_router *r);
 
-/* Router logits for one row: expert-choice recursion `rec` (one value) or the
- * token-choice router (N_r values). tmp holds 2*n_embd floats. */
-float      router_expert_logit(const mor_model *m, int32_t rec, const float *x, float *tmp);
-void       router_token_logits(const mor_model *m, const float *x, float *z, float *tmp);
-/* The router function f(z) (sigmoid, tanh, or z); the gate is alpha*f(z)
- * (f(z) alone for func "none", as the official code does). */
-float      router_func(const mor_model *m, float z);
-float      router_gate(const mor_model *m, float z);
-
 /* Scratch element of the TOPK ranking (the caller provides n of them). */
 typedef struct { float p; int32_t row; } router_rank;
 
-/* Expert-choice decision of recursion rec for n rows. cand[i]: row i is still
- * active; g[i] = f(z), p[i] = gate; seq[i] and seq_rows[seq] (rows of that
- * sequence in this call, TOPK's T) give the per-sequence top-k groups;
- * done and rank are scratch of n elements. Writes sel[i]. */
-void       router_select_expert(const mor_router *r, int32_t rec, int32_t n, const uint8_t *cand,
-                                const float *g, const float *p, const int32_t *seq,
-                                const int32_t *seq_rows, uint8_t *done, router_rank *rank,
-                                uint8_t *sel);
-/* Token-choice: the chosen recursion (0-based) from the N_r probabilities. */
-int32_t    router_choose_token(const mor_router *r, const float *probs);
+/* Expert-choice verdict at recursion rec for n candidate rows (still taken
+ * at rec - 1), in row order: x[t] a row's hidden state, seq[t] its sequence.
+ * Writes each row's router logit z[t] and gate p[t] = alpha * f(z) (f(z)
+ * alone for func "none") and sel[t] (taken). TOPK ranks the candidates of
+ * one sequence together, k = max(1, int(c_rec * T)) with T = seq_rows[seq]
+ * (the rows of that sequence in the call), ties to the earlier row;
+ * THRESHOLD (f(z) >= threshold_rec, a capacity-1 recursion always) and
+ * FORCED decide row by row. tmp: 3 n_embd floats; rank: n elements. */
+void    router_decide_expert(const mor_router *r, int32_t rec, int32_t n, const float *const *x,
+                             const int32_t *seq, const int32_t *seq_rows, float *z, float *p, uint8_t *sel,
+                             float *tmp, router_rank *rank);
+/* Token-choice verdict, once per token on H^1 = x: its depth (1 .. the depth
+ * cap), argmax of the probabilities plus the selection bias. z: the N_r
+ * router logits; probs: alpha * softmax(z) (or the gates of a sigmoid
+ * router); *gate: the chosen recursion's probability (without the bias). */
+int32_t router_decide_token(const mor_router *r, const float *x, float *z, float *probs, float *gate, float *tmp);
+/* x += w * y for a row a recursion took, y the block's output (with its
+ * residuals): w = gate, or 1 under additive gating. */
+void    router_update(const mor_model *m, float *x, const float *y, float gate);
+/* Confidence of an early exit before a recursion (serving, CALM family):
+ * MOR_EXIT_MARGIN: softmax top-1 minus top-2 of the logits of x (final norm,
+ * output matrix on e's threads; tmp: n_embd floats, vocab: n_vocab);
+ * MOR_EXIT_SATURATION: cos(x, xprev), xprev the state before the last pass. */
+float   router_confidence(const mor_model *m, exec_ctx *e, int32_t mode, const float *x, const float *xprev,
+                          float *tmp, float *vocab);
 
 /* Publish a successful decode's decisions (copied) and add them to the stats. */
 void       router_publish(mor_router *r, int32_t n, const int32_t *depth, const float *scores,

@@ -50,14 +50,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #include "mor.h"
 #include "sampler.h"
 #include "status.h"
-
-/* The size of the first published mor_sampler_params (libmor 0.1): anything
- * smaller comes from no release of the header. */
-#define SAMPLER_PARAMS_V1_SIZE \
-    (offsetof(mor_sampler_params, repeat_last_n) + sizeof(int32_t))
 
 typedef struct {
     double  l;   /* penalised logit; NaN already mapped to -inf */
@@ -227,13 +223,8 @@ static void sampler_defaults(mor_sampler_params *d)
 MOR_API void mor_sampler_params_init(mor_sampler_params *p, size_t size)
 {
     mor_sampler_params d;
-    if (!p || size < sizeof(uint32_t)) return;
     sampler_defaults(&d);
-    /* Zero what the caller has (including fields newer than this library),
-     * then write only the fields that fit in `size` bytes. */
-    memset(p, 0, size);
-    memcpy(p, &d, size < sizeof(d) ? size : sizeof(d));
-    p->size = (uint32_t)size;
+    abi_init(p, size, &d, sizeof d);
 }
 
 MOR_API size_t mor_sizeof_sampler_params(void)
@@ -249,14 +240,8 @@ static mor_status sampler_params_get(const mor_sampler_params *in, mor_sampler_p
 {
     sampler_defaults(out);
     if (!in) return MOR_OK;
-    if (in->size < SAMPLER_PARAMS_V1_SIZE || in->size > sizeof(mor_sampler_params))
-        return err_set(MOR_E_ABI,
-                       "mor_sampler_create: params->size is %u, this library accepts %u..%u "
-                       "(set it with MOR_SAMPLER_PARAMS_INIT)",
-                       (unsigned)in->size, (unsigned)SAMPLER_PARAMS_V1_SIZE,
-                       (unsigned)sizeof(mor_sampler_params));
-    memcpy(out, in, in->size);
-    out->size = (uint32_t)sizeof(mor_sampler_params);
+    mor_status st = abi_read(out, sizeof *out, in, sizeof(abi_sampler_params_v1), "mor_sampler_params");
+    if (st) return st;
 
     if (!is_finite_f(out->temperature))
         return err_set(MOR_E_INVALID_ARG,

@@ -33,10 +33,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "abi.h"
 #include "context.h"
-#include "embed_output.h"
 #include "kernels.h"
-#include "layer.h"
+#include "recursion.h"
 #include "sampler.h"
 #include "serve.h"
 #include "status.h"
@@ -59,8 +59,6 @@ typedef struct {
     int32_t    n_rows, n_exited;   /* rows of the group in flight (DEPTHWISE) */
 } serve_slot;
 
-enum { ROW_FREE, ROW_RUN, ROW_EXITED };
-
 struct mor_server {
     mor_model        *m;
     mor_server_params p;
@@ -70,20 +68,17 @@ struct mor_server {
     int32_t          *queue; int32_t q_head, q_len, q_cap;
     serve_slot       *slots;
     int64_t           reserved;       /* KV cells promised to running requests */
-    int32_t           finish_every;   /* DEPTHWISE: finish exited groups every this many steps */
-    int               drain;          /* DEPTHWISE: no request queued: all recursions in one step */
+    serve_hooks       hooks;          /* the bench hooks of serve.h */
     int64_t           n_steps, sv_n_steps;
-    serve_logits_fn   hook; void *hook_ud;
-    /* DEPTHWISE rows, [n_batch] each */
-    int32_t *r_state, *r_slot, *r_pos, *r_rec, *r_depth, *r_tdepth;
-    int32_t *r_kvonly;                    /* the row runs on for its K/V only (goes_on) */
-    float   *r_gate, *x, *h2, *hprev;     /* x: the row's hidden state; h2: token-choice trajectory */
-    int32_t *list, *list2, *gpos, *gseq, *glayer;
-    float   *gx, *vocab, *tmp, *logits;   /* gathered rows; [n_vocab]; [2 n_embd]; [n_slots][n_vocab] */
+    /* DEPTHWISE: the rows are the context's engine rows (recursion.h), a
+     * slot's rows tagged with the slot */
+    int32_t *list, *list2;                /* [n_batch] */
+    float   *logits;                      /* [n_slots][n_vocab] */
     /* The state before the step in progress, put back if it fails (a failed
-     * step changes nothing): rows, their hidden states, slots, admissions. */
-    int32_t *sv_state, *sv_slot, *sv_pos, *sv_rec, *sv_depth, *sv_tdepth, *sv_kvonly;
-    float   *sv_gate, *sv_x, *sv_h2, *sv_hprev;
+     * step changes nothing): rows (one copy of the records below sv_n_hi),
+     * slots, admissions. */
+    unsigned char *sv_rows;
+    int32_t     sv_n_hi;
     serve_slot *sv_slots;
     int32_t *admitted, n_admitted, sv_q_head, sv_q_len;
     int64_t  sv_reserved;
@@ -92,7 +87,6 @@ struct mor_server {
 
 void mor_server_params_init(mor_server_params *p, size_t size)
 {
-    if (!p || size < sizeof(uint32_t)) return;
     mor_server_params d;
     memset(&d, 0, sizeof d);
     d.mode = MOR_SERVE_DEPTHWISE;
@@ -100,16 +94,14 @@ void mor_server_params_init(mor_server_params *p, size_t size)
     d.n_batch = 512;
     d.n_threads = 1;
     d.exit_threshold = 0.9f;
-    d.size = (uint32_t)(size < sizeof d ? size : sizeof d);
-    memset(p, 0, size);
-    memcpy(p, &d, d.size);
+    abi_init(p, size, &d, sizeof d);
 }
 
 size_t mor_sizeof_server_params(void) { return sizeof(mor_server_params); }
 
 void serve_set_logits_hook(mor_server *srv, serve_logits_fn fn, void *ud)
 {
-    if (srv) { srv->hook = fn; srv->hook_ud = ud; }
+    if (srv) { srv->hooks.logits = fn; srv->hooks.logits_ud = ud; }
 }
 
 static void req_free(serve_req *q)
@@ -127,13 +119,7 @@ void mor_server_free(mor_server *s)
     free(s->reqs); free(s->queue); free(s->slots);
     mor_batch_free(s->batch);
     mor_context_free(s->ctx);
-    free(s->r_state); free(s->r_slot); free(s->r_pos); free(s->r_rec); free(s->r_depth); free(s->r_tdepth);
-    free(s->r_kvonly); free(s->sv_kvonly);
-    free(s->r_gate); free(s->x); free(s->h2); free(s->hprev);
-    free(s->list); free(s->list2); free(s->gpos); free(s->gseq); free(s->glayer);
-    free(s->gx); free(s->vocab); free(s->tmp); free(s->logits);
-    free(s->sv_state); free(s->sv_slot); free(s->sv_pos); free(s->sv_rec); free(s->sv_depth); free(s->sv_tdepth);
-    free(s->sv_gate); free(s->sv_x); free(s->sv_h2); free(s->sv_hprev); free(s->sv_slots); free(s->admitted);
+    free(s->list); free(s->list2); free(s->logits); free(s->sv_rows); free(s->sv_slots); free(s->admitted);
     free(s);
 }
 
@@ -144,13 +130,8 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     if (!m) return err_set(MOR_E_INVALID_ARG, "mor_server_create: model is NULL");
     mor_server_params p;
     mor_server_params_init(&p, sizeof p);
-    if (params) {
-        if (params->size < offsetof(mor_server_params, on_token) || params->size > sizeof p)
-            return err_set(MOR_E_ABI, "mor_server_params.size %u is not one this libmor knows (max %zu)",
-                           params->size, sizeof p);
-        memcpy(&p, params, params->size);
-        p.size = sizeof p;
-    }
+    mor_status st = abi_read(&p, sizeof p, params, sizeof(abi_server_params_v1), "mor_server_params");
+    if (st) return st;
     if (p.mode < MOR_SERVE_SERIAL || p.mode > MOR_SERVE_DEPTHWISE)
         return err_set(MOR_E_INVALID_ARG, "mor_server_create: unknown mode %d", p.mode);
     if (p.n_slots == 0 || p.n_slots > 4096 || p.n_batch == 0 || p.n_batch > (1u << 16))
@@ -171,8 +152,8 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     mor_server *s = calloc(1, sizeof *s);
     if (!s) return err_set(MOR_E_NOMEM, "out of memory");
     s->m = m;
-    s->finish_every = 1;
-    mor_status st = mor_context_create(m, &cp, &s->ctx);
+    s->hooks.finish_every = 1;
+    st = mor_context_create(m, &cp, &s->ctx);
     if (st) { mor_server_free(s); return st; }
     if (p.exit_mode != MOR_EXIT_NONE && s->ctx->kv->mode == MOR_KV_DENSE) {   /* (the mode in effect) */
         mor_server_free(s);
@@ -182,17 +163,14 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     p.n_ctx = s->ctx->params.n_ctx;
     s->p = p;
     if (m->router_type == MOR_ROUTER_TYPE_EXPERT) mor_router_set_mode(s->ctx->router, MOR_ROUTE_THRESHOLD, 0);
-    const size_t nb = p.n_batch, d = (size_t)m->n_embd;
+    s->ctx->eng.exit_mode = p.exit_mode;
+    s->ctx->eng.exit_threshold = p.exit_threshold;
+    const size_t nb = p.n_batch;
     int ok = mor_batch_create((int32_t)nb, &s->batch) == MOR_OK;
     s->slots = calloc(p.n_slots, sizeof *s->slots);
 #define A(f, n) ok = ok && ((s->f = calloc((size_t)(n) + 1, sizeof *s->f)) != NULL)
-    A(r_state, nb); A(r_slot, nb); A(r_pos, nb); A(r_rec, nb); A(r_depth, nb); A(r_tdepth, nb); A(r_kvonly, nb);
-    A(r_gate, nb); A(x, nb * d); A(h2, nb * d); A(hprev, nb * d);
-    A(list, nb); A(list2, nb); A(gpos, nb); A(gseq, nb); A(glayer, nb);
-    A(gx, nb * d); A(vocab, (size_t)m->n_vocab); A(tmp, 3 * d); A(logits, (size_t)p.n_slots * m->n_vocab);
-    A(sv_state, nb); A(sv_slot, nb); A(sv_pos, nb); A(sv_rec, nb); A(sv_depth, nb); A(sv_tdepth, nb); A(sv_kvonly, nb);
-    A(sv_gate, nb); A(sv_x, nb * d); A(sv_h2, nb * d); A(sv_hprev, nb * d);
-    A(sv_slots, p.n_slots); A(admitted, p.n_slots);
+    A(list, nb); A(list2, nb); A(logits, (size_t)p.n_slots * m->n_vocab);
+    A(sv_rows, rec_span(&s->ctx->eng, (int32_t)nb)); A(sv_slots, p.n_slots); A(admitted, p.n_slots);
 #undef A
     if (!ok || !s->slots) { mor_server_free(s); return err_set(MOR_E_NOMEM, "cannot allocate the server"); }
     *out = s;
@@ -300,7 +278,7 @@ static void emit(mor_server *s, int32_t sl, const float *logits, int32_t depth)
     serve_slot *S = &s->slots[sl];
     serve_req *q = S->req;
     if (q->state == MOR_REQ_CANCELLED) { slot_release(s, sl); return; }
-    if (s->hook) s->hook(s->hook_ud, q->id, logits, s->m->n_vocab);
+    if (s->hooks.logits) s->hooks.logits(s->hooks.logits_ud, q->id, logits, s->m->n_vocab);
     mor_token t = 0;
     /* cannot fail: candidates reserved at submit, logits checked (check_logits) */
     if (mor_sampler_sample(q->smp, logits, s->m->n_vocab, &t)) t = 0;
@@ -391,126 +369,6 @@ static mor_status step_decode(mor_server *s)
 
 /* ---- DEPTHWISE ---- */
 
-static float confidence(mor_server *s, int32_t i)
-{
-    const mor_model *m = s->m;
-    const int32_t d = m->n_embd;
-    const float *x = s->x + (size_t)i * d;
-    if (s->p.exit_mode == MOR_EXIT_SATURATION) {
-        const float *h = s->hprev + (size_t)i * d;
-        double xy = 0, xx = 0, yy = 0;
-        for (int32_t e = 0; e < d; e++) { xy += (double)x[e] * h[e]; xx += (double)x[e] * x[e]; yy += (double)h[e] * h[e]; }
-        return xx > 0 && yy > 0 ? (float)(xy / sqrt(xx * yy)) : 0.0f;
-    }
-    model_output_norm(m, s->tmp, x);
-    model_logits(m, &s->ctx->ls.exec, s->tmp, 1, s->vocab);
-    float l1 = -INFINITY, l2 = -INFINITY;
-    for (int32_t v = 0; v < m->n_vocab; v++) {
-        float l = s->vocab[v];
-        if (l > l1) { l2 = l1; l1 = l; } else if (l > l2) l2 = l;
-    }
-    double sum = 0;
-    for (int32_t v = 0; v < m->n_vocab; v++) sum += exp((double)s->vocab[v] - l1);
-    return (float)((1.0 - exp((double)l2 - l1)) / sum);
-}
-
-/* Row i is about to run recursion r_rec[i]: is it taken there? */
-static int taken(mor_server *s, int32_t i)
-{
-    const mor_model *m = s->m;
-    mor_router *ro = s->ctx->router;
-    const int32_t r = s->r_rec[i], d = m->n_embd;
-    if (s->p.exit_mode != MOR_EXIT_NONE && r >= 1 && confidence(s, i) >= s->p.exit_threshold) return 0;
-    float *x = s->x + (size_t)i * d;
-    if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
-        float z = router_expert_logit(m, r, x, s->tmp);
-        float g = router_func(m, z), p = router_gate(m, z);
-        uint8_t cand = 1, sel = 0, done = 0;
-        int32_t seq = 0, rows = 1;
-        router_rank rank;
-        router_select_expert(ro, r, 1, &cand, &g, &p, &seq, &rows, &done, &rank, &sel);
-        s->r_gate[i] = p;
-        return sel;
-    }
-    if (m->router_type == MOR_ROUTER_TYPE_TOKEN) {
-        if (r == 0) {   /* the depth is chosen once, on H^1, as token_recursions does */
-            const int32_t nr = m->n_rec;
-            float *zi = s->tmp + 2 * d, pi[MOR_MAX_RECURSIONS];
-            router_token_logits(m, x, zi, s->tmp);
-            if (m->router_func == ROUTER_FUNC_SOFTMAX) {
-                memcpy(pi, zi, sizeof(float) * (size_t)nr);
-                k_softmax(pi, nr);
-                for (int32_t t = 0; t < nr; t++) pi[t] *= m->alpha;
-            } else {
-                for (int32_t t = 0; t < nr; t++) pi[t] = router_gate(m, zi[t]);
-            }
-            s->r_tdepth[i] = router_choose_token(ro, pi) + 1;
-            s->r_gate[i] = pi[s->r_tdepth[i] - 1];
-            memcpy(s->h2 + (size_t)i * d, x, sizeof(float) * (size_t)d);
-        }
-        return r < s->r_tdepth[i];
-    }
-    return 1;
-}
-
-/* Row i is about to run recursion r_rec[i]: 1 it runs it; 2 it runs it for
- * its K/V only, its output discarded (not taken there, or dropped before,
- * but the recursion caches every row: kv_caches_every_row, as decode.c
- * runs such rows); 0 it has finished. */
-static int goes_on(mor_server *s, int32_t i)
-{
-    const int32_t r = s->r_rec[i];
-    if (r >= s->m->n_rec || r >= router_depth_cap(s->ctx->router)) return 0;
-    const int every = kv_caches_every_row(s->ctx->kv, r);
-    if (s->r_kvonly[i]) return every ? 2 : 0;   /* dropped: never taken again */
-    return taken(s, i) ? 1 : every ? 2 : 0;
-}
-
-static void row_decide(mor_server *s, int32_t i)
-{
-    const int on = goes_on(s, i);
-    s->r_kvonly[i] = on == 2;
-    if (on) { s->r_state[i] = ROW_RUN; return; }
-    s->r_state[i] = ROW_EXITED;
-    s->slots[s->r_slot[i]].n_exited++;
-}
-
-static int same_weights(const mor_model *m, int32_t a, int32_t b)
-{
-    for (int r = 0; r < ROLE_ALL; r++)
-        if (m->layers[a].w[r].data != m->layers[b].w[r].data) return 0;
-    return 1;
-}
-
-static void gather(mor_server *s, const float *src, const int32_t *rows, int32_t n)
-{
-    const int32_t d = s->m->n_embd;
-    for (int32_t t = 0; t < n; t++) {
-        int32_t i = rows[t];
-        memcpy(s->gx + (size_t)t * d, src + (size_t)i * d, sizeof(float) * (size_t)d);
-        s->gpos[t] = s->r_pos[i];
-        s->gseq[t] = s->r_slot[i];
-    }
-}
-
-static mor_status check_abort(const mor_server *s)
-{
-    if (s->p.abort_callback && s->p.abort_callback(s->p.abort_user_data))
-        return err_set(MOR_E_ABORTED, "mor_server_step: aborted by the abort callback");
-    return MOR_OK;
-}
-
-/* Layers [l0, l1) over the gathered rows, all at one unrolled layer. */
-static mor_status run_layers(mor_server *s, int32_t l0, int32_t l1, int32_t n)
-{
-    for (int32_t l = l0; l < l1; l++) {
-        mor_status st = check_abort(s);
-        if (!st) st = layer_forward(s->m, l, s->ctx->kv, &s->ctx->ls, s->gx, s->gpos, s->gseq, n);
-        if (st) return st;
-    }
-    return MOR_OK;
-}
-
 static int32_t n_queued(const mor_server *s)
 {
     int32_t n = 0;
@@ -521,92 +379,54 @@ static int32_t n_queued(const mor_server *s)
     return n;
 }
 
-static mor_status step_depthwise(mor_server *s)
+/* After a verdict on the rows of list: count the exits of each slot's group. */
+static void count_exits(mor_server *s, const int32_t *list, int32_t n)
 {
-    const mor_model *m = s->m;
-    const int32_t d = m->n_embd, nb = (int32_t)s->p.n_batch;
-    mor_kv_cache *kv = s->ctx->kv;
-    mor_status st;
-    int32_t n_live = 0;
-    for (int32_t i = 0; i < nb; i++) n_live += s->r_state[i] != ROW_FREE;
+    for (int32_t t = 0; t < n; t++) {
+        const rec_row *r = rec_at(&s->ctx->eng, list[t]);
+        if (r->state == ROW_EXITED) s->slots[r->tag].n_exited++;
+    }
+}
 
-    /* 1. entering rows: a slot's last sampled token, or the next chunk of its prompt */
-    int32_t ne = 0, fr = 0;
+/* 1. Entering rows: a slot's last sampled token, or the next chunk of its
+ * prompt, embedded and through the unique first layers. */
+static mor_status step_enter(mor_server *s)
+{
+    rec_engine *e = &s->ctx->eng;
+    const int32_t nb = (int32_t)s->p.n_batch;
+    int32_t n_live = 0, ne = 0, fr = 0;
+    for (int32_t i = 0; i < nb; i++) n_live += rec_at(e, i)->state != ROW_FREE;
     for (int pass = 0; pass < 2; pass++)
         for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
             serve_slot *S = &s->slots[sl];
             const int32_t n = take_rows(s, sl, pass, nb - n_live);
             for (int32_t t = 0; t < n; t++) {
-                while (s->r_state[fr] != ROW_FREE) fr++;
-                int32_t i = fr++;
+                while (rec_at(e, fr)->state != ROW_FREE) fr++;
                 mor_token tok = S->entered ? S->next : S->req->prompt[S->n_pos + t];
-                s->r_slot[i] = sl; s->r_pos[i] = S->n_pos + t; s->r_rec[i] = 0; s->r_depth[i] = 0; s->r_kvonly[i] = 0;
-                if (kv_append(kv, -1, sl, s->r_pos[i]) < 0)
+                if (rec_enter(e, fr, tok, S->n_pos + t, sl, sl))
                     return err_set(MOR_E_INTERNAL, "server: token log full despite the KV budget");
-                model_embed_row(m, tok, s->x + (size_t)i * d);
-                s->r_state[i] = ROW_RUN;
-                s->list[ne++] = i;
+                s->list[ne++] = fr++;
             }
             if (!n) continue;
             enter(S, n);
             S->n_rows = n; S->n_exited = 0;
             n_live += n;
         }
-    if (ne) {
-        gather(s, s->x, s->list, ne);
-        if ((st = run_layers(s, 0, m->prelude, ne))) return st;
-        for (int32_t t = 0; t < ne; t++)
-            memcpy(s->x + (size_t)s->list[t] * d, s->gx + (size_t)t * d, sizeof(float) * (size_t)d);
-        for (int32_t t = 0; t < ne; t++) row_decide(s, s->list[t]);
-    }
+    if (!ne) return MOR_OK;
+    mor_status st = rec_layers(e, s->list, ne, 0, s->m->prelude);
+    if (st) return st;
+    rec_decide(e, s->list, ne, NULL);
+    count_exits(s, s->list, ne);
+    return MOR_OK;
+}
 
-    /* 2. one pass of the shared block over every recursing row, grouped by recursion;
-     * with drain on and no request queued, passes repeat until every row has exited */
-    const int repeat = s->drain && !n_queued(s);
-    for (int32_t pass = 0; pass < m->n_rec; pass++) {
-        int32_t nrun = 0;
-        for (int32_t r = 0; r < m->n_rec; r++)
-            for (int32_t i = 0; i < nb; i++)
-                if (s->r_state[i] == ROW_RUN && s->r_rec[i] == r) s->list[nrun++] = i;
-        if (!nrun) break;
-        const int tc = m->router_type == MOR_ROUTER_TYPE_TOKEN;
-        gather(s, tc ? s->h2 : s->x, s->list, nrun);
-        for (int32_t t = 0; t < nrun; t++)   /* for the saturation measure */
-            memcpy(s->hprev + (size_t)s->list[t] * d, s->x + (size_t)s->list[t] * d, sizeof(float) * (size_t)d);
-        for (int32_t j = 0; j < m->base_depth; j++) {
-            if ((st = check_abort(s))) return st;
-            for (int32_t t = 0; t < nrun; t++) s->glayer[t] = model_layer_of(m, s->r_rec[s->list[t]], j);
-            for (int32_t t0 = 0, t1; t0 < nrun; t0 = t1) {   /* runs of rows with the same weights */
-                for (t1 = t0 + 1; t1 < nrun && same_weights(m, s->glayer[t0], s->glayer[t1]); t1++) {}
-                st = layer_forward_rows(m, s->glayer[t0], s->glayer + t0, kv, &s->ctx->ls, s->gx + (size_t)t0 * d,
-                                        s->gpos + t0, s->gseq + t0, t1 - t0);
-                if (st) return st;
-            }
-        }
-        for (int32_t t = 0; t < nrun; t++) {
-            int32_t i = s->list[t];
-            const float *yt = s->gx + (size_t)t * d;
-            float *xi = s->x + (size_t)i * d;
-            const int32_t r = s->r_rec[i];
-            float w = m->gating_additive ? 1.0f : s->r_gate[i];
-            s->r_rec[i] = r + 1;
-            if (s->r_kvonly[i]) { row_decide(s, i); continue; }   /* only its K/V were wanted */
-            if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
-                for (int32_t e = 0; e < d; e++) xi[e] += w * yt[e];
-            } else if (tc) {
-                if (s->r_tdepth[i] == r + 1) for (int32_t e = 0; e < d; e++) xi[e] += w * yt[e];
-                else memcpy(s->h2 + (size_t)i * d, yt, sizeof(float) * (size_t)d);
-            } else {
-                memcpy(xi, yt, sizeof(float) * (size_t)d);
-            }
-            s->r_depth[i] = r + 1;
-            row_decide(s, i);
-        }
-        if (!repeat) break;
-    }
-
-    /* 3. finish the groups whose rows have all exited: last layers, norm, logits, sample;
-     * when finish_every > 1, only every that many steps (at once when nothing else runs) */
+/* 3. Finish the groups whose rows have all exited: last layers, norm,
+ * logits, sampling; under the finish_every hook only every that many steps
+ * (at once when nothing else runs). */
+static mor_status step_finish(mor_server *s)
+{
+    rec_engine *e = &s->ctx->eng;
+    const int32_t nb = (int32_t)s->p.n_batch;
     int32_t nf = 0, nl = 0, n_ready = 0, n_groups = 0;
     for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
         const serve_slot *S = &s->slots[sl];
@@ -614,48 +434,69 @@ static mor_status step_depthwise(mor_server *s)
         n_groups++;
         n_ready += S->n_exited == S->n_rows;
     }
-    const int finish = n_ready && (s->n_steps % s->finish_every == 0 || n_ready == n_groups);
+    const int finish = n_ready && (s->n_steps % s->hooks.finish_every == 0 || n_ready == n_groups);
     s->n_steps++;   /* (put back with the rest if the step fails) */
     for (int32_t sl = 0; finish && sl < (int32_t)s->p.n_slots; sl++) {
         serve_slot *S = &s->slots[sl];
         if (!S->req || !S->n_rows || S->n_exited < S->n_rows) continue;
         int32_t first = nf;
         for (int32_t i = 0; i < nb; i++)
-            if (s->r_state[i] == ROW_EXITED && s->r_slot[i] == sl) s->list[nf++] = i;
+            if (rec_at(e, i)->state == ROW_EXITED && rec_at(e, i)->tag == sl) s->list[nf++] = i;
         for (int32_t a = first + 1; a < nf; a++)   /* position order within the group */
-            for (int32_t b = a; b > first && s->r_pos[s->list[b]] < s->r_pos[s->list[b - 1]]; b--) {
+            for (int32_t b = a; b > first && rec_at(e, s->list[b])->pos < rec_at(e, s->list[b - 1])->pos; b--) {
                 int32_t t = s->list[b]; s->list[b] = s->list[b - 1]; s->list[b - 1] = t;
             }
         if (S->entered) s->list2[nl++] = nf - 1;   /* the group's last row gives the logits */
         /* else a prompt chunk before the last: it only fills the last layers' caches */
     }
-    if (nf) {
-        gather(s, s->x, s->list, nf);
-        if ((st = run_layers(s, m->n_layer - m->coda, m->n_layer, nf))) return st;
-        for (int32_t g = 0; g < nl; g++) {
-            float *row = s->gx + (size_t)s->list2[g] * d;
-            model_output_norm(m, s->tmp, row);
-            memcpy(s->gx + (size_t)g * d, s->tmp, sizeof(float) * (size_t)d);   /* packed; g <= list2[g] */
-        }
-        if (nl) model_logits(m, &s->ctx->ls.exec, s->gx, nl, s->logits);
-        for (int32_t g = 0; g < nl; g++)   /* before anything is published */
-            if ((st = check_logits(s, s->r_slot[s->list[s->list2[g]]], s->logits + (size_t)g * m->n_vocab))) return st;
-        for (int32_t g = 0; g < nl; g++) {
-            int32_t i = s->list[s->list2[g]], sl = s->r_slot[i];
-            s->slots[sl].n_rows = s->slots[sl].n_exited = 0;
-            emit(s, sl, s->logits + (size_t)g * m->n_vocab, s->r_depth[i]);
-        }
-        for (int32_t t = 0; t < nf; t++) {
-            const int32_t i = s->list[t], sl = s->r_slot[i];
-            serve_slot *S = &s->slots[sl];
-            s->r_state[i] = ROW_FREE;
-            if (!S->req || S->entered || !S->n_rows) continue;
-            S->n_rows = S->n_exited = 0;   /* a prompt chunk done: the next enters at the next step */
-            if (S->req->state == MOR_REQ_CANCELLED) slot_release(s, sl);
-            else S->waiting = 1;
-        }
+    if (!nf) return MOR_OK;
+    mor_status st = rec_finish(e, s->list, nf, s->list2, nl, s->logits);
+    if (st) return st;
+    for (int32_t g = 0; g < nl; g++)   /* before anything is published */
+        if ((st = check_logits(s, rec_at(e, s->list[s->list2[g]])->tag, s->logits + (size_t)g * s->m->n_vocab)))
+            return st;
+    for (int32_t g = 0; g < nl; g++) {
+        const rec_row *r = rec_at(e, s->list[s->list2[g]]);
+        s->slots[r->tag].n_rows = s->slots[r->tag].n_exited = 0;
+        emit(s, r->tag, s->logits + (size_t)g * s->m->n_vocab, r->depth);
+    }
+    for (int32_t t = 0; t < nf; t++) {
+        rec_row *r = rec_at(e, s->list[t]);
+        serve_slot *S = &s->slots[r->tag];
+        r->state = ROW_FREE;
+        if (!S->req || S->entered || !S->n_rows) continue;
+        S->n_rows = S->n_exited = 0;   /* a prompt chunk done: the next enters at the next step */
+        if (S->req->state == MOR_REQ_CANCELLED) slot_release(s, r->tag);
+        else S->waiting = 1;
     }
     return MOR_OK;
+}
+
+static mor_status step_depthwise(mor_server *s)
+{
+    const mor_model *m = s->m;
+    rec_engine *e = &s->ctx->eng;
+    const int32_t nb = (int32_t)s->p.n_batch;
+    mor_status st = step_enter(s);
+    if (st) return st;
+    /* 2. one pass of the shared block over every recursing row, grouped by
+     * recursion; under the drain hook with no request queued, passes repeat
+     * until every row has exited */
+    const int repeat = s->hooks.drain && !n_queued(s);
+    for (int32_t pass = 0; pass < m->n_rec; pass++) {
+        int32_t nrun = 0;
+        for (int32_t r = 0; r < m->n_rec; r++)
+            for (int32_t i = 0; i < nb; i++) {
+                const rec_row *row = rec_at(e, i);
+                if ((row->state == ROW_RUN || row->state == ROW_KVONLY) && row->rec == r) s->list[nrun++] = i;
+            }
+        if (!nrun) break;
+        if ((st = rec_pass(e, s->list, nrun))) return st;
+        rec_decide(e, s->list, nrun, NULL);
+        count_exits(s, s->list, nrun);
+        if (!repeat) break;
+    }
+    return step_finish(s);
 }
 
 static int32_t pending(const mor_server *s)
@@ -665,20 +506,17 @@ static int32_t pending(const mor_server *s)
     return n;
 }
 
-/* Everything a step changes before its last point of failure. */
+/* Everything a step changes before its last point of failure: the rows in
+ * flight (one copy of the records up to the last row in use), the slots,
+ * the queue, the budget. */
 static void save(mor_server *s)
 {
-    const size_t nb = s->p.n_batch, d = (size_t)s->m->n_embd, ri = sizeof(int32_t) * nb, row = sizeof(float) * d;
-    memcpy(s->sv_state, s->r_state, ri); memcpy(s->sv_slot, s->r_slot, ri); memcpy(s->sv_pos, s->r_pos, ri);
-    memcpy(s->sv_rec, s->r_rec, ri); memcpy(s->sv_depth, s->r_depth, ri); memcpy(s->sv_tdepth, s->r_tdepth, ri);
-    memcpy(s->sv_kvonly, s->r_kvonly, ri);
-    memcpy(s->sv_gate, s->r_gate, sizeof(float) * nb);
-    for (size_t i = 0; i < nb; i++) {
-        if (s->r_state[i] == ROW_FREE) continue;
-        memcpy(s->sv_x + i * d, s->x + i * d, row);
-        memcpy(s->sv_h2 + i * d, s->h2 + i * d, row);
-        memcpy(s->sv_hprev + i * d, s->hprev + i * d, row);
-    }
+    const rec_engine *e = &s->ctx->eng;
+    int32_t n_hi = 0;
+    for (int32_t i = 0; i < e->cap; i++)
+        if (rec_at(e, i)->state != ROW_FREE) n_hi = i + 1;
+    s->sv_n_hi = n_hi;
+    memcpy(s->sv_rows, e->rows, rec_span(e, n_hi));
     memcpy(s->sv_slots, s->slots, sizeof(serve_slot) * s->p.n_slots);
     s->sv_q_head = s->q_head; s->sv_q_len = s->q_len; s->sv_reserved = s->reserved; s->sv_n_steps = s->n_steps;
     const mor_router *r = s->ctx->router;
@@ -689,17 +527,9 @@ static void save(mor_server *s)
 
 static void restore(mor_server *s)
 {
-    const size_t nb = s->p.n_batch, d = (size_t)s->m->n_embd, ri = sizeof(int32_t) * nb, row = sizeof(float) * d;
-    memcpy(s->r_state, s->sv_state, ri); memcpy(s->r_slot, s->sv_slot, ri); memcpy(s->r_pos, s->sv_pos, ri);
-    memcpy(s->r_rec, s->sv_rec, ri); memcpy(s->r_depth, s->sv_depth, ri); memcpy(s->r_tdepth, s->sv_tdepth, ri);
-    memcpy(s->r_kvonly, s->sv_kvonly, ri);
-    memcpy(s->r_gate, s->sv_gate, sizeof(float) * nb);
-    for (size_t i = 0; i < nb; i++) {
-        if (s->r_state[i] == ROW_FREE) continue;
-        memcpy(s->x + i * d, s->sv_x + i * d, row);
-        memcpy(s->h2 + i * d, s->sv_h2 + i * d, row);
-        memcpy(s->hprev + i * d, s->sv_hprev + i * d, row);
-    }
+    rec_engine *e = &s->ctx->eng;
+    memcpy(e->rows, s->sv_rows, rec_span(e, s->sv_n_hi));
+    for (int32_t i = s->sv_n_hi; i < e->cap; i++) rec_at(e, i)->state = ROW_FREE;   /* entered by the failed step */
     memcpy(s->slots, s->sv_slots, sizeof(serve_slot) * s->p.n_slots);
     s->q_head = s->sv_q_head; s->q_len = s->sv_q_len; s->reserved = s->sv_reserved; s->n_steps = s->sv_n_steps;
     mor_router *r = s->ctx->router;
@@ -744,6 +574,7 @@ mor_status mor_server_step(mor_server *s, int32_t *n_pending)
 
 mor_status mor_server_run(mor_server *s)
 {
+    err_clear();
     int32_t n = 1;
     while (n) {
         mor_status st = mor_server_step(s, &n);
@@ -768,6 +599,7 @@ mor_status mor_server_cancel(mor_server *s, mor_request_id id)
 
 int32_t mor_server_request_state(const mor_server *s, mor_request_id id)
 {
+    err_clear();
     const serve_req *q = find(s, id);
     return q ? q->state : err_set(MOR_E_OUT_OF_RANGE, "mor_server_request_state: unknown request %d", id);
 }
@@ -801,8 +633,13 @@ mor_status mor_server_release(mor_server *s, mor_request_id id)
 
 mor_context *serve_context(mor_server *s) { return s ? s->ctx : NULL; }
 
-void serve_set_lockstep(mor_server *s, int on) { if (s) s->ctx->lockstep = on != 0; }
+/* Lockstep is mor_decode's (SEQUENCE and SERIAL steps): it never reaches the
+ * DEPTHWISE rows. */
+void serve_set_lockstep(mor_server *s, int on)
+{
+    if (s) s->ctx->eng.hooks.lockstep = on && s->p.mode != MOR_SERVE_DEPTHWISE;
+}
 
-void serve_set_finish_every(mor_server *s, int32_t k) { if (s) s->finish_every = k < 1 ? 1 : k; }
+void serve_set_finish_every(mor_server *s, int32_t k) { if (s) s->hooks.finish_every = k < 1 ? 1 : k; }
 
-void serve_set_drain(mor_server *s, int on) { if (s) s->drain = on != 0; }
+void serve_set_drain(mor_server *s, int on) { if (s) s->hooks.drain = on != 0; }

@@ -6,6 +6,13 @@
 /* Called with the logits each generated token was sampled from (tests
  * compare them with a plain mor_decode loop). */
 typedef void (*serve_logits_fn)(void *ud, mor_request_id id, const float *logits, int32_t n_vocab);
+/* What the hooks below set (serve.c consults it once per step). */
+typedef struct {
+    serve_logits_fn logits;
+    void           *logits_ud;
+    int32_t         finish_every;
+    int             drain;
+} serve_hooks;
 void serve_set_logits_hook(mor_server *srv, serve_logits_fn fn, void *ud);
 /* SEQUENCE and SERIAL only: run every row through every recursion, as a
  * sequence-level engine that knows nothing of MoR would (the rows the router

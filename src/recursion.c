@@ -1,0 +1,281 @@
+/* recursion.c - recursion scheduling (see recursion.h): rows in flight, their
+ * verdicts, and passes of the shared block over them. */
+#include <math.h>
+#include <string.h>
+#include "embed_output.h"
+#include "kernels.h"
+#include "layer.h"
+#include "recursion.h"
+#include "status.h"
+
+/* ---- the row block ---- */
+
+/* A record: the rec_row, then floats x[d], h[d], hprev[d], cs[head_dim],
+ * z[n_rec], p[n_rec], rounded up to 64 bytes. */
+static size_t floats_off(void) { return (sizeof(rec_row) + 15) / 16 * 16; }
+static size_t record_bytes(const mor_model *m)
+{
+    const size_t nf = 3 * (size_t)m->n_embd + (size_t)m->head_dim + 2 * (size_t)m->n_rec;
+    return (floats_off() + nf * sizeof(float) + 63) / 64 * 64;
+}
+
+float *rec_x(const rec_engine *e, int32_t i) { return (float *)((unsigned char *)rec_at(e, i) + floats_off()); }
+float *rec_h(const rec_engine *e, int32_t i) { return rec_x(e, i) + e->m->n_embd; }
+static float *rec_hprev(const rec_engine *e, int32_t i) { return rec_x(e, i) + 2 * e->m->n_embd; }
+static float *rec_cs(const rec_engine *e, int32_t i) { return rec_x(e, i) + 3 * e->m->n_embd; }
+float *rec_z(const rec_engine *e, int32_t i) { return rec_cs(e, i) + e->m->head_dim; }
+float *rec_p(const rec_engine *e, int32_t i) { return rec_z(e, i) + e->m->n_rec; }
+
+/* The scratch after the records, in the order rec_bind lays it out. */
+#define REC_SCRATCH(X)                                                     \
+    X(float, gx, (size_t)cap * d) X(float, gcs, (size_t)cap * hd)          \
+    X(float, tmp, 3 * (size_t)d) X(float, vocab, (size_t)m->n_vocab)       \
+    X(float, zb, cap) X(float, pb, cap)                                    \
+    X(int32_t, gpos, cap) X(int32_t, gseq, cap) X(int32_t, glayer, cap)    \
+    X(int32_t, gseqv, cap) X(int32_t, glist, cap) X(int32_t, tmp_list, cap) \
+    X(const float *, gxp, cap) X(router_rank, rank, cap)                   \
+    X(uint8_t, gskip, cap) X(uint8_t, gsel, cap)
+
+static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+size_t rec_bytes(const mor_model *m, int32_t cap)
+{
+    const size_t d = (size_t)m->n_embd, hd = (size_t)m->head_dim;
+    size_t n = (size_t)cap * record_bytes(m);
+#define SIZE(T, name, count) n += align64(sizeof(T) * (count));
+    REC_SCRATCH(SIZE)
+#undef SIZE
+    return n;
+}
+
+void rec_bind(rec_engine *e, const mor_model *m, mor_kv_cache *kv, mor_router *router, layer_scratch *ls,
+              int32_t cap, void *mem)
+{
+    const size_t d = (size_t)m->n_embd, hd = (size_t)m->head_dim;
+    memset(e, 0, sizeof *e);
+    e->m = m; e->kv = kv; e->router = router; e->ls = ls; e->cap = cap;
+    e->stride = record_bytes(m);
+    unsigned char *p = mem;
+    e->rows = p;
+    p += (size_t)cap * e->stride;
+#define LAY(T, name, count) e->name = (void *)p; p += align64(sizeof(T) * (count));
+    REC_SCRATCH(LAY)
+#undef LAY
+}
+
+/* ---- rows ---- */
+
+mor_status rec_enter(rec_engine *e, int32_t i, mor_token token, mor_pos pos, mor_seq_id seq, int32_t tag)
+{
+    const mor_model *m = e->m;
+    if (kv_append(e->kv, -1, seq, pos) < 0)
+        return err_set(MOR_E_KV_FULL, "KV cache full (%d cells)", e->kv->n_ctx);
+    rec_row *r = rec_at(e, i);
+    memset(r, 0, sizeof *r);
+    r->pos = pos; r->seq = seq; r->tag = tag; r->state = ROW_RUN;
+    model_embed_row(m, token, rec_x(e, i));
+    layer_rope_cs(m, e->ls, &pos, 1, rec_cs(e, i));
+    float *z = rec_z(e, i), *pr = rec_p(e, i);
+    for (int32_t t = 0; t < m->n_rec; t++) z[t] = pr[t] = NAN;
+    return MOR_OK;
+}
+
+static mor_status poll(const rec_engine *e)
+{
+    if (e->abort_cb && e->abort_cb(e->abort_ud)) return err_set(MOR_E_ABORTED, "aborted by the abort callback");
+    return MOR_OK;
+}
+
+/* Rows of list into the gathered scratch: their hidden state (x, or h for
+ * `from_h`), position, sequence, RoPE angles. */
+static void gather(rec_engine *e, const int32_t *list, int32_t n, int from_h)
+{
+    const int32_t d = e->m->n_embd, hd = e->m->head_dim;
+    for (int32_t t = 0; t < n; t++) {
+        const int32_t i = list[t];
+        memcpy(e->gx + (size_t)t * d, from_h ? rec_h(e, i) : rec_x(e, i), sizeof(float) * (size_t)d);
+        memcpy(e->gcs + (size_t)t * hd, rec_cs(e, i), sizeof(float) * (size_t)hd);
+        e->gpos[t] = rec_at(e, i)->pos;
+        e->gseq[t] = rec_at(e, i)->seq;
+    }
+}
+
+static void capture(const rec_engine *e, const int32_t *list, int32_t n)
+{
+    if (e->capture) e->capture(e->capture_ud, e->gx, list, n);
+}
+
+mor_status rec_layers(rec_engine *e, const int32_t *list, int32_t n, int32_t l0, int32_t l1)
+{
+    const int32_t d = e->m->n_embd;
+    if (!n || l0 >= l1) return MOR_OK;
+    gather(e, list, n, 0);
+    for (int32_t l = l0; l < l1; l++) {
+        mor_status st = poll(e);
+        capture(e, list, n);
+        e->ls->rope_cs = e->gcs;
+        if (!st) st = layer_forward(e->m, l, e->kv, e->ls, e->gx, e->gpos, e->gseq, n);
+        if (st) return st;
+    }
+    for (int32_t t = 0; t < n; t++) memcpy(rec_x(e, list[t]), e->gx + (size_t)t * d, sizeof(float) * (size_t)d);
+    return MOR_OK;
+}
+
+/* ---- verdicts ---- */
+
+/* A row that is not taken at recursion r: KV-only where r caches every row,
+ * computed and discarded under the lockstep hook, else done. */
+static void not_taken(rec_engine *e, rec_row *r, int every)
+{
+    r->dropped = 1;
+    r->state = every ? ROW_KVONLY : e->hooks.lockstep && e->m->router_type != MOR_ROUTER_TYPE_NONE ? ROW_DISCARD
+                                                                                                   : ROW_EXITED;
+}
+
+/* The verdicts of the n rows of list, all at recursion rec. */
+static void decide_at(rec_engine *e, int32_t rec, const int32_t *list, int32_t n, const int32_t *seq_rows)
+{
+    const mor_model *m = e->m;
+    const int32_t cap = router_depth_cap(e->router);
+    const int lock = e->hooks.lockstep && m->router_type != MOR_ROUTER_TYPE_NONE;
+    if (rec >= m->n_rec || rec >= cap) {   /* past the cap no router is evaluated */
+        for (int32_t t = 0; t < n; t++) rec_at(e, list[t])->state = lock && rec < m->n_rec ? ROW_DISCARD : ROW_EXITED;
+        return;
+    }
+    const int every = kv_caches_every_row(e->kv, rec);
+    int32_t nc = 0;   /* candidates: not dropped, not confident enough to exit */
+    for (int32_t t = 0; t < n; t++) {
+        const int32_t i = list[t];
+        rec_row *r = rec_at(e, i);
+        if (r->dropped) { not_taken(e, r, every); continue; }
+        if (e->exit_mode != MOR_EXIT_NONE && rec >= 1 &&
+            router_confidence(m, &e->ls->exec, e->exit_mode, rec_x(e, i), rec_hprev(e, i), e->tmp, e->vocab) >=
+                e->exit_threshold) {
+            not_taken(e, r, every);
+            continue;
+        }
+        e->glist[nc++] = i;
+    }
+    if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
+        for (int32_t t = 0; t < nc; t++) {
+            e->gxp[t] = rec_x(e, e->glist[t]);
+            e->gseqv[t] = rec_at(e, e->glist[t])->seq;
+        }
+        router_decide_expert(e->router, rec, nc, e->gxp, e->gseqv, seq_rows, e->zb, e->pb, e->gsel, e->tmp, e->rank);
+        for (int32_t t = 0; t < nc; t++) {
+            const int32_t i = e->glist[t];
+            rec_row *r = rec_at(e, i);
+            rec_z(e, i)[rec] = e->zb[t];
+            rec_p(e, i)[rec] = r->gate = e->pb[t];
+            if (e->gsel[t]) r->state = ROW_RUN;
+            else not_taken(e, r, every);
+        }
+        return;
+    }
+    for (int32_t t = 0; t < nc; t++) {
+        const int32_t i = e->glist[t];
+        rec_row *r = rec_at(e, i);
+        if (m->router_type == MOR_ROUTER_TYPE_TOKEN && rec == 0) {   /* the depth, once, on H^1 */
+            r->tdepth = router_decide_token(e->router, rec_x(e, i), rec_z(e, i), rec_p(e, i), &r->gate, e->tmp);
+            memcpy(rec_h(e, i), rec_x(e, i), sizeof(float) * (size_t)m->n_embd);
+        }
+        if (m->router_type != MOR_ROUTER_TYPE_TOKEN || rec < r->tdepth) r->state = ROW_RUN;
+        else not_taken(e, r, every);
+    }
+}
+
+void rec_decide(rec_engine *e, const int32_t *list, int32_t n, const int32_t *seq_rows)
+{
+    int32_t r0 = INT32_MAX;
+    for (int32_t t = 0; t < n; t++)
+        if (rec_at(e, list[t])->rec < r0) r0 = rec_at(e, list[t])->rec;
+    for (int32_t left = n, rec = r0; left > 0; rec++) {   /* the rows at each recursion, in list order */
+        int32_t k = 0;
+        for (int32_t t = 0; t < n; t++)
+            if (rec_at(e, list[t])->rec == rec) e->tmp_list[k++] = list[t];
+        if (k) decide_at(e, rec, e->tmp_list, k, seq_rows);
+        left -= k;
+    }
+}
+
+/* ---- passes ---- */
+
+static int same_weights(const mor_model *m, int32_t a, int32_t b)
+{
+    for (int r = 0; r < ROLE_ALL; r++)
+        if (m->layers[a].w[r].data != m->layers[b].w[r].data) return 0;
+    return 1;
+}
+
+mor_status rec_pass(rec_engine *e, const int32_t *list, int32_t n)
+{
+    const mor_model *m = e->m;
+    const int32_t d = m->n_embd, hd = m->head_dim;
+    const int tc = m->router_type == MOR_ROUTER_TYPE_TOKEN;
+    if (!n) return MOR_OK;
+    gather(e, list, n, tc);
+    for (int32_t t = 0; t < n; t++) {
+        const int32_t i = list[t];
+        memcpy(rec_hprev(e, i), rec_x(e, i), sizeof(float) * (size_t)d);   /* for the saturation measure */
+        e->gskip[t] = rec_at(e, i)->state == ROW_DISCARD;
+    }
+    for (int32_t j = 0; j < m->base_depth; j++) {
+        mor_status st = poll(e);
+        if (st) return st;
+        if (e->capture_in_pass) capture(e, list, n);
+        for (int32_t t = 0; t < n; t++) e->glayer[t] = model_layer_of(m, rec_at(e, list[t])->rec, j);
+        for (int32_t t0 = 0, t1; t0 < n; t0 = t1) {   /* runs of rows with the same weights */
+            for (t1 = t0 + 1; t1 < n && same_weights(m, e->glayer[t0], e->glayer[t1]); t1++) {}
+            e->ls->rope_cs = e->gcs + (size_t)t0 * hd;
+            e->ls->skip_store = e->gskip + t0;
+            st = layer_forward_rows(m, e->glayer[t0], e->glayer + t0, e->kv, e->ls, e->gx + (size_t)t0 * d,
+                                    e->gpos + t0, e->gseq + t0, t1 - t0);
+            e->ls->skip_store = NULL;
+            if (st) return st;
+        }
+    }
+    for (int32_t t = 0; t < n; t++) {
+        const int32_t i = list[t];
+        rec_row *r = rec_at(e, i);
+        const float *y = e->gx + (size_t)t * d;
+        const int32_t rec = r->rec++;
+        if (r->state != ROW_RUN) continue;   /* only its K/V were wanted, or nothing */
+        r->depth = rec + 1;
+        if (m->router_type == MOR_ROUTER_TYPE_EXPERT) router_update(m, rec_x(e, i), y, r->gate);
+        else if (!tc) memcpy(rec_x(e, i), y, sizeof(float) * (size_t)d);
+        else if (r->tdepth == rec + 1) router_update(m, rec_x(e, i), y, r->gate);   /* H^1 + g f^(r+1)(H^1) */
+        else memcpy(rec_h(e, i), y, sizeof(float) * (size_t)d);                    /* goes deeper: ungated */
+    }
+    return MOR_OK;
+}
+
+/* ---- finishing ---- */
+
+mor_status rec_finish(rec_engine *e, const int32_t *list, int32_t n, const int32_t *out_idx, int32_t n_out,
+                      float *logits)
+{
+    const mor_model *m = e->m;
+    const int32_t d = m->n_embd;
+    if (!n) return MOR_OK;
+    gather(e, list, n, 0);
+    for (int32_t l = m->n_layer - m->coda; l < m->n_layer; l++) {
+        mor_status st = poll(e);
+        capture(e, list, n);
+        e->ls->rope_cs = e->gcs;
+        if (!st) st = layer_forward(m, l, e->kv, e->ls, e->gx, e->gpos, e->gseq, n);
+        if (st) return st;
+    }
+    /* Nothing can fail from here on. The final norm, of every row when
+     * captured, else of the rows with logits, packed in front (o <= out_idx[o]). */
+    if (e->capture) {
+        for (int32_t t = 0; t < n; t++) model_output_norm(m, e->gx + (size_t)t * d, e->gx + (size_t)t * d);
+        capture(e, list, n);
+        for (int32_t o = 0; o < n_out; o++)
+            memmove(e->gx + (size_t)o * d, e->gx + (size_t)out_idx[o] * d, sizeof(float) * (size_t)d);
+    } else {
+        for (int32_t o = 0; o < n_out; o++)
+            model_output_norm(m, e->gx + (size_t)o * d, e->gx + (size_t)out_idx[o] * d);
+    }
+    if (n_out) model_logits(m, &e->ls->exec, e->gx, n_out, logits);
+    return MOR_OK;
+}

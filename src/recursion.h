@@ -1,0 +1,121 @@
+/* recursion.h - recursion scheduling: the rows (tokens) in flight through a
+ * MoR model and the four operations that move them.
+ *
+ *   enter   a token becomes a row: its embedding, position, sequence
+ *   layers  unique layers (the first ones, or the last) over a list of rows
+ *   decide  the verdict for each row's next recursion (router.c decides,
+ *           kv_cache.c says which recursions cache every row's K/V)
+ *   pass    one application of the shared block over rows at any
+ *           recursions: one run of each block layer per group of rows with
+ *           the same weights, each row on its own recursion's KV cache and
+ *           LoRA deltas, then the gated residual update of each row
+ *   finish  the unique last layers, the final norm and the output matrix
+ *
+ * mor_decode (decode.c) enters a whole batch, then decides and passes until
+ * every row has exited, and finishes; depth-wise serving (serve.c) keeps rows
+ * across calls, runs one pass per step over the rows of many sequences at
+ * different depths, and refills the rows that exited.
+ *
+ * A row's verdict before recursion r:
+ *   RUN      it is taken: the block's output updates it (x += gate * f(x)
+ *            for expert-choice, the token-choice trajectory, or x = f(x)
+ *            without routers)
+ *   KVONLY   not taken, but r caches every row (kv_caches_every_row): the
+ *            block runs over it for its K/V, its output is discarded
+ *   DISCARD  only in the lockstep benchmark hook (a sequence-level engine that
+ *            knows nothing of MoR): computed, discarded, nothing stored
+ *   EXITED   done with the recursions
+ * A row not taken once is never taken again ("dropped").
+ *
+ * Rows live in one block of fixed-size records, so that a caller can save
+ * and restore the state of every row in flight with one copy. */
+#ifndef MOR_RECURSION_H
+#define MOR_RECURSION_H
+#include "layer.h"
+#include "router.h"
+
+enum { ROW_FREE, ROW_RUN, ROW_KVONLY, ROW_DISCARD, ROW_EXITED };
+
+/* One row's record; x, h, hprev, cs, z and p follow it in the block. */
+typedef struct {
+    int32_t pos, seq;
+    int32_t rec;        /* the recursion it runs next */
+    int32_t depth;      /* recursions it was taken by */
+    int32_t tdepth;     /* token-choice: the depth its router chose */
+    int32_t tag;        /* the caller's (serve.c: the slot) */
+    float   gate;       /* of its last verdict */
+    uint8_t state, dropped;
+} rec_row;
+
+/* Hooks that only tests and benchmarks set (serve.h): consulted by
+ * rec_decide, once per verdict, never inside the layers. */
+typedef struct {
+    int lockstep;       /* rows not taken are DISCARD rows to the last recursion */
+} rec_hooks;
+
+/* Called with the hidden states of the rows in list, in the order given
+ * (gx: n rows of n_embd), at each capture point inside rec_layers /
+ * rec_pass / rec_finish (decode.c's mor_get_hidden). */
+typedef void (*rec_capture_fn)(void *ud, const float *gx, const int32_t *list, int32_t n);
+
+typedef struct {
+    const mor_model *m;
+    mor_kv_cache    *kv;
+    mor_router      *router;
+    layer_scratch   *ls;
+    rec_hooks        hooks;
+    int32_t          cap;          /* rows */
+    size_t           stride;       /* bytes per record */
+    unsigned char   *rows;         /* cap records */
+    /* scratch for up to cap gathered rows */
+    float   *gx, *gcs, *tmp, *vocab, *zb, *pb;
+    int32_t *gpos, *gseq, *glayer, *gseqv, *glist, *tmp_list;
+    uint8_t *gskip, *gsel;
+    const float **gxp;
+    router_rank *rank;
+    /* abort polling (before each layer) and hidden-state capture */
+    int32_t (*abort_cb)(void *);
+    void    *abort_ud;
+    rec_capture_fn capture;        /* NULL: none */
+    void          *capture_ud;
+    int            capture_in_pass; /* capture before each block layer too (models without routers) */
+    /* confidence exits (serving): MOR_EXIT_*, threshold */
+    int32_t exit_mode;
+    float   exit_threshold;
+} rec_engine;
+
+/* Bytes of the engine's memory for cap rows (rec_bind lays it out). */
+size_t rec_bytes(const mor_model *m, int32_t cap);
+/* Lay the engine out in mem (rec_bytes(m, cap), 64-byte aligned, zeroed: every row FREE). */
+void   rec_bind(rec_engine *e, const mor_model *m, mor_kv_cache *kv, mor_router *router, layer_scratch *ls,
+                int32_t cap, void *mem);
+
+static inline rec_row *rec_at(const rec_engine *e, int32_t i) { return (rec_row *)(e->rows + (size_t)i * e->stride); }
+float *rec_x(const rec_engine *e, int32_t i);       /* [n_embd] the residual stream */
+float *rec_h(const rec_engine *e, int32_t i);       /* [n_embd] token-choice: the trajectory state */
+float *rec_z(const rec_engine *e, int32_t i);       /* [n_rec] router logits (NaN where not evaluated) */
+float *rec_p(const rec_engine *e, int32_t i);       /* [n_rec] router scores (gates) */
+/* Bytes of rows [0, n) in the block: what a save of the rows below n copies. */
+static inline size_t rec_span(const rec_engine *e, int32_t n) { return (size_t)n * e->stride; }
+
+/* Row i becomes token `token` at (seq, pos): embedded, RoPE angles, RUN at
+ * recursion 0, and its token-log cell appended to the KV cache (inside the
+ * caller's KV transaction). MOR_E_KV_FULL if the log is full. */
+mor_status rec_enter(rec_engine *e, int32_t i, mor_token token, mor_pos pos, mor_seq_id seq, int32_t tag);
+/* Unrolled layers [l0, l1) over the rows in list (all at every layer). */
+mor_status rec_layers(rec_engine *e, const int32_t *list, int32_t n, int32_t l0, int32_t l1);
+/* The verdict (ROW_*) of each row in list for its next recursion. Rows may
+ * be at different recursions; TOPK routing ranks the rows of one sequence at
+ * one recursion together, T being seq_rows[seq] (decode.c; NULL for causal
+ * routing). */
+void       rec_decide(rec_engine *e, const int32_t *list, int32_t n, const int32_t *seq_rows);
+/* One pass of the shared block over the rows in list (RUN, KVONLY or
+ * DISCARD), ordered by recursion, each then one recursion further. */
+mor_status rec_pass(rec_engine *e, const int32_t *list, int32_t n);
+/* The unique last layers over the rows in list (of one call: a sequence's
+ * rows in position order), then the final norm and the output matrix for
+ * the n_out rows of list at indices out_idx[] (ascending) into logits
+ * [n_out][n_vocab]. With a capture hook every row is normed and captured. */
+mor_status rec_finish(rec_engine *e, const int32_t *list, int32_t n, const int32_t *out_idx, int32_t n_out,
+                      float *logits);
+#endif

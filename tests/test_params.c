@@ -1,0 +1,152 @@
+/* test_params.c - the one rule for size-prefixed structs (mor.h "ABI",
+ * src/abi.h): a struct of the first released size (libmor 0.1, as
+ * src/libmor.sym records it; declared here again, as an old caller's header
+ * had it) is accepted everywhere and its missing fields take defaults; a
+ * size no release declared, or a newer header's, is MOR_E_ABI; the *_INIT
+ * functions write only the caller's bytes. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "mor.h"
+
+/* libmor 0.1's structs, as its header declared them */
+typedef struct {
+    uint32_t size, flags;
+    int32_t (*progress)(float, void *);
+    void    *progress_user_data;
+} model_params_v1;
+typedef struct {
+    uint32_t size, flags, n_ctx, n_batch, n_seq_max;
+    int32_t  kv_mode, n_threads;
+    int32_t (*abort_callback)(void *);
+    void    *abort_user_data;
+    int32_t  max_pos;
+} context_params_v1;
+typedef struct {
+    uint32_t size;
+    uint64_t seed;
+    float    temperature;
+    int32_t  top_k;
+    float    top_p, min_p, repeat_penalty;
+    int32_t  repeat_last_n;
+} sampler_params_v1;
+typedef struct {
+    uint32_t size;
+    int32_t  mode;
+    uint32_t n_slots, n_ctx, n_batch;
+    int32_t  n_threads, kv_mode, exit_mode;
+    float    exit_threshold;
+    void   (*on_token)(mor_request_id, mor_token, int32_t, void *);
+    void    *user_data;
+} server_params_v1;
+typedef struct {
+    uint32_t size;
+    uint64_t n_tokens;
+    double   mean_depth;
+    uint64_t n_at_depth[17];
+} router_stats_v1;
+
+/* An old caller's INIT: the library fills exactly its bytes, the guard after them stays. */
+#define OLD_INIT(init, T, v)                                                                      \
+    do {                                                                                          \
+        unsigned char buf_[sizeof(T) + 16];                                                       \
+        memset(buf_, 0xa5, sizeof buf_);                                                          \
+        init((void *)buf_, sizeof(T));                                                            \
+        int guard_ = 1;                                                                           \
+        for (size_t q_ = sizeof(T); q_ < sizeof buf_; q_++) guard_ &= buf_[q_] == 0xa5;            \
+        CHECK(guard_, #init ": writes only the %zu bytes of a 0.1 caller's struct", sizeof(T));     \
+        memcpy(&(v), buf_, sizeof(T));                                                            \
+        CHECK((v).size == sizeof(T), #init ": size set to the caller's %zu", sizeof(T));           \
+    } while (0)
+
+int main(void)
+{
+    char path[600];
+    const char *out = getenv("OUT");
+    snprintf(path, sizeof path, "%s/build/fixtures/expert_mc3_fix_perturbed.st.gguf", out && *out ? out : ".");
+    mor_model *m = NULL;
+
+    model_params_v1 mp;
+    OLD_INIT(mor_model_params_init, model_params_v1, mp);
+    CHECK(mor_model_load_file(path, (const mor_model_params *)(void *)&mp, &m) == MOR_OK,
+          "mor_model_load_file: a 0.1 struct is accepted (%s)", mor_last_error());
+    if (!m) return check_done();
+    mp.size = (uint32_t)sizeof mp - 1;
+    mor_model *m2 = NULL;
+    CHECK(mor_model_load_file(path, (const mor_model_params *)(void *)&mp, &m2) == MOR_E_ABI && !m2,
+          "mor_model_params: smaller than any release -> MOR_E_ABI");
+    CHECK(strstr(mor_last_error(), "mor_model_params") != NULL, "the message names the struct: %s", mor_last_error());
+
+    context_params_v1 cp;
+    OLD_INIT(mor_context_params_init, context_params_v1, cp);
+    cp.n_ctx = 64;
+    mor_context *c = NULL;
+    CHECK(mor_context_create(m, (const mor_context_params *)(void *)&cp, &c) == MOR_OK && c,
+          "mor_context_create: a 0.1 struct is accepted, newer fields take their defaults (%s)", mor_last_error());
+    cp.size = (uint32_t)offsetof(context_params_v1, max_pos);
+    mor_context *c2 = NULL;
+    CHECK(mor_context_create(m, (const mor_context_params *)(void *)&cp, &c2) == MOR_E_ABI && !c2,
+          "mor_context_params: the 0.1 struct without its last field -> MOR_E_ABI");
+    {
+        unsigned char big[sizeof(mor_context_params) + 8];
+        mor_context_params_init((mor_context_params *)(void *)big, sizeof big);
+        CHECK(mor_context_create(m, (const mor_context_params *)(void *)big, &c2) == MOR_E_ABI && !c2,
+              "mor_context_params: a newer header's bigger struct -> MOR_E_ABI");
+    }
+
+    sampler_params_v1 sp;
+    OLD_INIT(mor_sampler_params_init, sampler_params_v1, sp);
+    mor_sampler *smp = NULL;
+    CHECK(mor_sampler_create((const mor_sampler_params *)(void *)&sp, &smp) == MOR_OK && smp,
+          "mor_sampler_create: a 0.1 struct is accepted");
+    mor_sampler_free(smp);
+
+    server_params_v1 vp;
+    OLD_INIT(mor_server_params_init, server_params_v1, vp);
+    vp.n_ctx = 64;
+    mor_server *srv = NULL;
+    CHECK(mor_server_create(m, (const mor_server_params *)(void *)&vp, &srv) == MOR_OK && srv,
+          "mor_server_create: a 0.1 struct is accepted (%s)", mor_last_error());
+    mor_server_free(srv);
+
+    /* an output struct: filled as far as the caller's size reaches */
+    if (c) {
+        mor_batch *b = NULL;
+        mor_batch_create(8, &b);
+        for (int i = 0; i < 5; i++) mor_batch_add(b, (mor_token)(3 * i + 1), i, 0, i == 4);
+        CHECK(mor_decode(c, b) == MOR_OK, "a decode for the statistics");
+        mor_router_stats full;
+        memset(&full, 0, sizeof full);
+        full.size = sizeof full;
+        CHECK(mor_router_get_stats(mor_context_router(c), &full) == MOR_OK && full.n_tokens == 5,
+              "mor_router_get_stats: today's struct (%llu tokens)", (unsigned long long)full.n_tokens);
+        unsigned char buf[sizeof(router_stats_v1) + 16];
+        memset(buf, 0xa5, sizeof buf);
+        router_stats_v1 old;
+        memset(&old, 0, sizeof old);
+        old.size = sizeof old;
+        memcpy(buf, &old, sizeof old);
+        CHECK(mor_router_get_stats(mor_context_router(c), (mor_router_stats *)(void *)buf) == MOR_OK,
+              "mor_router_get_stats: a 0.1 struct is accepted");
+        memcpy(&old, buf, sizeof old);
+        int guard = 1;
+        for (size_t q = sizeof old; q < sizeof buf; q++) guard &= buf[q] == 0xa5;
+        CHECK(guard && old.n_tokens == 5 && old.mean_depth == full.mean_depth &&
+              !memcmp(old.n_at_depth, full.n_at_depth, sizeof old.n_at_depth),
+              "mor_router_get_stats: the 0.1 fields filled, nothing past the caller's size written");
+        old.size = 4;
+        CHECK(mor_router_get_stats(mor_context_router(c), (mor_router_stats *)(void *)&old) == MOR_E_ABI,
+              "mor_router_stats: smaller than any release -> MOR_E_ABI");
+        mor_batch_free(b);
+    }
+    /* mor_last_error: set by a failure, cleared by the next call that succeeds */
+    mor_batch *b = NULL;
+    CHECK(mor_batch_create(-1, &b) != MOR_OK && mor_last_error()[0], "a failed call leaves a message");
+    CHECK(mor_batch_create(4, &b) == MOR_OK && !mor_last_error()[0], "a call that succeeds clears it");
+    CHECK(mor_router_get_mode(NULL) == MOR_E_INVALID_ARG && mor_last_error()[0], "a getter that fails sets it too");
+    mor_batch_free(b);
+    mor_context_free(c);
+    mor_model_free(m);
+    return check_done();
+}
