@@ -660,7 +660,35 @@ mor_status mor_model_load_file(const char *path, const mor_model_params *params,
     return MOR_OK;
 }
 
-const tokenizer *model_tokenizer(const mor_model *m) { return m ? m->tok : NULL; }
+/* The public tokenizer functions: the model's tokenizer (tokenize.c). */
+mor_status mor_tokenize(const mor_model *model, const char *text, size_t len,
+                        uint32_t flags, mor_token *out, int32_t cap, int32_t *n_out)
+{
+    err_clear();
+    if (!model) return err_set(MOR_E_INVALID_ARG, "mor_tokenize: model is NULL");
+    const tokenizer *t = model->tok;
+    if (!t) return err_set(MOR_E_UNSUPPORTED, "mor_tokenize: the model has no tokenizer");
+    return tokenizer_encode(t, text, len, flags, out, cap, n_out);
+}
+
+mor_status mor_detokenize(const mor_model *model, const mor_token *tokens, int32_t n,
+                          char *buf, size_t cap, size_t *len_out)
+{
+    err_clear();
+    if (!model) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: model is NULL");
+    const tokenizer *t = model->tok;
+    if (!t) return err_set(MOR_E_UNSUPPORTED, "mor_detokenize: the model has no tokenizer");
+    return tokenizer_decode(t, tokens, n, buf, cap, len_out);
+}
+
+mor_status mor_token_to_piece(const mor_model *model, mor_token token, char *buf, size_t cap, size_t *len_out)
+{
+    err_clear();
+    if (!model) return err_set(MOR_E_INVALID_ARG, "mor_token_to_piece: model is NULL");
+    const tokenizer *t = model->tok;
+    if (!t) return err_set(MOR_E_UNSUPPORTED, "mor_token_to_piece: the model has no tokenizer");
+    return tokenizer_piece(t, token, buf, cap, len_out);
+}
 
 int32_t mor_model_n_vocab(const mor_model *m)     { return m ? m->n_vocab : 0; }
 int32_t mor_model_n_embd(const mor_model *m)      { return m ? m->n_embd : 0; }

@@ -95,9 +95,6 @@ struct mor_model {
     struct lora_set *lora;
 };
 
-/* Borrowed view of the model's tokenizer (NULL if it has none). */
-const tokenizer *model_tokenizer(const mor_model *m);
-
 /* Unrolled layer index of block position j of recursion r. */
 static inline int32_t model_layer_of(const mor_model *m, int32_t r, int32_t j)
 {

@@ -32,7 +32,6 @@
 #include <string.h>
 
 #include "tokenizer_impl.h"
-#include "model.h"
 #include "normalize.h"
 #include "status.h"
 #include "unicode.h"
@@ -484,37 +483,4 @@ mor_status tokenizer_piece(const tokenizer *t, mor_token id, char *buf, size_t c
     if (len > cap) return err_set(MOR_E_BUFFER_TOO_SMALL, "mor_token_to_piece: %zu bytes do not fit in %zu", len, cap);
     if (len) memcpy(buf, p, len);
     return MOR_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Public API                                                               */
-/* ------------------------------------------------------------------------ */
-
-mor_status mor_tokenize(const mor_model *model, const char *text, size_t len,
-                        uint32_t flags, mor_token *out, int32_t cap, int32_t *n_out)
-{
-    err_clear();
-    if (!model) return err_set(MOR_E_INVALID_ARG, "mor_tokenize: model is NULL");
-    const tokenizer *t = model_tokenizer(model);
-    if (!t) return err_set(MOR_E_UNSUPPORTED, "mor_tokenize: the model has no tokenizer");
-    return tokenizer_encode(t, text, len, flags, out, cap, n_out);
-}
-
-mor_status mor_detokenize(const mor_model *model, const mor_token *tokens, int32_t n,
-                          char *buf, size_t cap, size_t *len_out)
-{
-    err_clear();
-    if (!model) return err_set(MOR_E_INVALID_ARG, "mor_detokenize: model is NULL");
-    const tokenizer *t = model_tokenizer(model);
-    if (!t) return err_set(MOR_E_UNSUPPORTED, "mor_detokenize: the model has no tokenizer");
-    return tokenizer_decode(t, tokens, n, buf, cap, len_out);
-}
-
-mor_status mor_token_to_piece(const mor_model *model, mor_token token, char *buf, size_t cap, size_t *len_out)
-{
-    err_clear();
-    if (!model) return err_set(MOR_E_INVALID_ARG, "mor_token_to_piece: model is NULL");
-    const tokenizer *t = model_tokenizer(model);
-    if (!t) return err_set(MOR_E_UNSUPPORTED, "mor_token_to_piece: the model has no tokenizer");
-    return tokenizer_piece(t, token, buf, cap, len_out);
 }

@@ -18,14 +18,12 @@ mor_token  tokenizer_bos(const tokenizer *t);   /* -1 if none */
 mor_token  tokenizer_eos(const tokenizer *t);   /* -1 if none */
 int        tokenizer_add_bos(const tokenizer *t);   /* 0 for NULL */
 
-/* The public mor_tokenize / mor_detokenize / mor_token_to_piece are
- * implemented in tokenize.c on top of these, through model_tokenizer() from
- * model.h. */
+/* What the public mor_tokenize / mor_detokenize / mor_token_to_piece do
+ * (model.c calls these with the model's tokenizer). */
 mor_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, uint32_t flags,
-                                mor_token *out, int32_t cap, int32_t *n_out);
+                            mor_token *out, int32_t cap, int32_t *n_out);
 mor_status tokenizer_decode(const tokenizer *t, const mor_token *toks, int32_t n,
-                                char *buf, size_t cap, size_t *len_out);
+                            char *buf, size_t cap, size_t *len_out);
 /* The bytes of one token as they appear inside a text (no leading-space rule). */
-mor_status tokenizer_piece(const tokenizer *t, mor_token token, char *buf, size_t cap,
-                               size_t *len_out);
+mor_status tokenizer_piece(const tokenizer *t, mor_token token, char *buf, size_t cap, size_t *len_out);
 #endif
