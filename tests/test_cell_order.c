@@ -18,7 +18,7 @@
 #include "context.h"
 #include "kernels.h"
 #include "mor.h"
-#include "tools/synth_model.h"
+#include "synth_model.h"
 
 enum { PROMPT = 5, LEN = 28, NCTX = 40, V = 512 };
 

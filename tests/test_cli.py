@@ -1,4 +1,4 @@
-"""test_cli.py - the command-line contract of every tool (src/tools/cli.h).
+"""test_cli.py - the command-line contract of every tool (src/tools/common/cli.h).
 
 - Every numeric flag of every tool is parsed strictly: a value that is not a
   whole decimal number in range, a flag without its value, an unknown flag or

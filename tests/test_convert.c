@@ -1,4 +1,4 @@
-/* test_convert.c - the converter (src/convert, bin/mor-convert).
+/* test_convert.c - the converter (src/tools/mor-convert, bin/mor-convert).
  *
  *  - the strict JSON parser: escapes, surrogates, numbers, depth, rejects;
  *  - the YAML subset on a fixture's mor_cfg.yaml and on small documents;

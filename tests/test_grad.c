@@ -1,4 +1,4 @@
-/* test_grad.c - every backward kernel of src/train, and whole tiny models,
+/* test_grad.c - every backward kernel of src/tools/mor-train, and whole tiny models,
  * against central finite differences, in double (built with -DTR_DOUBLE).
  *
  * For a kernel y = f(x, w) the scalar loss is L = sum_i c_i y_i with fixed

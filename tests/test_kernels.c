@@ -31,7 +31,7 @@
 #include "kernels.h"
 #include "mor.h"
 #include "quant.h"
-#include "tools/synth_model.h"
+#include "synth_model.h"
 
 static uint64_t rng = 88172645463325252ull;
 static uint32_t next_u32(void)

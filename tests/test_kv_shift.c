@@ -30,7 +30,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "mor.h"
-#include "tools/synth_model.h"
+#include "synth_model.h"
 
 enum { N = 12, MAXV = 8192 };
 

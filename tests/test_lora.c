@@ -1,5 +1,5 @@
 /* test_lora.c - depth-wise LoRA (src/lora.c, docs/FORMAT.md "Depth-wise
- * LoRA") and the relaxed conversion (src/convert/relax.c):
+ * LoRA") and the relaxed conversion (src/tools/mor-convert/relax.c):
  *  - runtime: a recursive model with per-layer deltas gives the logits of the
  *    same model with every delta folded by hand into per-layer weights,
  *    unfolded (per row) and folded at load (MOR_MODEL_FOLD_LORA), with F32

@@ -23,8 +23,8 @@
 #include "mor.h"
 #include "quant.h"
 #include "serve.h"
-#include "tools/gguf_build.h"
-#include "tools/synth_model.h"
+#include "gguf_build.h"
+#include "synth_model.h"
 
 static char tmpdir[600];
 

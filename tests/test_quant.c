@@ -22,9 +22,9 @@
 #include "kernels.h"
 #include "mor.h"
 #include "quant.h"
-#include "tools/drift.h"
-#include "tools/gguf_build.h"
-#include "tools/synth_model.h"
+#include "drift.h"
+#include "gguf_build.h"
+#include "synth_model.h"
 
 static float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint32_t f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

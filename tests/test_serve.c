@@ -34,7 +34,7 @@
 #include "context.h"
 #include "mor.h"
 #include "serve.h"
-#include "tools/synth_model.h"
+#include "synth_model.h"
 
 #define NREQ 32
 #define MAXT 16

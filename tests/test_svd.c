@@ -1,4 +1,4 @@
-/* test_svd.c - the converter's SVD (src/convert/svd.c) against matrices of
+/* test_svd.c - the converter's SVD (src/tools/mor-convert/svd.c) against matrices of
  * known spectrum: A = P diag(sigma) Q^T with P, Q orthonormal (Householder QR
  * of Gaussian matrices, an independent construction). Checked: the singular
  * values, the reconstruction U S V^T, the orthonormality of U and V, the

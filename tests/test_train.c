@@ -1,5 +1,5 @@
 /* test_train.c - training in float, end to end with the library:
- *  - a model trained by src/train, saved as GGUF and loaded by
+ *  - a model trained by src/tools/mor-train, saved as GGUF and loaded by
  *    mor_model_load_file gives the training forward's logits (1e-4) and
  *    depths under mor_decode, in TOPK and THRESHOLD routing, for vanilla,
  *    recursive, expert-choice (middle-cycle and cycle), token-choice and

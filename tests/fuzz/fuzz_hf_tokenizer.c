@@ -1,5 +1,5 @@
 /* fuzz_hf_tokenizer.c - any bytes as a tokenizer.json (the converter's
- * reader, src/convert/hf_tokenizer.c): byte-level BPE and SentencePiece-style
+ * reader, src/tools/mor-convert/hf_tokenizer.c): byte-level BPE and SentencePiece-style
  * BPE with byte_fallback. What it accepts is written as GGUF tokenizer keys,
  * as mor-convert does, and loaded by libmor (vocab-only); a tokenizer that
  * loads must round-trip text (that starts without a space and holds no

@@ -1,4 +1,4 @@
-/* fuzz_json.c - any bytes as JSON: the strict parser (src/convert/json.c),
+/* fuzz_json.c - any bytes as JSON: the strict parser (src/tools/common/json.c),
  * then the same text as a config.json (hf_config) and a mor_config.json
  * (cv_settings). Checks that the DOM is well formed. */
 #include "fuzz.h"

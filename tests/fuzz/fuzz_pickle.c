@@ -1,5 +1,5 @@
 /* fuzz_pickle.c - any bytes as the data.pkl of a torch checkpoint: the
- * restricted pickle machine (src/convert/pickle.c). */
+ * restricted pickle machine (src/tools/mor-convert/pickle.c). */
 #include "fuzz.h"
 #include "pickle.h"
 

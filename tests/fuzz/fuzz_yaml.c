@@ -1,5 +1,5 @@
 /* fuzz_yaml.c - any bytes as the training config (mor_cfg.yaml): the YAML
- * subset reader (src/convert/yaml.c), then the MoR settings taken from it. */
+ * subset reader (src/tools/mor-convert/yaml.c), then the MoR settings taken from it. */
 #include "fuzz.h"
 #include "json.h"
 #include "settings.h"

@@ -1,6 +1,6 @@
 /* cli.c - strict command-line parsing, escaped messages and output-file
  * safety for every tool (cli.h). */
-#include "tools/cli.h"
+#include "cli.h"
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>

@@ -6,7 +6,7 @@
 #ifndef MOR_SYNTH_MODEL_H
 #define MOR_SYNTH_MODEL_H
 #include <math.h>
-#include "tools/gguf_build.h"
+#include "gguf_build.h"
 
 typedef struct {
     int32_t  n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;

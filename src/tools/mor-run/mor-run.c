@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "mor.h"
-#include "tools/cli.h"
+#include "cli.h"
 
 typedef struct {
     const char *model, *prompt, *ids, *dump_logits, *dump_routing, *dump_hidden, *dump_step_logits, *tokenize_file;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mor.h"
-#include "tools/cli.h"
+#include "cli.h"
 
 static void usage(FILE *f)
 {

@@ -2,7 +2,7 @@
  * (or a plain `mor` GGUF file) into a `mor` GGUF file (docs/FORMAT.md), or a
  * tokenizer into a vocab-only GGUF. A vanilla model can be made recursive
  * on the way, with depth-wise LoRA deltas (relax.h; docs/RELAXED.md). The
- * command-line tool src/tools/mor-convert.c is a thin wrapper. */
+ * command-line tool src/tools/mor-convert/mor-convert.c is a thin wrapper. */
 #ifndef CV_CONVERT_H
 #define CV_CONVERT_H
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* util.h - small helpers shared by the converter's readers and writer.
  *
- * Conventions of src/convert: a function that can fail takes `char *err,
+ * Conventions of src/tools/mor-convert: a function that can fail takes `char *err,
  * size_t errcap` last and returns 0 on success, -1 on failure with a one-line
  * message in err. Nothing here prints or exits; only the CLI does. */
 #ifndef CV_UTIL_H

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "tools/cli.h"
+#include "cli.h"
 #include "train.h"
 
 static void usage(FILE *f)

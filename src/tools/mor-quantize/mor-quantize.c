@@ -17,9 +17,9 @@
 #include "gguf.h"
 #include "mor.h"
 #include "quant.h"
-#include "tools/cli.h"
-#include "tools/drift.h"
-#include "tools/gguf_build.h"
+#include "cli.h"
+#include "drift.h"
+#include "gguf_build.h"
 
 static int parse_type(const char *s, uint32_t *t)
 {

@@ -31,10 +31,10 @@
 #include "kernels.h"
 #include "mor.h"
 #include "quant.h"
-#include "tools/bench_serve.h"
-#include "tools/cli.h"
-#include "tools/roofline.h"
-#include "tools/synth_model.h"
+#include "bench_serve.h"
+#include "cli.h"
+#include "roofline.h"
+#include "synth_model.h"
 
 static double now(void)
 {
@@ -362,6 +362,9 @@ int main(int argc, char **argv)
     const char *shape_list = "135m", *type_list = "f32,f16,bf16,q8_0,q4_0", *thread_list = "1,2";
     const char *arch_list = "dense,dense-eq,mor", *dir = "build/bench", *json = NULL, *kern = "auto", *files = NULL;
     int np = 128, ng = 64, reps = 5, do_probe = 1;
+    /* bin/mor-bench-serve is a link to this program: the same as --serve */
+    const char *base = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    if (!strcmp(base, "mor-bench-serve")) { cli_init("mor-bench-serve"); return bench_serve_main(argc, argv); }
     cli_init(argc > 1 && !strcmp(argv[1], "--serve") ? "mor-bench --serve" : "mor-bench");
     if (argc > 1 && !strcmp(argv[1], "--serve")) return bench_serve_main(argc - 1, argv + 1);   /* bench_serve.h */
     for (int i = 1; i < argc; i++) {

@@ -24,7 +24,7 @@
 #include "layout.h"
 #include "settings.h"
 #include "relax.h"
-#include "tools/cli.h"
+#include "cli.h"
 
 static const char usage[] =
     "usage: mor-convert DIR -o OUT.gguf [options]\n"

@@ -40,7 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "mor.h"
-#include "tools/cli.h"
+#include "cli.h"
 
 typedef struct {
     const char *url, *server_args, *model;

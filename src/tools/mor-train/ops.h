@@ -1,5 +1,5 @@
 /* ops.h - the training kernels, forward and backward, and their thread pool.
- * Internal to src/train; the gradient tests call them one by one. */
+ * Internal to src/tools/mor-train; the gradient tests call them one by one. */
 #ifndef TR_OPS_H
 #define TR_OPS_H
 #include "train.h"

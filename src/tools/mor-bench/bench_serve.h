@@ -22,7 +22,7 @@
  * cN: (c) finishing exited tokens only every N steps (serve_set_finish_every);
  * cd: (c) running all recursions in one step when no request is queued (serve_set_drain).
  *
- * Header-only (static functions), included by mor-bench.c and mor-bench-serve.c. */
+ * Header-only (static functions), included by mor-bench.c (bin/mor-bench-serve is a link to it). */
 #ifndef MOR_BENCH_SERVE_H
 #define MOR_BENCH_SERVE_H
 #include <stdio.h>
@@ -33,8 +33,8 @@
 #include <time.h>
 #include "mor.h"
 #include "serve.h"
-#include "tools/cli.h"
-#include "tools/synth_model.h"
+#include "cli.h"
+#include "synth_model.h"
 
 enum { BS_A, BS_B, BS_B2, BS_C, BS_N = 12 };   /* ways BS_C + 1 ...: (c) finishing every N steps */
 static const char *const bs_way_name[4] = { "a", "b", "b2", "c" };

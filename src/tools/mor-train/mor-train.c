@@ -22,7 +22,7 @@
 #include <time.h>
 #include "mor.h"
 #include "gguf.h"
-#include "tools/cli.h"
+#include "cli.h"
 #include "train.h"
 
 typedef struct {
