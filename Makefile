@@ -10,6 +10,7 @@
 #   make install PREFIX=/usr/local DESTDIR=
 #   make uninstall PREFIX=/usr/local DESTDIR=
 #   make bench           bin/mor-bench, bin/mor-loadgen, bin/mor-server
+#   make check-layers    the library's layers point downward; programs use mor.h / internal.h
 #   make fuzz FUZZ_SECONDS=N, make test-tsan: see the Reliability section below
 #   make OMP=1           use OpenMP instead of the internal thread pool
 #
@@ -426,7 +427,11 @@ clean:
 #                         build/cross/ARCH and run them under qemu-user
 # make test runs tests/test_abi.sh, tests/test_rust.sh and
 # tests/test_python_bindings.py.
-.PHONY: check-abi update-abi api-doc rust-bindings rust-test python-test cross-test
+.PHONY: check-abi update-abi api-doc rust-bindings rust-test python-test cross-test check-layers
+# docs/ARCHITECTURE.md; make test runs it too (tests/test_layers.py)
+check-layers:
+	python3 scripts/check_layers.py
+
 check-abi: $(SHARED)
 	python3 docs/tools/mor_api.py check-abi --sym src/libmor.sym --header include/mor.h --lib $(SHARED)
 

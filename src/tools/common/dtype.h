@@ -5,7 +5,7 @@
 #define CV_DTYPE_H
 #include <stddef.h>
 #include <stdint.h>
-#include "tensor.h"
+#include "internal.h"
 
 size_t      cv_dtype_size(int dtype);   /* bytes per element; 0 if unknown */
 const char *cv_dtype_name(int dtype);   /* "F32", "F16", "BF16" or "?" */

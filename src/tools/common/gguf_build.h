@@ -11,8 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "gguf.h"
-#include "quant.h"
+#include "internal.h"
 
 #define GB_ALIGN 32
 

@@ -32,7 +32,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include "mor.h"
-#include "serve.h"
+#include "internal.h"
 #include "cli.h"
 #include "synth_model.h"
 

@@ -26,11 +26,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
-#include "context.h"
-#include "cpu.h"
-#include "kernels.h"
+#include "internal.h"
 #include "mor.h"
-#include "quant.h"
 #include "bench_serve.h"
 #include "cli.h"
 #include "roofline.h"
@@ -296,7 +293,7 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
                 var[k].nt = threads[ti];
                 var[k].ok = 1;
                 if (mor_context_create(var[k].m, &cp, &var[k].c)) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }
-                var[k].c->ls.exec.k = ks;
+                hook_context_kernels(var[k].c, ks);
                 run_pp(&var[k], b, np);   /* warm-up */
                 run_tg(&var[k], b, ng < 8 ? ng : 8);
                 var[k].n_cpu = 0;
@@ -484,7 +481,7 @@ int main(int argc, char **argv)
                     var[k].ok = mor_context_create(var[k].m, &cp, &var[k].c) == MOR_OK;
                     var[k].nt = nt;
                     if (!var[k].ok) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }
-                    var[k].c->ls.exec.k = ks;
+                    hook_context_kernels(var[k].c, ks);
                     if (var[k].routing == 1) mor_router_set_mode(mor_context_router(var[k].c), MOR_ROUTE_FORCED, 3);
                     if (var[k].routing == 2) {
                         calibrate_n(&var[k], b, pp_tok, np, &var[k].thr[0], &var[k].thr[1]);

@@ -32,8 +32,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-#include "cpu.h"
-#include "kernels.h"
+#include "internal.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif

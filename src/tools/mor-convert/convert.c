@@ -20,7 +20,7 @@
 #include "gguf_write.h"
 #include "hf_config.h"
 #include "hf_tokenizer.h"
-#include "gguf.h"
+#include "internal.h"
 #include "layout.h"
 #include "mor.h"
 #include "relax.h"
@@ -758,10 +758,10 @@ done:
     return rc;
 }
 
-int convert_vocab_only(const char *dir, const char *tokenizer, FILE *out, char *summary, size_t sumcap, char *err,
+int convert_vocab_only(const char *dir, const char *tok_json, FILE *out, char *summary, size_t sumcap, char *err,
                        size_t errcap)
 {
-    if (!tokenizer && gguf_input_is_gguf(dir)) return vocab_from_gguf(dir, out, summary, sumcap, err, errcap);
+    if (!tok_json && gguf_input_is_gguf(dir)) return vocab_from_gguf(dir, out, summary, sumcap, err, errcap);
     convert_opts o;
     hf_tokenizer tok;
     hf_config ids;
@@ -773,11 +773,11 @@ int convert_vocab_only(const char *dir, const char *tokenizer, FILE *out, char *
     ids.bos = ids.eos = ids.pad = -1;
     convert_opts_init(&o);
     o.dir = dir;
-    if (!tokenizer) {
+    if (!tok_json) {
         if (!(tk = cv_path_join(dir, "tokenizer.json"))) { cv_fail(err, errcap, "out of memory"); goto done; }
-        tokenizer = tk;
+        tok_json = tk;
     }
-    o.tokenizer = tokenizer;
+    o.tokenizer = tok_json;
     if (!cfg_path) { cv_fail(err, errcap, "out of memory"); goto done; }
     if (cv_file_exists(cfg_path) && hf_config_token_ids(cfg_path, &ids.bos, &ids.eos, &ids.pad, err, errcap)) goto done;
     if (load_tokenizer(&o, &ids, &tok, &have, err, errcap)) goto done;

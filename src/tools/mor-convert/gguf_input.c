@@ -7,12 +7,8 @@
 #include <string.h>
 
 #include "dtype.h"
-#include "gguf.h"
-#include "kernels.h"
+#include "internal.h"
 #include "layout.h"
-#include "model.h"
-#include "quant.h"
-#include "tokenizer.h"
 #include "util.h"
 
 /* A `mor` file's features and roles are read by model.h's names, the same numbers as hf_config.h's and layout.h's. */

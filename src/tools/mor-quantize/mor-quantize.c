@@ -14,9 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "gguf.h"
+#include "internal.h"
 #include "mor.h"
-#include "quant.h"
 #include "cli.h"
 #include "drift.h"
 #include "gguf_build.h"

@@ -13,7 +13,7 @@
 #include <string.h>
 #include "train.h"
 #include "gguf_write.h"
-#include "pretokenize.h"
+#include "internal.h"
 
 /* ---- hash tables ---- */
 

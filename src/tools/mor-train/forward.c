@@ -21,7 +21,7 @@
 #include <string.h>
 #include "ops.h"
 #ifndef TR_DOUBLE
-#include "kernels.h"
+#include "internal.h"
 #endif
 
 typedef struct {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "train.h"
-#include "gguf.h"
+#include "internal.h"
 #include "gguf_write.h"
 #include "dtype.h"
 

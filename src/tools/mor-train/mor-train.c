@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 #include "mor.h"
-#include "gguf.h"
+#include "internal.h"
 #include "cli.h"
 #include "train.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include "ops.h"
 #ifndef TR_DOUBLE
-#include "kernels.h"
+#include "internal.h"
 #endif
 
 real tr_sigmoid(real z) { return (real)1 / ((real)1 + TR_EXP(-z)); }

@@ -1,0 +1,8 @@
+/* hooks.c - the context hooks of hooks.h. */
+#include "context.h"
+#include "hooks.h"
+
+void hook_context_kernels(mor_context *c, const kernel_set *ks)
+{
+    if (c) c->ls.exec.k = ks ? ks : kernels_best();
+}

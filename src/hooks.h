@@ -1,0 +1,12 @@
+/* hooks.h - the test and benchmark hooks of contexts: behaviour only tests
+ * and mor-bench ask for, reached through these functions and never through
+ * a field a caller writes (the serving hooks are in serve.h). */
+#ifndef MOR_HOOKS_H
+#define MOR_HOOKS_H
+#include "kernels.h"
+#include "mor.h"
+
+/* Run ctx's decodes with kernel set ks (a kernels_get() result), not the
+ * best one of this CPU; NULL: back to the best. Between decodes only. */
+void hook_context_kernels(mor_context *ctx, const kernel_set *ks);
+#endif
