@@ -23,7 +23,7 @@
 #include "mor.h"
 #include "quant.h"
 #include "serve.h"
-#include "gguf_build.h"
+#include "gguf_write.h"
 #include "synth_model.h"
 
 static char tmpdir[600];
@@ -122,17 +122,17 @@ static unsigned char *untied_model(const char *path, uint32_t type, size_t *n)
     unsigned char *img = read_all(path, &sz);
     gguf_file *g = NULL;
     if (!img || gguf_parse(img, sz, &g)) { free(img); return NULL; }
-    gguf_build b;
-    gb_init(&b);
+    gguf_writer *b = gguf_writer_new();
+    if (!b) { gguf_free(g); free(img); return NULL; }
     int fb;
-    gb_retype(&b, g, type, type, &fb);
+    gguf_writer_add_retyped(b, g, type, type, &fb);
     const gguf_tensor *e = gguf_find_tensor(g, "token_embd.weight");
     void *copy = malloc((size_t)e->nbytes);
     if (copy) memcpy(copy, e->data, (size_t)e->nbytes);
-    gb_tensor_add(&b, "output.weight", e->type, e->ne[0], e->ne[1], copy, (size_t)e->nbytes, 1);
+    gguf_writer_add_matrix(b, "output.weight", e->type, e->ne[0], e->ne[1], copy, (size_t)e->nbytes, 1);
     /* the key count stays right: output.weight is a tensor, not a key */
-    int rc = gb_write_file(&b, path);
-    gb_free(&b);
+    int rc = gguf_writer_write_file(b, path, NULL, 0);
+    gguf_writer_free(b);
     gguf_free(g);
     free(img);
     return rc ? NULL : read_all(path, n);

@@ -23,7 +23,7 @@
 #include "mor.h"
 #include "quant.h"
 #include "drift.h"
-#include "gguf_build.h"
+#include "gguf_write.h"
 #include "synth_model.h"
 
 static float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -140,12 +140,13 @@ static int retype_file(const char *src, const char *dst, uint32_t type)
     if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
         gguf_file *g = NULL;
         if (gguf_parse(buf, (size_t)n, &g) == MOR_OK) {
-            gguf_build b;
-            gb_init(&b);
+            gguf_writer *b = gguf_writer_new();
             int fb = 0;
-            gb_retype(&b, g, type, type == GGML_Q4_0 ? GGML_Q8_0 : type, &fb);
-            rc = gb_write_file(&b, dst);
-            gb_free(&b);
+            if (b) {
+                gguf_writer_add_retyped(b, g, type, type == GGML_Q4_0 ? GGML_Q8_0 : type, &fb);
+                rc = gguf_writer_write_file(b, dst, NULL, 0);
+            }
+            gguf_writer_free(b);
             gguf_free(g);
         }
     }

@@ -505,13 +505,13 @@ static int write_relaxed(const char *in, const char *out)
     const gguf_kv *kv = ok ? gguf_find_kv(g, "mor.format_version") : NULL;
     ok = ok && kv && kv->type == GGUF_U32;
     if (ok) { const uint32_t two = 2; memcpy(buf + (kv->data - buf), &two, 4); }   /* m reads the old keys no more */
-    gguf_build b;
-    gb_init(&b);
+    gguf_writer *b = gguf_writer_new();
+    ok = ok && b;
     int fallback = 0;
     uint64_t rng = 99;
     if (ok) {
-        gb_retype(&b, g, GGML_F32, GGML_F32, &fallback);   /* the fixture's tensors, as they are */
-        gb_f32(&b, "mor.lora.scale", 0.5f);
+        gguf_writer_add_retyped(b, g, GGML_F32, GGML_F32, &fallback);   /* the fixture's tensors, as they are */
+        gguf_writer_add_f32(b, "mor.lora.scale", 0.5f);
         for (int32_t l = m->prelude; l < m->n_layer - m->coda; l++)
             for (int role = 0; role < ROLE_COUNT; role++) {
                 const tensor *w = &m->layers[l].w[role];
@@ -520,19 +520,19 @@ static int write_relaxed(const char *in, const char *out)
                 for (int part = 0; part < 2; part++) {
                     const int64_t n = r * (part ? w->rows : w->cols);
                     float *v = malloc(sizeof(float) * (size_t)n);
-                    if (!v) { b.err = 1; break; }
+                    if (!v) { gguf_writer_fail(b, "out of memory"); break; }
                     for (int64_t i = 0; i < n; i++) {
                         rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
                         v[i] = (float)((double)(rng >> 11) / 9007199254740992.0 - 0.5) * 0.4f;
                     }
                     char name[96];
                     snprintf(name, sizeof name, "lora.%d.%s.%c", l, role_names[role], part ? 'b' : 'a');
-                    gb_tensor_add(&b, name, GGML_F32, part ? r : w->cols, part ? w->rows : r, v, sizeof(float) * (size_t)n, 1);
+                    gguf_writer_add_matrix(b, name, GGML_F32, part ? r : w->cols, part ? w->rows : r, v, sizeof(float) * (size_t)n, 1);
                 }
             }
-        ok = !fallback && gb_write_file(&b, out) == 0;
+        ok = !fallback && gguf_writer_write_file(b, out, NULL, 0) == 0;
     }
-    gb_free(&b);
+    gguf_writer_free(b);
     mor_model_free(m);
     gguf_free(g);
     free(buf);

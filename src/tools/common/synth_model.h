@@ -6,7 +6,7 @@
 #ifndef MOR_SYNTH_MODEL_H
 #define MOR_SYNTH_MODEL_H
 #include <math.h>
-#include "gguf_build.h"
+#include "gguf_write.h"
 
 typedef struct {
     int32_t  n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
@@ -28,93 +28,92 @@ static inline float synth_normal(uint64_t *s)
     return acc * (0.02f / 0.57735027f);   /* sd of the sum is sqrt(4/12) */
 }
 
-static inline void synth_matrix(gguf_build *b, const char *name, uint32_t type, int64_t cols, int64_t rows, uint64_t *s)
+static inline void synth_matrix(gguf_writer *b, const char *name, uint32_t type, int64_t cols, int64_t rows, uint64_t *s)
 {
     float *x = malloc(sizeof(float) * (size_t)(cols * (rows ? rows : 1)));
-    if (!x) { b->err = 1; return; }
+    if (!x) { gguf_writer_fail(b, "out of memory"); return; }
     for (int64_t i = 0; i < cols * (rows ? rows : 1); i++) x[i] = synth_normal(s);
-    gb_tensor_from_f32(b, name, type, x, cols, rows);
+    gguf_writer_add_matrix_f32(b, name, type, x, cols, rows);
     free(x);
 }
 
-static inline void synth_ones(gguf_build *b, const char *name, int64_t n)
+static inline void synth_ones(gguf_writer *b, const char *name, int64_t n)
 {
     float *x = malloc(sizeof(float) * (size_t)n);
-    if (!x) { b->err = 1; return; }
+    if (!x) { gguf_writer_fail(b, "out of memory"); return; }
     for (int64_t i = 0; i < n; i++) x[i] = 1.0f;
-    gb_tensor_add(b, name, GGML_F32, n, 0, x, sizeof(float) * (size_t)n, 1);
+    gguf_writer_add_matrix(b, name, GGML_F32, n, 0, x, sizeof(float) * (size_t)n, 1);
 }
 
 /* Write the model to path; 0 on success. */
 static inline int synth_write(const synth_spec *sp, const char *path)
 {
-    gguf_build b;
-    gb_init(&b);
     const int mor = sp->n_rec > 1;
     const int32_t L = sp->n_layer, K = mor ? (L - 2) / sp->n_rec : L;
     if (mor && 2 + K * sp->n_rec != L) return -1;
     const int32_t n_stored = mor ? K + 2 : L;
     int32_t *map = malloc(sizeof(int32_t) * (size_t)L);
-    if (!map) return -1;
+    gguf_writer *b = map ? gguf_writer_new() : NULL;
+    if (!b) { free(map); return -1; }
     for (int32_t l = 0; l < L; l++)
         map[l] = !mor ? l : l == 0 ? 0 : l == L - 1 ? K + 1 : 1 + (l - 1) % K;
-    gb_str(&b, "general.architecture", "mor");
-    gb_str(&b, "general.name", mor ? "synthetic MoR middle-cycle" : "synthetic dense Llama");
-    gb_u32(&b, "mor.format_version", 1);
-    gb_u32(&b, "mor.vocab_size", (uint32_t)sp->n_vocab);
-    gb_u32(&b, "mor.context_length", (uint32_t)sp->n_ctx);
-    gb_u32(&b, "mor.embedding_length", (uint32_t)sp->n_embd);
-    gb_u32(&b, "mor.feed_forward_length", (uint32_t)sp->n_ff);
-    gb_u32(&b, "mor.attention.head_count", (uint32_t)sp->n_head);
-    gb_u32(&b, "mor.attention.head_count_kv", (uint32_t)sp->n_head_kv);
-    gb_u32(&b, "mor.attention.key_length", (uint32_t)sp->head_dim);
-    gb_f32(&b, "mor.attention.layer_norm_rms_epsilon", 1e-5f);
-    gb_f32(&b, "mor.rope.freq_base", 10000.0f);
-    gb_u32(&b, "mor.layer_count", (uint32_t)L);
-    gb_u32(&b, "mor.recursion.count", (uint32_t)(mor ? sp->n_rec : 1));
-    gb_u32(&b, "mor.recursion.base_depth", (uint32_t)K);
-    gb_u32(&b, "mor.recursion.prelude", mor ? 1 : 0);
-    gb_u32(&b, "mor.recursion.coda", mor ? 1 : 0);
-    gb_str(&b, "mor.recursion.sharing", mor ? "middle_cycle" : "none");
-    gb_arr_i32(&b, "mor.layer_map", map, (size_t)L);
+    gguf_writer_add_str(b, "general.architecture", "mor");
+    gguf_writer_add_str(b, "general.name", mor ? "synthetic MoR middle-cycle" : "synthetic dense Llama");
+    gguf_writer_add_u32(b, "mor.format_version", 1);
+    gguf_writer_add_u32(b, "mor.vocab_size", (uint32_t)sp->n_vocab);
+    gguf_writer_add_u32(b, "mor.context_length", (uint32_t)sp->n_ctx);
+    gguf_writer_add_u32(b, "mor.embedding_length", (uint32_t)sp->n_embd);
+    gguf_writer_add_u32(b, "mor.feed_forward_length", (uint32_t)sp->n_ff);
+    gguf_writer_add_u32(b, "mor.attention.head_count", (uint32_t)sp->n_head);
+    gguf_writer_add_u32(b, "mor.attention.head_count_kv", (uint32_t)sp->n_head_kv);
+    gguf_writer_add_u32(b, "mor.attention.key_length", (uint32_t)sp->head_dim);
+    gguf_writer_add_f32(b, "mor.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_writer_add_f32(b, "mor.rope.freq_base", 10000.0f);
+    gguf_writer_add_u32(b, "mor.layer_count", (uint32_t)L);
+    gguf_writer_add_u32(b, "mor.recursion.count", (uint32_t)(mor ? sp->n_rec : 1));
+    gguf_writer_add_u32(b, "mor.recursion.base_depth", (uint32_t)K);
+    gguf_writer_add_u32(b, "mor.recursion.prelude", mor ? 1 : 0);
+    gguf_writer_add_u32(b, "mor.recursion.coda", mor ? 1 : 0);
+    gguf_writer_add_str(b, "mor.recursion.sharing", mor ? "middle_cycle" : "none");
+    gguf_writer_add_arr_i32(b, "mor.layer_map", map, (size_t)L);
     if (mor) {
         double cap[16];
         for (int32_t r = 0; r < sp->n_rec; r++) cap[r] = (double)(sp->n_rec - r) / sp->n_rec;
-        gb_str(&b, "mor.router.type", "expert");
-        gb_str(&b, "mor.router.arch", "linear");
-        gb_str(&b, "mor.router.func", "sigmoid");
-        gb_f32(&b, "mor.router.alpha", 1.0f);
-        gb_str(&b, "mor.router.gating", "weighted");
-        gb_arr_f64(&b, "mor.router.capacity", cap, (size_t)sp->n_rec);
+        gguf_writer_add_str(b, "mor.router.type", "expert");
+        gguf_writer_add_str(b, "mor.router.arch", "linear");
+        gguf_writer_add_str(b, "mor.router.func", "sigmoid");
+        gguf_writer_add_f32(b, "mor.router.alpha", 1.0f);
+        gguf_writer_add_str(b, "mor.router.gating", "weighted");
+        gguf_writer_add_arr_f64(b, "mor.router.capacity", cap, (size_t)sp->n_rec);
     } else {
-        gb_str(&b, "mor.router.type", "none");
+        gguf_writer_add_str(b, "mor.router.type", "none");
     }
     free(map);
     uint64_t s = sp->seed * 0x9E3779B97F4A7C15ull + 1;
     const int64_t d = sp->n_embd, qd = (int64_t)sp->n_head * sp->head_dim, kvd = (int64_t)sp->n_head_kv * sp->head_dim;
-    synth_matrix(&b, "token_embd.weight", sp->embd_type, d, sp->n_vocab, &s);
-    synth_ones(&b, "output_norm.weight", d);
-    for (int32_t i = 0; i < n_stored && !b.err; i++) {
+    synth_matrix(b, "token_embd.weight", sp->embd_type, d, sp->n_vocab, &s);
+    synth_ones(b, "output_norm.weight", d);
+    for (int32_t i = 0; i < n_stored && !gguf_writer_failed(b); i++) {
         char name[96];
 #define BLK(role) (snprintf(name, sizeof name, "blk.%d.%s.weight", i, role), name)
-        synth_ones(&b, BLK("attn_norm"), d);
-        synth_matrix(&b, BLK("attn_q"), sp->type, d, qd, &s);
-        synth_matrix(&b, BLK("attn_k"), sp->type, d, kvd, &s);
-        synth_matrix(&b, BLK("attn_v"), sp->type, d, kvd, &s);
-        synth_matrix(&b, BLK("attn_output"), sp->type, qd, d, &s);
-        synth_ones(&b, BLK("ffn_norm"), d);
-        synth_matrix(&b, BLK("ffn_gate"), sp->type, d, sp->n_ff, &s);
-        synth_matrix(&b, BLK("ffn_up"), sp->type, d, sp->n_ff, &s);
-        synth_matrix(&b, BLK("ffn_down"), sp->type, sp->n_ff, d, &s);
+        synth_ones(b, BLK("attn_norm"), d);
+        synth_matrix(b, BLK("attn_q"), sp->type, d, qd, &s);
+        synth_matrix(b, BLK("attn_k"), sp->type, d, kvd, &s);
+        synth_matrix(b, BLK("attn_v"), sp->type, d, kvd, &s);
+        synth_matrix(b, BLK("attn_output"), sp->type, qd, d, &s);
+        synth_ones(b, BLK("ffn_norm"), d);
+        synth_matrix(b, BLK("ffn_gate"), sp->type, d, sp->n_ff, &s);
+        synth_matrix(b, BLK("ffn_up"), sp->type, d, sp->n_ff, &s);
+        synth_matrix(b, BLK("ffn_down"), sp->type, sp->n_ff, d, &s);
 #undef BLK
     }
     for (int32_t r = 0; mor && r < sp->n_rec; r++) {
         char name[32];
         snprintf(name, sizeof name, "rtr.%d.weight", r);
-        synth_matrix(&b, name, GGML_F32, d, 1, &s);
+        synth_matrix(b, name, GGML_F32, d, 1, &s);
     }
-    int rc = gb_write_file(&b, path);
-    gb_free(&b);
+    int rc = gguf_writer_write_file(b, path, NULL, 0);
+    gguf_writer_free(b);
     return rc;
 }
 #endif

@@ -18,7 +18,7 @@
 #include "mor.h"
 #include "cli.h"
 #include "drift.h"
-#include "gguf_build.h"
+#include "gguf_write.h"
 
 static int parse_type(const char *s, uint32_t *t)
 {
@@ -95,19 +95,18 @@ int main(int argc, char **argv)
         quantized_in |= g->tensors[i].type == GGML_Q8_0 || g->tensors[i].type == GGML_Q4_0;
     if (quantized_in && type != GGML_F32)
         fprintf(stderr, "mor-quantize: note: %s is already quantized; re-quantizing loses precision twice\n", in);
-    gguf_build b;
-    gb_init(&b);
+    gguf_writer *b = gguf_writer_new();
+    if (!b) { gguf_free(g); free(buf); return cli_error("out of memory"); }
     int fallback = 0;
-    gb_retype(&b, g, type, embd, &fallback);
+    gguf_writer_add_retyped(b, g, type, embd, &fallback);
     /* into a temporary file beside OUT, renamed at the end: OUT is never half-written */
     char *tmp = cli_tmp_path(out);
-    int rc = tmp ? gb_write_file(&b, tmp) : -1;
+    int rc = tmp ? gguf_writer_write_file(b, tmp, NULL, 0) : -1;
     if (!rc && rename(tmp, out)) rc = -1;
     if (rc && tmp) remove(tmp);
     free(tmp);
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < b.n_t; i++) bytes += b.t[i].nbytes;
-    gb_free(&b);
+    const uint64_t bytes = gguf_writer_data_bytes(b);
+    gguf_writer_free(b);
     gguf_free(g);
     free(buf);
     if (rc) return cli_error("cannot write %s", out);
