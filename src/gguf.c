@@ -113,6 +113,88 @@ static int cmp_u64_pair(const void *a, const void *b)
     return x[0] < y[0] ? -1 : x[0] > y[0];
 }
 
+/* The keys, each once, then general.alignment if given. */
+static mor_status parse_keys(cursor *c, gguf_file *g, uint64_t n_kv)
+{
+    mor_status st;
+    for (uint64_t i = 0; i < n_kv; i++) {
+        g->n_kv = i + 1;   /* so gguf_free releases what was parsed */
+        if ((st = parse_kv(c, &g->kv[i], i)) != MOR_OK) return st;
+        for (uint64_t j = 0; j < i; j++)
+            if (name_eq(g->kv[j].key, g->kv[i].key))
+                return err_set(MOR_E_FORMAT, "gguf: duplicate key '%.*s'", (int)g->kv[i].key.n, g->kv[i].key.p);
+    }
+    const gguf_kv *al = gguf_find_kv(g, "general.alignment");
+    if (al) {
+        uint32_t a;
+        if (al->type != GGUF_U32) return err_set(MOR_E_FORMAT, "gguf: general.alignment must be uint32");
+        memcpy(&a, al->data, 4);
+        if (a == 0 || (a & (a - 1)) || a > 4096) return err_set(MOR_E_FORMAT, "gguf: bad alignment %u", a);
+        g->alignment = a;
+    }
+    return MOR_OK;
+}
+
+/* Tensor info i: name, dims, type, offset; its byte size, checked. */
+static mor_status parse_tensor_info(cursor *c, gguf_file *g, uint64_t i)
+{
+    gguf_tensor *t = &g->tensors[i];
+    if (!rd_str(c, &t->name) || t->name.n == 0 || t->name.n > GGUF_MAX_NAME || !rd_u32(c, &t->n_dims))
+        return err_set(MOR_E_FORMAT, "gguf: tensor info %llu truncated or bad name", (unsigned long long)i);
+    if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
+        return err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' has %u dims", (int)t->name.n, t->name.p, t->n_dims);
+    uint64_t nel = 1;
+    for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
+        uint64_t ne = 1;
+        if (d < t->n_dims && !rd_u64(c, &ne)) return err_set(MOR_E_FORMAT, "gguf: tensor info truncated");
+        if (ne == 0 || ne > (uint64_t)INT32_MAX || nel > UINT64_MAX / ne)
+            return err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' has a bad dimension", (int)t->name.n, t->name.p);
+        t->ne[d] = (int64_t)ne; nel *= ne;
+    }
+    if (!rd_u32(c, &t->type) || !rd_u64(c, &t->offset)) return err_set(MOR_E_FORMAT, "gguf: tensor info truncated");
+    uint64_t rb = tensor_row_bytes(t->type, t->ne[0]);
+    if (!rb)
+        return err_set(MOR_E_FORMAT, "gguf: tensor '%.*s': unsupported type %u or row size", (int)t->name.n, t->name.p,
+                       t->type);
+    uint64_t rows = nel / (uint64_t)t->ne[0];
+    if (rows > UINT64_MAX / rb) return err_set(MOR_E_FORMAT, "gguf: tensor too large");
+    t->nbytes = rb * rows;
+    if (t->offset % g->alignment)
+        return err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' offset not aligned", (int)t->name.n, t->name.p);
+    for (uint64_t j = 0; j < i; j++)
+        if (name_eq(g->tensors[j].name, t->name))
+            return err_set(MOR_E_FORMAT, "gguf: duplicate tensor '%.*s'", (int)t->name.n, t->name.p);
+    return MOR_OK;
+}
+
+/* The data section, aligned after the infos at pos: every tensor inside the
+ * file, none overlapping. */
+static mor_status place_data(gguf_file *g, uint64_t pos)
+{
+    const uint64_t n = g->n_tensors, data = (pos + g->alignment - 1) / g->alignment * g->alignment;
+    if (n && data > g->size) return err_set(MOR_E_FORMAT, "gguf: truncated before the data section");
+    g->data_offset = data;
+    uint64_t *ranges = malloc(sizeof(uint64_t) * 2 * (n ? n : 1));
+    if (!ranges) return err_set(MOR_E_NOMEM, "gguf: out of memory");
+    for (uint64_t i = 0; i < n; i++) {
+        gguf_tensor *t = &g->tensors[i];
+        uint64_t avail = g->size - data;
+        if (t->offset > avail || t->nbytes > avail - t->offset) {
+            mor_status st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' data lies outside the file (truncated?)",
+                                    (int)t->name.n, t->name.p);
+            free(ranges);
+            return st;
+        }
+        t->data = g->buf + data + t->offset;
+        ranges[2 * i] = t->offset; ranges[2 * i + 1] = t->offset + t->nbytes;
+    }
+    qsort(ranges, n, 2 * sizeof(uint64_t), cmp_u64_pair);
+    for (uint64_t i = 1; i < n; i++)
+        if (ranges[2 * i] < ranges[2 * i - 1]) { free(ranges); return err_set(MOR_E_FORMAT, "gguf: tensor data regions overlap"); }
+    free(ranges);
+    return MOR_OK;
+}
+
 mor_status gguf_parse(const void *buf, size_t size, gguf_file **out)
 {
     *out = NULL;
@@ -137,92 +219,13 @@ mor_status gguf_parse(const void *buf, size_t size, gguf_file **out)
     g->buf = buf; g->size = size; g->version = version; g->alignment = 32;
     g->kv = calloc(n_kv ? n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
-    if (!g->kv || !g->tensors) { gguf_free(g); return err_set(MOR_E_NOMEM, "gguf: out of memory"); }
-
-    mor_status st;
-    for (uint64_t i = 0; i < n_kv; i++) {
-        g->n_kv = i + 1;   /* so gguf_free releases what was parsed */
-        if ((st = parse_kv(&c, &g->kv[i], i)) != MOR_OK) { gguf_free(g); return st; }
-        for (uint64_t j = 0; j < i; j++)
-            if (name_eq(g->kv[j].key, g->kv[i].key)) {
-                st = err_set(MOR_E_FORMAT, "gguf: duplicate key '%.*s'", (int)g->kv[i].key.n, g->kv[i].key.p);
-                gguf_free(g); return st;
-            }
+    mor_status st = !g->kv || !g->tensors ? err_set(MOR_E_NOMEM, "gguf: out of memory") : parse_keys(&c, g, n_kv);
+    for (uint64_t i = 0; !st && i < n_tensors; i++) st = parse_tensor_info(&c, g, i);
+    if (!st) {
+        g->n_tensors = n_tensors;
+        st = place_data(g, size - c.left);
     }
-    g->n_kv = n_kv;
-
-    const gguf_kv *al = gguf_find_kv(g, "general.alignment");
-    if (al) {
-        uint32_t a;
-        if (al->type != GGUF_U32) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: general.alignment must be uint32"); }
-        memcpy(&a, al->data, 4);
-        if (a == 0 || (a & (a - 1)) || a > 4096) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: bad alignment %u", a); }
-        g->alignment = a;
-    }
-
-    for (uint64_t i = 0; i < n_tensors; i++) {
-        gguf_tensor *t = &g->tensors[i];
-        if (!rd_str(&c, &t->name) || t->name.n == 0 || t->name.n > GGUF_MAX_NAME || !rd_u32(&c, &t->n_dims)) {
-            gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor info %llu truncated or bad name", (unsigned long long)i);
-        }
-        if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS) {
-            st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' has %u dims", (int)t->name.n, t->name.p, t->n_dims);
-            gguf_free(g); return st;
-        }
-        uint64_t nel = 1;
-        for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
-            uint64_t ne = 1;
-            if (d < t->n_dims && !rd_u64(&c, &ne)) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor info truncated"); }
-            if (ne == 0 || ne > (uint64_t)INT32_MAX || nel > UINT64_MAX / ne) {
-                st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' has a bad dimension", (int)t->name.n, t->name.p);
-                gguf_free(g); return st;
-            }
-            t->ne[d] = (int64_t)ne; nel *= ne;
-        }
-        if (!rd_u32(&c, &t->type) || !rd_u64(&c, &t->offset)) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor info truncated"); }
-        uint64_t rb = tensor_row_bytes(t->type, t->ne[0]);
-        if (!rb) {
-            st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s': unsupported type %u or row size", (int)t->name.n, t->name.p, t->type);
-            gguf_free(g); return st;
-        }
-        uint64_t rows = nel / (uint64_t)t->ne[0];
-        if (rows > UINT64_MAX / rb) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor too large"); }
-        t->nbytes = rb * rows;
-        if (t->offset % g->alignment) {
-            st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' offset not aligned", (int)t->name.n, t->name.p);
-            gguf_free(g); return st;
-        }
-        for (uint64_t j = 0; j < i; j++)
-            if (name_eq(g->tensors[j].name, t->name)) {
-                st = err_set(MOR_E_FORMAT, "gguf: duplicate tensor '%.*s'", (int)t->name.n, t->name.p);
-                gguf_free(g); return st;
-            }
-    }
-    g->n_tensors = n_tensors;
-
-    /* data section: aligned after the infos; every tensor inside the file, none overlapping */
-    uint64_t pos = size - c.left;
-    uint64_t data = (pos + g->alignment - 1) / g->alignment * g->alignment;
-    if (n_tensors && data > size) { gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: truncated before the data section"); }
-    g->data_offset = data;
-    uint64_t *ranges = malloc(sizeof(uint64_t) * 2 * (n_tensors ? n_tensors : 1));
-    if (!ranges) { gguf_free(g); return err_set(MOR_E_NOMEM, "gguf: out of memory"); }
-    for (uint64_t i = 0; i < n_tensors; i++) {
-        gguf_tensor *t = &g->tensors[i];
-        uint64_t avail = size - data;
-        if (t->offset > avail || t->nbytes > avail - t->offset) {
-            st = err_set(MOR_E_FORMAT, "gguf: tensor '%.*s' data lies outside the file (truncated?)", (int)t->name.n, t->name.p);
-            free(ranges); gguf_free(g); return st;
-        }
-        t->data = (const uint8_t *)buf + data + t->offset;
-        ranges[2 * i] = t->offset; ranges[2 * i + 1] = t->offset + t->nbytes;
-    }
-    qsort(ranges, n_tensors, 2 * sizeof(uint64_t), cmp_u64_pair);
-    for (uint64_t i = 1; i < n_tensors; i++)
-        if (ranges[2 * i] < ranges[2 * i - 1]) {
-            free(ranges); gguf_free(g); return err_set(MOR_E_FORMAT, "gguf: tensor data regions overlap");
-        }
-    free(ranges);
+    if (st) { gguf_free(g); return st; }
     *out = g;
     return MOR_OK;
 }

@@ -76,12 +76,15 @@ static void rope_rows(const mor_model *m, float *v, int32_t n_heads, const float
     else k_rope_cs_part(v, n_heads, m->head_dim, m->arch.rope_dims, cs);
 }
 
-mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv,
-                              layer_scratch *s, float *x, const int32_t *pos, const int32_t *seq, int32_t n)
+/* The attention half: x += o(attn(norm(x))) (post-norms: x += norm(o(...))),
+ * the rows' K/V appended to their cache layers first. Under the parallel
+ * residual the FFN's input is normed here, before x changes. */
+static mor_status attention(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv, layer_scratch *s,
+                  float *x, const int32_t *pos, const int32_t *seq, int32_t n)
 {
     const layer_weights *w = &m->layers[l];
     const model_arch *a = &m->arch;
-    const int32_t d = m->n_embd, hd = m->head_dim, qd = m->n_head * hd, kvd = m->n_head_kv * hd, F = m->n_ff;
+    const int32_t d = m->n_embd, hd = m->head_dim, qd = m->n_head * hd, kvd = m->n_head_kv * hd;
     int stores = 0;   /* some row stores K/V (under sharing, recursion-0 rows only) */
     for (int32_t i = 0; i < n && !stores; i++) stores = ROW_STORES(i);
     exec_ctx *e = &s->exec;
@@ -140,7 +143,19 @@ mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_
         bias_rows(w, ROLE_ATTN_OUT, x, d, n);
         LORA(ROLE_ATTN_OUT, s->att, qd, x, d);
     }
+    return MOR_OK;
+}
 
+/* The feed-forward half: x += down(act(gate x) * up x) (ungated: down(act(up
+ * x)); post-norms: x += norm(down(...))), on the normed input in s->xn. */
+static void feed_forward(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv, layer_scratch *s,
+                  float *x, const int32_t *pos, const int32_t *seq, int32_t n)
+{
+    const layer_weights *w = &m->layers[l];
+    const model_arch *a = &m->arch;
+    const int32_t d = m->n_embd, F = m->n_ff;
+    exec_ctx *e = &s->exec;
+    const kernel_set *k = e->k;
     if (!a->parallel_residual) norm_rows(m, k, w, ROLE_FFN_NORM, s->xn, d, x, d, n);
     int ffn_lora = 0;
     for (int32_t i = 0; i < n && !ffn_lora; i++)
@@ -178,6 +193,14 @@ mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_
         bias_rows(w, ROLE_FFN_DOWN, x, d, n);
         LORA(ROLE_FFN_DOWN, act, F, x, d);
     }
+}
+
+mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv,
+                              layer_scratch *s, float *x, const int32_t *pos, const int32_t *seq, int32_t n)
+{
+    mor_status st = attention(m, l, row_layer, kv, s, x, pos, seq, n);
+    if (st) return st;
+    feed_forward(m, l, row_layer, kv, s, x, pos, seq, n);
     return MOR_OK;
 }
 #undef LORA

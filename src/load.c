@@ -412,29 +412,18 @@ static mor_status check_finite(const gguf_file *g, const mor_model_params *p)
     return MOR_OK;
 }
 
-static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model_params *p)
+/* The decoder layers' tensors, by role: each unrolled layer's through the
+ * role's layer map (mor.layer_map, overridden per role). map: L x
+ * (ROLE_ALL + 1) scratch. */
+static mor_status load_layers(loader *ld, mor_model *m, const mor_model_params *p, int32_t *map)
 {
+    const gguf_file *g = ld->g;
+    const int32_t L = m->n_layer, d = m->n_embd;
     mor_status st;
-    loader ld = { g, calloc(g->n_tensors ? g->n_tensors : 1, 1) };
-    if (!ld.used) return err_set(MOR_E_NOMEM, "out of memory");
-    int32_t L = m->n_layer, d = m->n_embd;
-    int32_t *map = malloc(sizeof(int32_t) * (size_t)L * (ROLE_ALL + 1));
-    m->layers = calloc((size_t)L, sizeof(layer_weights));
-    if (!map || !m->layers) { st = err_set(MOR_E_NOMEM, "out of memory"); goto done; }
-
-    if ((st = get_tensor(&ld, "token_embd.weight", d, m->n_vocab, 0, &m->tok_embd))) goto done;
-    if ((st = get_tensor(&ld, "output_norm.weight", d, 0, 1, &m->output_norm))) goto done;
-    if (m->arch.layer_norm && (st = get_tensor(&ld, "output_norm.bias", d, 0, 1, &m->output_norm_b))) goto done;
-    if (gguf_find_tensor(g, "output.weight")) {
-        if ((st = get_tensor(&ld, "output.weight", d, m->n_vocab, 0, &m->output))) goto done;
-    } else {
-        m->output = m->tok_embd;   /* tied, as SmolLM and the MoR checkpoints are */
-    }
-
     /* per-role layer maps: the default map, overridden per role */
     int32_t *defmap = map + (size_t)L * ROLE_ALL;
     st = gguf_get_arr_i32(g, "mor.layer_map", defmap, (uint64_t)L);
-    if (st) { if (st == MOR_E_OUT_OF_RANGE) st = err_set(MOR_E_FORMAT, "missing key 'mor.layer_map'"); goto done; }
+    if (st) return st == MOR_E_OUT_OF_RANGE ? err_set(MOR_E_FORMAT, "missing key 'mor.layer_map'") : st;
     const int64_t hd = m->head_dim, qd = hd * m->n_head, kvd = hd * m->n_head_kv;
     /* GGUF dims of each role; a bias (role r + 9) is a vector of role r's outputs */
     int64_t shape[ROLE_ALL][2] = {
@@ -448,45 +437,78 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
     shape[ROLE_ATTN_POST_NORM][0] = shape[ROLE_FFN_POST_NORM][0] = d;
     for (int role = 0; role < ROLE_ALL; role++) {
         char key[64], name[96];
-        if (role < ROLE_COUNT && (st = report(p, 0.6f + 0.3f * (float)role / ROLE_COUNT))) goto done;
+        if (role < ROLE_COUNT && (st = report(p, 0.6f + 0.3f * (float)role / ROLE_COUNT))) return st;
         int32_t *rm = map + (size_t)L * role;
         snprintf(key, sizeof key, "mor.layer_map.%s", role_names[role]);
         const int present = role_present(&m->arch, role);
         if (!present) {
-            if (gguf_find_kv(g, key)) { st = err_set(MOR_E_FORMAT, "key '%s' names a role this model does not have", key); goto done; }
+            if (gguf_find_kv(g, key)) return err_set(MOR_E_FORMAT, "key '%s' names a role this model does not have", key);
             continue;
         }
         st = gguf_get_arr_i32(g, key, rm, (uint64_t)L);
         if (st == MOR_E_OUT_OF_RANGE) memcpy(rm, defmap, sizeof(int32_t) * (size_t)L);
-        else if (st) goto done;
+        else if (st) return st;
         for (int32_t l = 0; l < L; l++) {
-            if (rm[l] < 0 || rm[l] >= 4096) { st = err_set(MOR_E_FORMAT, "%s[%d] = %d is out of range", key, l, rm[l]); goto done; }
+            if (rm[l] < 0 || rm[l] >= 4096) return err_set(MOR_E_FORMAT, "%s[%d] = %d is out of range", key, l, rm[l]);
             snprintf(name, sizeof name, "blk.%d.%s", rm[l], role_tensor[role]);
             int vec = shape[role][1] == 0;   /* norms and biases: F32 vectors */
-            if ((st = get_tensor(&ld, name, shape[role][0], shape[role][1], vec, &m->layers[l].w[role]))) goto done;
+            if ((st = get_tensor(ld, name, shape[role][0], shape[role][1], vec, &m->layers[l].w[role]))) return st;
         }
+    }
+    return MOR_OK;
+}
+
+/* The routers: one per recursion (expert-choice, and the auxiliary ones the
+ * official code trains, skipped) or one for all (token-choice, with its
+ * selection bias). */
+static mor_status load_routers(loader *ld, mor_model *m)
+{
+    const gguf_file *g = ld->g;
+    const int32_t d = m->n_embd;
+    mor_status st;
+    if (m->router_type == MOR_ROUTER_TYPE_NONE) return MOR_OK;
+    int mlp;
+    static const char *const archs[] = { "linear", "mlp", NULL };
+    if ((st = opt_str_choice(g, "mor.router.arch", archs, -1, &mlp))) return st;
+    if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
+        for (int r = 0; r < m->n_rec; r++) {
+            char pfx[32];
+            snprintf(pfx, sizeof pfx, "rtr.%d", r);
+            if ((st = load_router(ld, pfx, mlp, d, 1, &m->router[r]))) return st;
+        }
+        if ((st = skip_aux_routers(ld, m))) return st;
+    } else {
+        if ((st = load_router(ld, "rtr", mlp, d, m->n_rec, &m->router_tc))) return st;
+        if (gguf_find_tensor(g, "rtr.bias")) {
+            tensor b;
+            if ((st = get_tensor(ld, "rtr.bias", m->n_rec, 0, 1, &b))) return st;
+            m->router_bias = b.data;
+        }
+    }
+    return MOR_OK;
+}
+
+static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model_params *p)
+{
+    mor_status st;
+    loader ld = { g, calloc(g->n_tensors ? g->n_tensors : 1, 1) };
+    if (!ld.used) return err_set(MOR_E_NOMEM, "out of memory");
+    const int32_t L = m->n_layer, d = m->n_embd;
+    int32_t *map = malloc(sizeof(int32_t) * (size_t)L * (ROLE_ALL + 1));
+    m->layers = calloc((size_t)L, sizeof(layer_weights));
+    if (!map || !m->layers) { st = err_set(MOR_E_NOMEM, "out of memory"); goto done; }
+
+    if ((st = get_tensor(&ld, "token_embd.weight", d, m->n_vocab, 0, &m->tok_embd))) goto done;
+    if ((st = get_tensor(&ld, "output_norm.weight", d, 0, 1, &m->output_norm))) goto done;
+    if (m->arch.layer_norm && (st = get_tensor(&ld, "output_norm.bias", d, 0, 1, &m->output_norm_b))) goto done;
+    if (gguf_find_tensor(g, "output.weight")) {
+        if ((st = get_tensor(&ld, "output.weight", d, m->n_vocab, 0, &m->output))) goto done;
+    } else {
+        m->output = m->tok_embd;   /* tied, as SmolLM and the MoR checkpoints are */
     }
 
-    if (m->router_type != MOR_ROUTER_TYPE_NONE) {
-        int mlp;
-        static const char *const archs[] = { "linear", "mlp", NULL };
-        if ((st = opt_str_choice(g, "mor.router.arch", archs, -1, &mlp))) goto done;
-        if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
-            for (int r = 0; r < m->n_rec; r++) {
-                char pfx[32];
-                snprintf(pfx, sizeof pfx, "rtr.%d", r);
-                if ((st = load_router(&ld, pfx, mlp, d, 1, &m->router[r]))) goto done;
-            }
-            if ((st = skip_aux_routers(&ld, m))) goto done;
-        } else {
-            if ((st = load_router(&ld, "rtr", mlp, d, m->n_rec, &m->router_tc))) goto done;
-            if (gguf_find_tensor(g, "rtr.bias")) {
-                tensor b;
-                if ((st = get_tensor(&ld, "rtr.bias", m->n_rec, 0, 1, &b))) goto done;
-                m->router_bias = b.data;
-            }
-        }
-    }
+    if ((st = load_layers(&ld, m, p, map))) goto done;
+    if ((st = load_routers(&ld, m))) goto done;
 
     if ((st = lora_load(g, m, ld.used))) goto done;
     for (uint64_t i = 0; i < g->n_tensors; i++) {

@@ -43,6 +43,83 @@ static mor_status read_scale(const gguf_file *g, const char *key, float def, flo
     return MOR_OK;
 }
 
+/* Each lora.* tensor of g into its delta of lo (the a factors, with their
+ * rank and scale; the b factors into bt[l * ROLE_COUNT + role]), checked
+ * against the model, and marked used. */
+static mor_status read_factors(const gguf_file *g, const mor_model *m, const float *scale, struct lora_set *lo,
+                               const gguf_tensor **bt, unsigned char *used)
+{
+    mor_status st;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        int32_t l;
+        int role, part;
+        if (t->name.n < 5 || memcmp(t->name.p, "lora.", 5) != 0) continue;
+        if (!parse_name(t->name, m->n_layer, &l, &role, &part)) {
+            st = err_set(MOR_E_FORMAT, "tensor '%.*s': not lora.<layer>.<projection>.<a|b> of this model",
+                         (int)(t->name.n > 96 ? 96 : t->name.n), t->name.p);
+            return st;
+        }
+        const tensor *w = &m->layers[l].w[role];
+        const int64_t in = w->cols, out = w->rows, rmax = in < out ? in : out;
+        if (!w->data) {
+            st = err_set(MOR_E_FORMAT, "tensor '%.*s': this model has no %s projection", (int)t->name.n, t->name.p,
+                         role_names[role]);
+            return st;
+        }
+        if (t->type != GGML_F32) {
+            st = err_set(MOR_E_FORMAT, "tensor '%.*s' has type %s; LoRA factors must be F32", (int)t->name.n, t->name.p,
+                         tensor_type_name(t->type));
+            return st;
+        }
+        /* a: GGUF [in, r]; b: [r, out]; 1 <= r <= min(in, out) keeps the
+         * product within the model's dims (and the kernels' per-thread scratch) */
+        int64_t r = part ? t->ne[0] : t->ne[1];
+        if (t->n_dims != 2 || (part ? t->ne[1] != out : t->ne[0] != in) || r < 1 || r > rmax) {
+            st = err_set(MOR_E_FORMAT, "tensor '%.*s' has shape [%lld, %lld]; expected [%s] with 1 <= r <= %lld",
+                         (int)t->name.n, t->name.p, (long long)t->ne[0], (long long)t->ne[1],
+                         part ? "r, out" : "in, r", (long long)rmax);
+            return st;
+        }
+        lora_delta *d = &lo->d[l][role];
+        if (part) bt[(size_t)l * ROLE_COUNT + role] = t;
+        else { d->a = (const float *)t->data; d->r = (int32_t)r; d->s = scale[role]; }
+        used[t - g->tensors] = 1;
+    }
+    return MOR_OK;
+}
+
+/* Every delta has both factors of one rank; B transposed once (bt, owned). */
+static mor_status pair_factors(const mor_model *m, struct lora_set *lo, const gguf_tensor *const *bt)
+{
+    mor_status st;
+    for (int32_t l = 0; l < m->n_layer; l++)
+        for (int role = 0; role < ROLE_COUNT; role++) {
+            lora_delta *d = &lo->d[l][role];
+            const gguf_tensor *b = bt[(size_t)l * ROLE_COUNT + role];
+            if (!d->a != !b) {
+                st = err_set(MOR_E_FORMAT, "lora.%d.%s has %s but not %s", l, role_names[role], d->a ? "a" : "b",
+                             d->a ? "b" : "a");
+                return st;
+            }
+            if (!b) continue;
+            if (b->ne[0] != d->r) {
+                st = err_set(MOR_E_FORMAT, "lora.%d.%s: a has rank %d but b has %lld", l, role_names[role], d->r,
+                             (long long)b->ne[0]);
+                return st;
+            }
+            d->b = (const float *)b->data;
+            const int64_t out = m->layers[l].w[role].rows;
+            if (!(d->bt = malloc(sizeof(float) * (size_t)(d->r * out)))) {
+                st = err_set(MOR_E_NOMEM, "out of memory");
+                return st;
+            }
+            for (int64_t o = 0; o < out; o++)
+                for (int32_t q = 0; q < d->r; q++) d->bt[q * out + o] = d->b[o * d->r + q];
+        }
+    return MOR_OK;
+}
+
 mor_status lora_load(const gguf_file *g, mor_model *m, unsigned char *used)
 {
     mor_status st;
@@ -68,66 +145,7 @@ mor_status lora_load(const gguf_file *g, mor_model *m, unsigned char *used)
     lo->n_layer = m->n_layer;
     const gguf_tensor **bt = calloc((size_t)m->n_layer * ROLE_COUNT, sizeof *bt);   /* the b of each delta */
     if (!bt) { lora_free(lo); return err_set(MOR_E_NOMEM, "out of memory"); }
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        const gguf_tensor *t = &g->tensors[i];
-        int32_t l;
-        int role, part;
-        if (t->name.n < 5 || memcmp(t->name.p, "lora.", 5) != 0) continue;
-        if (!parse_name(t->name, m->n_layer, &l, &role, &part)) {
-            st = err_set(MOR_E_FORMAT, "tensor '%.*s': not lora.<layer>.<projection>.<a|b> of this model",
-                         (int)(t->name.n > 96 ? 96 : t->name.n), t->name.p);
-            goto fail;
-        }
-        const tensor *w = &m->layers[l].w[role];
-        const int64_t in = w->cols, out = w->rows, rmax = in < out ? in : out;
-        if (!w->data) {
-            st = err_set(MOR_E_FORMAT, "tensor '%.*s': this model has no %s projection", (int)t->name.n, t->name.p,
-                         role_names[role]);
-            goto fail;
-        }
-        if (t->type != GGML_F32) {
-            st = err_set(MOR_E_FORMAT, "tensor '%.*s' has type %s; LoRA factors must be F32", (int)t->name.n, t->name.p,
-                         tensor_type_name(t->type));
-            goto fail;
-        }
-        /* a: GGUF [in, r]; b: [r, out]; 1 <= r <= min(in, out) keeps the
-         * product within the model's dims (and the kernels' per-thread scratch) */
-        int64_t r = part ? t->ne[0] : t->ne[1];
-        if (t->n_dims != 2 || (part ? t->ne[1] != out : t->ne[0] != in) || r < 1 || r > rmax) {
-            st = err_set(MOR_E_FORMAT, "tensor '%.*s' has shape [%lld, %lld]; expected [%s] with 1 <= r <= %lld",
-                         (int)t->name.n, t->name.p, (long long)t->ne[0], (long long)t->ne[1],
-                         part ? "r, out" : "in, r", (long long)rmax);
-            goto fail;
-        }
-        lora_delta *d = &lo->d[l][role];
-        if (part) bt[(size_t)l * ROLE_COUNT + role] = t;
-        else { d->a = (const float *)t->data; d->r = (int32_t)r; d->s = scale[role]; }
-        used[t - g->tensors] = 1;
-    }
-    for (int32_t l = 0; l < m->n_layer; l++)
-        for (int role = 0; role < ROLE_COUNT; role++) {
-            lora_delta *d = &lo->d[l][role];
-            const gguf_tensor *b = bt[(size_t)l * ROLE_COUNT + role];
-            if (!d->a != !b) {
-                st = err_set(MOR_E_FORMAT, "lora.%d.%s has %s but not %s", l, role_names[role], d->a ? "a" : "b",
-                             d->a ? "b" : "a");
-                goto fail;
-            }
-            if (!b) continue;
-            if (b->ne[0] != d->r) {
-                st = err_set(MOR_E_FORMAT, "lora.%d.%s: a has rank %d but b has %lld", l, role_names[role], d->r,
-                             (long long)b->ne[0]);
-                goto fail;
-            }
-            d->b = (const float *)b->data;
-            const int64_t out = m->layers[l].w[role].rows;
-            if (!(d->bt = malloc(sizeof(float) * (size_t)(d->r * out)))) {
-                st = err_set(MOR_E_NOMEM, "out of memory");
-                goto fail;
-            }
-            for (int64_t o = 0; o < out; o++)
-                for (int32_t q = 0; q < d->r; q++) d->bt[q * out + o] = d->b[o * d->r + q];
-        }
+    if ((st = read_factors(g, m, scale, lo, bt, used)) || (st = pair_factors(m, lo, bt))) goto fail;
     free(bt);
     m->lora = lo;
     return MOR_OK;

@@ -250,10 +250,9 @@ static void decoded_text(tokenizer *t, int32_t i, const gguf_str *e, uint32_t *p
     }
 }
 
-/* The texts: type and decoded bytes of every token, and a temporary index of
- * the texts as stored. */
-static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *tokens_kv,
-                              text_index *ix)
+/* Every token's type, checked against the model; *total_out: the bytes of
+ * all texts as stored. */
+static mor_status load_types(tokenizer *t, const gguf_file *g, const gguf_kv *tokens_kv, uint64_t *total_out)
 {
     const char *types_key = "tokenizer.ggml.token_type";
     int32_t n = t->n_tokens;
@@ -284,11 +283,16 @@ static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *t
     free(types);
     if (total >= UINT32_MAX)
         return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: texts too long in total");
+    *total_out = total;
+    return MOR_OK;
+}
 
-    /* SentencePiece byte tokens: "<0xNN>", one per byte. */
-    for (int b = 0; b < 256; b++) t->byte_token[b] = -1;
+/* SentencePiece: the byte tokens <0xNN>, all 256 of them or none. */
+static mor_status spm_byte_tokens(tokenizer *t, const gguf_kv *tokens_kv)
+{
+    const int32_t n = t->n_tokens;
     int n_byte = 0;
-    for (int32_t i = 0; i < n && t->model != TOK_BPE; i++) {
+    for (int32_t i = 0; i < n; i++) {
         if (t->type[i] != TT_BYTE) continue;
         const gguf_str *e = &tokens_kv->strs[i];
         int b = byte_token_value(e);
@@ -304,17 +308,14 @@ static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *t
     if (n_byte != 0 && n_byte != 256)
         return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: %d of the 256 byte tokens <0xNN>; byte "
                        "fallback needs all of them", n_byte);
+    return MOR_OK;
+}
 
-    t->bytes = malloc(total ? (size_t)total : 1);
-    if (!t->bytes) return NOMEM();
-    uint32_t pos = 0;
-    for (int32_t i = 0; i < n; i++) {
-        t->off[i] = pos;
-        decoded_text(t, i, &tokens_kv->strs[i], &pos);
-    }
-    t->off[n] = pos;
-
-    /* Index the texts; a text listed twice would make merges ambiguous. */
+/* A temporary index of the texts as stored; a text listed twice would make
+ * merges ambiguous. */
+static mor_status index_texts(const tokenizer *t, const gguf_kv *tokens_kv, text_index *ix)
+{
+    const int32_t n = t->n_tokens;
     uint64_t size = table_size((uint64_t)n, NULL);
     ix->texts = tokens_kv->strs;
     ix->mask = size - 1;
@@ -333,8 +334,12 @@ static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *t
                                (int)i, STR_ARG(*e), (int)(sl - 1));
         }
     }
-    if (t->model != TOK_BPE) return MOR_OK;
+    return MOR_OK;
+}
 
+/* Byte-level BPE: the token of each byte's character. */
+static mor_status bpe_byte_tokens(tokenizer *t, const text_index *ix)
+{
     /* Byte-level BPE starts from one token per byte. Real vocabularies lack
      * a few: StarCoder's and GPT-NeoX's the bytes UTF-8 never uses (C0, C1),
      * Falcon's some control bytes; such a byte is dropped from the text, as
@@ -356,6 +361,29 @@ static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *t
         return err_set(MOR_E_FORMAT, "tokenizer.ggml.tokens: %d of the 256 byte-level characters have no token; "
                        "this is not a byte-level BPE vocabulary", n_missing);
     return MOR_OK;
+}
+
+/* The texts: type and decoded bytes of every token, and a temporary index of
+ * the texts as stored. */
+static mor_status load_tokens(tokenizer *t, const gguf_file *g, const gguf_kv *tokens_kv,
+                              text_index *ix)
+{
+    const int32_t n = t->n_tokens;
+    uint64_t total = 0;
+    mor_status s = load_types(t, g, tokens_kv, &total);
+    for (int b = 0; b < 256; b++) t->byte_token[b] = -1;
+    if (!s && t->model != TOK_BPE) s = spm_byte_tokens(t, tokens_kv);
+    if (s) return s;
+    t->bytes = malloc(total ? (size_t)total : 1);
+    if (!t->bytes) return NOMEM();
+    uint32_t pos = 0;
+    for (int32_t i = 0; i < n; i++) {
+        t->off[i] = pos;
+        decoded_text(t, i, &tokens_kv->strs[i], &pos);
+    }
+    t->off[n] = pos;
+    if ((s = index_texts(t, tokens_kv, ix))) return s;
+    return t->model == TOK_BPE ? bpe_byte_tokens(t, ix) : MOR_OK;
 }
 
 static mor_status load_merges(tokenizer *t, const gguf_file *g, const text_index *ix)
