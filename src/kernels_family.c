@@ -73,38 +73,3 @@ void k_rope_cs_part(float *v, int32_t n_heads, int32_t head_dim, int32_t rot, co
     }
 }
 
-/* Element i of a cache row of type t (F32, F16, Q8_0). */
-static float kv_elem(const void *row, uint32_t t, int32_t i)
-{
-    switch (t) {
-    case GGML_F16: return f16_to_f32(((const uint16_t *)row)[i]);
-    case GGML_Q8_0: {
-        const block_q8_0 *b = (const block_q8_0 *)row + i / QK;
-        return f16_to_f32(b->d) * (float)b->qs[i % QK];
-    }
-    default: return ((const float *)row)[i];
-    }
-}
-
-void k_attend_capped(const float *q, int32_t group, int32_t hd, const void *k, const void *v, size_t stride,
-                     uint32_t kv_type, const int32_t *cells, int32_t nv, float scale, float cap, float *probs,
-                     float *out)
-{
-    for (int32_t g = 0; g < group; g++) {
-        const float *qh = q + (int64_t)g * hd;
-        float *p = probs + (int64_t)g * nv;
-        for (int32_t t = 0; t < nv; t++) {
-            const void *kr = (const char *)k + (size_t)cells[t] * stride;
-            float d = 0;
-            for (int32_t i = 0; i < hd; i++) d += qh[i] * kv_elem(kr, kv_type, i);
-            p[t] = tanhf(d * scale / cap) * cap;
-        }
-        k_softmax(p, nv);
-        float *oh = out + (int64_t)g * hd;
-        memset(oh, 0, sizeof(float) * (size_t)hd);
-        for (int32_t t = 0; t < nv; t++) {
-            const void *vr = (const char *)v + (size_t)cells[t] * stride;
-            for (int32_t i = 0; i < hd; i++) oh[i] += p[t] * kv_elem(vr, kv_type, i);
-        }
-    }
-}

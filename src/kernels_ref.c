@@ -239,9 +239,12 @@ static float kv_at(const void *row, uint32_t t, int32_t i)
     }
 }
 
-void k_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
-                    size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
-                    float scale, float *probs, float *out)
+/* Attention of one query row's group, the scores soft-capped when cap > 0
+ * (c * tanh(s / c), Gemma 2): the reference, and the kernel every set uses
+ * for soft-capped scores (kernels.h, k_attend_capped). */
+static void attend(const float *q, int32_t group, int32_t hd, const void *k, const void *v, size_t stride,
+                   uint32_t kv_type, const int32_t *cells, int32_t nv, float scale, float cap, float *probs,
+                   float *out)
 {
     for (int32_t g = 0; g < group; g++) {
         const float *qh = q + (int64_t)g * hd;
@@ -250,7 +253,7 @@ void k_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, cons
             const void *kr = (const char *)k + (size_t)cells[t] * stride;
             float d = 0;
             for (int32_t i = 0; i < hd; i++) d += qh[i] * kv_at(kr, kv_type, i);
-            p[t] = d * scale;
+            p[t] = cap > 0 ? tanhf(d * scale / cap) * cap : d * scale;
         }
         k_softmax(p, nv);
         float *oh = out + (int64_t)g * hd;
@@ -260,6 +263,20 @@ void k_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, cons
             for (int32_t i = 0; i < hd; i++) oh[i] += p[t] * kv_at(vr, kv_type, i);
         }
     }
+}
+
+void k_attend_ref(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
+                  size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
+                  float scale, float *probs, float *out)
+{
+    attend(q, group, hd, k, v, stride, kv_type, cells, nv, scale, 0.0f, probs, out);
+}
+
+void k_attend_capped(const float *q, int32_t group, int32_t hd, const void *k, const void *v, size_t stride,
+                     uint32_t kv_type, const int32_t *cells, int32_t nv, float scale, float cap, float *probs,
+                     float *out)
+{
+    attend(q, group, hd, k, v, stride, kv_type, cells, nv, scale, cap, probs, out);
 }
 
 static void swiglu_ref(float *g, const float *u, int64_t n)

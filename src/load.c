@@ -580,15 +580,24 @@ static mor_status load_image(const void *buf, size_t size, const mor_model_param
     return report(p, 1.0f);
 }
 
-mor_status mor_model_load_memory(const void *data, size_t size, const mor_model_params *params, mor_model **out)
+/* The start of both loaders: out and the source (what, named) checked, the
+ * params read, progress 0. */
+static mor_status load_start(const char *fn, const void *src, const char *what, const mor_model_params *params,
+                             mor_model **out, mor_model_params *p)
 {
     err_clear();
-    mor_model_params p;
-    mor_status st;
-    if (!out) return err_set(MOR_E_INVALID_ARG, "mor_model_load_memory: out is NULL");
+    if (!out) return err_set(MOR_E_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
-    if (!data) return err_set(MOR_E_INVALID_ARG, "mor_model_load_memory: data is NULL");
-    if ((st = model_params_read(params, &p)) || (st = report(&p, 0.0f))) return st;
+    if (!src) return err_set(MOR_E_INVALID_ARG, "%s: %s is NULL", fn, what);
+    mor_status st = model_params_read(params, p);
+    return st ? st : report(p, 0.0f);
+}
+
+mor_status mor_model_load_memory(const void *data, size_t size, const mor_model_params *params, mor_model **out)
+{
+    mor_model_params p;
+    mor_status st = load_start("mor_model_load_memory", data, "data", params, out, &p);
+    if (st) return st;
     mor_model *m = calloc(1, sizeof *m);
     if (!m) return err_set(MOR_E_NOMEM, "out of memory");
     if ((st = load_image(data, size, &p, m))) { mor_model_free(m); return st; }
@@ -609,13 +618,9 @@ static void advise_huge(void *p, size_t n)
 
 mor_status mor_model_load_file(const char *path, const mor_model_params *params, mor_model **out)
 {
-    err_clear();
     mor_model_params p;
-    mor_status st;
-    if (!out) return err_set(MOR_E_INVALID_ARG, "mor_model_load_file: out is NULL");
-    *out = NULL;
-    if (!path) return err_set(MOR_E_INVALID_ARG, "mor_model_load_file: path is NULL");
-    if ((st = model_params_read(params, &p)) || (st = report(&p, 0.0f))) return st;
+    mor_status st = load_start("mor_model_load_file", path, "path", params, out, &p);
+    if (st) return st;
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return err_set(MOR_E_IO, "cannot open '%s': %s", path, strerror(errno));

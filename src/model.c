@@ -5,20 +5,22 @@
 #include "model.h"
 #include "status.h"
 
-const char *const role_names[ROLE_ALL] = {
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
-    "attn_norm.bias", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
-    "ffn_norm.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias",
-    "attn_post_norm", "ffn_post_norm"
-};
-const char *const role_tensor[ROLE_ALL] = {
-    "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
-    "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
-    "attn_norm.bias", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
-    "ffn_norm.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias",
-    "attn_post_norm.weight", "ffn_post_norm.weight"
-};
+/* Each role's layer-map name and, with its suffix, tensor name after "blk.N."
+ * (a bias's name is its tensor's). */
+#define ROLES(X)                                                                                 \
+    X("attn_norm", ".weight") X("attn_q", ".weight") X("attn_k", ".weight") X("attn_v", ".weight") \
+    X("attn_output", ".weight") X("ffn_norm", ".weight") X("ffn_gate", ".weight")                \
+    X("ffn_up", ".weight") X("ffn_down", ".weight")                                               \
+    X("attn_norm.bias", "") X("attn_q.bias", "") X("attn_k.bias", "") X("attn_v.bias", "")        \
+    X("attn_output.bias", "") X("ffn_norm.bias", "") X("ffn_gate.bias", "") X("ffn_up.bias", "")  \
+    X("ffn_down.bias", "") X("attn_post_norm", ".weight") X("ffn_post_norm", ".weight")
+#define ROLE_NAME(name, suffix) name,
+#define ROLE_TENSOR(name, suffix) name suffix,
+const char *const role_names[ROLE_ALL] = { ROLES(ROLE_NAME) };
+const char *const role_tensor[ROLE_ALL] = { ROLES(ROLE_TENSOR) };
+#undef ROLE_NAME
+#undef ROLE_TENSOR
+#undef ROLES
 const char *const family_names[FAMILY_COUNT] = { "llama", "gemma", "gemma2", "gptneox" };
 
 /* The public tokenizer functions: the model's tokenizer (tokenize.c). */
