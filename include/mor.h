@@ -316,6 +316,11 @@ typedef struct mor_context_params {
     /* MOR_KV_TYPE_*: how the cache stores keys and values; default F32.
      * MOR_E_UNSUPPORTED for Q8_0 when head_dim is not a multiple of 32. */
     int32_t   kv_type;
+    /* The most rows of one mor_decode that may ask for logits; 0
+     * (default): n_batch. Their buffer, n_outputs x n_vocab floats, is
+     * allocated with the context (generation needs one row per sequence:
+     * set it to n_seq_max to save memory with a large vocabulary). */
+    uint32_t  n_outputs;
 } mor_context_params;
 
 MOR_API void mor_context_params_init(mor_context_params *p, size_t size);
@@ -354,7 +359,9 @@ MOR_API mor_status mor_batch_add(mor_batch *batch, mor_token token, mor_pos pos,
  * order, after every position already cached for that sequence; sequences
  * may be interleaved freely. Routing follows the context's mor_router.
  *
- * Errors: MOR_E_INVALID_ARG (NULL, empty, larger than n_batch),
+ * Allocates nothing: every buffer is the context's. Errors:
+ * MOR_E_INVALID_ARG (NULL, empty, larger than n_batch, more rows asking
+ * for logits than n_outputs),
  * MOR_E_OUT_OF_RANGE (token or sequence id), MOR_E_POSITION,
  * MOR_E_KV_FULL, MOR_E_ABORTED, MOR_E_UNSUPPORTED (routing mode vs model).
  * On any error the KV cache and the previous outputs are unchanged.

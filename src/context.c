@@ -24,20 +24,19 @@ void mor_context_free(mor_context *c)
     router_free(c->router);
     exec_free(&c->ls.exec);
     lora_scratch_free(&c->ls.lora);
-    free(c->logits);
     free(c->mem);
     free(c);
 }
 
-/* Every buffer of a context but the KV cache, the router's read-back, the
- * threads' scratch and the logits, in one block: (type, member, count). */
+/* Every buffer of a context but the KV cache, the router's read-back and
+ * the threads' scratch, in one block: (type, member, count). */
 #define CTX_BUFFERS(X)                                                                                  \
     X(float, ls.xn, n * d) X(float, ls.q, n * qd) X(float, ls.k, n * kvd) X(float, ls.v, n * kvd)       \
     X(float, ls.att, n * qd) X(float, ls.o, n * d) X(float, ls.gate, n * ff) X(float, ls.up, n * ff)    \
     X(float, ls.inv_freq, hd / 2) X(float, ls.cs_own, n * hd)                                          \
     X(int32_t, idx, n) X(int32_t, pos, n) X(int32_t, seq, n) X(int32_t, depth, n)                     \
     X(int32_t, seq_rows, p.n_seq_max) X(int32_t, logit_row, n) X(float, z, n * nr) X(float, st_scores, n * nr) \
-    X(float, hidden, hid) X(float, st_hidden, hid)
+    X(float, hidden, hid) X(float, st_hidden, hid) X(float, logits, (size_t)p.n_outputs * (size_t)m->n_vocab)
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -57,6 +56,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     if (p.n_batch == 0 || p.n_batch > (1u << 20) || p.n_ctx > (1u << 24) || p.n_seq_max == 0 || p.n_seq_max > (1u << 16))
         return err_set(MOR_E_INVALID_ARG, "mor_context_create: n_batch %u, n_ctx %u or n_seq_max %u out of range",
                        p.n_batch, p.n_ctx, p.n_seq_max);
+    if (p.n_outputs == 0 || p.n_outputs > p.n_batch) p.n_outputs = p.n_batch;
     int32_t mode = p.kv_mode;
     if (mode == MOR_KV_MODEL_DEFAULT) mode = m->kv_shared ? MOR_KV_SHARED : MOR_KV_RECURSION_WISE;
     /* without KV sharing the official code has one path: the trained one */

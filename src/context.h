@@ -23,8 +23,8 @@ struct mor_context {
     int32_t *idx, *pos, *seq, *depth, *seq_rows /* [n_seq_max] */;
     float   *z, *st_scores;              /* router logits and scores, rows x n_rec */
     /* outputs */
-    float   *logits;                     /* [cap_logits][n_vocab] */
-    int32_t  cap_logits, n_rows;
+    float   *logits;                     /* [n_outputs][n_vocab] */
+    int32_t  n_rows;
     int32_t *logit_row;                  /* [n_batch]: row -> logits slot or -1 */
     float   *hidden, *st_hidden;         /* [n_boundaries][n_batch][n_embd] when captured */
     int32_t  n_boundaries;

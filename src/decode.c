@@ -73,11 +73,9 @@ static mor_status validate(mor_context *c, const mor_batch *b)
     }
     int32_t want = 0;
     for (int32_t i = 0; i < b->n; i++) want += b->want[i];
-    if (want > c->cap_logits) {   /* grow the output buffer before anything changes */
-        float *nl = realloc(c->logits, sizeof(float) * (size_t)want * m->n_vocab);
-        if (!nl) return err_set(MOR_E_NOMEM, "cannot allocate logits for %d rows", want);
-        c->logits = nl; c->cap_logits = want;
-    }
+    if (want > (int32_t)c->params.n_outputs)
+        return err_set(MOR_E_INVALID_ARG, "mor_decode: %d rows ask for logits, more than n_outputs %u "
+                       "(mor_context_params.n_outputs)", want, c->params.n_outputs);
     return MOR_OK;
 }
 

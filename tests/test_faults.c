@@ -327,7 +327,7 @@ static int test_alloc_failures(void)
         mor_model_free(m);
     }
 
-    /* a decode that must grow its logits buffer */
+    /* mor_decode allocates nothing (mor.h): its buffers, logits included, are the context's */
     {
         decode_state s = { load(tiny("expert_mc.gguf")), NULL, NULL, NULL };
         mor_context_params cp;
@@ -353,8 +353,7 @@ static int test_alloc_failures(void)
                 sites++;
                 good = good && st == MOR_E_NOMEM && live == before;
             }
-            CHECK(good && sites > 0, "%s: each of its %d allocation sites failing returns MOR_E_NOMEM and changes "
-                  "nothing; then it succeeds", o.name, sites);
+            CHECK(good && sites == 0, "%s: no allocation (%d sites), and it succeeds", o.name, sites);
             total += sites;
         }
         mor_batch_free(s.b1); mor_batch_free(s.b2); mor_context_free(s.c); mor_model_free(s.m);

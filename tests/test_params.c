@@ -140,6 +140,25 @@ int main(void)
               "mor_router_stats: smaller than any release -> MOR_E_ABI");
         mor_batch_free(b);
     }
+    /* n_outputs: the logits buffer is sized at creation; a decode asking more is refused, changing nothing */
+    {
+        mor_context_params np;
+        MOR_CONTEXT_PARAMS_INIT(&np);
+        np.n_ctx = 64; np.n_batch = 8; np.n_outputs = 2;
+        mor_context *c3 = NULL;
+        mor_batch *b3 = NULL;
+        int ok = mor_context_create(m, &np, &c3) == MOR_OK && mor_batch_create(8, &b3) == MOR_OK;
+        if (ok) for (int i = 0; i < 3; i++) mor_batch_add(b3, (mor_token)(i + 1), i, 0, 1);
+        CHECK(ok && mor_decode(c3, b3) == MOR_E_INVALID_ARG && strstr(mor_last_error(), "n_outputs") &&
+              mor_kv_seq_pos_max(mor_context_kv(c3), 0) == -1,
+              "n_outputs 2: a decode of 3 rows with logits -> MOR_E_INVALID_ARG, nothing cached");
+        mor_batch_clear(b3);
+        if (ok) for (int i = 0; i < 3; i++) mor_batch_add(b3, (mor_token)(i + 1), i, 0, i >= 1);
+        CHECK(ok && mor_decode(c3, b3) == MOR_OK && !mor_get_logits(c3, 0) && mor_get_logits(c3, 2),
+              "n_outputs 2: 3 rows, 2 of them with logits, decode");
+        mor_batch_free(b3);
+        mor_context_free(c3);
+    }
     /* mor_last_error: set by a failure, cleared by the next call that succeeds */
     mor_batch *b = NULL;
     CHECK(mor_batch_create(-1, &b) != MOR_OK && mor_last_error()[0], "a failed call leaves a message");

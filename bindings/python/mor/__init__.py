@@ -480,16 +480,18 @@ class Context(_Handle):
     time. Parameters left None keep libmor's defaults (mor_context_params):
     n_ctx (KV cells), n_batch (tokens per decode), n_seq_max, kv_mode
     (KV_*), n_threads, max_pos (positions must stay below it; 0: the
-    model's training context, < 0: no limit); capture_hidden keeps hidden
-    states for hidden(); abort() returning true stops a decode."""
+    model's training context, < 0: no limit), n_outputs (rows of one
+    decode that may ask for logits; default n_batch); capture_hidden keeps
+    hidden states for hidden(); abort() returning true stops a decode."""
     _kind = "context"
 
     def __init__(self, model, n_ctx=None, n_batch=None, n_seq_max=None, kv_mode=None, n_threads=None,
-                 max_pos=None, capture_hidden=False, abort=None):
+                 max_pos=None, capture_hidden=False, abort=None, n_outputs=None):
         cp = _capi.ContextParams()
         _lib.mor_context_params_init(ctypes.byref(cp), ctypes.sizeof(cp))
         _capi.set_fields(cp, (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_seq_max", n_seq_max),
-                              ("kv_mode", kv_mode), ("n_threads", n_threads), ("max_pos", max_pos)), "Context")
+                              ("kv_mode", kv_mode), ("n_threads", n_threads), ("max_pos", max_pos),
+                              ("n_outputs", n_outputs)), "Context")
         if capture_hidden:
             cp.flags |= CTX_CAPTURE_HIDDEN
         cb = None

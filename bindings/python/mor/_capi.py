@@ -42,7 +42,7 @@ class ContextParams(Structure):
     _fields_ = [("size", c_uint32), ("flags", c_uint32), ("n_ctx", c_uint32), ("n_batch", c_uint32),
                 ("n_seq_max", c_uint32), ("kv_mode", c_int32), ("n_threads", c_int32),
                 ("abort_callback", ABORT_FN), ("abort_user_data", c_void_p), ("max_pos", c_int32),
-                ("kv_type", c_int32)]
+                ("kv_type", c_int32), ("n_outputs", c_uint32)]
 
 
 class SamplerParams(Structure):

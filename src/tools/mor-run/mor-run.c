@@ -522,6 +522,7 @@ int main(int argc, char **argv)
     cp.kv_mode = o->kv_mode;
     cp.kv_type = o->kv_type;
     cp.n_threads = o->n_threads;
+    cp.n_outputs = dumping ? cp.n_batch : 1;   /* generation reads the last row's logits only */
     if (o->dump_hidden) cp.flags |= MOR_CTX_CAPTURE_HIDDEN;
     if ((st = mor_context_create(model, &cp, &R.ctx))) { run_free(&R); return lib_error(NULL, "creating the context", st); }
     mor_router *router = mor_context_router(R.ctx);

@@ -287,12 +287,13 @@ pub struct mor_context_params {
     pub abort_user_data: *mut ::std::os::raw::c_void,
     pub max_pos: i32,
     pub kv_type: i32,
+    pub n_outputs: u32,
 }
 #[test]
 fn bindgen_test_layout_mor_context_params() {
     assert_eq!(
         ::std::mem::size_of::<mor_context_params>(),
-        56usize,
+        64usize,
         concat!("Size of: ", stringify!(mor_context_params))
     );
     assert_eq!(
@@ -487,6 +488,23 @@ fn bindgen_test_layout_mor_context_params() {
         );
     }
     test_field_kv_type();
+    fn test_field_n_outputs() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_context_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_outputs) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_context_params),
+                "::",
+                stringify!(n_outputs)
+            )
+        );
+    }
+    test_field_n_outputs();
 }
 extern "C" {
     pub fn mor_context_params_init(p: *mut mor_context_params, size: usize);
