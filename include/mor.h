@@ -141,6 +141,10 @@ MOR_API void mor_log_set(mor_log_fn fn, void *user_data, int32_t max_level);
 /* Basic types                                                               */
 /* ------------------------------------------------------------------------ */
 
+/* The most recursions a model may have (N_r); mor_max_recursions() gives the
+ * same at run time. Part of the ABI (mor_router_stats.n_at_depth). */
+#define MOR_MAX_RECURSIONS 16
+
 typedef int32_t mor_token;   /* token id, 0 <= id < mor_model_n_vocab()          */
 typedef int32_t mor_pos;     /* absolute position within its sequence, >= 0      */
 typedef int32_t mor_seq_id;  /* 0 <= id < mor_context_params.n_seq_max            */
@@ -431,7 +435,7 @@ typedef struct mor_router_stats {
     uint32_t size;              /* set by the caller: sizeof(mor_router_stats)     */
     uint64_t n_tokens;          /* tokens routed since the last reset              */
     double   mean_depth;        /* mean recursions per token                       */
-    uint64_t n_at_depth[17];    /* tokens that ran exactly d recursions, d <= 16   */
+    uint64_t n_at_depth[MOR_MAX_RECURSIONS + 1];   /* tokens that ran exactly d recursions */
 } mor_router_stats;
 /* Depth statistics accumulated over decodes since the last reset. */
 MOR_API mor_status mor_router_get_stats(const mor_router *r, mor_router_stats *out);

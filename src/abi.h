@@ -50,7 +50,7 @@ typedef struct {
     uint32_t size;
     uint64_t n_tokens;
     double   mean_depth;
-    uint64_t n_at_depth[17];
+    uint64_t n_at_depth[MOR_MAX_RECURSIONS + 1];
 } abi_router_stats_v1;
 
 /* *_params_init: defaults (a whole struct of this library's) into the

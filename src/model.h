@@ -9,8 +9,6 @@
 #include "tensor.h"
 #include "tokenizer.h"
 
-#define MOR_MAX_RECURSIONS 16
-
 /* The tensors of a decoder layer, in FORMAT.md's role order: the nine of a
  * Llama layer, then the biases and extra norms of the other model families
  * (format version 3). A role the model does not have has data == NULL. */

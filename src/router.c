@@ -197,7 +197,7 @@ void router_publish(mor_router *r, int32_t n, const int32_t *depth, const float 
     for (int32_t i = 0; i < n; i++) {
         r->n_tokens++;
         r->depth_sum += (uint64_t)depth[i];
-        r->n_at_depth[depth[i] < 16 ? depth[i] : 16]++;
+        r->n_at_depth[depth[i] < MOR_MAX_RECURSIONS ? depth[i] : MOR_MAX_RECURSIONS]++;
     }
 }
 

@@ -14,7 +14,7 @@ struct mor_router {
     int32_t *depth;
     float   *scores, *logits;
     /* statistics since the last reset */
-    uint64_t n_tokens, depth_sum, n_at_depth[17];
+    uint64_t n_tokens, depth_sum, n_at_depth[MOR_MAX_RECURSIONS + 1];
 };
 
 mor_status router_create(const mor_model *m, int32_t cap_rows, mor_router **out);

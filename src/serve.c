@@ -82,7 +82,7 @@ struct mor_server {
     serve_slot *sv_slots;
     int32_t *admitted, n_admitted, sv_q_head, sv_q_len;
     int64_t  sv_reserved;
-    uint64_t sv_stats[2 + 17];            /* the router's statistics (mor_decode adds to them) */
+    uint64_t sv_stats[2 + MOR_MAX_RECURSIONS + 1];   /* the router's statistics (mor_decode adds to them) */
 };
 
 void mor_server_params_init(mor_server_params *p, size_t size)

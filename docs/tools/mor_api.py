@@ -110,12 +110,27 @@ def constants(text):
     return out
 
 
+def _array_sizes(decl, consts):
+    """A field's array size written with the header's constants (e.g.
+    n_at_depth[MOR_MAX_RECURSIONS + 1]) as its value, so the record holds the
+    ABI, not the spelling."""
+    def value(m):
+        expr = re.sub(r"\b[A-Z_][A-Z0-9_]*\b", lambda c: str(consts[c.group(0)]) if c.group(0) in consts else c.group(0),
+                      m.group(1))
+        try:
+            return "[%d]" % _eval_int(expr)
+        except ParseError:
+            return m.group(0)
+    return re.sub(r"\[([^\]]+)\]", value, decl)
+
+
 def structs(text):
     """{name: [field decl]} of every typedef struct with a body."""
     out = {}
     code = strip_comments(text)
+    consts = constants(text)
     for name, body in re.findall(r"typedef\s+struct\s+(\w+)\s*\{(.*?)\}\s*\w+\s*;", code, re.S):
-        out[name] = [norm(f) for f in body.split(";") if f.strip()]
+        out[name] = [_array_sizes(norm(f), consts) for f in body.split(";") if f.strip()]
     return out
 
 

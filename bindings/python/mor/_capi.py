@@ -19,6 +19,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, 
 # break the ABI (SONAME libmor.so.0.MINOR), so major and minor must match.
 ABI_VERSION = (0, 1)
 SONAME = "libmor.so.%d.%d" % ABI_VERSION
+MAX_RECURSIONS = 16   # MOR_MAX_RECURSIONS
 
 mor_status = c_int32
 mor_token = c_int32
@@ -60,7 +61,7 @@ class ServerParams(Structure):
 
 class RouterStats(Structure):
     _fields_ = [("size", c_uint32), ("n_tokens", c_uint64), ("mean_depth", c_double),
-                ("n_at_depth", c_uint64 * 17)]
+                ("n_at_depth", c_uint64 * (MAX_RECURSIONS + 1))]
 
 
 # struct -> the function that reports its size in the library

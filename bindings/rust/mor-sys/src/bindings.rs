@@ -5,6 +5,7 @@ pub const MOR_VERSION_MINOR: u32 = 1;
 pub const MOR_VERSION_PATCH: u32 = 0;
 pub const MOR_VERSION_NUMBER: u32 = 100;
 pub const MOR_VERSION_STRING: &[u8; 6usize] = b"0.1.0\0";
+pub const MOR_MAX_RECURSIONS: u32 = 16;
 pub const MOR_KV_UNIQUE_LAYERS: i32 = -1;
 pub const MOR_KV_ALL: i32 = -2;
 pub type __int32_t = ::std::os::raw::c_int;
