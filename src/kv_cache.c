@@ -50,37 +50,30 @@ kv_rows kv_layer_rows(const mor_kv_cache *kv, int32_t l)
     return r;
 }
 
-static int layer_alloc(kv_layer *L, int32_t n_cells, size_t row_bytes)
+/* A kv_cache is two allocations: its bookkeeping (the struct, the layers,
+ * every cell's sequence and position, the undo log, the shift scratch) in
+ * one block, and every layer's K and V rows in another, calloc'd: pages are
+ * committed only when cells are first used. */
+static size_t align8(size_t n) { return (n + 7) / 8 * 8; }
+static size_t align16(size_t n) { return (n + 15) / 16 * 16; }   /* K/V arrays: as calloc aligned them */
+
+/* Cell arrays of layer L at *at (n_cells cells; K/V from *kvat, row_bytes each). */
+static void layer_bind(kv_layer *L, int32_t n_cells, size_t row_bytes, unsigned char **at, unsigned char **kvat)
 {
     L->n_cells = n_cells;
-    L->pos = malloc(sizeof(int32_t) * (size_t)(n_cells ? n_cells : 1));
-    L->seq = malloc(sizeof(int32_t) * (size_t)(n_cells ? n_cells : 1));
-    if (!L->pos || !L->seq) return 0;
+    L->pos = (int32_t *)*at; *at += align8(sizeof(int32_t) * (size_t)n_cells);
+    L->seq = (int32_t *)*at; *at += align8(sizeof(int32_t) * (size_t)n_cells);
     for (int32_t i = 0; i < n_cells; i++) L->seq[i] = -1;
     if (row_bytes && n_cells) {
-        /* calloc: pages are committed only when cells are first used */
-        L->k = calloc((size_t)n_cells, row_bytes);
-        L->v = calloc((size_t)n_cells, row_bytes);
-        if (!L->k || !L->v) return 0;
+        L->k = *kvat; *kvat += align16((size_t)n_cells * row_bytes);
+        L->v = *kvat; *kvat += align16((size_t)n_cells * row_bytes);
     }
-    return 1;
-}
-
-static void layer_release(kv_layer *L)
-{
-    free(L->pos); free(L->seq); free(L->k); free(L->v);
 }
 
 void kv_free(mor_kv_cache *kv)
 {
     if (!kv) return;
-    if (kv->layers)
-        for (int32_t l = 0; l < kv->m->n_layer; l++) layer_release(&kv->layers[l]);
-    layer_release(&kv->tokens);
-    free(kv->layers);
-    free(kv->seq_pos_max);
-    free(kv->undo);
-    free(kv->inv_freq); free(kv->shift_cs); free(kv->shift_row);
+    free(kv->kv_mem);
     free(kv);
 }
 
@@ -88,28 +81,36 @@ mor_status kv_create(const mor_model *m, int32_t mode, uint32_t type, int32_t n_
                      int32_t max_batch, mor_kv_cache **out)
 {
     *out = NULL;
-    mor_kv_cache *kv = calloc(1, sizeof *kv);
-    if (!kv) return err_set(MOR_E_NOMEM, "out of memory");
-    kv->m = m; kv->mode = mode; kv->n_ctx = n_ctx; kv->n_seq_max = n_seq_max;
-    kv->kv_dim = m->n_head_kv * m->head_dim;
-    kv->type = type;
-    kv->row_bytes = tensor_row_bytes(type, kv->kv_dim);
-    kv->layers = calloc((size_t)m->n_layer, sizeof(kv_layer));
-    kv->seq_pos_max = malloc(sizeof(int32_t) * (size_t)n_seq_max);
-    kv->cap_undo = 2 * max_batch * (m->n_layer + 1);
-    kv->undo = malloc(sizeof(int32_t) * (size_t)kv->cap_undo);
-    kv->inv_freq = malloc(sizeof(float) * (size_t)(m->head_dim / 2 + 1));
-    kv->shift_cs = malloc(sizeof(double) * (size_t)(m->head_dim + 1));
-    kv->shift_row = malloc(sizeof(float) * (size_t)(kv->kv_dim + 1));
-    int ok = kv->layers && kv->seq_pos_max && kv->undo && kv->inv_freq && kv->shift_cs && kv->shift_row &&
-             layer_alloc(&kv->tokens, n_ctx, 0);
-    if (ok) k_rope_inv_freq(kv->inv_freq, m->arch.rope_dims, m->rope_theta);   /* as the layers compute them */
-    for (int32_t l = 0; ok && l < m->n_layer; l++)
-        ok = layer_alloc(&kv->layers[l], kv_layer_stores(kv, l) ? n_ctx : 0, kv->row_bytes);
-    if (!ok) {
-        kv_free(kv);
-        return err_set(MOR_E_NOMEM, "cannot allocate the KV cache (%d cells x %d layers)", n_ctx, m->n_layer);
+    const int32_t L = m->n_layer, kv_dim = m->n_head_kv * m->head_dim, cap_undo = 2 * max_batch * (L + 1);
+    const size_t row_bytes = (size_t)tensor_row_bytes(type, kv_dim);
+    mor_kv_cache probe = { .m = m, .mode = mode };   /* for kv_layer_stores */
+    int32_t n_store = 0;
+    for (int32_t l = 0; l < L; l++) n_store += kv_layer_stores(&probe, l);
+    const size_t cells = align8(sizeof(int32_t) * (size_t)n_ctx) * 2;
+    size_t total = align8(sizeof(mor_kv_cache)) + align8(sizeof(kv_layer) * (size_t)L) + cells * (size_t)(n_store + 1) +
+                   align8(sizeof(int32_t) * (size_t)n_seq_max) + align8(sizeof(int32_t) * (size_t)cap_undo) +
+                   align8(sizeof(float) * (size_t)(m->head_dim / 2 + 1)) + align8(sizeof(double) * (size_t)(m->head_dim + 1)) +
+                   align8(sizeof(float) * (size_t)(kv_dim + 1));
+    unsigned char *mem = calloc(1, total), *at = mem;
+    unsigned char *kvat = n_store && row_bytes && n_ctx ? calloc((size_t)n_store * 2, align16((size_t)n_ctx * row_bytes)) : NULL;
+    if (!mem || (n_store && row_bytes && n_ctx && !kvat)) {
+        free(mem); free(kvat);
+        return err_set(MOR_E_NOMEM, "cannot allocate the KV cache (%d cells x %d layers)", n_ctx, L);
     }
+    mor_kv_cache *kv = (mor_kv_cache *)at; at += align8(sizeof *kv);
+    kv->m = m; kv->mode = mode; kv->n_ctx = n_ctx; kv->n_seq_max = n_seq_max;
+    kv->kv_dim = kv_dim; kv->type = type; kv->row_bytes = row_bytes;
+    kv->kv_mem = kvat;
+    kv->layers = (kv_layer *)at; at += align8(sizeof(kv_layer) * (size_t)L);
+    kv->seq_pos_max = (int32_t *)at; at += align8(sizeof(int32_t) * (size_t)n_seq_max);
+    kv->cap_undo = cap_undo;
+    kv->undo = (int32_t *)at; at += align8(sizeof(int32_t) * (size_t)cap_undo);
+    kv->inv_freq = (float *)at; at += align8(sizeof(float) * (size_t)(m->head_dim / 2 + 1));
+    kv->shift_cs = (double *)at; at += align8(sizeof(double) * (size_t)(m->head_dim + 1));
+    kv->shift_row = (float *)at; at += align8(sizeof(float) * (size_t)(kv_dim + 1));
+    k_rope_inv_freq(kv->inv_freq, m->arch.rope_dims, m->rope_theta);   /* as the layers compute them */
+    layer_bind(&kv->tokens, n_ctx, 0, &at, &kvat);
+    for (int32_t l = 0; l < L; l++) layer_bind(&kv->layers[l], kv_layer_stores(kv, l) ? n_ctx : 0, row_bytes, &at, &kvat);
     for (int32_t s = 0; s < n_seq_max; s++) kv->seq_pos_max[s] = -1;
     *out = kv;
     return MOR_OK;

@@ -24,6 +24,7 @@ struct mor_kv_cache {
     kv_layer *layers;          /* [n_layer]; under sharing, recursions >= 1 have no cells */
     kv_layer tokens;           /* every decoded token's (seq, pos), no K/V: sequence bookkeeping */
     int32_t *seq_pos_max;      /* [n_seq_max], -1 when empty */
+    unsigned char *kv_mem;     /* every layer's K and V rows (the struct and the rest are one block) */
     /* undo log of the decode in progress: (layer, cell); layer -1 = tokens */
     int32_t *undo, n_undo, cap_undo;
     /* mor_kv_seq_add, allocated here so that it cannot fail half-way: the
