@@ -547,47 +547,91 @@ static void bf_pack_strip(char *pack, const char *w, size_t rb, int R, int64_t K
     }
 }
 
-/* GEMM: N activation rows (their parts as A tiles, in place) x a packed strip of R weight rows.
- * Tiles: 0 C (N x 4R), 1 B (16 x 4R), 2-4 A (N x 64), one per part. */
+/* GEMM: up to 32 activation rows (their parts as A tiles, in place) x up to 32 weight rows (two packed
+ * strips) at a time, in four C tiles: four independent chains of tile products, so that the unit is not
+ * left waiting out each product's latency, as it is with one C tile. C tile 2a + b holds activation
+ * tile a x strip b. Every output still gets the products of its chunks in order, hi, mid, lo each. Tiles:
+ * 0-3 C, 4 and 5 A (the two activation tiles, one part at a time), 6 and 7 B (the two strips' chunk).
+ * TA, TB: whether there is a second activation tile, a second strip (constants where inlined). */
+AI void bf_block(const char *pack, size_t strip, int64_t nch, const char *xi, size_t xs, size_t part, int TA, int TB,
+              const char *pf, size_t pfn)
+{
+    const size_t pf_per = (pfn + (size_t)nch - 1) / (size_t)nch;
+    size_t pf_next = 0;
+    TZERO(0);
+    if (TB) TZERO(1);
+    if (TA) TZERO(2);
+    if (TA && TB) TZERO(3);
+    const char *xj = xi + 16 * xs;
+    for (int64_t ch = 0; ch < nch; ch++) {
+        for (size_t e = pf_next + pf_per; pf_next < e && pf_next < pfn; pf_next += 64) _mm_prefetch(pf + pf_next, _MM_HINT_T0);
+        TLOAD(6, pack + 1024 * ch, 64);
+        if (TB) TLOAD(7, pack + strip + 1024 * ch, 64);
+#pragma GCC unroll 3
+        for (int p = 0; p < 3; p++) {
+            TLOAD(4, xi + (size_t)p * part + 64 * ch, xs);
+            if (TA) TLOAD(5, xj + (size_t)p * part + 64 * ch, xs);
+            TDPBF16PS(0, 4, 6);
+            if (TB) TDPBF16PS(1, 4, 7);
+            if (TA) TDPBF16PS(2, 5, 6);
+            if (TA && TB) TDPBF16PS(3, 5, 7);
+        }
+    }
+}
+
 static void bf_gemm(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                     int64_t o0, int64_t o1, int acc, float *scratch)
 {
     const int64_t K = w->cols, nch = act_bf16x3_cols(K) / 32;
-    const size_t rb = (size_t)K * 2, part = (size_t)act_bf16x3_cols(K) * 2;
+    const size_t rb = (size_t)K * 2, part = (size_t)act_bf16x3_cols(K) * 2, strip = 1024 * (size_t)nch;
     const char *W = (const char *)w->data;
     char *pack = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    float *cb = (float *)(void *)(pack + 1024 * (size_t)nch);
+    float *cb = (float *)(void *)(pack + 2 * strip);
     tile_config cfg;
-    int R = -1, N = -1;
-    for (int64_t o = o0; o < o1; o += 16) {
-        const int r = o1 - o < 16 ? (int)(o1 - o) : 16;
-        bf_pack_strip(pack, W + (size_t)o * rb, rb, r, K, nch);
-        const size_t next = o + 16 < o1 ? (size_t)(o1 - o - 16 < 16 ? o1 - o - 16 : 16) * rb : 0;
-        for (int32_t i = 0; i < n; i += 16) {
-            const int nn = n - i < 16 ? n - i : 16;
-            if (next) prefetch_part(W + (size_t)(o + 16) * rb, next, i / 16, (n + 15) / 16);
-            if (r != R || nn != N) {
-                R = r; N = nn;
+    int shape[4] = { -1, -1, -1, -1 };
+    for (int64_t o = o0; o < o1; o += 32) {
+        const int r0 = o1 - o < 16 ? (int)(o1 - o) : 16, r1 = o1 - o <= 16 ? 0 : o1 - o < 32 ? (int)(o1 - o - 16) : 16;
+        bf_pack_strip(pack, W + (size_t)o * rb, rb, r0, K, nch);
+        if (r1) bf_pack_strip(pack + strip, W + (size_t)(o + 16) * rb, rb, r1, K, nch);
+        const size_t next = o + 32 < o1 ? (size_t)(o1 - o - 32 < 32 ? o1 - o - 32 : 32) * rb : 0;
+        for (int32_t i = 0; i < n; i += 32) {
+            const int n0 = n - i < 16 ? n - i : 16, n1 = n - i <= 16 ? 0 : n - i < 32 ? n - i - 16 : 16;
+            /* the next strips, a slice per activation block, spread over its chunks */
+            const size_t plo = next * (size_t)(i / 32) / (size_t)((n + 31) / 32) & ~(size_t)63;
+            const size_t phi = next * (size_t)(i / 32 + 1) / (size_t)((n + 31) / 32);
+            const size_t pfn = next && phi > plo ? phi - plo : 0;
+            const char *pf = pfn ? W + (size_t)(o + 32) * rb + plo : NULL;
+            if (r0 != shape[0] || r1 != shape[1] || n0 != shape[2] || n1 != shape[3]) {
+                shape[0] = r0; shape[1] = r1; shape[2] = n0; shape[3] = n1;
                 memset(&cfg, 0, sizeof cfg);
                 cfg.palette = 1;
-                tile_set(&cfg, 0, N, 4 * R);
-                tile_set(&cfg, 1, 16, 4 * R);
-                for (int t = 2; t < 5; t++) tile_set(&cfg, t, N, 64);
+                tile_set(&cfg, 0, n0, 4 * r0);
+                tile_set(&cfg, 4, n0, 64);
+                tile_set(&cfg, 6, 16, 4 * r0);
+                if (r1) { tile_set(&cfg, 1, n0, 4 * r1); tile_set(&cfg, 7, 16, 4 * r1); }
+                if (n1) { tile_set(&cfg, 2, n1, 4 * r0); tile_set(&cfg, 5, n1, 64); }
+                if (r1 && n1) tile_set(&cfg, 3, n1, 4 * r1);
                 tile_load_config(&cfg);
             }
             const char *xi = x + (size_t)i * xs;
-            TZERO(0);
-            for (int64_t ch = 0; ch < nch; ch++) {
-                TLOAD(1, pack + 1024 * ch, 64);
-                TLOAD(2, xi + 64 * ch, xs);
-                TDPBF16PS(0, 2, 1);
-                TLOAD(3, xi + part + 64 * ch, xs);
-                TDPBF16PS(0, 3, 1);
-                TLOAD(4, xi + 2 * part + 64 * ch, xs);
-                TDPBF16PS(0, 4, 1);
-            }
+            if (n1 && r1) bf_block(pack, strip, nch, xi, xs, part, 1, 1, pf, pfn);
+            else if (n1) bf_block(pack, strip, nch, xi, xs, part, 1, 0, pf, pfn);
+            else if (r1) bf_block(pack, strip, nch, xi, xs, part, 0, 1, pf, pfn);
+            else bf_block(pack, strip, nch, xi, xs, part, 0, 0, pf, pfn);
             TSTORE(0, cb, 64);
-            for (int q = 0; q < N; q++) store_rowf(y + (int64_t)(i + q) * ldy + o, cb + 16 * q, R, acc);
+            if (r1) TSTORE(1, cb + 256, 64);
+            if (n1) TSTORE(2, cb + 512, 64);
+            if (n1 && r1) TSTORE(3, cb + 768, 64);
+            for (int q = 0; q < n0; q++) {
+                float *yq = y + (int64_t)(i + q) * ldy + o;
+                store_rowf(yq, cb + 16 * q, r0, acc);
+                if (r1) store_rowf(yq + 16, cb + 256 + 16 * q, r1, acc);
+            }
+            for (int q = 0; q < n1; q++) {
+                float *yq = y + (int64_t)(i + 16 + q) * ldy + o;
+                store_rowf(yq, cb + 512 + 16 * q, r0, acc);
+                if (r1) store_rowf(yq + 16, cb + 768 + 16 * q, r1, acc);
+            }
         }
     }
     tile_release();
@@ -597,7 +641,7 @@ static void mm_bf16(const tensor *w, const char *x, size_t xs, float *y, int64_t
                     int64_t o0, int64_t o1, int acc, float *scratch)
 {
     if (o1 <= o0 || n <= 0) return;
-    const size_t need = 1024 * (size_t)(act_bf16x3_cols(w->cols) / 32) + 1024 + 64;
+    const size_t need = 2 * 1024 * (size_t)(act_bf16x3_cols(w->cols) / 32) + 4 * 1024 + 64;
     if (n > ROWS_MAX && scratch && need <= sizeof(float) * MM_SCRATCH_FLOATS(w->cols))
         bf_gemm(w, x, xs, y, ldy, n, o0, o1, acc, scratch);
     else

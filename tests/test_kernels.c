@@ -318,6 +318,14 @@ static void test_set(const kernel_set *ks)
     for (size_t t = 0; t < 3; t++)
         for (size_t c = 0; c < 4; c++)
             test_matmul(ks, ftypes[t], krows[(c + t) % 3], kcols[c], kns[(c + t) % 4]);
+    /* GEMM shapes around tile blocks (16 and 32 weight rows x 16 and 32 activation rows, the AMX
+     * set's), with whole and partial last tiles on both sides, for every stored type */
+    static const uint32_t atypes[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0 };
+    static const struct { int64_t rows; int32_t n; } gshape[] = { { 17, 17 }, { 31, 33 }, { 32, 32 }, { 33, 31 },
+                                                               { 48, 70 }, { 50, 5 }, { 16, 48 }, { 40, 130 } };
+    for (size_t t = 0; t < 5; t++)
+        for (size_t g = 0; g < sizeof gshape / sizeof *gshape; g++)
+            test_matmul(ks, atypes[t], gshape[g].rows, g % 2 ? 96 : 576, gshape[g].n);
     static const uint32_t qtypes[] = { GGML_Q8_0, GGML_Q4_0 };
     static const int64_t qcols[] = { 32, 64, 96, 576 };
     for (size_t t = 0; t < 2; t++)
