@@ -89,8 +89,9 @@ int    act_is_q8(uint32_t weight_type);
 
 /* Floats of per-thread scratch a matmul over rows of k values may use
  * (the AVX-512 set's K-blocked GEMM keeps up to 64 tiles of 6 x 4 x 16
- * partial sums there). */
-#define MM_SCRATCH_FLOATS(k) (8 * (size_t)(k) + 64 + 64 * 384)
+ * partial sums there; the AMX set's BF16 GEMM two packed strips of 16
+ * weight rows, 32 bytes per column each, and four C tiles). */
+#define MM_SCRATCH_FLOATS(k) (16 * (size_t)(k) + 64 + 64 * 384)
 
 /* For o in [o0, o1) and i in [0, n):
  *     y[i*ldy + o] = dot(W row o, x row i)      (acc != 0: y[...] += dot)

@@ -318,6 +318,8 @@ static void test_set(const kernel_set *ks)
     for (size_t t = 0; t < 3; t++)
         for (size_t c = 0; c < 4; c++)
             test_matmul(ks, ftypes[t], krows[(c + t) % 3], kcols[c], kns[(c + t) % 4]);
+    /* long BF16 rows: the AMX set's GEMM packs two strips of them in the scratch */
+    test_matmul(ks, GGML_BF16, 33, 4100, 40);
     /* GEMM shapes around tile blocks (16 and 32 weight rows x 16 and 32 activation rows, the AMX
      * set's), with whole and partial last tiles on both sides, for every stored type */
     static const uint32_t atypes[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0 };
