@@ -185,7 +185,10 @@ $(OUT)/build/tests/%: tests/%.c tests/check.h $(INTERNAL) $(CONVERT_OBJ)
 -include $(wildcard $(BUILD)/lib/*.d $(BUILD)/tools/*/*.d $(DEPDIR)/*.d)
 # A source file that moved or went away stays named in old dependency files;
 # as -MP does for headers, an empty rule keeps `git pull && make` building.
+# The dependency files themselves are made only by the compiler: their empty
+# rule stops make from looking for implicit rules that would remake them.
 src/%.c: ;
+$(BUILD)/%.d: ;
 
 # mor.pc for the current PREFIX/LIBDIR/INCLUDEDIR: regenerated whenever one of
 # them (or the version) changes, rewritten only when its text changes.
