@@ -37,14 +37,11 @@ static void run(exec_ctx *e, int64_t n_chunks, chunk_fn fn, void *arg, int64_t m
 void exec_free(exec_ctx *e)
 {
     pool_free(e->pool);
-    for (int32_t t = 0; t < e->nth; t++) {
-        if (e->mm_scratch) free(e->mm_scratch[t]);
-        if (e->probs) free(e->probs[t]);
-        if (e->vis) free(e->vis[t]);
-    }
-    free(e->mm_scratch); free(e->probs); free(e->vis); free(e->act_mem);
+    free(e->mem);
     memset(e, 0, sizeof *e);
 }
+
+static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 mor_status exec_init(exec_ctx *e, int32_t n_threads, uint32_t n_batch, int64_t kmax, int32_t group, uint32_t n_ctx)
 {
@@ -53,23 +50,26 @@ mor_status exec_init(exec_ctx *e, int32_t n_threads, uint32_t n_batch, int64_t k
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
     e->k = kernels_best();
     e->nth = n_threads;
-    e->mm_scratch = calloc((size_t)n_threads, sizeof(float *));
-    e->probs = calloc((size_t)n_threads, sizeof(float *));
-    e->vis = calloc((size_t)n_threads, sizeof(int32_t *));
-    /* malloc + manual alignment: the one allocator users and tests can hook. One region per kind of
-     * prepared activations (a job may need two: quantized and bf16-split rows for two matrices), each
-     * sized for rows of any kind, as the kernel set can be changed after this (tests, mor-bench). */
-    e->act_bytes = ((size_t)n_batch * act_stride_max(kmax) + 63) & ~(size_t)63;
-    e->act_mem = malloc(2 * e->act_bytes + 64);
-    if (e->act_mem) e->act = (void *)(((uintptr_t)e->act_mem + 63) & ~(uintptr_t)63);
-    int ok = e->mm_scratch && e->probs && e->vis && e->act;
-    for (int32_t t = 0; ok && t < n_threads; t++) {
-        e->mm_scratch[t] = malloc(sizeof(float) * MM_SCRATCH_FLOATS(kmax));
-        e->probs[t] = malloc(sizeof(float) * (size_t)group * (n_ctx ? n_ctx : 1));
-        e->vis[t] = malloc(sizeof(int32_t) * 2 * (n_ctx ? n_ctx : 1));   /* the list, then sort scratch */
-        ok = e->mm_scratch[t] && e->probs[t] && e->vis[t];
+    /* One allocation, planned here: the prepared activations (one region per kind a job may need at once:
+     * quantized and bf16-split rows for two matrices, each sized for rows of any kind, as the kernel set can
+     * be changed after this by tests and mor-bench), then each thread's matmul scratch, attention weights and
+     * visible cells, every piece 64-aligned so that no two threads write one cache line, then the pointer
+     * arrays. malloc + manual alignment: the one allocator users and tests can hook. */
+    const size_t nt = (size_t)n_threads, nc = n_ctx ? n_ctx : 1;
+    const size_t mm = up64(sizeof(float) * MM_SCRATCH_FLOATS(kmax)), pr = up64(sizeof(float) * (size_t)group * nc),
+                 vi = up64(sizeof(int32_t) * 2 * nc);   /* the visible list, then sort scratch */
+    e->act_bytes = up64((size_t)n_batch * act_stride_max(kmax));
+    e->mem = malloc(64 + 2 * e->act_bytes + nt * (mm + pr + vi) + 3 * nt * sizeof(void *));
+    if (!e->mem) return err_set(MOR_E_NOMEM, "cannot allocate per-thread scratch for %d threads", n_threads);
+    char *at = (char *)(((uintptr_t)e->mem + 63) & ~(uintptr_t)63);
+    e->act = at; at += 2 * e->act_bytes;
+    char *per = at; at += nt * (mm + pr + vi);
+    e->mm_scratch = (float **)at; e->probs = (float **)at + nt; e->vis = (int32_t **)((float **)at + 2 * nt);
+    for (size_t t = 0; t < nt; t++, per += mm + pr + vi) {
+        e->mm_scratch[t] = (float *)per;
+        e->probs[t] = (float *)(per + mm);
+        e->vis[t] = (int32_t *)(per + mm + pr);
     }
-    if (!ok) { exec_free(e); return err_set(MOR_E_NOMEM, "cannot allocate per-thread scratch for %d threads", n_threads); }
     mor_status st = pool_create(n_threads, &e->pool);
     if (st) { exec_free(e); return st; }
     e->nth = pool_size(e->pool);

@@ -19,7 +19,7 @@ typedef struct {
     void       *act;            /* prepared activations, 64-aligned: two regions of act_bytes (quantized rows,
                                    then bf16-split rows), each n_batch rows of any kind */
     size_t      act_bytes;
-    void       *act_mem;        /* the allocation act points into */
+    void       *mem;            /* the one allocation all of the above point into */
 } exec_ctx;
 
 /* Start n_threads (<= 0: one) with the best kernel set of this CPU and the

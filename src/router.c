@@ -19,25 +19,24 @@
 #include "router.h"
 #include "status.h"
 
+/* The router and its per-row arrays in one allocation. */
 mor_status router_create(const mor_model *m, int32_t cap_rows, mor_router **out)
 {
     *out = NULL;
-    mor_router *r = calloc(1, sizeof *r);
+    const size_t n = (size_t)cap_rows, head = (sizeof(mor_router) + 7) / 8 * 8;
+    mor_router *r = calloc(1, head + sizeof(int32_t) * n + 2 * sizeof(float) * n * (size_t)m->n_rec);
     if (!r) return err_set(MOR_E_NOMEM, "out of memory");
     r->m = m; r->cap_rows = cap_rows;
     memcpy(r->threshold, m->threshold, sizeof r->threshold);
-    r->depth = malloc(sizeof(int32_t) * (size_t)cap_rows);
-    r->scores = malloc(sizeof(float) * (size_t)cap_rows * m->n_rec);
-    r->logits = malloc(sizeof(float) * (size_t)cap_rows * m->n_rec);
-    if (!r->depth || !r->scores || !r->logits) { router_free(r); return err_set(MOR_E_NOMEM, "out of memory"); }
+    r->scores = (float *)((char *)r + head);
+    r->logits = r->scores + n * (size_t)m->n_rec;
+    r->depth = (int32_t *)(r->logits + n * (size_t)m->n_rec);
     *out = r;
     return MOR_OK;
 }
 
 void router_free(mor_router *r)
 {
-    if (!r) return;
-    free(r->depth); free(r->scores); free(r->logits);
     free(r);
 }
 
