@@ -130,6 +130,31 @@ AI void prefetch_part(const char *p, size_t bytes, int64_t part, int64_t parts)
     for (size_t off = lo & ~(size_t)63; off < hi; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
+/* Matrix-vector products read each weight once per token, from L3 or DRAM, and neither the hardware
+ * prefetchers nor a lead of one strip of 16 rows keep enough of that stream in flight (the first
+ * strip of each range was not prefetched at all). So a range requests its first STREAM_AHEAD strips
+ * at once, and each strip then requests, spread over its loop, the strip STREAM_AHEAD further on,
+ * into L2 (prefetcht1: the lines are read once, by this core, a few microseconds later). In-process,
+ * one thread, Q8_0 rows streamed from L3: 16.2 GB/s with a lead of one strip into L1, 17.8 with two
+ * into L2, 18.2-18.3 with three or four; with the burst at the start, decode of the 135M shape on two
+ * threads ~10% faster than without. */
+enum { STREAM_AHEAD = 2 };
+
+/* The first strips of the rows [o0, o1) (rb bytes each, from row 0 at W), prefetched. */
+AI void stream_start(const char *W, size_t rb, int64_t o0, int64_t o1)
+{
+    const int64_t e = o0 + 16 * STREAM_AHEAD < o1 ? o0 + 16 * STREAM_AHEAD : o1;
+    for (size_t off = (size_t)o0 * rb & ~(size_t)63; off < (size_t)e * rb; off += 64) _mm_prefetch(W + off, _MM_HINT_T1);
+}
+
+/* The bytes strip o (of a range ending at o1) prefetches over its loop: *pfn bytes from the return. */
+AI const char *stream_next(const char *W, size_t rb, int64_t o, int64_t o1, size_t *pfn)
+{
+    const int64_t no = o + 16 * STREAM_AHEAD;
+    *pfn = no < o1 ? (size_t)(o1 - no < 16 ? o1 - no : 16) * rb : 0;
+    return *pfn ? W + (size_t)no * rb : NULL;
+}
+
 /* ---- quantized matrix-vector products: exact block sums with VNNI ----
  *
  * For up to ROWS_MAX activation rows a tile product does little work per
@@ -213,7 +238,7 @@ AI void vq_strip(const char *w, size_t rb, int q4, int R, int over, const char *
     const size_t pf_per = pf ? (pfn + (size_t)(nb + 1) / 2 - 1) / (size_t)((nb + 1) / 2) : 0;
     size_t pf_next = 0;
     for (int64_t b = 0; b < nb; b += 2) {
-        for (size_t e = pf_next + pf_per; pf_next < e && pf_next < pfn; pf_next += 64) _mm_prefetch(pf + pf_next, _MM_HINT_T0);
+        for (size_t e = pf_next + pf_per; pf_next < e && pf_next < pfn; pf_next += 64) _mm_prefetch(pf + pf_next, _MM_HINT_T1);
         if (b + 1 < nb) {   /* a pair */
             const __m512 d0 = q_scales(w, rb, R, b, q4), d1 = q_scales(w, rb, R, b + 1, q4);
             for (int j = 0; j < nx; j++) {
@@ -258,17 +283,17 @@ static void vq_rows(const tensor *w, const char *x, size_t xs, float *y, int64_t
     const int64_t K = w->cols;
     const size_t rb = tensor_row_bytes(w->type, K);
     const char *W = (const char *)w->data;
+    stream_start(W, rb, o0, o1);
     for (int64_t o = o0; o < o1; o += 16) {
         const int R = o1 - o < 16 ? (int)(o1 - o) : 16;
         /* a Q4_0 pair read as 64 bytes ends at most 28 bytes into the next row: not past the matrix */
         const vq_strip_fn f = q4 ? (R == 16 && o + 16 < w->rows ? vq_q4_16 : vq_q4_r) : (R == 16 ? vq_q8_16 : vq_q8_r);
-        /* prefetch the next strip while this one runs (the weights stream once per token) */
-        const int64_t no = o + 16;
-        const size_t pfn = no < o1 ? (size_t)(o1 - no < 16 ? o1 - no : 16) * rb : 0;
+        size_t pfn;
+        const char *pf = stream_next(W, rb, o, o1, &pfn);
         for (int32_t i = 0; i < n; i += ROWS_MAX) {
             const int nx = n - i < ROWS_MAX ? n - i : ROWS_MAX;
             f(W + (size_t)o * rb, rb, R, x + (size_t)i * xs, xs, nx, K, y + (int64_t)i * ldy + o, ldy, acc,
-              i == 0 && pfn ? W + (size_t)no * rb : NULL, i == 0 ? pfn : 0);
+              i == 0 ? pf : NULL, i == 0 ? pfn : 0);
         }
     }
 }
@@ -460,6 +485,7 @@ static void bf_rows(const tensor *w, const char *x, size_t xs, float *y, int64_t
     _Alignas(64) float cb[4 * 16];
     tile_config cfg;
     int R = -1;
+    stream_start(W, rb, o0, o1);
     for (int64_t o = o0; o < o1; o += 16) {
         const int r = o1 - o < 16 ? (int)(o1 - o) : 16;
         if (r != R) {
@@ -477,17 +503,17 @@ static void bf_rows(const tensor *w, const char *x, size_t xs, float *y, int64_t
             for (int q = 0; q < R; q++)
                 _mm512_store_si512((void *)(tail + 32 * q), _mm512_maskz_loadu_epi16(m, ws + (size_t)q * rb + 64 * full));
         }
-        /* the next strip, spread over this one's chunks (the weights stream once per token) */
-        const int64_t no = o + 16;
-        const size_t pfn = no < o1 ? (size_t)(o1 - no < 16 ? o1 - no : 16) * rb : 0, pf_per = (pfn + (size_t)nch - 1) / (size_t)nch;
-        const char *pf = W + (size_t)no * rb;
+        /* a strip further on, spread over this one's chunks */
+        size_t pfn;
+        const char *pf = stream_next(W, rb, o, o1, &pfn);
+        const size_t pf_per = (pfn + (size_t)nch - 1) / (size_t)nch;
         for (int32_t i = 0; i < n; i += ROWS_MAX) {
             const int nx = n - i < ROWS_MAX ? n - i : ROWS_MAX;
             TZERO(2); TZERO(3); TZERO(4); TZERO(5);
             size_t pf_next = 0;
             for (int64_t ch = 0; ch < nch; ch++) {
                 if (i == 0)
-                    for (size_t e = pf_next + pf_per; pf_next < e && pf_next < pfn; pf_next += 64) _mm_prefetch(pf + pf_next, _MM_HINT_T0);
+                    for (size_t e = pf_next + pf_per; pf_next < e && pf_next < pfn; pf_next += 64) _mm_prefetch(pf + pf_next, _MM_HINT_T1);
                 if (ch < full) TLOAD(0, ws + 64 * ch, rb);
                 else TLOAD(0, tail, 64);
                 BF_ROW(0, 2);
