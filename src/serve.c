@@ -81,9 +81,12 @@ struct mor_server {
     int32_t     sv_n_hi;
     serve_slot *sv_slots;
     int32_t *admitted, n_admitted, sv_q_head, sv_q_len;
+    void    *mem;                         /* the one allocation slots, lists, logits and saved copies are in */
     int64_t  sv_reserved;
     uint64_t sv_stats[2 + MOR_MAX_RECURSIONS + 1];   /* the router's statistics (mor_decode adds to them) */
 };
+
+static size_t up8(size_t n) { return (n + 7) / 8 * 8; }
 
 void mor_server_params_init(mor_server_params *p, size_t size)
 {
@@ -107,7 +110,6 @@ void serve_set_logits_hook(mor_server *srv, serve_logits_fn fn, void *ud)
 static void req_free(serve_req *q)
 {
     if (!q) return;
-    free(q->prompt); free(q->stop); free(q->out); free(q->depth);
     mor_sampler_free(q->smp);
     free(q);
 }
@@ -116,10 +118,9 @@ void mor_server_free(mor_server *s)
 {
     if (!s) return;
     for (int32_t i = 0; i < s->n_reqs; i++) req_free(s->reqs[i]);
-    free(s->reqs); free(s->queue); free(s->slots);
+    free(s->reqs); free(s->queue); free(s->mem);
     mor_batch_free(s->batch);
     mor_context_free(s->ctx);
-    free(s->list); free(s->list2); free(s->logits); free(s->sv_rows); free(s->sv_slots); free(s->admitted);
     free(s);
 }
 
@@ -167,12 +168,19 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     s->ctx->eng.exit_threshold = p.exit_threshold;
     const size_t nb = p.n_batch;
     int ok = mor_batch_create((int32_t)nb, &s->batch) == MOR_OK;
-    s->slots = calloc(p.n_slots, sizeof *s->slots);
-#define A(f, n) ok = ok && ((s->f = calloc((size_t)(n) + 1, sizeof *s->f)) != NULL)
-    A(list, nb); A(list2, nb); A(logits, (size_t)p.n_slots * m->n_vocab);
-    A(sv_rows, rec_span(&s->ctx->eng, (int32_t)nb)); A(sv_slots, p.n_slots); A(admitted, p.n_slots);
-#undef A
-    if (!ok || !s->slots) { mor_server_free(s); return err_set(MOR_E_NOMEM, "cannot allocate the server"); }
+    /* The slots, their saved copies and the step's lists in one allocation, planned here. */
+    const size_t ns = p.n_slots, a_slots = up8(sizeof(serve_slot) * ns), a_list = up8(sizeof(int32_t) * (nb + 1)),
+                 a_logits = up8(sizeof(float) * ns * (size_t)m->n_vocab), a_rows = up8(rec_span(&s->ctx->eng, (int32_t)nb)),
+                 a_adm = up8(sizeof(int32_t) * (ns + 1));
+    char *at = s->mem = ok ? calloc(1, 2 * a_slots + 2 * a_list + a_logits + a_rows + a_adm) : NULL;
+    if (!at) { mor_server_free(s); return err_set(MOR_E_NOMEM, "cannot allocate the server"); }
+    s->slots = (serve_slot *)at; at += a_slots;
+    s->sv_slots = (serve_slot *)at; at += a_slots;
+    s->list = (int32_t *)at; at += a_list;
+    s->list2 = (int32_t *)at; at += a_list;
+    s->logits = (float *)at; at += a_logits;
+    s->sv_rows = (unsigned char *)at; at += a_rows;
+    s->admitted = (int32_t *)at;
     *out = s;
     err_clear();
     return MOR_OK;
@@ -199,16 +207,18 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
     if (need > (int64_t)s->p.n_ctx || need > s->m->n_ctx_train)
         return err_set(MOR_E_KV_FULL, "mor_server_submit: %lld cells needed, n_ctx is %u (training context %d)",
                        (long long)need, s->p.n_ctx, s->m->n_ctx_train);
-    serve_req *q = calloc(1, sizeof *q);
+    /* The request and its token arrays in one allocation. */
+    const size_t head = (sizeof(serve_req) + 7) / 8 * 8;
+    serve_req *q = calloc(1, head + sizeof(mor_token) * ((size_t)n_prompt + (size_t)n_stop + 1 + 2 * (size_t)max_tokens));
     if (!q) return err_set(MOR_E_NOMEM, "out of memory");
+    q->prompt = (mor_token *)((char *)q + head);
+    q->stop = q->prompt + n_prompt;
+    q->out = q->stop + n_stop + 1;
+    q->depth = (int32_t *)(q->out + max_tokens);
     mor_status st = mor_sampler_create(sp, &q->smp);
     if (st) { free(q); return st; }
     /* its candidates now: sampling in a step must not fail (see mor_server_step) */
     if ((st = sampler_reserve(q->smp, s->m->n_vocab))) { req_free(q); return st; }
-    q->prompt = malloc(sizeof(mor_token) * (size_t)n_prompt);
-    q->stop = malloc(sizeof(mor_token) * (size_t)(n_stop ? n_stop : 1));
-    q->out = malloc(sizeof(mor_token) * (size_t)max_tokens);
-    q->depth = malloc(sizeof(int32_t) * (size_t)max_tokens);
     if (s->n_reqs == s->cap_reqs) {
         int32_t nc = s->cap_reqs ? 2 * s->cap_reqs : 16;
         serve_req **nr = realloc(s->reqs, sizeof *nr * (size_t)nc);
@@ -223,7 +233,7 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
             if (nq) { s->queue = nq; s->q_cap = nc; }
         }
     }
-    if (!q->prompt || !q->stop || !q->out || !q->depth || s->n_reqs == s->cap_reqs || s->q_head + s->q_len == s->q_cap) {
+    if (s->n_reqs == s->cap_reqs || s->q_head + s->q_len == s->q_cap) {
         req_free(q);
         return err_set(MOR_E_NOMEM, "out of memory");
     }

@@ -202,6 +202,13 @@ static mor_status run_context(op *o, void **obj)
 
 static void undo_context(op *o, void *obj) { (void)o; mor_context_free(obj); }
 
+static mor_status run_server(op *o, void **obj)
+{
+    return mor_server_create(o->state, o->a, (mor_server **)obj);
+}
+
+static void undo_server(op *o, void *obj) { (void)o; mor_server_free(obj); }
+
 static mor_status run_batch(op *o, void **obj) { (void)o; return mor_batch_create(64, (mor_batch **)obj); }
 static void undo_batch(op *o, void *obj) { (void)o; mor_batch_free(obj); }
 
@@ -302,6 +309,17 @@ static int test_alloc_failures(void)
         snprintf(name, sizeof name, "mor_context_create(%s, kv_mode %d, flags %u, n_threads %d)", ctxs[i].file,
                  ctxs[i].kv_mode, ctxs[i].flags, ctxs[i].n_threads);
         op o = { name, run_context, undo_context, &cp, 0, 0, m };
+        if (m) total += inject_all(&o);
+        mor_model_free(m);
+    }
+    for (int32_t mode = MOR_SERVE_SERIAL; mode <= MOR_SERVE_DEPTHWISE; mode++) {
+        mor_model *m = load(tiny("expert_mc.gguf"));
+        mor_server_params sp;
+        MOR_SERVER_PARAMS_INIT(&sp);
+        sp.mode = mode; sp.n_slots = 4; sp.n_ctx = 64; sp.n_batch = 16; sp.n_threads = 2;
+        char name[96];
+        snprintf(name, sizeof name, "mor_server_create(expert_mc.gguf, mode %d, 4 slots, 2 threads)", mode);
+        op o = { name, run_server, undo_server, &sp, 0, 0, m };
         if (m) total += inject_all(&o);
         mor_model_free(m);
     }
