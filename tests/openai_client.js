@@ -40,8 +40,9 @@ const prompt = "The jury said that";
     out.chat_status = e.status;
   }
 
-  // leaving a stream early aborts its request
-  const long = await client.completions.create({ model, prompt, max_tokens: 200, stream: true });
+  // leaving a stream early aborts its request (seed 3: 200 tokens, no end of
+  // text among them, so there are 3 chunks to read whatever the speed)
+  const long = await client.completions.create({ model, prompt, max_tokens: 200, seed: 3, stream: true });
   let n = 0;
   for await (const chunk of long) {
     if (++n === 3) break;

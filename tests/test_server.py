@@ -247,8 +247,17 @@ def test_errors(srv):
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(big[i:i + 4096]), big[i:i + 4096]) for i in range(0, len(big), 4096))
     out = srv.raw(b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
     t.check(out.startswith(b"HTTP/1.1 413"), "the same body chunked: 413")
-    # a read timeout on a half-sent head is a 408 (--timeout 2 here)
-    out = srv.raw(b"GET /health HTTP/1.1\r\nHost: a\r\n", timeout=10)
+    st, h = srv.json("GET", "/health")
+    t.check(st == 200 and srv.proc.poll() is None, "after all of that the server is alive and serving")
+
+
+def test_timeouts():
+    """The read timeout, on a server of its own with --timeout 2 (the other
+    tests' server keeps the default 30 s, so that no client of theirs is cut
+    for being slow on a loaded machine)."""
+    srv = sl.Server(["--timeout", "2", "-q"])
+    # a read timeout on a half-sent head is a 408; the client waits far longer
+    out = srv.raw(b"GET /health HTTP/1.1\r\nHost: a\r\n", timeout=60)
     t.check(out.startswith(b"HTTP/1.1 408"), "a head never finished: 408 after --timeout")
     # random bytes: an error or nothing, never a crash
     import random
@@ -257,7 +266,12 @@ def test_errors(srv):
         junk = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 600)))
         srv.raw(junk + b"\r\n\r\n", timeout=3)
     st, h = srv.json("GET", "/health")
-    t.check(st == 200 and srv.proc.poll() is None, "after all of that the server is alive and serving")
+    t.check(st == 200 and srv.proc.poll() is None, "after random bytes the server is alive and serving")
+    # the test hook is refused unless the server was started with it
+    st, e = completion(srv, {"prompt": "x", "max_tokens": 2, "test_hold": True})
+    t.check(st == 400 and e["error"]["param"] == "test_hold" and "--test-hooks" in e["error"]["message"],
+            "\"test_hold\" without mor-server --test-hooks: 400 naming it")
+    t.check(srv.stop() == 0, "the --timeout 2 server stopped cleanly")
 
 
 def test_http(srv):
@@ -299,7 +313,9 @@ def test_http(srv):
 
 # ---- disconnects and limits ----------------------------------------------------------
 
-def wait_for(cond, secs=20):
+def wait_for(cond, secs=120):
+    """Poll until cond() holds: True, or False after secs (a bound that only
+    a broken server reaches; every caller checks the result)."""
     end = time.time() + secs * sl.SLOW
     while time.time() < end:
         if cond():
@@ -319,37 +335,47 @@ def open_stream(srv, body):
     return s, got
 
 
+# A request that stays in flight until its client goes away, at any speed
+# and load: seeded (its first token is not the end of text), and held after
+# that first token by mor-server's test hook (--test-hooks: the engine steps
+# nothing while it is held), never timed with a sleep.
+HELD = {"prompt": "The jury said that", "max_tokens": 240, "seed": 3, "test_hold": True}
+
+
 def test_disconnect(srv):
     before = srv.metric('mor_requests_total{finish_reason="cancelled"}')
-    s, _ = open_stream(srv, {"prompt": "The jury said that", "max_tokens": 240, "stream": True})
+    s, _ = open_stream(srv, dict(HELD, stream=True))
+    gen = srv.metric("mor_tokens_generated_total")
     busy = srv.metric("mor_slots_busy")
+    held = srv.metric("mor_tokens_generated_total") == gen
     s.close()
     freed = wait_for(lambda: srv.metric('mor_requests_total{finish_reason="cancelled"}') == before + 1 and
                      srv.metric("mor_slots_busy") == 0)
+    t.check(held, "--test-hooks: while a request is held the engine generates nothing")
     t.check(busy == 1 and freed, "a streaming client that disconnects: its request is cancelled, its slot freed")
     # the same for a request that is not streamed (the socket is watched while it runs)
-    b = json.dumps({"prompt": "The jury said that", "max_tokens": 240}).encode()
+    b = json.dumps(HELD).encode()
     s = socket.create_connection((srv.host, srv.port))
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
-    wait_for(lambda: srv.metric("mor_slots_busy") == 1, 5)
+    running = wait_for(lambda: srv.metric("mor_slots_busy") == 1)
     s.close()
     freed = wait_for(lambda: srv.metric('mor_requests_total{finish_reason="cancelled"}') == before + 2 and
                      srv.metric("mor_slots_busy") == 0)
-    t.check(freed, "a waiting client that disconnects: cancelled too")
+    t.check(running and freed, "a waiting client that disconnects: cancelled too")
     st, r = completion(srv, {"prompt": "The jury said that", "max_tokens": 5, "seed": 1})
     t.check(st == 200 and r["usage"]["completion_tokens"] == 5, "and the server goes on serving")
 
 
 def test_limits():
-    srv = sl.Server(["--slots", "1", "--max-queue", "1", "-q"])
-    a, _ = open_stream(srv, {"prompt": "The jury said that", "max_tokens": 240, "stream": True})
+    srv = sl.Server(["--slots", "1", "--max-queue", "1", "-q", "--test-hooks"])
+    a, _ = open_stream(srv, dict(HELD, stream=True))
     res = {}
 
     def queued():
         res["b"] = completion(srv, {"prompt": "The jury", "max_tokens": 3, "seed": 1})
     th = threading.Thread(target=queued)
     th.start()
-    waiting = wait_for(lambda: srv.metric("mor_queue_length") == 1, 10)
+    waiting = wait_for(lambda: srv.metric("mor_queue_length") == 1)
     st, e = completion(srv, {"prompt": "x", "max_tokens": 3})
     t.check(waiting and st == 503 and e["error"]["code"] == "server_busy",
             "--slots 1 --max-queue 1: a third request while one runs and one waits gets 503 server_busy")
@@ -360,13 +386,14 @@ def test_limits():
     srv = sl.Server(["--max-conns", "2", "-q"])
     s1 = socket.create_connection((srv.host, srv.port))
     s2 = socket.create_connection((srv.host, srv.port))
-    time.sleep(0.2)
+    # one thread accepts, in the order the connections came: s1 and s2 are
+    # counted before the third is looked at, however late the server runs
     out = srv.raw(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
     s1.close()
     s2.close()
     t.check(out.startswith(b"HTTP/1.1 503") and b"server_busy" in out, "--max-conns 2: a third connection gets 503")
-    wait_for(lambda: srv.metric("mor_connections") is not None and srv.metric("mor_connections") <= 1, 5)
-    t.check(srv.json("GET", "/health")[0] == 200, "and once they close it is served again")
+    back = wait_for(lambda: srv.metric("mor_connections") is not None and srv.metric("mor_connections") <= 1)
+    t.check(back and srv.json("GET", "/health")[0] == 200, "and once they close it is served again")
     srv.stop()
 
 
@@ -630,17 +657,28 @@ def load_test(mode):
 
 # ---- drain -----------------------------------------------------------------------
 
-def test_drain():
-    srv = sl.Server(["-q"])
-    s, rest = open_stream(srv, {"prompt": "The jury said that", "max_tokens": 250, "seed": 3, "stream": True})
-    idle = socket.create_connection((srv.host, srv.port))
-    srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2 * sl.SLOW)
-    refused = False
+def refused(srv):
     try:
         socket.create_connection((srv.host, srv.port), timeout=2).close()
+        return False
     except OSError:
-        refused = True
+        return True
+
+
+def test_drain():
+    # the request is held (HELD) until the drain starts: in flight at the
+    # signal whatever the speed; seed 3 runs its 250 tokens without an end
+    srv = sl.Server(["-q", "--test-hooks", "--drain-timeout", "600"])
+    s, rest = open_stream(srv, dict(HELD, max_tokens=250, stream=True))
+    # an idle keep-alive connection: served once, so surely accepted
+    idle = socket.create_connection((srv.host, srv.port), timeout=60 * sl.SLOW)
+    idle.sendall(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
+    got = b""
+    while b"\r\n\r\n" not in got or len(got.split(b"\r\n\r\n", 1)[1]) < int(
+            got.split(b"Content-Length: ")[1].split(b"\r\n")[0]):
+        got += idle.recv(4096)
+    srv.proc.send_signal(signal.SIGTERM)
+    no_new = wait_for(lambda: refused(srv))
     while True:
         b = s.recv(65536)
         if not b:
@@ -652,7 +690,7 @@ def test_drain():
     idle_closed = idle.recv(10) == b""
     idle.close()
     rc = srv.stop()
-    t.check(refused, "SIGTERM: no new connections")
+    t.check(no_new, "SIGTERM: no new connections")
     t.check(b"data: [DONE]" in rest and b'"finish_reason":"length"' in rest, "SIGTERM: the running request finishes")
     t.check(idle_closed, "SIGTERM: an idle keep-alive connection is closed")
     t.check(rc == 0 and "stopped" in srv.log_text(), "SIGTERM: exit status 0 once drained")
@@ -667,12 +705,13 @@ def main():
     import tempfile
     tmp = tempfile.mkdtemp(prefix="morsrv.")
     try:
-        srv = sl.Server(["--slots", "4", "--max-body", "65536", "--timeout", "2"])
+        srv = sl.Server(["--slots", "4", "--max-body", "65536", "--test-hooks"])
         for f in (test_basics, test_mor_run, test_stream, test_errors, test_http, test_disconnect, test_curl, test_node):
             f(srv)
         t.check(srv.proc.poll() is None, "the server lived through every test")
         rc = srv.stop()
         t.check(rc == 0, "and stopped cleanly (exit status %d)" % rc)
+        test_timeouts()
         test_limits()
         test_chat(tmp)
         test_nonfinite(tmp)

@@ -50,7 +50,7 @@ def start_nginx(tmp, port, a, b):
     os.makedirs(os.path.join(tmp, "tmp"), exist_ok=True)
     p = subprocess.Popen([NGINX, "-p", tmp, "-c", path, "-g", "daemon off;"], stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "logs", "stderr.log"), "wb"))
-    end = time.time() + 20
+    end = time.time() + 120 * sl.SLOW   # a bound only a broken nginx reaches
     while time.time() < end:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -151,7 +151,9 @@ def main():
         # back, on its port; then SIGKILL the other one mid-run: nginx retries
         b = sl.Server(["--slots", "4", "-q", "--port", str(b.port)])
         servers[1] = b
-        end = time.time() + 30
+        # nginx tries it again after fail_timeout (5 s); least_conn alternates
+        # between idle servers. The bound is one only a broken setup reaches.
+        end = time.time() + 120 * sl.SLOW
         seen = set()
         while time.time() < end and "127.0.0.1:%d" % b.port not in seen:
             seen.add(post(port, reqs[0])[1])

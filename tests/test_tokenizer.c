@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "cputime.h"
 #include "gguf.h"
 #include "mor.h"
 #include "tokenizer.h"
@@ -805,13 +806,6 @@ static void test_corrupt(void)
 /* Speed and threads                                                        */
 /* ------------------------------------------------------------------------ */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* About 1 MB of mixed text: prose, code, numbers, other scripts, emoji. */
 static char *big_text(size_t *n)
 {
@@ -860,15 +854,21 @@ static void test_speed_threads(const tokenizer *gpt2, const tokenizer *smollm)
     size_t len;
     char *text = big_text(&len);
     const tokenizer *tk[2] = { gpt2, smollm };
+    size_t quarter = len / 4;   /* cut before a character, not inside one */
+    while (quarter > 0 && ((unsigned char)text[quarter] & 0xC0) == 0x80) quarter--;
     for (int k = 0; k < 2; k++) {
-        double t0 = now();
-        int32_t n;
+        /* the work grows linearly with the text: CPU time of a quarter of
+         * it against the whole (check.h), never a wall-clock bound */
+        int32_t n, n4;
+        double t0 = check_thread_cpu();
+        mor_token *head = encode(tk[k], text, quarter, MOR_TOKENIZE_PARSE_SPECIAL, &n4);
+        double t1 = check_thread_cpu();
         mor_token *ids = encode(tk[k], text, len, MOR_TOKENIZE_PARSE_SPECIAL, &n);
-        double dt = now() - t0;
-        /* "Well under a second" without sanitizers; the bound leaves room
-         * for ASan/UBSan builds and slow machines. */
-        CHECK(ids && dt < 3.0, "%s: %.2f MB -> %d tokens in %.3f s (counting and encoding)",
-              k ? "smollm" : "gpt2", len / 1048576.0, ids ? (int)n : -1, dt);
+        double t2 = check_thread_cpu();
+        free(head);
+        CHECK(ids && head && t2 - t1 < CHECK_GROWTH_4X * (t1 - t0) + 0.01,
+              "%s: %.2f MB -> %d tokens (counting and encoding) in %.3f CPU s, a quarter of it in %.3f: linear",
+              k ? "smollm" : "gpt2", len / 1048576.0, ids ? (int)n : -1, t2 - t1, t1 - t0);
         char *back = malloc(len);
         size_t got = 0;
         CHECK(ids && tokenizer_decode(tk[k], ids, n, back, len, &got) == MOR_OK && got == len &&
@@ -898,9 +898,13 @@ static void test_speed_threads(const tokenizer *gpt2, const tokenizer *smollm)
     size_t wl = 1 << 18;
     char *word = malloc(wl);
     for (size_t i = 0; i < wl; i++) word[i] = "abcdefghij"[(i * 7 + i / 3) % 10];
-    double t0 = now();
-    CHECK(round_trip(gpt2, word, wl, 0), "a single 256 KB word decodes back");
-    CHECK(now() - t0 < 3.0, "... in %.3f s", now() - t0);
+    double t0 = check_thread_cpu();
+    int small = round_trip(gpt2, word, wl / 4, 0);
+    double t1 = check_thread_cpu();
+    CHECK(round_trip(gpt2, word, wl, 0) && small, "a single 256 KB word (and 64 KB of it) decodes back");
+    double t2 = check_thread_cpu();
+    CHECK(t2 - t1 < CHECK_GROWTH_4X * (t1 - t0) + 0.01, "... in %.3f CPU s, 64 KB in %.3f: not quadratic",
+          t2 - t1, t1 - t0);
     free(word);
     free(text);
 }

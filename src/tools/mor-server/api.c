@@ -197,6 +197,7 @@ static const struct { const char *name; char kinds; } fields[] = {
     { "max_completion_tokens", 'H' }, { "temperature", 'B' }, { "top_p", 'B' }, { "top_k", 'B' },
     { "min_p", 'B' }, { "seed", 'B' }, { "stop", 'B' }, { "stream", 'B' }, { "stream_options", 'B' },
     { "repeat_penalty", 'B' }, { "repeat_last_n", 'B' }, { "user", 'B' },
+    { "test_hold", 'B' },   /* a test hook: handlers.c refuses it unless mor-server --test-hooks */
     /* OpenAI's, accepted with their neutral value only */
     { "n", 'B' }, { "best_of", 'C' }, { "echo", 'C' }, { "logprobs", 'B' }, { "top_logprobs", 'H' },
     { "frequency_penalty", 'B' }, { "presence_penalty", 'B' }, { "logit_bias", 'B' }, { "suffix", 'C' },
@@ -234,6 +235,12 @@ static int field(api_request *r, const char *k, const json *v, api_error *err)
     }
     if (!strcmp(k, "stop")) return parse_stop(v, r, err);
     if (!strcmp(k, "stream")) return get_bool(v, k, &r->stream, err);
+    if (!strcmp(k, "test_hold")) {
+        int hold = 0;
+        if (get_bool(v, k, &hold, err)) return -1;
+        r->test_hold = 2 | hold;   /* 2: given (refused without --test-hooks) */
+        return 0;
+    }
     if (!strcmp(k, "stream_options")) {
         if (v->type == JSON_NULL) return 0;
         if (v->type != JSON_OBJECT) return bad(err, k, "'stream_options' must be an object");

@@ -50,6 +50,7 @@ typedef struct {
     size_t       stop_len[API_MAX_STOP];
     int          n_stop;
     int          stream, include_usage;
+    int          test_hold;               /* 2 | hold when given: mor-server --test-hooks only (engine.h) */
 } api_request;
 
 typedef struct {

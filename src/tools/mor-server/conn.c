@@ -45,8 +45,11 @@ void conn_respond(conn *c, request *rq, int status, const char *ctype, const cha
     buf_printf(&h, "HTTP/1.1 %d %s\r\nServer: mor-server/%s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                "Connection: %s\r\n%s\r\n", status, http_reason(status), mor_version_string(), ctype, n,
                rq->keep_alive ? "keep-alive" : "close", extra ? extra : "");
+    /* head and body in one send: a server killed between two sends would
+     * leave a proxy with a head it cannot retry (nginx's next upstream) */
+    if (strcmp(rq->method, "HEAD")) buf_put(&h, body, n);
     if (!buf_ok(&h)) c->gone = 1;
-    else if (!conn_send(c, h.p, h.len) && strcmp(rq->method, "HEAD")) conn_send(c, body, n);
+    else conn_send(c, h.p, h.len);
     buf_free(&h);
     count_request(endpoint_of(rq->path), status);
     if (!S.o.quiet)

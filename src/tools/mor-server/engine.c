@@ -22,6 +22,7 @@ struct engine {
     pthread_cond_t  cv;
     job            *cmd_head, *cmd_tail;
     int             quit;
+    int             holds_released; /* engine_release_holds: test holds park no more */
     int32_t         n_waiting;     /* submitted by connections, not running yet */
     engine_stats    stats;
     int64_t         sec_stamp[16];
@@ -251,13 +252,23 @@ static void publish(engine *e, double step_seconds, int32_t running, int32_t que
     memset(l, 0, sizeof *l);
 }
 
+/* A test hold (engine.h) is in force: a held job has its first token and
+ * has not ended. The engine thread's; called under e->mu. */
+static int parked(const engine *e)
+{
+    if (e->holds_released) return 0;
+    for (const job *j = e->active; j; j = j->anext)
+        if (j->hold && j->state == J_ACTIVE && j->n_tokens >= 1) return 1;
+    return 0;
+}
+
 static void *engine_main(void *arg)
 {
     engine *e = arg;
     int failures = 0;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->cmd_head && !e->active && !e->quit) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->cmd_head && (!e->active || parked(e)) && !e->quit) pthread_cond_wait(&e->cv, &e->mu);
         job *cmds = e->cmd_head;
         e->cmd_head = e->cmd_tail = NULL;
         int quitting = e->quit;
@@ -280,8 +291,11 @@ static void *engine_main(void *arg)
             for (job *j = e->active; j; j = j->anext)
                 if (j->state == J_ACTIVE) command(e, j, 1, 1);
 
+        pthread_mutex_lock(&e->mu);
+        int park = parked(e);   /* after the commands: a cancel ends a hold */
+        pthread_mutex_unlock(&e->mu);
         double t0 = engine_now(), dt = 0;
-        if (e->active) {
+        if (e->active && !park) {
             int32_t pending = 0;
             mor_status st = mor_server_step(e->srv, &pending);
             dt = engine_now() - t0;
@@ -389,6 +403,14 @@ void engine_quit(engine *e)
 {
     pthread_mutex_lock(&e->mu);
     e->quit = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_release_holds(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->holds_released = 1;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }

@@ -37,6 +37,11 @@ struct job {
     int                each_token;       /* wake the connection at every token (a stream),
                                             else only when the job has finished */
     textstream         ts;               /* stop strings (then the engine's) */
+    int                hold;             /* a test hook (mor-server --test-hooks): once this
+                                            job has its first token the engine parks, stepping
+                                            nothing, until the job ends (its client goes away)
+                                            or engine_release_holds; so a test can act while
+                                            a request is surely in flight, at any speed */
 
     /* Shared with the connection, under mu. Token i released the text
      * text[text_end[i-1], text_end[i]). */
@@ -85,6 +90,8 @@ engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t
 /* Cancel every job (they end with FINISH_CANCELLED or FINISH_ERROR) and
  * refuse new ones; the thread ends once the server is empty. */
 void    engine_quit(engine *e);
+/* End every test hold (job.hold), for good: a drain lets held jobs finish. */
+void    engine_release_holds(engine *e);
 /* engine_quit, wait for the thread, free the server. No connection may use
  * the engine any more. */
 void    engine_stop(engine *e);

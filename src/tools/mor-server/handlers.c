@@ -411,6 +411,11 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
     mor_token *prompt = NULL;
     int32_t n_prompt = 0;
     mor_status st = MOR_OK;
+    if (ar.test_hold && !S.o.test_hooks) {
+        conn_error(c, rq, 400, "test_hold", NULL, "Unrecognized request argument supplied: test_hold "
+                   "(a test hook: start mor-server with --test-hooks)");
+        goto done;
+    }
     if (ar.model && strcmp(ar.model, S.model_id)) {
         conn_error(c, rq, 404, "model", "model_not_found", "The model '%.100s' does not exist (this server has '%s')",
                    ar.model, S.model_id);
@@ -457,6 +462,7 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
     j->max_tokens = (int32_t)max_tokens;
     j->detok = S.has_tokenizer;
     j->each_token = ar.stream;   /* a whole response waits for the end: no wake-up per token */
+    j->hold = ar.test_hold & 1;
     if (S.eos >= 0) j->stop_tokens[j->n_stop_tokens++] = S.eos;
     const char *stops[API_MAX_STOP + 1];
     size_t stop_len[API_MAX_STOP + 1];

@@ -62,7 +62,10 @@ static void usage(FILE *f)
         "  --drain-timeout S       on SIGINT/SIGTERM, wait this long for running requests (default 30)\n"
         "  --no-check-tensors      do not check every weight for NaN and infinity at load (the\n"
         "                          norms and routers always are)\n"
-        "  -q, --quiet             no line per request on stderr\n", chat_names());
+        "  -q, --quiet             no line per request on stderr\n"
+        "  --test-hooks            for tests: accept the request field \"test_hold\": true, which\n"
+        "                          parks the engine after the request's first token (nothing steps)\n"
+        "                          until its client goes away or a drain starts\n", chat_names());
 }
 
 static int parse_args(int argc, char **argv, options *o)
@@ -87,6 +90,7 @@ static int parse_args(int argc, char **argv, options *o)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { o->quiet = 1; continue; }
         if (!strcmp(a, "--no-check-tensors")) { o->no_check_tensors = 1; continue; }
+        if (!strcmp(a, "--test-hooks")) { o->test_hooks = 1; continue; }
         if (a[0] != '-') cli_usage_error("unexpected argument '%s'", a);
         const char *v = cli_value(argc, argv, &i);
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
@@ -398,6 +402,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_closing; i++) close(closing[i].fd);
     n_closing = 0;
     atomic_store(&S.draining, 1);
+    engine_release_holds(S.eng);
     if (write(S.drain_pipe[1], "x", 1) < 0) {}
     fprintf(stderr, "mor-server: draining: no new connections; waiting for the requests in progress\n");
     int clean = wait_conns(engine_now() + S.o.drain_timeout_s, 1);

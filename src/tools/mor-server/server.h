@@ -23,6 +23,7 @@ typedef struct {
     int32_t     n_thresholds;
     int64_t     max_body, max_header;
     int32_t     max_conns, max_queue, timeout_s, drain_timeout_s, quiet, no_check_tensors;
+    int32_t     test_hooks;   /* --test-hooks: the request field "test_hold" (tests only) */
 } options;
 
 /* The HTTP counters of /metrics: requests by endpoint and status. */
