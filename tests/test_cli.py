@@ -202,6 +202,29 @@ def mor_run_output(tmp):
     hist = sum(int(x.split(":")[1]) for x in m.group(2).split()) if m else -1
     t.check(rc == 0 and m and m.group(1) == "7" and hist == 7 and "generated: 7 tokens" in err,
             "mor-run --no-cache: the statistics count the 7 generated tokens (%s)" % (m.group(0) if m else err[:200]))
+    # the prompt from a file or standard input, bytes as they are
+    path = os.path.join(tmp, "prompt.txt")
+    with open(path, "wb") as f:
+        f.write(b"The jury said that")
+    rc0, want, _ = run(base + ["--print-ids", "-q"])
+    rc1, out1, _ = run([tool("mor-run"), "-m", BROWN, "-f", path, "-n", "24", "--seed", "3", "--print-ids", "-q"])
+    p = subprocess.run([tool("mor-run"), "-m", BROWN, "-f", "-", "-n", "24", "--seed", "3", "--print-ids", "-q"],
+                       input=b"The jury said that", capture_output=True, timeout=300)
+    t.check(rc0 == 0 and rc1 == 0 and p.returncode == 0 and out1 == want and p.stdout.decode() == want,
+            "mor-run -f FILE and -f - (standard input): the tokens of -p with the same text")
+    refused([tool("mor-run"), "-m", BROWN, "-p", "-"], "-f -", "mor-run -p - is ambiguous: refused, naming -f -")
+    refused([tool("mor-run"), "-m", BROWN, "-p", "x", "-f", path], "-f", "mor-run -p and -f together: refused")
+    # the end-of-text token ends a text prompt's generation: counted and
+    # listed by --print-ids (as the server's token_ids), its text not printed
+    eos_run = [tool("mor-run"), "-m", BROWN, "-p", "The jury said that", "-n", "240", "--seed", "136",
+               "--routing", "threshold"]
+    rc, out, err = run(eos_run)
+    rci, ids, _ = run(eos_run + ["--print-ids", "-q"])
+    ids = ids.split()
+    t.check(rc == 0 and rci == 0 and 0 < len(ids) < 240 and ids[-1] == "4095" and "<|endoftext|>" not in out and
+            "generated: %d tokens" % len(ids) in err and "stopped at the end-of-text token" in err,
+            "mor-run: a generation that ends at the end-of-text token says so and does not print its text (%r)"
+            % out[-40:])
     rc, out, err = run([tool("mor-run"), "-m", BROWN, "-p", "The jury said that", "-n", "0"])
     t.check(rc == 0 and out == "" and err.startswith("prompt: "),
             "mor-run -n 0: no text, and the statistics start a line of their own")

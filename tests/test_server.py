@@ -307,8 +307,13 @@ def test_http(srv):
     k = sl.Server(["--api-key", "sekret", "-q"])
     st1, _ = k.json("GET", "/v1/models")
     st2, _ = k.json("GET", "/v1/models", headers={"Authorization": "Bearer sekret"})
+    st3, h3 = k.json("GET", "/health")
+    st4, _ = k.json("GET", "/metrics", headers={"Authorization": "Bearer wrong"})
+    st5, _ = k.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1, "seed": 1})
     k.stop()
     t.check(st1 == 401 and st2 == 200, "--api-key: 401 without it, 200 with Authorization: Bearer")
+    t.check(st3 == 200 and h3["status"] == "ok" and st4 == 401 and st5 == 401,
+            "--api-key: GET /health answers without the key (as llama.cpp's); /metrics and completions do not")
 
 
 # ---- disconnects and limits ----------------------------------------------------------

@@ -21,6 +21,9 @@
 
 typedef struct {
     const char *model, *prompt, *ids, *dump_logits, *dump_routing, *dump_hidden, *dump_step_logits, *tokenize_file;
+    const char *prompt_file;   /* -f: the prompt is this file's bytes ("-": standard input) */
+    char       *prompt_buf;    /* -f's bytes, owned (o->prompt points at them) */
+    size_t      prompt_len;    /* the prompt's bytes (a file's may hold NULs) */
     int n_predict, no_cache, print_ids, show_depth, quiet, max_depth, routing, forced, routing_set;
     int kv_mode, kv_type, n_ctx, max_pos, n_threads, no_context_shift, n_keep;
     int greedy, temp_set, no_check_tensors;
@@ -36,9 +39,11 @@ static void usage(FILE *f)
         "prompt and output:\n"
         "  -p, --prompt TEXT        prompt text (needs a model with a tokenizer; special tokens are\n"
         "                           parsed, no BOS is added)\n"
+        "  -f, --file FILE          the prompt text from a file, as is (-f -: standard input)\n"
         "  --ids A,B,C              the prompt as token ids (instead of -p)\n"
         "  -n N                     tokens to generate (default 64 with a prompt, 0 with --dump-*);\n"
         "                           a prompt given as text stops early at the end-of-text token\n"
+        "                           (whose text is not printed)\n"
         "  --show-depth             print each generated token with its depth: text[d]\n"
         "  --print-ids              print the generated ids on one line instead of text\n"
         "  -q                       no statistics on stderr (the text is printed as without -q)\n"
@@ -120,7 +125,13 @@ static void parse_args(int argc, char **argv, options *o)
 #define VALUE() cli_value(argc, argv, &i)
         if (FLAG("-h") || FLAG("--help")) { usage(stdout); exit(0); }
         else if (FLAG("-m") || FLAG("--model")) o->model = VALUE();
-        else if (FLAG("-p") || FLAG("--prompt")) o->prompt = VALUE();
+        else if (FLAG("-p") || FLAG("--prompt")) {
+            o->prompt = VALUE();
+            if (!strcmp(o->prompt, "-"))   /* the prompt "-", or standard input? say which */
+                cli_usage_error("-p -: ambiguous; read the prompt from standard input with -f -, or give the "
+                                "one-character prompt with -f FILE");
+        }
+        else if (FLAG("-f") || FLAG("--file")) o->prompt_file = VALUE();
         else if (FLAG("--ids")) o->ids = VALUE();
         else if (FLAG("-n")) o->n_predict = (int)cli_int(a, VALUE(), 0, INT32_MAX);
         else if (FLAG("--greedy")) o->greedy = 1;
@@ -173,10 +184,14 @@ static void parse_args(int argc, char **argv, options *o)
     }
     if (!o->model) cli_usage_error("no model given (-m MODEL.gguf)");
     cli_conflict(o->prompt != NULL, "-p", o->ids != NULL, "--ids");
+    cli_conflict(o->prompt_file != NULL, "-f", o->prompt || o->ids, o->prompt ? "-p" : "--ids");
+    cli_conflict(o->tokenize_file != NULL, "--tokenize-file", o->prompt_file != NULL, "-f");
     cli_conflict(o->show_depth, "--show-depth", o->print_ids, "--print-ids");
     cli_conflict(o->greedy, "--greedy", o->temp_set, "--temp");
     cli_conflict(o->tokenize_file != NULL, "--tokenize-file", o->prompt || o->ids, o->prompt ? "-p" : "--ids");
-    if (!o->tokenize_file && !o->prompt && !o->ids) cli_usage_error("give a prompt (-p TEXT or --ids A,B,C)");
+    if (!o->tokenize_file && !o->prompt && !o->prompt_file && !o->ids)
+        cli_usage_error("give a prompt (-p TEXT, -f FILE or --ids A,B,C)");
+    if (o->prompt) o->prompt_len = strlen(o->prompt);
     if (o->greedy) o->sp.temperature = 0;
 }
 
@@ -235,6 +250,7 @@ typedef struct {
 
 static void run_free(run_state *r)
 {
+    free(r->o.prompt_buf);
     free(r->prompt); free(r->seq); free(r->gen); free(r->depths); free(r->steps);
     mor_sampler_free(r->sampler);
     mor_batch_free(r->batch);
@@ -249,10 +265,13 @@ static int lib_error(run_state *r, const char *what, mor_status st)
     return cli_error("%s: %s (%s)", what, mor_last_error(), mor_status_str(st));
 }
 
-static int tokenize_file(const mor_model *m, const char *path)
+/* A whole file ("-": standard input) into a malloc'd buffer; NULL after
+ * printing why. */
+static char *read_all(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return cli_error("cannot open %s: %s", path, strerror(errno));
+    int is_stdin = !strcmp(path, "-");
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) { cli_error("cannot open %s: %s", path, strerror(errno)); return NULL; }
     size_t cap = 1 << 16, n = 0, got;
     char *buf = malloc(cap);
     while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
@@ -260,9 +279,18 @@ static int tokenize_file(const mor_model *m, const char *path)
         if (n == cap) { char *nb = realloc(buf, cap *= 2); if (!nb) { free(buf); buf = NULL; } else buf = nb; }
     }
     int read_err = ferror(f);
-    fclose(f);
-    if (!buf) return cli_error("out of memory");
-    if (read_err) { free(buf); return cli_error("cannot read %s", path); }
+    if (!is_stdin) fclose(f);
+    if (!buf) { cli_error("out of memory"); return NULL; }
+    if (read_err) { free(buf); cli_error("cannot read %s", is_stdin ? "standard input" : path); return NULL; }
+    *len = n;
+    return buf;
+}
+
+static int tokenize_file(const mor_model *m, const char *path)
+{
+    size_t n = 0;
+    char *buf = read_all(path, &n);
+    if (!buf) return 1;
     int32_t count = 0;
     mor_status st = mor_tokenize(m, buf, n, MOR_TOKENIZE_PARSE_SPECIAL, NULL, 0, &count);
     mor_token *ids = NULL;
@@ -439,10 +467,14 @@ int main(int argc, char **argv)
     options *o = &R.o;
     parse_args(argc, argv, o);
     {
-        const char *inputs[] = { o->model, o->tokenize_file };
+        const char *inputs[] = { o->model, o->tokenize_file, o->prompt_file };
         const char *outs[] = { o->dump_logits, o->dump_routing, o->dump_hidden, o->dump_step_logits };
         for (int i = 0; i < 4; i++)
-            if (outs[i] && cli_refuse_overwrite(outs[i], inputs, 2)) return 2;
+            if (outs[i] && cli_refuse_overwrite(outs[i], inputs, 3)) return 2;
+    }
+    if (o->prompt_file) {
+        if (!(o->prompt_buf = read_all(o->prompt_file, &o->prompt_len))) return 1;
+        o->prompt = o->prompt_buf;
     }
 
     mor_model_params mp;
@@ -464,7 +496,7 @@ int main(int argc, char **argv)
         if (!R.prompt) { run_free(&R); return 1; }
     } else {
         int32_t cnt = 0;
-        size_t len = strlen(o->prompt);
+        size_t len = o->prompt_len;
         /* BOS where the model's texts start with it (SentencePiece models) */
         const uint32_t tf = MOR_TOKENIZE_PARSE_SPECIAL | (mor_model_add_bos(model) ? MOR_TOKENIZE_ADD_BOS : 0);
         st = mor_tokenize(model, o->prompt, len, tf, NULL, 0, &cnt);
@@ -554,9 +586,9 @@ int main(int argc, char **argv)
     if ((st = forward_all(&R, R.prompt, R.n_prompt, dumping))) { run_free(&R); return lib_error(NULL, "decoding the prompt", st); }
     double t_prompt = now_s() - t0;
     if (dumping && !dump(&R, R.n_prompt)) { run_free(&R); return 1; }
-    if (!o->print_ids && n_predict > 0 && o->prompt) { put_text(&R, o->prompt, strlen(o->prompt)); fflush(stdout); }
+    if (!o->print_ids && n_predict > 0 && o->prompt) { put_text(&R, o->prompt, o->prompt_len); fflush(stdout); }
 
-    int rc = 0, n_gen = 0, stopped_at_limit = 0;
+    int rc = 0, n_gen = 0, stopped_at_limit = 0, ended_at_eos = 0;
     uint64_t hist[17] = { 0 };
     const mor_token eos = mor_model_token_eos(model);
     double t1 = now_s();
@@ -595,8 +627,11 @@ int main(int argc, char **argv)
             logits = mor_get_logits(R.ctx, 0);
         }
         hist[depth < 16 ? depth : 16]++;
-        if (!o->print_ids) print_piece(&R, t, depth);
-        if (eos >= 0 && t == eos && o->prompt) break;
+        /* the end-of-text token ends a text prompt's generation; like the
+         * server, it is counted and listed by --print-ids, its text not shown */
+        int at_eos = eos >= 0 && t == eos && o->prompt;
+        if (!o->print_ids && !at_eos) print_piece(&R, t, depth);
+        if (at_eos) { ended_at_eos = 1; break; }
     }
     double t_gen = now_s() - t1;
     if (R.steps && !rc) {   /* the logits of the n_gen steps taken */
@@ -617,9 +652,9 @@ int main(int argc, char **argv)
         cli_note("the context is full (%d positions%s): stopped after %d generated tokens (--no-context-shift); "
                  "raise it with %s", limit, what, n_gen, raise);
     if (!o->quiet && !rc) {
-        fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tok/s); generated: %d tokens in %.3f s (%.1f tok/s)\n",
+        fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tok/s); generated: %d tokens in %.3f s (%.1f tok/s)%s\n",
                 R.n_prompt, t_prompt, R.n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
-                n_gen / (t_gen > 0 ? t_gen : 1e-9));
+                n_gen / (t_gen > 0 ? t_gen : 1e-9), ended_at_eos ? "; stopped at the end-of-text token" : "");
         if (n_gen) {
             double sum = 0;
             for (int d = 0; d <= 16; d++) sum += (double)d * (double)hist[d];

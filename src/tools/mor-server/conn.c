@@ -167,7 +167,9 @@ static int one_request(conn *c)
     if (h.path.n > 255) { reject(c, &rq, 404, "no such endpoint"); return -1; }
     if (atomic_load(&S.draining)) { reject(c, &rq, 503, "the server is shutting down"); return -1; }
     int auth_ok = 1;
-    if (S.o.api_key) {
+    /* /health is public, as llama.cpp's server has it: load balancers and
+     * orchestrators probe it without the key */
+    if (S.o.api_key && strcmp(rq.path, "/health")) {
         const http_span *a = http_header(&h, "authorization");
         size_t kl = strlen(S.o.api_key);
         auth_ok = a && a->n == kl + 7 && !memcmp(a->p, "Bearer ", 7) && !memcmp(a->p + 7, S.o.api_key, kl);

@@ -53,7 +53,7 @@ static void usage(FILE *f)
         "  --max-depth N           cap every token's recursions at N\n"
         "  --chat-template NAME    chat format when the file has none or an unknown one:\n"
         "                          %s\n"
-        "  --api-key KEY           require \"Authorization: Bearer KEY\"\n"
+        "  --api-key KEY           require \"Authorization: Bearer KEY\" (not for GET /health)\n"
         "  --max-body BYTES        largest request body (default 1048576)\n"
         "  --max-header BYTES      largest request head (default 16384)\n"
         "  --max-conns N           open connections at most (default 256; more get 503)\n"
