@@ -101,6 +101,12 @@ def bad_input(m):
     raises(OverflowError, lambda: mor.Sampler(seed=-1), "Sampler(seed=-1)")
     raises(TypeError, lambda: mor.Sampler(temperature="hot"), "Sampler(temperature='hot')")
     raises(ValueError, lambda: mor.Sampler(temperature=float("nan")), "Sampler(temperature=nan)")
+    # the ranges of mor-run's flags, for Sampler, generate() and Server.submit
+    for kw in ({"temperature": -1}, {"temperature": float("inf")}, {"top_p": 2}, {"top_p": -0.1}, {"min_p": 1.5},
+               {"top_k": -1}, {"repeat_penalty": -1.0}, {"repeat_last_n": -1}, {"repeat_last_n": 1 << 21}):
+        raises(ValueError, lambda: mor.Sampler(**kw), "Sampler(%s): out of mor-run's range" % kw)
+    t.check(mor.Sampler(temperature=0, top_p=1, min_p=0, top_k=0, repeat_penalty=1, repeat_last_n=0) is not None,
+            "Sampler: the ends of every range are accepted")
     raises(ValueError, lambda: mor.Sampler().sample([float("nan")] * 10), "Sampler.sample([nan]*10)")
     raises(ValueError, lambda: mor.Sampler().sample([0.0, float("inf"), 1.0]), "Sampler.sample with +inf")
     raises(ValueError, lambda: mor.Sampler().sample([-math.inf] * 4), "Sampler.sample, every logit -inf")
@@ -124,6 +130,9 @@ def bad_input(m):
     with mor.Server(m) as srv:
         raises(OverflowError, lambda: srv.submit([1, 2 ** 40]), "Server.submit with a token id of 2**40")
         raises(OverflowError, lambda: srv.submit([1, 2], max_tokens=2 ** 40), "Server.submit(max_tokens=2**40)")
+        raises(ValueError, lambda: srv.submit([1, 2], top_p=2), "Server.submit(top_p=2): out of mor-run's range")
+        raises(ValueError, lambda: srv.submit([1, 2], temperature=-1), "Server.submit(temperature=-1)")
+    raises(ValueError, lambda: list(m.generate([1, 2], max_tokens=2, min_p=-1)), "Model.generate(min_p=-1)")
 
 
 def main():

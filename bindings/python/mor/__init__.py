@@ -107,6 +107,28 @@ def _check_count(what, v):
         raise ValueError("%s must be >= 0, got %d" % (what, v))
 
 
+# The ranges of mor-run's sampling flags (mor-run --help): a value the CLI
+# refuses is refused here too, with ValueError naming it (libmor itself would
+# take temperature=-1 as greedy and top_p=2 as off, hiding a caller's mistake).
+_SAMPLING_RANGES = (("temperature", 0.0, 1e6), ("top_k", 0, 2 ** 31 - 1), ("top_p", 0.0, 1.0),
+                    ("min_p", 0.0, 1.0), ("repeat_penalty", 0.0, 1e6), ("repeat_last_n", 0, 1 << 20))
+
+
+def _sampler_params(what, seed, temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n):
+    """SamplerParams with libmor's defaults and the given fields (None: the
+    default): TypeError, OverflowError, or ValueError out of range."""
+    sp = _capi.SamplerParams()
+    _lib.mor_sampler_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
+    given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
+             "repeat_penalty": repeat_penalty, "repeat_last_n": repeat_last_n}
+    _capi.set_fields(sp, (("seed", seed),) + tuple(given.items()), what)
+    for name, lo, hi in _SAMPLING_RANGES:
+        v = given[name]
+        if v is not None and not lo <= v <= hi:   # NaN fails too
+            raise ValueError("%s: %s must be in [%g, %g], got %r" % (what, name, lo, hi, v))
+    return sp
+
+
 def _check_token(model, t):
     _capi.check_value(ctypes.c_int32, t, "token id")
 
@@ -422,11 +444,7 @@ class Sampler(_Handle):
 
     def __init__(self, seed=None, temperature=None, top_k=None, top_p=None, min_p=None,
                  repeat_penalty=None, repeat_last_n=None):
-        sp = _capi.SamplerParams()
-        _lib.mor_sampler_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
-        _capi.set_fields(sp, (("seed", seed), ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                              ("min_p", min_p), ("repeat_penalty", repeat_penalty),
-                              ("repeat_last_n", repeat_last_n)), "Sampler")
+        sp = _sampler_params("Sampler", seed, temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n)
         out = ctypes.c_void_p()
         _check(_lib.mor_sampler_create(ctypes.byref(sp), ctypes.byref(out)))
         self._own(out.value, _lib.mor_sampler_free)
@@ -858,11 +876,8 @@ class Server(_Handle):
         ids = self.model.tokenize(prompt, add_bos=True, parse_special=True) if isinstance(prompt, str) \
             else list(prompt)
         stop = list(stop)
-        smp = _capi.SamplerParams()
-        _lib.mor_sampler_params_init(ctypes.byref(smp), ctypes.sizeof(smp))
-        _capi.set_fields(smp, (("seed", seed), ("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                               ("min_p", min_p), ("repeat_penalty", repeat_penalty),
-                               ("repeat_last_n", repeat_last_n)), "Server.submit")
+        smp = _sampler_params("Server.submit", seed, temperature, top_k, top_p, min_p, repeat_penalty,
+                              repeat_last_n)
         p = _capi.int32_array(ids, "Server.submit: prompt")
         s = _capi.int32_array(stop, "Server.submit: stop")
         rid = ctypes.c_int32()
