@@ -111,14 +111,18 @@ int conn_wait(conn *c, job *j)
     }
 }
 
-/* Receive more bytes. idle: between requests (a drain ends the wait).
- * 1 read, 0 the peer closed, -1 error or timeout, -2 drain. */
-static int fill(conn *c, int idle)
+/* Receive more bytes by `deadline` (engine_now() seconds: a deadline for a
+ * whole head or body, not per read, so that a client sending a byte now and
+ * then cannot hold the connection). idle: between requests (a drain ends
+ * the wait). 1 read, 0 the peer closed, -1 error or deadline, -2 drain. */
+static int fill(conn *c, int idle, double deadline)
 {
     if (!buf_reserve(&c->in, 16384)) return -1;
     for (;;) {
         struct pollfd p[2] = { { c->fd, POLLIN, 0 }, { S.drain_pipe[0], POLLIN, 0 } };
-        int r = poll(p, idle ? 2 : 1, S.o.timeout_s * 1000);
+        double left = deadline - engine_now();
+        if (left <= 0) return -1;
+        int r = poll(p, idle ? 2 : 1, (int)(left * 1000) + 1);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return -1;
         if (idle && (p[1].revents & POLLIN) && !(p[0].revents & POLLIN)) return -2;
@@ -148,12 +152,16 @@ static int one_request(conn *c)
     http_request h;
     http_error he;
     int head;
+    /* an idle keep-alive connection waits --timeout for a first byte; then
+     * the whole head has --timeout, and the body --timeout more */
+    double deadline = engine_now() + S.o.timeout_s;
+    if (c->in.len) rq.t_start = engine_now();   /* pipelined: the head began already */
     for (;;) {
         head = c->in.len ? http_parse_head(c->in.p, c->in.len, (size_t)S.o.max_header, &h, &he) : HTTP_NEED_MORE;
         if (head != HTTP_NEED_MORE) break;
         int idle = c->in.len == 0;
-        int r = fill(c, idle);
-        if (r == 1 && idle) rq.t_start = engine_now();
+        int r = fill(c, idle, deadline);
+        if (r == 1 && idle) deadline = (rq.t_start = engine_now()) + S.o.timeout_s;
         if (r == 1) continue;
         if (r == -1 && !idle) { rq.t_start = engine_now(); reject(c, &rq, 408, "timed out reading the request"); }
         return -1;
@@ -183,6 +191,7 @@ static int one_request(conn *c)
         return -1;
     }
     /* the body: the head's spans are not used past this point */
+    double body_deadline = engine_now() + S.o.timeout_s;
     buf body = { 0 };
     size_t used = (size_t)head;
     int sent_continue = 0;
@@ -199,7 +208,7 @@ static int one_request(conn *c)
             buf_consume(&c->in, at);   /* decoded: only the undecoded rest is kept */
             at = 0;
             if (h.expect_continue && !sent_continue++) conn_send(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-            int f = fill(c, 0);
+            int f = fill(c, 0, body_deadline);
             if (f != 1) {
                 buf_free(&body);
                 if (f == -1) reject(c, &rq, 408, "timed out reading the request body");
@@ -215,7 +224,7 @@ static int one_request(conn *c)
             return -1;
         }
         while (c->in.len < need) {
-            int f = fill(c, 0);
+            int f = fill(c, 0, body_deadline);
             if (f != 1) {
                 if (f == -1) reject(c, &rq, 408, "timed out reading the request body");
                 return -1;
@@ -226,11 +235,19 @@ static int one_request(conn *c)
     }
     buf_consume(&c->in, used);
     if (!buf_ok(&body)) { buf_free(&body); reject(c, &rq, 413, "out of memory for the body"); return -1; }
+    pthread_mutex_lock(&S.mu);
+    c->in_request = 1;   /* a whole request: no longer one the accept thread may close */
+    pthread_mutex_unlock(&S.mu);
     c->watch_in = 1;
     if (!auth_ok) conn_error(c, &rq, 401, NULL, "invalid_api_key", "a valid API key is needed (Authorization: Bearer KEY)");
     else handle(c, &rq, body.p ? body.p : "", body.len);
     buf_free(&body);
-    return c->gone || !rq.keep_alive ? -1 : 0;
+    pthread_mutex_lock(&S.mu);
+    c->in_request = 0;
+    c->since = engine_now();
+    int evicted = c->evicted;
+    pthread_mutex_unlock(&S.mu);
+    return c->gone || evicted || !rq.keep_alive ? -1 : 0;
 }
 
 void *conn_main(void *arg)
@@ -254,6 +271,7 @@ void *conn_main(void *arg)
     else S.conns = c->next;
     if (c->next) c->next->prev = c->prev;
     S.n_conns--;
+    S.n_evicted -= c->evicted;
     pthread_cond_broadcast(&S.cv);
     pthread_mutex_unlock(&S.mu);
     close(c->fd);

@@ -23,6 +23,7 @@ struct engine {
     job            *cmd_head, *cmd_tail;
     int             quit;
     int             holds_released; /* engine_release_holds: test holds park no more */
+    uint32_t        n_slots;
     int32_t         n_waiting;     /* submitted by connections, not running yet */
     engine_stats    stats;
     int64_t         sec_stamp[16];
@@ -252,14 +253,23 @@ static void publish(engine *e, double step_seconds, int32_t running, int32_t que
     memset(l, 0, sizeof *l);
 }
 
-/* A test hold (engine.h) is in force: a held job has its first token and
- * has not ended. The engine thread's; called under e->mu. */
+/* A test hold (engine.h) is in force: a held job has its first token and no
+ * other job needs a step (to get its first token, to be admitted to a free
+ * slot, or to be released). The engine thread's; called under e->mu. */
 static int parked(const engine *e)
 {
     if (e->holds_released) return 0;
+    int held = 0, need = 0;
+    uint32_t running = 0;
     for (const job *j = e->active; j; j = j->anext)
-        if (j->hold && j->state == J_ACTIVE && j->n_tokens >= 1) return 1;
-    return 0;
+        running += j->state == J_ACTIVE && mor_server_request_state(e->srv, j->id) == MOR_REQ_RUNNING;
+    for (const job *j = e->active; j && !need; j = j->anext) {
+        int32_t st = j->state == J_ACTIVE ? mor_server_request_state(e->srv, j->id) : -1;
+        if (j->state != J_ACTIVE) need = 1;
+        else if (j->hold && j->n_tokens >= 1) held = 1;
+        else if (st == MOR_REQ_RUNNING || (st == MOR_REQ_QUEUED && running < e->n_slots)) need = 1;
+    }
+    return held && !need;
 }
 
 static void *engine_main(void *arg)
@@ -365,6 +375,7 @@ engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t
     MOR_SERVER_PARAMS_INIT(&sp);
     sp.mode = p->mode;
     sp.n_slots = p->n_slots;
+    e->n_slots = p->n_slots;
     sp.n_ctx = p->n_ctx;
     sp.n_batch = p->n_batch;
     sp.n_threads = p->n_threads;

@@ -39,9 +39,11 @@ struct job {
     textstream         ts;               /* stop strings (then the engine's) */
     int                hold;             /* a test hook (mor-server --test-hooks): once this
                                             job has its first token the engine parks, stepping
-                                            nothing, until the job ends (its client goes away)
-                                            or engine_release_holds; so a test can act while
-                                            a request is surely in flight, at any speed */
+                                            nothing while no other job needs a step (a first
+                                            token, a free slot to take), until the job ends
+                                            (its client goes away) or engine_release_holds; so
+                                            a test can act while requests are surely in
+                                            flight, at any speed */
 
     /* Shared with the connection, under mu. Token i released the text
      * text[text_end[i-1], text_end[i]). */

@@ -56,16 +56,22 @@ static void usage(FILE *f)
         "  --api-key KEY           require \"Authorization: Bearer KEY\" (not for GET /health)\n"
         "  --max-body BYTES        largest request body (default 1048576)\n"
         "  --max-header BYTES      largest request head (default 16384)\n"
-        "  --max-conns N           open connections at most (default 256; more get 503)\n"
+        "  --max-conns N           open connections at most (default 256); when all are open, the\n"
+        "                          oldest without a whole request (idle, or slow to send one) is\n"
+        "                          closed for a new one; if every one holds a request: 503\n"
+        "  --max-conns-per-client N  open connections from one address at most (default: half of\n"
+        "                          --max-conns; 0: no cap); more get 503\n"
         "  --max-queue N           requests waiting for a slot at most (default 256; more get 503)\n"
-        "  --timeout S             idle keep-alive and read timeout in seconds (default 30)\n"
+        "  --timeout S             seconds an idle keep-alive connection waits for a request, and\n"
+        "                          a request's head, then its body, may take in all (default 30)\n"
         "  --drain-timeout S       on SIGINT/SIGTERM, wait this long for running requests (default 30)\n"
         "  --no-check-tensors      do not check every weight for NaN and infinity at load (the\n"
         "                          norms and routers always are)\n"
         "  -q, --quiet             no line per request on stderr\n"
         "  --test-hooks            for tests: accept the request field \"test_hold\": true, which\n"
-        "                          parks the engine after the request's first token (nothing steps)\n"
-        "                          until its client goes away or a drain starts\n", chat_names());
+        "                          parks the engine after the request's first token (nothing steps\n"
+        "                          while no other request needs a step for its first token) until\n"
+        "                          its client goes away or a drain starts\n", chat_names());
 }
 
 static int parse_args(int argc, char **argv, options *o)
@@ -82,6 +88,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->max_body = 1 << 20;
     o->max_header = 16384;
     o->max_conns = 256;
+    o->max_conns_per_client = -1;   /* half of max_conns, once that is known */
     o->max_queue = 256;
     o->timeout_s = 30;
     o->drain_timeout_s = 30;
@@ -105,6 +112,7 @@ static int parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--max-body")) o->max_body = cli_int(a, v, 1, (long long)1 << 30);
         else if (!strcmp(a, "--max-header")) o->max_header = cli_int(a, v, 256, 1 << 20);
         else if (!strcmp(a, "--max-conns")) o->max_conns = (int32_t)cli_int(a, v, 1, 65536);
+        else if (!strcmp(a, "--max-conns-per-client")) o->max_conns_per_client = (int32_t)cli_int(a, v, 0, 65536);
         else if (!strcmp(a, "--max-queue")) o->max_queue = (int32_t)cli_int(a, v, 0, 1 << 20);
         else if (!strcmp(a, "--timeout")) o->timeout_s = (int32_t)cli_int(a, v, 1, 86400);
         else if (!strcmp(a, "--drain-timeout")) o->drain_timeout_s = (int32_t)cli_int(a, v, 0, 86400);
@@ -118,6 +126,7 @@ static int parse_args(int argc, char **argv, options *o)
         } else cli_usage_error("unknown option '%s'", a);
     }
     if (!o->model_path) cli_usage_error("give a model with -m FILE");
+    if (o->max_conns_per_client < 0) o->max_conns_per_client = o->max_conns > 1 ? o->max_conns / 2 : 1;
     return 0;
 }
 
@@ -222,13 +231,13 @@ enum { MAX_CLOSING = 64 };
 static struct { int fd; double until; } closing[MAX_CLOSING];
 static int n_closing;
 
-static void refuse(int fd)
+static void refuse(int fd, const char *why)
 {
-    static const char body[] = "{\"error\":{\"message\":\"too many connections (--max-conns)\","
-                               "\"type\":\"server_busy\",\"param\":null,\"code\":\"server_busy\"}}\n";
-    char busy[512];
+    char body[200], busy[512];
+    int nb = snprintf(body, sizeof body, "{\"error\":{\"message\":\"%s\",\"type\":\"server_busy\",\"param\":null,"
+                      "\"code\":\"server_busy\"}}\n", why);
     int n = snprintf(busy, sizeof busy, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s", sizeof body - 1, body);
+                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", nb, body);
     if (send(fd, busy, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {}
     count_request(EP_OTHER, 503);
     shutdown(fd, SHUT_WR);
@@ -254,6 +263,30 @@ static void reap_closing(const struct pollfd *p)
             closing[i] = closing[--n_closing];
         }
     }
+}
+
+/* Under S.mu: may a connection from `host` be taken? NULL yes, else why
+ * not: the client has --max-conns-per-client open, or every connection holds
+ * a whole request. When the server is full, the oldest connection without a
+ * whole request in hand (idle, or a slow head or body) is shut down to make
+ * room, as nginx does, so that slow clients cannot lock everyone out. */
+static const char *admit(const char *host)
+{
+    int32_t mine = 0;
+    conn *oldest = NULL;
+    for (conn *c = S.conns; c; c = c->next) {
+        if (c->evicted) continue;
+        mine += !strcmp(c->host, host);
+        if (!c->in_request && (!oldest || c->since <= oldest->since)) oldest = c;
+    }
+    if (S.o.max_conns_per_client && mine >= S.o.max_conns_per_client)
+        return "too many connections from this address (--max-conns-per-client)";
+    if (S.n_conns - S.n_evicted < S.o.max_conns) return NULL;
+    if (!oldest) return "too many connections, each with a request in progress (--max-conns)";
+    oldest->evicted = 1;
+    S.n_evicted++;
+    shutdown(oldest->fd, SHUT_RDWR);   /* its thread sees the end, unregisters and closes */
+    return NULL;
 }
 
 /* Accept connections until a signal. */
@@ -282,16 +315,18 @@ static void accept_loop(int lfd)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);   /* tokens go out one by one */
         struct timeval tv = { S.o.timeout_s, 0 };
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);      /* a client that stops reading */
+        char host[48] = "?", serv[8] = "";
+        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
         pthread_mutex_lock(&S.mu);
-        int full = S.n_conns >= S.o.max_conns;
+        const char *why = admit(host);
         pthread_mutex_unlock(&S.mu);
-        if (full) { refuse(fd); continue; }
+        if (why) { refuse(fd, why); continue; }
         conn *c = calloc(1, sizeof *c);
         if (!c) { close(fd); continue; }
         c->fd = fd;
-        char host[48] = "?", serv[8] = "";
-        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
+        snprintf(c->host, sizeof c->host, "%s", host);
         snprintf(c->peer, sizeof c->peer, "%s:%s", host, serv);
+        c->since = engine_now();
         pthread_mutex_lock(&S.mu);
         c->next = S.conns;
         if (S.conns) S.conns->prev = c;

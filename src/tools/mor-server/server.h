@@ -23,6 +23,7 @@ typedef struct {
     int32_t     n_thresholds;
     int64_t     max_body, max_header;
     int32_t     max_conns, max_queue, timeout_s, drain_timeout_s, quiet, no_check_tensors;
+    int32_t     max_conns_per_client;   /* open connections from one address at most (0: no cap) */
     int32_t     test_hooks;   /* --test-hooks: the request field "test_hold" (tests only) */
 } options;
 
@@ -45,8 +46,9 @@ typedef struct {
     atomic_int  draining;                          /* set once by main, read by every connection */
     pthread_mutex_t mu;                            /* guards what follows */
     pthread_cond_t  cv;
-    int32_t     n_conns;
-    struct conn *conns;                            /* open connections (for the last resort of a drain) */
+    int32_t     n_conns;                           /* registered, evicted ones included until they end */
+    int32_t     n_evicted;                         /* of those, closed by the accept thread (conn.evicted) */
+    struct conn *conns;                            /* open connections, newest first */
     uint64_t    http_count[EP_N][6];               /* by status class: 2xx, 400, 404, 4xx other, 503, 5xx other */
     uint64_t    rng;
 } server;
@@ -56,6 +58,13 @@ extern server S;
 typedef struct conn {
     int          fd;
     char         peer[64];
+    char         host[48];     /* the client's address, for --max-conns-per-client */
+    /* Under S.mu: when the connection is full, the accept thread closes the
+     * oldest one that has no whole request in hand (waiting, or still sending
+     * a head or body), so slow or idle clients cannot lock others out. */
+    int          in_request;   /* a whole request received, not yet answered */
+    double       since;        /* when it began waiting for its current request */
+    int          evicted;      /* shut down by the accept thread */
     buf          in;           /* bytes received, not yet consumed */
     buf          out;          /* a response being built */
     int          gone;         /* the peer closed or an I/O error */
