@@ -174,6 +174,8 @@ BAD = [
     ('{"prompt": "x", "echo": true}', 400, "echo"),
     ('{"prompt": "x", "logprobs": 5}', 400, "logprobs"),
     ('{"prompt": "x", "frequency_penalty": 0.5}', 400, "frequency_penalty"),
+    ('{"prompt": "x", "response_format": {"type": "json_object"}}', 400, "response_format"),
+    ('{"prompt": "x", "tools": []}', 400, "tools"),
     ('{"prompt": "x", "prompt": "y"}', 400, "prompt"),
     ('{"prompt": 5}', 400, "prompt"),
     ('{"prompt": []}', 400, "prompt"),
@@ -248,6 +250,10 @@ def test_errors(srv):
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(big[i:i + 4096]), big[i:i + 4096]) for i in range(0, len(big), 4096))
     out = srv.raw(b"POST /v1/completions HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
     t.check(out.startswith(b"HTTP/1.1 413"), "the same body chunked: 413")
+    st, r = completion(srv, {"prompt": "The jury", "max_tokens": 4, "seed": 2, "response_format": {"type": "text"}})
+    st2, r2 = completion(srv, {"prompt": "The jury", "max_tokens": 4, "seed": 2})
+    t.check(st == 200 and r["choices"][0]["text"] == r2["choices"][0]["text"],
+            "completions: response_format {type: text} is accepted (as llama.cpp's) and changes nothing")
     st, h = srv.json("GET", "/health")
     t.check(st == 200 and srv.proc.poll() is None, "after all of that the server is alive and serving")
 
@@ -625,6 +631,15 @@ def test_chat(tmp):
                 c["choices"][0]["message"]["content"] == p["choices"][0]["text"] and
                 c["choices"][0]["mor"]["token_ids"] == p["choices"][0]["mor"]["token_ids"],
                 "%s: a chat equals the completion of its chatml prompt" % how)
+        if model == sl.MODEL:
+            neutral = {"tools": [], "tool_choice": "none", "parallel_tool_calls": False,
+                       "response_format": {"type": "text"}}
+            st3, c3 = srv.json("POST", "/v1/chat/completions", dict(neutral, messages=MESSAGES, max_tokens=20, seed=4))
+            st4, e4 = srv.json("POST", "/v1/chat/completions", {"messages": MESSAGES, "tools": [{"type": "function"}]})
+            t.check(st3 == 200 and c3["choices"][0]["message"]["content"] == c["choices"][0]["message"]["content"] and
+                    st4 == 400 and e4["error"]["param"] == "tools",
+                    "chat: tools [], tool_choice none, response_format text are accepted and change nothing; "
+                    "a tool is a 400 naming tools")
         st, ev = srv.stream("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 20, "seed": 4, "stream": True})
         text = "".join(e["choices"][0]["delta"].get("content", "") for e in ev[:-1])
         t.check(st == 200 and ev[0]["object"] == "chat.completion.chunk" and ev[0]["choices"][0]["delta"]["role"] == "assistant"

@@ -201,7 +201,7 @@ static const struct { const char *name; char kinds; } fields[] = {
     /* OpenAI's, accepted with their neutral value only */
     { "n", 'B' }, { "best_of", 'C' }, { "echo", 'C' }, { "logprobs", 'B' }, { "top_logprobs", 'H' },
     { "frequency_penalty", 'B' }, { "presence_penalty", 'B' }, { "logit_bias", 'B' }, { "suffix", 'C' },
-    { "response_format", 'H' }, { "tools", 'H' }, { "tool_choice", 'H' }, { "parallel_tool_calls", 'H' },
+    { "response_format", 'B' }, { "tools", 'H' }, { "tool_choice", 'H' }, { "parallel_tool_calls", 'H' },
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
