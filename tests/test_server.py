@@ -323,6 +323,42 @@ def test_http(srv):
             "--api-key: GET /health answers without the key (as llama.cpp's); /metrics and completions do not")
 
 
+# ---- llama.cpp's own endpoints ---------------------------------------------------------
+
+def test_llama_endpoints(srv):
+    text = "The jury said that \u00e9t\u00e9"
+    ids = subprocess.run([sl.RUN, "-m", sl.MODEL, "--tokenize-file", "/dev/stdin"], input=text.encode(),
+                         capture_output=True).stdout.split()
+    ids = [int(x) for x in ids]
+    st, r = srv.json("POST", "/tokenize", {"content": text})
+    t.check(st == 200 and r["tokens"] == ids, "POST /tokenize: the ids of `mor-run --tokenize-file` (%s)" % ids[:6])
+    st, p = srv.json("POST", "/tokenize", {"content": text, "with_pieces": True, "add_special": True})
+    whole = b"".join(x["piece"].encode() if isinstance(x["piece"], str) else bytes(x["piece"]) for x in p["tokens"])
+    t.check(st == 200 and [x["id"] for x in p["tokens"]] == ids and whole == text.encode() and
+            any(isinstance(x["piece"], list) for x in p["tokens"]),
+            "POST /tokenize with_pieces: id and piece each (bytes where a piece is not whole UTF-8); they make the text")
+    st, d = srv.json("POST", "/detokenize", {"tokens": ids})
+    t.check(st == 200 and d["content"] == text, "POST /detokenize: the text back")
+    for path, body, param in [("/tokenize", {}, "content"), ("/tokenize", {"content": 5}, "content"),
+                              ("/tokenize", {"content": "x", "with_pieces": "yes"}, "with_pieces"),
+                              ("/tokenize", {"content": "x", "frobnicate": 1}, "frobnicate"),
+                              ("/detokenize", {"tokens": [1, 4096]}, "tokens"),
+                              ("/detokenize", {"tokens": "1 2"}, "tokens")]:
+        st, e = srv.json("POST", path, body)
+        t.check(st == 400 and e["error"]["param"] == param, "POST %s %s: 400 naming %s" % (path, json.dumps(body), param))
+    st, _, _ = srv.request("GET", "/tokenize")
+    t.check(st == 405, "GET /tokenize: 405")
+    st, pr = srv.json("GET", "/props")
+    t.check(st == 200 and pr["total_slots"] == 4 and pr["default_generation_settings"]["n_ctx"] == 256 and
+            pr["chat_template"] is None and pr["model_alias"] == "brown-mor" and
+            abs(pr["default_generation_settings"]["params"]["temperature"] - 0.8) < 1e-6,
+            "GET /props: slots, context, model, chat template, the sampling defaults")
+    if t.need_tool("curl", "curl", "curl /tokenize"):
+        r = subprocess.run(["curl", "-sS", "http://%s:%d/tokenize" % (srv.host, srv.port), "-d",
+                            json.dumps({"content": text})], capture_output=True)
+        t.check(r.returncode == 0 and json.loads(r.stdout)["tokens"] == ids, "curl -d ... /tokenize")
+
+
 # ---- disconnects and limits ----------------------------------------------------------
 
 def wait_for(cond, secs=120):
@@ -820,7 +856,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="morsrv.")
     try:
         srv = sl.Server(["--slots", "4", "--max-body", "65536", "--test-hooks"])
-        for f in (test_basics, test_mor_run, test_stream, test_errors, test_http, test_disconnect, test_curl, test_node):
+        for f in (test_basics, test_mor_run, test_stream, test_errors, test_http, test_llama_endpoints, test_disconnect,
+                  test_curl, test_node):
             f(srv)
         t.check(srv.proc.poll() is None, "the server lived through every test")
         rc = srv.stop()

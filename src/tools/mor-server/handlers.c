@@ -2,6 +2,7 @@
  *   POST /v1/completions, POST /v1/chat/completions   (api.h; streamed as
  *        server-sent events with "stream": true)
  *   GET  /v1/models[/ID], /health, /metrics (Prometheus text)
+ *   (and llama.cpp's POST /tokenize, /detokenize, GET /props: llama_endpoints.c)
  * A generated token's recursion depth is in the extension object "mor" of
  * each choice: {"token_ids": [...], "depths": [...]}, per event when
  * streaming. */
@@ -15,7 +16,8 @@
 #include "jsonw.h"
 #include "server.h"
 
-static const char *const ep_names[EP_N] = { "completions", "chat_completions", "models", "health", "metrics", "other" };
+static const char *const ep_names[EP_N] = { "completions", "chat_completions", "models", "health", "metrics",
+                                            "tokenize", "detokenize", "props", "other" };
 
 int endpoint_of(const char *path)
 {
@@ -24,6 +26,9 @@ int endpoint_of(const char *path)
     if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) return EP_MODELS;
     if (!strcmp(path, "/health")) return EP_HEALTH;
     if (!strcmp(path, "/metrics")) return EP_METRICS;
+    if (!strcmp(path, "/tokenize")) return EP_TOKENIZE;
+    if (!strcmp(path, "/detokenize")) return EP_DETOKENIZE;
+    if (!strcmp(path, "/props")) return EP_PROPS;
     return EP_OTHER;
 }
 
@@ -504,14 +509,15 @@ void handle(conn *c, request *rq, const char *body, size_t n)
     if (ep == EP_OTHER) {
         if (!strcmp(rq->path, "/") && get) {
             static const char page[] = "mor-server: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
-                                       "GET /health, GET /metrics\n";
+                                       "GET /health, GET /metrics; llama.cpp's POST /tokenize, POST /detokenize, "
+                                       "GET /props\n";
             conn_respond(c, rq, 200, "text/plain; charset=utf-8", page, sizeof page - 1, NULL);
             return;
         }
         conn_error(c, rq, 404, NULL, NULL, "no such endpoint: %s %s", rq->method, rq->path);
         return;
     }
-    int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT;
+    int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_TOKENIZE || ep == EP_DETOKENIZE;
     if (want_post ? !post : !get) {
         conn_error(c, rq, 405, NULL, NULL, "%s takes %s, not %s", rq->path, want_post ? "POST" : "GET", rq->method);
         return;
@@ -521,6 +527,9 @@ void handle(conn *c, request *rq, const char *body, size_t n)
     case EP_CHAT: handle_generate(c, rq, body, n, API_CHAT); break;
     case EP_MODELS: handle_models(c, rq); break;
     case EP_HEALTH: handle_health(c, rq); break;
+    case EP_TOKENIZE: handle_tokenize(c, rq, body, n); break;
+    case EP_DETOKENIZE: handle_detokenize(c, rq, body, n); break;
+    case EP_PROPS: handle_props(c, rq); break;
     default: handle_metrics(c, rq); break;
     }
 }

@@ -4,6 +4,7 @@
  *   main.c      options, the model, the listening socket, signals, drain
  *   conn.c      a connection's thread: read requests, write responses
  *   handlers.c  the endpoints (completions, chat, models, health, metrics)
+ *   llama_endpoints.c  llama.cpp's own: tokenize, detokenize, props
  *   engine.c    the thread that owns the mor_server (engine.h) */
 #ifndef MORSRV_SERVER_H
 #define MORSRV_SERVER_H
@@ -28,7 +29,8 @@ typedef struct {
 } options;
 
 /* The HTTP counters of /metrics: requests by endpoint and status. */
-enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_N };
+enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS, EP_OTHER,
+       EP_N };
 
 typedef struct {
     options     o;
@@ -95,4 +97,9 @@ void  count_request(int ep, int status);
 /* handlers.c */
 int   endpoint_of(const char *path);
 void  handle(conn *c, request *rq, const char *body, size_t n);
+
+/* llama_endpoints.c: llama.cpp's /tokenize, /detokenize and /props */
+void  handle_tokenize(conn *c, request *rq, const char *body, size_t n);
+void  handle_detokenize(conn *c, request *rq, const char *body, size_t n);
+void  handle_props(conn *c, request *rq);
 #endif

@@ -1,0 +1,206 @@
+/* llama_endpoints.c - llama.cpp's server endpoints beside the OpenAI ones,
+ * in llama.cpp's shapes, so that its clients and scripts work:
+ *   POST /tokenize    {"content", "add_special", "parse_special", "with_pieces"}
+ *                     -> {"tokens": [id, ...]} or [{"id", "piece"}, ...]
+ *                     (a piece that is not whole UTF-8 is a list of bytes)
+ *   POST /detokenize  {"tokens": [id, ...]} -> {"content"}
+ *   GET  /props       the context, slots, model, chat template, defaults */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "chat.h"
+#include "json.h"
+#include "jsonw.h"
+#include "server.h"
+#include "utf8.h"
+
+static void send_json(conn *c, request *rq, buf *b)
+{
+    buf_putc(b, '\n');
+    if (!buf_ok(b)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); return; }
+    conn_respond(c, rq, 200, "application/json", b->p, b->len, NULL);
+}
+
+/* The body as a JSON object whose keys are all in `allowed` (NULL-ended);
+ * NULL after answering 400. */
+static json *parse_object(conn *c, request *rq, const char *body, size_t n, const char *const *allowed)
+{
+    char jerr[160];
+    json *d = json_parse(body, n, jerr, sizeof jerr);
+    if (!d) { conn_error(c, rq, 400, NULL, NULL, "the body is not valid JSON (%s)", jerr); return NULL; }
+    if (d->type != JSON_OBJECT) { conn_error(c, rq, 400, NULL, NULL, "the body must be a JSON object"); json_free(d); return NULL; }
+    for (size_t i = 0; i < d->n; i++) {
+        size_t k = 0;
+        while (allowed[k] && strcmp(allowed[k], d->keys[i])) k++;
+        if (!allowed[k]) {
+            char shown[40];
+            snprintf(shown, sizeof shown, "%s", d->keys[i]);
+            for (char *p = shown; *p; p++) if ((unsigned char)*p < 0x20) *p = '?';
+            conn_error(c, rq, 400, shown, NULL, "Unrecognized request argument supplied: %s", shown);
+            json_free(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
+/* A boolean field: 1/0, the default when absent or null, -1 after a 400. */
+static int get_flag(conn *c, request *rq, const json *d, const char *key, int dflt)
+{
+    const json *v = json_get(d, key);
+    if (!v || v->type == JSON_NULL) return dflt;
+    if (v->type != JSON_BOOL) { conn_error(c, rq, 400, key, NULL, "'%s' must be a boolean", key); return -1; }
+    return v->boolean;
+}
+
+/* One token's piece: a string when it is whole UTF-8, else its bytes. */
+static void piece(jsonw *w, mor_token t)
+{
+    char small[256], *p = small;
+    size_t len = 0;
+    mor_status st = mor_token_to_piece(S.model, t, small, sizeof small, &len);
+    if (st == MOR_E_BUFFER_TOO_SMALL && (p = malloc(len)) != NULL) st = mor_token_to_piece(S.model, t, p, len, &len);
+    if (!p || st) { if (p != small) free(p); jw_str(w, ""); return; }
+    int whole = 1;
+    for (size_t i = 0; i < len && whole; ) {
+        int k = utf8_seq((const unsigned char *)p + i, len - i);
+        if (k <= 0) whole = 0; else i += (size_t)k;
+    }
+    if (whole) jw_strn(w, p, len);
+    else {
+        jw_arr(w);
+        for (size_t i = 0; i < len; i++) jw_int(w, (unsigned char)p[i]);
+        jw_arr_end(w);
+    }
+    if (p != small) free(p);
+}
+
+void handle_tokenize(conn *c, request *rq, const char *body, size_t n)
+{
+    static const char *const allowed[] = { "content", "add_special", "parse_special", "with_pieces", NULL };
+    if (!S.has_tokenizer) { conn_error(c, rq, 400, "content", NULL, "the model has no tokenizer"); return; }
+    json *d = parse_object(c, rq, body, n, allowed);
+    if (!d) return;
+    const json *text = json_get(d, "content");
+    int add = get_flag(c, rq, d, "add_special", 0), special = add < 0 ? -1 : get_flag(c, rq, d, "parse_special", 1);
+    int pieces = special < 0 ? -1 : get_flag(c, rq, d, "with_pieces", 0);
+    if (pieces < 0) { json_free(d); return; }
+    if (!text || text->type != JSON_STRING) {
+        conn_error(c, rq, 400, "content", NULL, "'content' is required and must be a string");
+        json_free(d);
+        return;
+    }
+    uint32_t flags = (special ? MOR_TOKENIZE_PARSE_SPECIAL : 0) | (add && S.add_bos ? MOR_TOKENIZE_ADD_BOS : 0);
+    int32_t cnt = 0;
+    mor_token *ids = NULL;
+    mor_status st = mor_tokenize(S.model, text->str, text->str_len, flags, NULL, 0, &cnt);
+    if (st == MOR_OK || st == MOR_E_BUFFER_TOO_SMALL) {
+        ids = malloc(sizeof *ids * (size_t)(cnt ? cnt : 1));
+        st = ids ? mor_tokenize(S.model, text->str, text->str_len, flags, ids, cnt, &cnt) : MOR_E_NOMEM;
+    }
+    json_free(d);
+    if (st) {
+        free(ids);
+        conn_error(c, rq, st == MOR_E_NOMEM ? 500 : 400, "content", NULL, "tokenizing failed: %s", mor_last_error());
+        return;
+    }
+    buf b = { 0 };
+    jsonw w;
+    jw_init(&w, &b);
+    jw_obj(&w);
+    jw_key(&w, "tokens");
+    jw_arr(&w);
+    for (int32_t i = 0; i < cnt; i++) {
+        if (!pieces) { jw_int(&w, ids[i]); continue; }
+        jw_obj(&w);
+        jw_key(&w, "id"); jw_int(&w, ids[i]);
+        jw_key(&w, "piece"); piece(&w, ids[i]);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    free(ids);
+    send_json(c, rq, &b);
+    buf_free(&b);
+}
+
+void handle_detokenize(conn *c, request *rq, const char *body, size_t n)
+{
+    static const char *const allowed[] = { "tokens", NULL };
+    if (!S.has_tokenizer) { conn_error(c, rq, 400, "tokens", NULL, "the model has no tokenizer"); return; }
+    json *d = parse_object(c, rq, body, n, allowed);
+    if (!d) return;
+    const json *arr = json_get(d, "tokens");
+    if (!arr || arr->type != JSON_ARRAY) {
+        conn_error(c, rq, 400, "tokens", NULL, "'tokens' is required and must be an array of token ids");
+        json_free(d);
+        return;
+    }
+    mor_token *ids = malloc(sizeof *ids * (arr->n ? arr->n : 1));
+    if (!ids) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); json_free(d); return; }
+    for (size_t i = 0; i < arr->n; i++) {
+        int64_t v;
+        if (!json_as_int(arr->items[i], 0, S.n_vocab - 1, &v)) {
+            conn_error(c, rq, 400, "tokens", NULL, "tokens[%zu] is not a token id in [0, %d)", i, S.n_vocab);
+            free(ids);
+            json_free(d);
+            return;
+        }
+        ids[i] = (mor_token)v;
+    }
+    json_free(d);
+    size_t len = 0;
+    char *text = NULL;
+    mor_status st = mor_detokenize(S.model, ids, (int32_t)arr->n, NULL, 0, &len);
+    if (st == MOR_OK || st == MOR_E_BUFFER_TOO_SMALL) {
+        text = malloc(len ? len : 1);
+        st = text ? mor_detokenize(S.model, ids, (int32_t)arr->n, text, len, &len) : MOR_E_NOMEM;
+    }
+    free(ids);
+    if (st) { free(text); conn_error(c, rq, 500, NULL, NULL, "detokenizing failed: %s", mor_last_error()); return; }
+    buf b = { 0 };
+    jsonw w;
+    jw_init(&w, &b);
+    jw_obj(&w);
+    jw_key(&w, "content"); jw_strn(&w, text, len);
+    jw_obj_end(&w);
+    free(text);
+    send_json(c, rq, &b);
+    buf_free(&b);
+}
+
+void handle_props(conn *c, request *rq)
+{
+    mor_sampler_params sp;
+    MOR_SAMPLER_PARAMS_INIT(&sp);
+    buf b = { 0 };
+    jsonw w;
+    jw_init(&w, &b);
+    jw_obj(&w);
+    jw_key(&w, "default_generation_settings");
+    jw_obj(&w);
+    jw_key(&w, "n_ctx"); jw_int(&w, S.ctx_limit);
+    jw_key(&w, "params");
+    jw_obj(&w);
+    jw_key(&w, "n_predict"); jw_int(&w, 16);   /* handlers.c: completions' default max_tokens */
+    jw_key(&w, "temperature"); jw_double(&w, sp.temperature);
+    jw_key(&w, "top_k"); jw_int(&w, sp.top_k);
+    jw_key(&w, "top_p"); jw_double(&w, sp.top_p);
+    jw_key(&w, "min_p"); jw_double(&w, sp.min_p);
+    jw_key(&w, "repeat_penalty"); jw_double(&w, sp.repeat_penalty);
+    jw_key(&w, "repeat_last_n"); jw_int(&w, sp.repeat_last_n);
+    jw_obj_end(&w);
+    jw_obj_end(&w);
+    jw_key(&w, "total_slots"); jw_int(&w, S.o.n_slots);
+    jw_key(&w, "model_alias"); jw_str(&w, S.model_id);
+    jw_key(&w, "model_path"); jw_str(&w, S.o.model_path);
+    jw_key(&w, "chat_template");
+    if (S.chat_family >= 0) jw_str(&w, chat_name(S.chat_family)); else jw_null(&w);
+    jw_key(&w, "n_vocab"); jw_int(&w, S.n_vocab);
+    jw_key(&w, "n_ctx_train"); jw_int(&w, S.n_ctx_train);
+    jw_key(&w, "n_recursion"); jw_int(&w, mor_model_n_recursion(S.model));
+    jw_key(&w, "build_info"); jw_str(&w, mor_version_string());
+    jw_obj_end(&w);
+    send_json(c, rq, &b);
+    buf_free(&b);
+}
