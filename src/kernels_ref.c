@@ -7,7 +7,11 @@
 #include "quant.h"
 
 
-int act_is_q8(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0; }
+int act_is_q8(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q5_0; }
+
+static int is_kquant(uint32_t t) { return t >= GGML_Q2_K && t <= GGML_Q8_K; }
+
+int act_is_quantized(uint32_t t) { return act_is_q8(t) || t == GGML_Q4_1 || t == GGML_Q5_1 || is_kquant(t); }
 
 static float dot_f32(const float *w, const float *x, int64_t n)
 {
@@ -61,6 +65,85 @@ static float dot_q4_0(const block_q4_0 *w, const void *xrow, int64_t n)
     return s;
 }
 
+/* The 5-bit quant j (0..31) of a Q5_0 / Q5_1 block. */
+static int q5_at(const uint8_t *qs, const uint8_t qh[4], int j)
+{
+    const int lo = j < QK / 2 ? qs[j] & 15 : qs[j - QK / 2] >> 4;
+    return lo | ((qh[j / 8] >> (j % 8)) & 1) << 4;
+}
+
+/* Q5_0 against Q8_0 activations, as ggml's vec_dot_q5_0_q8_0. */
+static float dot_q5_0(const block_q5_0 *w, const void *xrow, int64_t n)
+{
+    const int8_t *xq = act_q8_qs(xrow);
+    const float *xd = act_q8_d(xrow, n);
+    float s = 0;
+    for (int64_t b = 0; b < n / QK; b++) {
+        int32_t sumi = 0;
+        for (int j = 0; j < QK; j++) sumi += (q5_at(w[b].qs, w[b].qh, j) - 16) * xq[b * QK + j];
+        s += (float)sumi * (f16_to_f32(w[b].d) * xd[b]);
+    }
+    return s;
+}
+
+/* Q4_1 / Q5_1 against Q8_1 activations, as ggml's vec_dot_q4_1_q8_1 /
+ * q5_1_q8_1: d_w * d_x * (integer sum) + m_w * s_x per block. */
+static float dot_q4_1(const block_q4_1 *w, const void *xrow, int64_t n)
+{
+    const int8_t *xq = act_q8_qs(xrow);
+    const float *xd = act_q8_d(xrow, n), *xs = act_q8_1_s(xrow, n);
+    float s = 0;
+    for (int64_t b = 0; b < n / QK; b++) {
+        int32_t sumi = 0;
+        for (int j = 0; j < QK / 2; j++)
+            sumi += (w[b].qs[j] & 15) * xq[b * QK + j] + (w[b].qs[j] >> 4) * xq[b * QK + j + QK / 2];
+        s += (f16_to_f32(w[b].d) * xd[b]) * (float)sumi + f16_to_f32(w[b].m) * xs[b];
+    }
+    return s;
+}
+
+static float dot_q5_1(const block_q5_1 *w, const void *xrow, int64_t n)
+{
+    const int8_t *xq = act_q8_qs(xrow);
+    const float *xd = act_q8_d(xrow, n), *xs = act_q8_1_s(xrow, n);
+    float s = 0;
+    for (int64_t b = 0; b < n / QK; b++) {
+        int32_t sumi = 0;
+        for (int j = 0; j < QK; j++) sumi += q5_at(w[b].qs, w[b].qh, j) * xq[b * QK + j];
+        s += (f16_to_f32(w[b].d) * xd[b]) * (float)sumi + f16_to_f32(w[b].m) * xs[b];
+    }
+    return s;
+}
+
+/* k-quant weights against Q8_K activations, as ggml's vec_dot_*_q8_K: per
+ * super-block the exact integer sums sum_j sc_j * (q . x)_j and, for the
+ * types with mins, sum_j mn_j * (sum of x)_j (from the activations' bsums),
+ * then (d_w * d_x) * sumi - (dmin_w * d_x) * summ, super-blocks in order. */
+static float dot_kquant(uint32_t type, const void *wrow, const void *xrow, int64_t n)
+{
+    const int8_t *xq = act_q8_qs(xrow);
+    const float *xd = act_q8k_d(xrow, n);
+    const int16_t *bsums = act_q8k_bsums(xrow, n);
+    const size_t bs = (size_t)tensor_row_bytes(type, QK_K);
+    float s = 0;
+    kq_block kb;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        kq_unpack(type, (const unsigned char *)wrow + (size_t)b * bs, &kb);
+        const int8_t *x = xq + b * QK_K;
+        const int16_t *bsum = bsums + b * (QK_K / 16);
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < QK_K / kb.sub; j++) {
+            int32_t dot = 0;
+            for (int i = j * kb.sub; i < (j + 1) * kb.sub; i++) dot += kb.q[i] * x[i];
+            sumi += kb.sc[j] * dot;
+            /* a sub-block of 32 covers two sums of 16 */
+            summ += kb.mn[j] * (kb.sub == 16 ? bsum[j] : bsum[2 * j] + bsum[2 * j + 1]);
+        }
+        s += (kb.d * xd[b]) * (float)sumi - (kb.dmin * xd[b]) * (float)summ;
+    }
+    return s;
+}
+
 /* Weight rows outermost: each weight row is read once for all n inputs. */
 void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy,
                           int32_t n, int64_t o0, int64_t o1, int acc, float *scratch)
@@ -78,7 +161,11 @@ void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int
             case GGML_BF16: s = dot_bf16(row, xi, C); break;
             case GGML_Q8_0: s = dot_q8_0(row, xi, C); break;
             case GGML_Q4_0: s = dot_q4_0(row, xi, C); break;
-            default:        s = dot_f32(row, xi, C); break;
+            case GGML_Q5_0: s = dot_q5_0(row, xi, C); break;
+            case GGML_Q4_1: s = dot_q4_1(row, xi, C); break;
+            case GGML_Q5_1: s = dot_q5_1(row, xi, C); break;
+            case GGML_F32:  s = dot_f32(row, xi, C); break;
+            default:        s = dot_kquant(w->type, row, xi, C); break;
             }
             float *yo = y + (int64_t)i * ldy + o;
             *yo = acc ? *yo + s : s;
@@ -89,6 +176,8 @@ void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int
 int act_kind(const kernel_set *ks, uint32_t wtype)
 {
     if (act_is_q8(wtype)) return ACT_Q8;
+    if (wtype == GGML_Q4_1 || wtype == GGML_Q5_1) return ACT_Q8_1;
+    if (is_kquant(wtype)) return ACT_Q8K;
     return wtype < 64 && ((ks->bf16x3_types >> wtype) & 1) ? ACT_BF16X3 : ACT_F32;
 }
 
@@ -97,14 +186,19 @@ size_t act_stride(const kernel_set *ks, uint32_t wtype, int64_t k)
     switch (act_kind(ks, wtype)) {
     case ACT_Q8:     return act_q8_stride(k);
     case ACT_BF16X3: return act_bf16x3_stride(k);
+    case ACT_Q8_1:   return act_q8_1_stride(k);
+    case ACT_Q8K:    return act_q8k_stride(k);
     default:             return sizeof(float) * (size_t)k;
     }
 }
 
 size_t act_stride_max(int64_t k)
 {
-    size_t a = act_q8_stride(k), b = act_bf16x3_stride(k), c = sizeof(float) * (size_t)k;
-    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+    const size_t s[] = { act_q8_stride(k), act_bf16x3_stride(k), sizeof(float) * (size_t)k, act_q8_1_stride(k),
+                         act_q8k_stride(k) };
+    size_t m = 0;
+    for (size_t i = 0; i < sizeof s / sizeof *s; i++) m = s[i] > m ? s[i] : m;
+    return m;
 }
 
 void act_prepare(const kernel_set *ks, uint32_t wtype, const float *x, void *out, int64_t k)
@@ -112,6 +206,8 @@ void act_prepare(const kernel_set *ks, uint32_t wtype, const float *x, void *out
     switch (act_kind(ks, wtype)) {
     case ACT_Q8:     ks->act_q8(x, out, k); break;
     case ACT_BF16X3: ks->act_bf16x3(x, out, k); break;
+    case ACT_Q8_1:   act_q8_1_ref(x, out, k); break;
+    case ACT_Q8K:    act_q8k_ref(x, out, k); break;
     default:             memcpy(out, x, sizeof(float) * (size_t)k); break;
     }
 }
