@@ -10,6 +10,11 @@
  *    Q8_0 and Q4_0 stays within a bound of the F32 model's logits (mean KL
  *    and top-1 agreement, printed), and so do a larger random-weight model
  *    and the bundled model (models/brown-mor.gguf, on English text);
+ *  - the other quants (Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, Q8_K): hand-built
+ *    blocks, random blocks against an independent Python reading of the
+ *    layouts (tests/kquant_ref.py), round trips of random rows, the GGUF
+ *    reader, non-finite scales; a random-weight model stored as a k-quant mix
+ *    decodes close to its dequantized F32 twin;
  *  - KV caches in F16 and Q8_0: logits close to the F32 cache's, bytes as
  *    the type says (mor_kv_bytes), Q8_0 refused for a head_dim that is not a
  *    multiple of 32, an unknown kv_type refused.
@@ -428,6 +433,86 @@ static void test_drift(const char *label, const char *f32path, int n, const drif
     mor_model_free(ref);
 }
 
+/* A llama.cpp-like k-quant mix: attn_v and ffn_down Q6_K, the other attention matrices Q4_K, ffn_gate and
+ * ffn_up Q5_K, the embedding (tied to the output) Q5_0; routers and norms kept. */
+static uint32_t pick_mix(const char *name, uint32_t n_dims, const int64_t *ne, uint32_t type, void *user)
+{
+    (void)ne; (void)user;
+    if (n_dims != 2 || !strncmp(name, "rtr", 3)) return type;
+    if (strstr(name, "attn_v.") || strstr(name, "ffn_down.")) return GGML_Q6_K;
+    if (strstr(name, "ffn_gate.") || strstr(name, "ffn_up.")) return GGML_Q5_K;
+    if (!strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight")) return GGML_Q5_0;
+    return GGML_Q4_K;
+}
+
+/* src re-typed to dst by pick (NULL: every matrix to F32, the dequantized twin). */
+static int retype_with(const char *src, const char *dst, gguf_type_pick_fn pick)
+{
+    FILE *f = fopen(src, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    void *buf = malloc((size_t)n);
+    int rc = -1, fb = 0;
+    gguf_file *g = NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n && gguf_parse(buf, (size_t)n, &g) == MOR_OK) {
+        gguf_writer *b = gguf_writer_new();
+        if (b && pick) gguf_writer_add_retyped_fn(b, g, pick, NULL, &fb);
+        else if (b) gguf_writer_add_retyped(b, g, GGML_F32, GGML_F32, &fb);
+        if (b && !fb) rc = gguf_writer_write_file(b, dst, NULL, 0);
+        gguf_writer_free(b);
+        gguf_free(g);
+    }
+    fclose(f);
+    free(buf);
+    return rc;
+}
+
+/* A random-weight MoR model stored as a k-quant mix (Q4_K, Q5_K, Q6_K, Q5_0 embedding and output) loads
+ * (every tensor checked) and decodes with logits close to those of its dequantized F32 twin: they differ
+ * only by the activations' quantization (Q8_K, Q8_0 rows). */
+static void test_kq_model(const char *f32path)
+{
+    char mix[700], twin[700];
+    snprintf(mix, sizeof mix, "%s/kq-mix-%ld.gguf", outdir, (long)getpid());
+    snprintf(twin, sizeof twin, "%s/kq-twin-%ld.gguf", outdir, (long)getpid());
+    mor_model *a = NULL, *b = NULL;
+    mor_model_params mp;
+    MOR_MODEL_PARAMS_INIT(&mp);
+    mp.flags |= MOR_MODEL_CHECK_TENSORS;
+    int ok = retype_with(f32path, mix, pick_mix) == 0 && retype_with(mix, twin, NULL) == 0 &&
+             mor_model_load_file(mix, &mp, &a) == MOR_OK && mor_model_load_file(twin, &mp, &b) == MOR_OK;
+    if (!CHECK(ok, "k-quant mix of a random-weight MoR model and its dequantized F32 twin written and loaded"))
+        goto done;
+    enum { NT = 48 };
+    const int32_t V = mor_model_n_vocab(a);
+    mor_token toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = (mor_token)((i * 7919 + 13) % V);
+    float *la = malloc(sizeof(float) * NT * (size_t)V), *lb = malloc(sizeof(float) * NT * (size_t)V);
+    double da = 0, db = 0, diff = 0, big = 0;
+    int top_same = 0;
+    ok = la && lb && drift_run(a, toks, NT, la, &da) == 0 && drift_run(b, toks, NT, lb, &db) == 0;
+    for (int i = 0; ok && i < NT; i++) {
+        int ta = 0, tb = 0;
+        for (int32_t v = 0; v < V; v++) {
+            const float x = la[(size_t)i * V + v], y = lb[(size_t)i * V + v];
+            if (fabs((double)x - y) > diff || x != x) diff = x != x ? INFINITY : fabs((double)x - y);
+            if (fabs(y) > big) big = fabs(y);
+            if (x > la[(size_t)i * V + ta]) ta = v;
+            if (y > lb[(size_t)i * V + tb]) tb = v;
+        }
+        top_same += ta == tb;
+    }
+    CHECK(ok && diff < 0.04 * big && top_same >= NT * 8 / 10, "k-quant mix vs its dequantized F32 twin, %d tokens: "
+          "max logit difference %.3g (largest logit %.3g), top-1 agrees at %d of %d, mean depth %.3f vs %.3f", NT,
+          diff, big, top_same, NT, da, db);
+    free(la); free(lb);
+done:
+    mor_model_free(a); mor_model_free(b);
+    remove(mix); remove(twin);
+}
+
 /* Logits of a 40-token prefill and 8 single-token steps with a kv_type cache. */
 static int kv_run(mor_model *m, int32_t kv_type, float *logits, uint64_t *bytes, mor_status *st_out)
 {
@@ -516,6 +601,7 @@ int main(void)
     snprintf(synth, sizeof synth, "%s/drift-synth-f32-%ld.gguf", outdir, (long)getpid());   /* other runs may share the tree */
     if (CHECK(synth_write(&sp, synth) == 0, "write a random-weight MoR model (d 256, 6 layers, vocab 2048)")) {
         test_drift("synthetic MoR", synth, 128, bounds_random);
+        test_kq_model(synth);
         test_kv_types(synth, fix);
     }
     remove(synth);

@@ -56,6 +56,12 @@ void gguf_writer_add_matrix_f32(gguf_writer *w, const char *name, uint32_t type,
  * F16, counted in *n_fallback. (mor-quantize, and the tests that make a
  * model's variants.) */
 void gguf_writer_add_retyped(gguf_writer *w, const gguf_file *g, uint32_t type, uint32_t embd_type, int *n_fallback);
+/* The same with each tensor's type chosen by `pick` (given its name, dims and stored type; return the type
+ * to store, or its stored type to keep it), for mixes such as llama.cpp's Q4_K_M. A type whose block does
+ * not divide the rows falls back to F16, counted in *n_fallback. */
+typedef uint32_t (*gguf_type_pick_fn)(const char *name, uint32_t n_dims, const int64_t *ne, uint32_t type, void *user);
+void gguf_writer_add_retyped_fn(gguf_writer *w, const gguf_file *g, gguf_type_pick_fn pick, void *user,
+                                int *n_fallback);
 
 /* Whether an add has failed (gguf_writer_write will report it). */
 int gguf_writer_failed(const gguf_writer *w);
