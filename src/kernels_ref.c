@@ -10,6 +10,7 @@
 int act_is_q8(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q5_0; }
 
 static int is_kquant(uint32_t t) { return t >= GGML_Q2_K && t <= GGML_Q8_K; }
+_Static_assert(sizeof(kq_block) <= 16 * sizeof(float) * QK_K, "an unpacked row fits the matmul scratch");
 
 int act_is_quantized(uint32_t t) { return act_is_q8(t) || t == GGML_Q4_1 || t == GGML_Q5_1 || is_kquant(t); }
 
@@ -65,11 +66,16 @@ static float dot_q4_0(const block_q4_0 *w, const void *xrow, int64_t n)
     return s;
 }
 
-/* The 5-bit quant j (0..31) of a Q5_0 / Q5_1 block. */
-static int q5_at(const uint8_t *qs, const uint8_t qh[4], int j)
+/* The 32 5-bit quants of a Q5_0 / Q5_1 block, minus `off`. */
+static void q5_unpack(const uint8_t *qs, const uint8_t qh[4], int off, int8_t q[QK])
 {
-    const int lo = j < QK / 2 ? qs[j] & 15 : qs[j - QK / 2] >> 4;
-    return lo | ((qh[j / 8] >> (j % 8)) & 1) << 4;
+    uint8_t hi[QK];   /* bit j of the little-endian qh; constant shifts, so that the loops vectorize */
+    for (int b = 0; b < 4; b++)
+        for (int t = 0; t < 8; t++) hi[8 * b + t] = (uint8_t)(((qh[b] >> t) & 1) << 4);
+    for (int j = 0; j < QK / 2; j++) {
+        q[j] = (int8_t)(((qs[j] & 15) | hi[j]) - off);
+        q[j + QK / 2] = (int8_t)(((qs[j] >> 4) | hi[j + QK / 2]) - off);
+    }
 }
 
 /* Q5_0 against Q8_0 activations, as ggml's vec_dot_q5_0_q8_0. */
@@ -79,8 +85,10 @@ static float dot_q5_0(const block_q5_0 *w, const void *xrow, int64_t n)
     const float *xd = act_q8_d(xrow, n);
     float s = 0;
     for (int64_t b = 0; b < n / QK; b++) {
+        int8_t q[QK];
         int32_t sumi = 0;
-        for (int j = 0; j < QK; j++) sumi += (q5_at(w[b].qs, w[b].qh, j) - 16) * xq[b * QK + j];
+        q5_unpack(w[b].qs, w[b].qh, 16, q);
+        for (int j = 0; j < QK; j++) sumi += q[j] * xq[b * QK + j];
         s += (float)sumi * (f16_to_f32(w[b].d) * xd[b]);
     }
     return s;
@@ -108,8 +116,10 @@ static float dot_q5_1(const block_q5_1 *w, const void *xrow, int64_t n)
     const float *xd = act_q8_d(xrow, n), *xs = act_q8_1_s(xrow, n);
     float s = 0;
     for (int64_t b = 0; b < n / QK; b++) {
+        int8_t q[QK];
         int32_t sumi = 0;
-        for (int j = 0; j < QK; j++) sumi += q5_at(w[b].qs, w[b].qh, j) * xq[b * QK + j];
+        q5_unpack(w[b].qs, w[b].qh, 0, q);
+        for (int j = 0; j < QK; j++) sumi += q[j] * xq[b * QK + j];
         s += (f16_to_f32(w[b].d) * xd[b]) * (float)sumi + f16_to_f32(w[b].m) * xs[b];
     }
     return s;
@@ -118,38 +128,63 @@ static float dot_q5_1(const block_q5_1 *w, const void *xrow, int64_t n)
 /* k-quant weights against Q8_K activations, as ggml's vec_dot_*_q8_K: per
  * super-block the exact integer sums sum_j sc_j * (q . x)_j and, for the
  * types with mins, sum_j mn_j * (sum of x)_j (from the activations' bsums),
- * then (d_w * d_x) * sumi - (dmin_w * d_x) * summ, super-blocks in order. */
-static float dot_kquant(uint32_t type, const void *wrow, const void *xrow, int64_t n)
+ * then (d_w * d_x) * sumi - (dmin_w * d_x) * summ, super-blocks in order.
+ * kb: the row's super-blocks unpacked (kq_unpack), or NULL to unpack each
+ * from wrow here: the same operations either way. */
+static float dot_kquant(uint32_t type, const void *wrow, const kq_block *kb, const void *xrow, int64_t n)
 {
     const int8_t *xq = act_q8_qs(xrow);
     const float *xd = act_q8k_d(xrow, n);
     const int16_t *bsums = act_q8k_bsums(xrow, n);
     const size_t bs = (size_t)tensor_row_bytes(type, QK_K);
     float s = 0;
-    kq_block kb;
+    kq_block one;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        kq_unpack(type, (const unsigned char *)wrow + (size_t)b * bs, &kb);
+        const kq_block *k = kb ? kb + b : &one;
+        if (!kb) kq_unpack(type, (const unsigned char *)wrow + (size_t)b * bs, &one);
         const int8_t *x = xq + b * QK_K;
         const int16_t *bsum = bsums + b * (QK_K / 16);
-        int32_t sumi = 0, summ = 0;
-        for (int j = 0; j < QK_K / kb.sub; j++) {
-            int32_t dot = 0;
-            for (int i = j * kb.sub; i < (j + 1) * kb.sub; i++) dot += kb.q[i] * x[i];
-            sumi += kb.sc[j] * dot;
-            /* a sub-block of 32 covers two sums of 16 */
-            summ += kb.mn[j] * (kb.sub == 16 ? bsum[j] : bsum[2 * j] + bsum[2 * j + 1]);
+        /* dot products of 16 values (a loop the compiler vectorizes); a sub-block of 32 is two of them */
+        int32_t d16[16] = { 0 }, sumi = 0, summ = 0;
+        for (int g = 0; g < 16; g++)
+            for (int l = 0; l < 16; l++) d16[g] += k->q[16 * g + l] * x[16 * g + l];
+        for (int j = 0; j < QK_K / k->sub; j++) {
+            const int two = k->sub == 32;
+            sumi += k->sc[j] * (two ? d16[2 * j] + d16[2 * j + 1] : d16[j]);
+            summ += k->mn[j] * (two ? bsum[2 * j] + bsum[2 * j + 1] : bsum[j]);
         }
-        s += (kb.d * xd[b]) * (float)sumi - (kb.dmin * xd[b]) * (float)summ;
+        s += (k->d * xd[b]) * (float)sumi - (k->dmin * xd[b]) * (float)summ;
     }
     return s;
+}
+
+/* k-quant weights with scratch: each row unpacked once for all n inputs. */
+static void matmul_kquant(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n, int64_t o0,
+                          int64_t o1, int acc, kq_block *kb)
+{
+    const int64_t C = w->cols;
+    const size_t rb = tensor_row_bytes(w->type, C), bs = (size_t)tensor_row_bytes(w->type, QK_K);
+    for (int64_t o = o0; o < o1; o++) {
+        const unsigned char *row = (const unsigned char *)w->data + (size_t)o * rb;
+        for (int64_t b = 0; b < C / QK_K; b++) kq_unpack(w->type, row + (size_t)b * bs, kb + b);
+        for (int32_t i = 0; i < n; i++) {
+            const float s = dot_kquant(w->type, row, kb, (const char *)x + (size_t)i * xs, C);
+            float *yo = y + (int64_t)i * ldy + o;
+            *yo = acc ? *yo + s : s;
+        }
+    }
 }
 
 /* Weight rows outermost: each weight row is read once for all n inputs. */
 void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy,
                           int32_t n, int64_t o0, int64_t o1, int acc, float *scratch)
 {
-    (void)scratch;
     const int64_t C = w->cols;
+    /* an unpacked row takes 332 bytes per 256 values; the scratch has 64 per value */
+    if (is_kquant(w->type) && scratch && n > 1) {
+        matmul_kquant(w, x, xs, y, ldy, n, o0, o1, acc, (kq_block *)scratch);
+        return;
+    }
     const size_t rb = tensor_row_bytes(w->type, C);
     for (int64_t o = o0; o < o1; o++) {
         const void *row = (const char *)w->data + (size_t)o * rb;
@@ -165,7 +200,7 @@ void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int
             case GGML_Q4_1: s = dot_q4_1(row, xi, C); break;
             case GGML_Q5_1: s = dot_q5_1(row, xi, C); break;
             case GGML_F32:  s = dot_f32(row, xi, C); break;
-            default:        s = dot_kquant(w->type, row, xi, C); break;
+            default:        s = dot_kquant(w->type, row, NULL, xi, C); break;
             }
             float *yo = y + (int64_t)i * ldy + o;
             *yo = acc ? *yo + s : s;

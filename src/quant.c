@@ -497,11 +497,19 @@ static void dequant_legacy(uint32_t type, const void *row, float *out, int64_t k
     }
 }
 
-/* 2-bit field of value i (0..255) of a Q2_K / Q3_K block's qs */
-static int q2_at(const uint8_t *qs, int i) { return (qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3; }
 
 static float f16_at(const void *p) { uint16_t h; memcpy(&h, p, 2); return f16_to_f32(h); }
 
+/* The 2-bit fields of Q2_K / Q3_K: value 128h + 32j + l in byte 32h + l at bit 2j. */
+static void unpack_2bit(const uint8_t *qs, int8_t *q)
+{
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) q[128 * h + 32 * j + l] = (int8_t)((qs[32 * h + l] >> (2 * j)) & 3);
+}
+
+/* Loops in the layouts' own order (quant.h), so that they vectorize: the
+ * unpacking is most of the reference kernels' time. */
 void kq_unpack(uint32_t type, const void *blk, kq_block *o)
 {
     memset(o->mn, 0, sizeof o->mn);
@@ -512,14 +520,17 @@ void kq_unpack(uint32_t type, const void *blk, kq_block *o)
         const block_q2_k *y = blk;
         o->d = f16_to_f32(y->d); o->dmin = f16_to_f32(y->dmin);
         for (int j = 0; j < 16; j++) { o->sc[j] = y->scales[j] & 15; o->mn[j] = y->scales[j] >> 4; }
-        for (int i = 0; i < QK_K; i++) o->q[i] = (int8_t)q2_at(y->qs, i);
+        unpack_2bit(y->qs, o->q);
         return;
     }
     case GGML_Q3_K: {
         const block_q3_k *y = blk;
         o->d = f16_to_f32(y->d);
         for (int j = 0; j < 16; j++) o->sc[j] = (int16_t)q3k_scale(y->scales, j);
-        for (int i = 0; i < QK_K; i++) o->q[i] = (int8_t)((q2_at(y->qs, i) | ((y->hmask[i % 32] >> (i / 32)) & 1) << 2) - 4);
+        unpack_2bit(y->qs, o->q);
+        /* the high bit of value 32m + l: bit m of hmask[l]; without it the value is 4 lower */
+        for (int m = 0; m < 8; m++)
+            for (int l = 0; l < 32; l++) o->q[32 * m + l] = (int8_t)(o->q[32 * m + l] + 4 * ((y->hmask[l] >> m) & 1) - 4);
         return;
     }
     case GGML_Q4_K: case GGML_Q5_K: {
@@ -531,22 +542,29 @@ void kq_unpack(uint32_t type, const void *blk, kq_block *o)
             kq_scale_min(p + 4, j, &sc, &m);
             o->sc[j] = (int16_t)sc; o->mn[j] = (int16_t)m;
         }
-        for (int i = 0; i < QK_K; i++) {
-            const uint8_t b = qs[32 * (i / 64) + i % 32];
-            int v = i % 64 < 32 ? b & 15 : b >> 4;
-            if (type == GGML_Q5_K) v |= ((qh[i % 32] >> (i / 32)) & 1) << 4;
-            o->q[i] = (int8_t)v;
-        }
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++) {
+                o->q[64 * g + l] = (int8_t)(qs[32 * g + l] & 15);
+                o->q[64 * g + 32 + l] = (int8_t)(qs[32 * g + l] >> 4);
+            }
+        if (type == GGML_Q5_K)   /* the fifth bit of value 32m + l: bit m of qh[l] */
+            for (int m = 0; m < 8; m++)
+                for (int l = 0; l < 32; l++) o->q[32 * m + l] = (int8_t)(o->q[32 * m + l] | ((qh[l] >> m) & 1) << 4);
         return;
     }
     case GGML_Q6_K: {
         const block_q6_k *y = blk;
         o->d = f16_to_f32(y->d);
         for (int j = 0; j < 16; j++) o->sc[j] = y->scales[j];
-        for (int i = 0; i < QK_K; i++) {
-            const int h = i / 128, r = i % 128, lo = (y->ql[64 * h + r % 64] >> (r < 64 ? 0 : 4)) & 15;
-            o->q[i] = (int8_t)((lo | ((y->qh[32 * h + r % 32] >> (2 * (r / 32))) & 3) << 4) - 32);
-        }
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t *ql = y->ql + 64 * h, hb = y->qh[32 * h + l];
+                int8_t *q = o->q + 128 * h;
+                q[l] = (int8_t)(((ql[l] & 15) | (hb & 3) << 4) - 32);
+                q[l + 32] = (int8_t)(((ql[l + 32] & 15) | ((hb >> 2) & 3) << 4) - 32);
+                q[l + 64] = (int8_t)(((ql[l] >> 4) | ((hb >> 4) & 3) << 4) - 32);
+                q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | ((hb >> 6) & 3) << 4) - 32);
+            }
         return;
     }
     default: {   /* Q8_K */
