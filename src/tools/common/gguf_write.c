@@ -288,6 +288,19 @@ static uint32_t retype_target(const gguf_tensor *t, uint32_t type, uint32_t embd
     return type;
 }
 
+/* llama-quantize's type for rows that are not whole blocks of `type`
+ * (tensor_type_fallback): a 32-value type of about as many bits. */
+static uint32_t row_fallback(uint32_t type)
+{
+    switch (type) {
+    case GGML_Q2_K: case GGML_Q3_K: return GGML_Q4_0;
+    case GGML_Q4_K: return GGML_Q5_0;
+    case GGML_Q5_K: return GGML_Q5_1;
+    case GGML_Q6_K: return GGML_Q8_0;
+    default: return GGML_F16;
+    }
+}
+
 void gguf_writer_add_retyped_fn(gguf_writer *w, const gguf_file *g, gguf_type_pick_fn pick, void *user,
                                 int *n_fallback)
 {
@@ -306,7 +319,11 @@ void gguf_writer_add_retyped_fn(gguf_writer *w, const gguf_file *g, gguf_type_pi
         char name[256];
         snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.p);
         uint32_t to = pick(name, t->n_dims, t->ne, t->type, user);
-        if (!tensor_row_bytes(to, t->ne[0])) { to = GGML_F16; (*n_fallback)++; }
+        if (!tensor_row_bytes(to, t->ne[0])) {
+            (*n_fallback)++;
+            to = row_fallback(to);
+            if (!tensor_row_bytes(to, t->ne[0])) to = GGML_F16;
+        }
         const int64_t cols = t->ne[0], rows = t->n_dims == 2 ? t->ne[1] : 0;
         if (t->n_dims > 2) { cv_fail(w->err, sizeof w->err, "tensor '%s': more than 2 dimensions", name); return; }
         if (to == t->type) {   /* as it is */
