@@ -66,61 +66,81 @@ static float dot_q4_0(const block_q4_0 *w, const void *xrow, int64_t n)
     return s;
 }
 
-/* The 32 5-bit quants of a Q5_0 / Q5_1 block, minus `off`. */
-static void q5_unpack(const uint8_t *qs, const uint8_t qh[4], int off, int8_t q[QK])
+static float f16_at(const void *p) { uint16_t h; memcpy(&h, p, 2); return f16_to_f32(h); }
+
+/* A legacy block (Q4_1, Q5_0, Q5_1) in integers: value j = d * q[j] + m
+ * (Q5_0: q centred, -16..15, and m = 0). */
+typedef struct { float d, m; int8_t q[QK]; } lq_block;
+
+/* Bit j of the little-endian qh as 16 or 0 in byte j: each byte of qh spread over 8 bytes by a multiply
+ * (bit t to byte t), stored 8 bytes at once where the host is little-endian (bytes stored one by one and
+ * read back as a vector stall the load: 5x slower). */
+static void spread_bits(const uint8_t qh[4], uint8_t hi[QK])
 {
-    uint8_t hi[QK];   /* bit j of the little-endian qh; constant shifts, so that the loops vectorize */
-    for (int b = 0; b < 4; b++)
-        for (int t = 0; t < 8; t++) hi[8 * b + t] = (uint8_t)(((qh[b] >> t) & 1) << 4);
+    for (int b = 0; b < 4; b++) {
+        uint64_t x = (qh[b] * 0x0101010101010101ull) & 0x8040201008040201ull;
+        x = (((x + 0x7f7f7f7f7f7f7f7full) >> 7) & 0x0101010101010101ull) << 4;   /* 16 in each byte whose bit is set */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(hi + 8 * b, &x, 8);
+#else
+        for (int t = 0; t < 8; t++) hi[8 * b + t] = (uint8_t)(x >> (8 * t));
+#endif
+    }
+}
+
+_Static_assert(sizeof(lq_block) <= 16 * sizeof(float) * QK, "an unpacked row fits the matmul scratch");
+
+static inline void lq_unpack(uint32_t type, const void *blk, lq_block *o)
+{
+    const uint8_t *p = blk, *qs = p + (type == GGML_Q4_1 ? 4 : type == GGML_Q5_0 ? 6 : 8);
+    uint16_t h;
+    memcpy(&h, p, 2);
+    o->d = f16_to_f32(h);
+    o->m = 0.0f;
+    if (type != GGML_Q5_0) { memcpy(&h, p + 2, 2); o->m = f16_to_f32(h); }
+    uint8_t hi[QK];
+    if (type != GGML_Q4_1) spread_bits(p + (type == GGML_Q5_0 ? 2 : 4), hi);
+    else memset(hi, 0, sizeof hi);
+    const uint8_t off = type == GGML_Q5_0 ? 16 : 0;
     for (int j = 0; j < QK / 2; j++) {
-        q[j] = (int8_t)(((qs[j] & 15) | hi[j]) - off);
-        q[j + QK / 2] = (int8_t)(((qs[j] >> 4) | hi[j + QK / 2]) - off);
+        o->q[j] = (int8_t)(uint8_t)(((qs[j] & 15) | hi[j]) - off);
+        o->q[j + QK / 2] = (int8_t)(uint8_t)(((qs[j] >> 4) | hi[j + QK / 2]) - off);
     }
 }
 
-/* Q5_0 against Q8_0 activations, as ggml's vec_dot_q5_0_q8_0. */
-static float dot_q5_0(const block_q5_0 *w, const void *xrow, int64_t n)
+/* Q5_0 against Q8_0 activations, as ggml's vec_dot_q5_0_q8_0: d_w * d_x *
+ * (integer sum) per block; Q4_1 / Q5_1 against Q8_1, as vec_dot_q4_1_q8_1 /
+ * q5_1_q8_1: d_w * d_x * (integer sum) + m_w * s_x. lb: the row's blocks
+ * unpacked (lq_unpack), or NULL to unpack each here: the same operations. */
+static float dot_legacy(uint32_t type, const void *wrow, const lq_block *lb, const void *xrow, int64_t n)
 {
     const int8_t *xq = act_q8_qs(xrow);
-    const float *xd = act_q8_d(xrow, n);
+    const float *xd = act_q8_d(xrow, n), *xs = type == GGML_Q5_0 ? NULL : act_q8_1_s(xrow, n);
+    const size_t bs = (size_t)tensor_row_bytes(type, QK);
     float s = 0;
+    lq_block one;
     for (int64_t b = 0; b < n / QK; b++) {
-        int8_t q[QK];
+        const lq_block *k = lb ? lb + b : &one;
+        const int8_t *x = xq + b * QK;
         int32_t sumi = 0;
-        q5_unpack(w[b].qs, w[b].qh, 16, q);
-        for (int j = 0; j < QK; j++) sumi += q[j] * xq[b * QK + j];
-        s += (float)sumi * (f16_to_f32(w[b].d) * xd[b]);
-    }
-    return s;
-}
-
-/* Q4_1 / Q5_1 against Q8_1 activations, as ggml's vec_dot_q4_1_q8_1 /
- * q5_1_q8_1: d_w * d_x * (integer sum) + m_w * s_x per block. */
-static float dot_q4_1(const block_q4_1 *w, const void *xrow, int64_t n)
-{
-    const int8_t *xq = act_q8_qs(xrow);
-    const float *xd = act_q8_d(xrow, n), *xs = act_q8_1_s(xrow, n);
-    float s = 0;
-    for (int64_t b = 0; b < n / QK; b++) {
-        int32_t sumi = 0;
-        for (int j = 0; j < QK / 2; j++)
-            sumi += (w[b].qs[j] & 15) * xq[b * QK + j] + (w[b].qs[j] >> 4) * xq[b * QK + j + QK / 2];
-        s += (f16_to_f32(w[b].d) * xd[b]) * (float)sumi + f16_to_f32(w[b].m) * xs[b];
-    }
-    return s;
-}
-
-static float dot_q5_1(const block_q5_1 *w, const void *xrow, int64_t n)
-{
-    const int8_t *xq = act_q8_qs(xrow);
-    const float *xd = act_q8_d(xrow, n), *xs = act_q8_1_s(xrow, n);
-    float s = 0;
-    for (int64_t b = 0; b < n / QK; b++) {
-        int8_t q[QK];
-        int32_t sumi = 0;
-        q5_unpack(w[b].qs, w[b].qh, 0, q);
-        for (int j = 0; j < QK; j++) sumi += q[j] * xq[b * QK + j];
-        s += (f16_to_f32(w[b].d) * xd[b]) * (float)sumi + f16_to_f32(w[b].m) * xs[b];
+        if (lb) {
+            for (int j = 0; j < QK; j++) sumi += k->q[j] * x[j];
+        } else {   /* straight from the nibbles (the same integer sum): nothing stored between */
+            const uint8_t *p = (const uint8_t *)wrow + (size_t)b * bs, *qs = p + bs - QK / 2;
+            uint8_t hi[QK];
+            if (type != GGML_Q4_1) spread_bits(p + (type == GGML_Q5_0 ? 2 : 4), hi);
+            else memset(hi, 0, sizeof hi);
+            int32_t xsum = 0;
+            for (int j = 0; j < QK / 2; j++) {
+                sumi += ((qs[j] & 15) | hi[j]) * x[j] + ((qs[j] >> 4) | hi[j + QK / 2]) * x[j + QK / 2];
+                xsum += x[j] + x[j + QK / 2];
+            }
+            if (type == GGML_Q5_0) sumi -= 16 * xsum;
+            one.d = f16_at(p);
+            one.m = type == GGML_Q5_0 ? 0.0f : f16_at(p + 2);
+        }
+        if (xs) s += (k->d * xd[b]) * (float)sumi + k->m * xs[b];
+        else s += (float)sumi * (k->d * xd[b]);
     }
     return s;
 }
@@ -158,17 +178,25 @@ static float dot_kquant(uint32_t type, const void *wrow, const kq_block *kb, con
     return s;
 }
 
-/* k-quant weights with scratch: each row unpacked once for all n inputs. */
-static void matmul_kquant(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n, int64_t o0,
-                          int64_t o1, int acc, kq_block *kb)
+/* k-quant and Q4_1 / Q5_0 / Q5_1 weights with scratch: each row unpacked
+ * once for all n inputs (into kq_block or lq_block records). */
+static void matmul_unpacked(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n, int64_t o0,
+                            int64_t o1, int acc, void *scratch)
 {
-    const int64_t C = w->cols;
-    const size_t rb = tensor_row_bytes(w->type, C), bs = (size_t)tensor_row_bytes(w->type, QK_K);
+    const int64_t C = w->cols, bk = tensor_block_size(w->type);
+    const size_t rb = tensor_row_bytes(w->type, C), bs = (size_t)tensor_row_bytes(w->type, bk);
+    const int k = is_kquant(w->type);
+    kq_block *kb = scratch;
+    lq_block *lb = scratch;
     for (int64_t o = o0; o < o1; o++) {
         const unsigned char *row = (const unsigned char *)w->data + (size_t)o * rb;
-        for (int64_t b = 0; b < C / QK_K; b++) kq_unpack(w->type, row + (size_t)b * bs, kb + b);
+        for (int64_t b = 0; b < C / bk; b++) {
+            if (k) kq_unpack(w->type, row + (size_t)b * bs, kb + b);
+            else lq_unpack(w->type, row + (size_t)b * bs, lb + b);
+        }
         for (int32_t i = 0; i < n; i++) {
-            const float s = dot_kquant(w->type, row, kb, (const char *)x + (size_t)i * xs, C);
+            const void *xi = (const char *)x + (size_t)i * xs;
+            const float s = k ? dot_kquant(w->type, row, kb, xi, C) : dot_legacy(w->type, row, lb, xi, C);
             float *yo = y + (int64_t)i * ldy + o;
             *yo = acc ? *yo + s : s;
         }
@@ -180,9 +208,10 @@ void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int
                           int32_t n, int64_t o0, int64_t o1, int acc, float *scratch)
 {
     const int64_t C = w->cols;
-    /* an unpacked row takes 332 bytes per 256 values; the scratch has 64 per value */
-    if (is_kquant(w->type) && scratch && n > 1) {
-        matmul_kquant(w, x, xs, y, ldy, n, o0, o1, acc, (kq_block *)scratch);
+    /* an unpacked row takes 332 bytes per 256 values (40 per 32); the scratch has 64 per value */
+    const int unpack = is_kquant(w->type) || w->type == GGML_Q4_1 || w->type == GGML_Q5_0 || w->type == GGML_Q5_1;
+    if (unpack && scratch && n > 1) {
+        matmul_unpacked(w, x, xs, y, ldy, n, o0, o1, acc, scratch);
         return;
     }
     const size_t rb = tensor_row_bytes(w->type, C);
@@ -196,9 +225,7 @@ void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int
             case GGML_BF16: s = dot_bf16(row, xi, C); break;
             case GGML_Q8_0: s = dot_q8_0(row, xi, C); break;
             case GGML_Q4_0: s = dot_q4_0(row, xi, C); break;
-            case GGML_Q5_0: s = dot_q5_0(row, xi, C); break;
-            case GGML_Q4_1: s = dot_q4_1(row, xi, C); break;
-            case GGML_Q5_1: s = dot_q5_1(row, xi, C); break;
+            case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1: s = dot_legacy(w->type, row, NULL, xi, C); break;
             case GGML_F32:  s = dot_f32(row, xi, C); break;
             default:        s = dot_kquant(w->type, row, NULL, xi, C); break;
             }

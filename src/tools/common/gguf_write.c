@@ -301,6 +301,13 @@ static uint32_t row_fallback(uint32_t type)
     }
 }
 
+uint32_t gguf_row_type(uint32_t type, int64_t cols)
+{
+    if (tensor_row_bytes(type, cols)) return type;
+    type = row_fallback(type);
+    return tensor_row_bytes(type, cols) ? type : GGML_F16;
+}
+
 void gguf_writer_add_retyped_fn(gguf_writer *w, const gguf_file *g, gguf_type_pick_fn pick, void *user,
                                 int *n_fallback)
 {
@@ -319,11 +326,7 @@ void gguf_writer_add_retyped_fn(gguf_writer *w, const gguf_file *g, gguf_type_pi
         char name[256];
         snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.p);
         uint32_t to = pick(name, t->n_dims, t->ne, t->type, user);
-        if (!tensor_row_bytes(to, t->ne[0])) {
-            (*n_fallback)++;
-            to = row_fallback(to);
-            if (!tensor_row_bytes(to, t->ne[0])) to = GGML_F16;
-        }
+        if (!tensor_row_bytes(to, t->ne[0])) { (*n_fallback)++; to = gguf_row_type(to, t->ne[0]); }
         const int64_t cols = t->ne[0], rows = t->n_dims == 2 ? t->ne[1] : 0;
         if (t->n_dims > 2) { cv_fail(w->err, sizeof w->err, "tensor '%s': more than 2 dimensions", name); return; }
         if (to == t->type) {   /* as it is */
