@@ -14,6 +14,9 @@
  *    kernels (exact integer sum per block, then d_w * d_x scaling in block
  *    order, kernels_amx.c); the AVX2, AVX-512 and NEON sets split each
  *    block's sum into lanes and round differently;
+ *  - the other quants (Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, Q8_K): every set runs
+ *    the reference kernels (an exact integer sum per block or super-block,
+ *    then its float scaling in block order), so all give the same bits;
  *  - BF16 weights in the AMX set: bfloat16 tile products of the weights and
  *    the activations split in three bfloat16 parts (ACT_BF16X3), float
  *    sums in the tiles' order: within rounding of the reference, bitwise
@@ -26,8 +29,8 @@
 
 /* y[i][o] = sum_c W[o][c] * x[i][c] for n input rows: W is rows x cols in
  * any stored type; x is n x cols; y is n x rows. Uses the best kernel set of
- * this CPU, on the calling thread. For Q8_0/Q4_0 weights x is quantized to
- * Q8_0 first, as ggml does. */
+ * this CPU, on the calling thread. For quantized weights x is quantized
+ * first, as ggml does (Q8_0, Q8_1 or Q8_K blocks: ACT_* below). */
 void k_matmul(const tensor *w, const float *x, float *y, int32_t n);
 /* The same with the reference kernels (the oracle of the fast ones). */
 void k_matmul_ref(const tensor *w, const float *x, float *y, int32_t n);
@@ -77,15 +80,22 @@ void k_attend_capped(const float *q, int32_t group, int32_t hd, const void *k, c
 
 /* Activations as a matmul reads them ("prepared"), by kind:
  *   ACT_F32     the float rows themselves: F32/F16/BF16 weights (but below);
- *   ACT_Q8      quantized rows (quant.h, act_q8): Q8_0/Q4_0 weights, in
+ *   ACT_Q8      quantized rows (quant.h, act_q8): Q8_0/Q4_0/Q5_0 weights, in
  *               every set;
  *   ACT_BF16X3  each float split into three bfloat16 (quant.h, act_bf16x3):
  *               the weight types in a set's bf16x3_types (the AMX set's BF16
- *               weights).
+ *               weights);
+ *   ACT_Q8_1    ggml's Q8_1 rows (quant.h, act_q8_1): Q4_1/Q5_1 weights;
+ *   ACT_Q8K     ggml's Q8_K rows (quant.h, act_q8k): the k-quants' weights
+ *               (Q2_K .. Q6_K, Q8_K), as ggml's vec_dot_*_q8_K.
+ * ACT_Q8_1 and ACT_Q8K rows are made by the reference quantizers in every set.
  * act_kind, act_stride and act_prepare (below) say which, how far apart the
  * rows are and how to make them, for a set and a type. */
-enum { ACT_F32, ACT_Q8, ACT_BF16X3 };
+enum { ACT_F32, ACT_Q8, ACT_BF16X3, ACT_Q8_1, ACT_Q8K };
+/* Weights whose activations are ACT_Q8 rows in every set. */
 int    act_is_q8(uint32_t weight_type);
+/* Weights whose activations are quantized (ACT_Q8, ACT_Q8_1, ACT_Q8K). */
+int    act_is_quantized(uint32_t weight_type);
 
 /* Floats of per-thread scratch a matmul over rows of k values may use
  * (the AVX-512 set's K-blocked GEMM keeps up to 64 tiles of 6 x 4 x 16

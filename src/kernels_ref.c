@@ -7,7 +7,12 @@
 #include "quant.h"
 
 
-int act_is_q8(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0; }
+int act_is_q8(uint32_t t) { return t == GGML_Q8_0 || t == GGML_Q4_0 || t == GGML_Q5_0; }
+
+static int is_kquant(uint32_t t) { return t >= GGML_Q2_K && t <= GGML_Q8_K; }
+_Static_assert(sizeof(kq_block) <= 16 * sizeof(float) * QK_K, "an unpacked row fits the matmul scratch");
+
+int act_is_quantized(uint32_t t) { return act_is_q8(t) || t == GGML_Q4_1 || t == GGML_Q5_1 || is_kquant(t); }
 
 static float dot_f32(const float *w, const float *x, int64_t n)
 {
@@ -61,12 +66,154 @@ static float dot_q4_0(const block_q4_0 *w, const void *xrow, int64_t n)
     return s;
 }
 
+static float f16_at(const void *p) { uint16_t h; memcpy(&h, p, 2); return f16_to_f32(h); }
+
+/* A legacy block (Q4_1, Q5_0, Q5_1) in integers: value j = d * q[j] + m
+ * (Q5_0: q centred, -16..15, and m = 0). */
+typedef struct { float d, m; int8_t q[QK]; } lq_block;
+
+/* Bit j of the little-endian qh as 16 or 0 in byte j: each byte of qh spread over 8 bytes by a multiply
+ * (bit t to byte t), stored 8 bytes at once where the host is little-endian (bytes stored one by one and
+ * read back as a vector stall the load: 5x slower). */
+static void spread_bits(const uint8_t qh[4], uint8_t hi[QK])
+{
+    for (int b = 0; b < 4; b++) {
+        uint64_t x = (qh[b] * 0x0101010101010101ull) & 0x8040201008040201ull;
+        x = (((x + 0x7f7f7f7f7f7f7f7full) >> 7) & 0x0101010101010101ull) << 4;   /* 16 in each byte whose bit is set */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(hi + 8 * b, &x, 8);
+#else
+        for (int t = 0; t < 8; t++) hi[8 * b + t] = (uint8_t)(x >> (8 * t));
+#endif
+    }
+}
+
+_Static_assert(sizeof(lq_block) <= 16 * sizeof(float) * QK, "an unpacked row fits the matmul scratch");
+
+static inline void lq_unpack(uint32_t type, const void *blk, lq_block *o)
+{
+    const uint8_t *p = blk, *qs = p + (type == GGML_Q4_1 ? 4 : type == GGML_Q5_0 ? 6 : 8);
+    uint16_t h;
+    memcpy(&h, p, 2);
+    o->d = f16_to_f32(h);
+    o->m = 0.0f;
+    if (type != GGML_Q5_0) { memcpy(&h, p + 2, 2); o->m = f16_to_f32(h); }
+    uint8_t hi[QK];
+    if (type != GGML_Q4_1) spread_bits(p + (type == GGML_Q5_0 ? 2 : 4), hi);
+    else memset(hi, 0, sizeof hi);
+    const uint8_t off = type == GGML_Q5_0 ? 16 : 0;
+    for (int j = 0; j < QK / 2; j++) {
+        o->q[j] = (int8_t)(uint8_t)(((qs[j] & 15) | hi[j]) - off);
+        o->q[j + QK / 2] = (int8_t)(uint8_t)(((qs[j] >> 4) | hi[j + QK / 2]) - off);
+    }
+}
+
+/* Q5_0 against Q8_0 activations, as ggml's vec_dot_q5_0_q8_0: d_w * d_x *
+ * (integer sum) per block; Q4_1 / Q5_1 against Q8_1, as vec_dot_q4_1_q8_1 /
+ * q5_1_q8_1: d_w * d_x * (integer sum) + m_w * s_x. lb: the row's blocks
+ * unpacked (lq_unpack), or NULL to unpack each here: the same operations. */
+static float dot_legacy(uint32_t type, const void *wrow, const lq_block *lb, const void *xrow, int64_t n)
+{
+    const int8_t *xq = act_q8_qs(xrow);
+    const float *xd = act_q8_d(xrow, n), *xs = type == GGML_Q5_0 ? NULL : act_q8_1_s(xrow, n);
+    const size_t bs = (size_t)tensor_row_bytes(type, QK);
+    float s = 0;
+    lq_block one;
+    for (int64_t b = 0; b < n / QK; b++) {
+        const lq_block *k = lb ? lb + b : &one;
+        const int8_t *x = xq + b * QK;
+        int32_t sumi = 0;
+        if (lb) {
+            for (int j = 0; j < QK; j++) sumi += k->q[j] * x[j];
+        } else {   /* straight from the nibbles (the same integer sum): nothing stored between */
+            const uint8_t *p = (const uint8_t *)wrow + (size_t)b * bs, *qs = p + bs - QK / 2;
+            uint8_t hi[QK];
+            if (type != GGML_Q4_1) spread_bits(p + (type == GGML_Q5_0 ? 2 : 4), hi);
+            else memset(hi, 0, sizeof hi);
+            int32_t xsum = 0;
+            for (int j = 0; j < QK / 2; j++) {
+                sumi += ((qs[j] & 15) | hi[j]) * x[j] + ((qs[j] >> 4) | hi[j + QK / 2]) * x[j + QK / 2];
+                xsum += x[j] + x[j + QK / 2];
+            }
+            if (type == GGML_Q5_0) sumi -= 16 * xsum;
+            one.d = f16_at(p);
+            one.m = type == GGML_Q5_0 ? 0.0f : f16_at(p + 2);
+        }
+        if (xs) s += (k->d * xd[b]) * (float)sumi + k->m * xs[b];
+        else s += (float)sumi * (k->d * xd[b]);
+    }
+    return s;
+}
+
+/* k-quant weights against Q8_K activations, as ggml's vec_dot_*_q8_K: per
+ * super-block the exact integer sums sum_j sc_j * (q . x)_j and, for the
+ * types with mins, sum_j mn_j * (sum of x)_j (from the activations' bsums),
+ * then (d_w * d_x) * sumi - (dmin_w * d_x) * summ, super-blocks in order.
+ * kb: the row's super-blocks unpacked (kq_unpack), or NULL to unpack each
+ * from wrow here: the same operations either way. */
+static float dot_kquant(uint32_t type, const void *wrow, const kq_block *kb, const void *xrow, int64_t n)
+{
+    const int8_t *xq = act_q8_qs(xrow);
+    const float *xd = act_q8k_d(xrow, n);
+    const int16_t *bsums = act_q8k_bsums(xrow, n);
+    const size_t bs = (size_t)tensor_row_bytes(type, QK_K);
+    float s = 0;
+    kq_block one;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const kq_block *k = kb ? kb + b : &one;
+        if (!kb) kq_unpack(type, (const unsigned char *)wrow + (size_t)b * bs, &one);
+        const int8_t *x = xq + b * QK_K;
+        const int16_t *bsum = bsums + b * (QK_K / 16);
+        /* dot products of 16 values (a loop the compiler vectorizes); a sub-block of 32 is two of them */
+        int32_t d16[16] = { 0 }, sumi = 0, summ = 0;
+        for (int g = 0; g < 16; g++)
+            for (int l = 0; l < 16; l++) d16[g] += k->q[16 * g + l] * x[16 * g + l];
+        for (int j = 0; j < QK_K / k->sub; j++) {
+            const int two = k->sub == 32;
+            sumi += k->sc[j] * (two ? d16[2 * j] + d16[2 * j + 1] : d16[j]);
+            summ += k->mn[j] * (two ? bsum[2 * j] + bsum[2 * j + 1] : bsum[j]);
+        }
+        s += (k->d * xd[b]) * (float)sumi - (k->dmin * xd[b]) * (float)summ;
+    }
+    return s;
+}
+
+/* k-quant and Q4_1 / Q5_0 / Q5_1 weights with scratch: each row unpacked
+ * once for all n inputs (into kq_block or lq_block records). */
+static void matmul_unpacked(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n, int64_t o0,
+                            int64_t o1, int acc, void *scratch)
+{
+    const int64_t C = w->cols, bk = tensor_block_size(w->type);
+    const size_t rb = tensor_row_bytes(w->type, C), bs = (size_t)tensor_row_bytes(w->type, bk);
+    const int k = is_kquant(w->type);
+    kq_block *kb = scratch;
+    lq_block *lb = scratch;
+    for (int64_t o = o0; o < o1; o++) {
+        const unsigned char *row = (const unsigned char *)w->data + (size_t)o * rb;
+        for (int64_t b = 0; b < C / bk; b++) {
+            if (k) kq_unpack(w->type, row + (size_t)b * bs, kb + b);
+            else lq_unpack(w->type, row + (size_t)b * bs, lb + b);
+        }
+        for (int32_t i = 0; i < n; i++) {
+            const void *xi = (const char *)x + (size_t)i * xs;
+            const float s = k ? dot_kquant(w->type, row, kb, xi, C) : dot_legacy(w->type, row, lb, xi, C);
+            float *yo = y + (int64_t)i * ldy + o;
+            *yo = acc ? *yo + s : s;
+        }
+    }
+}
+
 /* Weight rows outermost: each weight row is read once for all n inputs. */
 void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy,
                           int32_t n, int64_t o0, int64_t o1, int acc, float *scratch)
 {
-    (void)scratch;
     const int64_t C = w->cols;
+    /* an unpacked row takes 332 bytes per 256 values (40 per 32); the scratch has 64 per value */
+    const int unpack = is_kquant(w->type) || w->type == GGML_Q4_1 || w->type == GGML_Q5_0 || w->type == GGML_Q5_1;
+    if (unpack && scratch && n > 1) {
+        matmul_unpacked(w, x, xs, y, ldy, n, o0, o1, acc, scratch);
+        return;
+    }
     const size_t rb = tensor_row_bytes(w->type, C);
     for (int64_t o = o0; o < o1; o++) {
         const void *row = (const char *)w->data + (size_t)o * rb;
@@ -78,7 +225,9 @@ void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int
             case GGML_BF16: s = dot_bf16(row, xi, C); break;
             case GGML_Q8_0: s = dot_q8_0(row, xi, C); break;
             case GGML_Q4_0: s = dot_q4_0(row, xi, C); break;
-            default:        s = dot_f32(row, xi, C); break;
+            case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1: s = dot_legacy(w->type, row, NULL, xi, C); break;
+            case GGML_F32:  s = dot_f32(row, xi, C); break;
+            default:        s = dot_kquant(w->type, row, NULL, xi, C); break;
             }
             float *yo = y + (int64_t)i * ldy + o;
             *yo = acc ? *yo + s : s;
@@ -89,6 +238,8 @@ void k_matmul_ref_range(const tensor *w, const void *x, size_t xs, float *y, int
 int act_kind(const kernel_set *ks, uint32_t wtype)
 {
     if (act_is_q8(wtype)) return ACT_Q8;
+    if (wtype == GGML_Q4_1 || wtype == GGML_Q5_1) return ACT_Q8_1;
+    if (is_kquant(wtype)) return ACT_Q8K;
     return wtype < 64 && ((ks->bf16x3_types >> wtype) & 1) ? ACT_BF16X3 : ACT_F32;
 }
 
@@ -97,14 +248,19 @@ size_t act_stride(const kernel_set *ks, uint32_t wtype, int64_t k)
     switch (act_kind(ks, wtype)) {
     case ACT_Q8:     return act_q8_stride(k);
     case ACT_BF16X3: return act_bf16x3_stride(k);
+    case ACT_Q8_1:   return act_q8_1_stride(k);
+    case ACT_Q8K:    return act_q8k_stride(k);
     default:             return sizeof(float) * (size_t)k;
     }
 }
 
 size_t act_stride_max(int64_t k)
 {
-    size_t a = act_q8_stride(k), b = act_bf16x3_stride(k), c = sizeof(float) * (size_t)k;
-    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+    const size_t s[] = { act_q8_stride(k), act_bf16x3_stride(k), sizeof(float) * (size_t)k, act_q8_1_stride(k),
+                         act_q8k_stride(k) };
+    size_t m = 0;
+    for (size_t i = 0; i < sizeof s / sizeof *s; i++) m = s[i] > m ? s[i] : m;
+    return m;
 }
 
 void act_prepare(const kernel_set *ks, uint32_t wtype, const float *x, void *out, int64_t k)
@@ -112,6 +268,8 @@ void act_prepare(const kernel_set *ks, uint32_t wtype, const float *x, void *out
     switch (act_kind(ks, wtype)) {
     case ACT_Q8:     ks->act_q8(x, out, k); break;
     case ACT_BF16X3: ks->act_bf16x3(x, out, k); break;
+    case ACT_Q8_1:   act_q8_1_ref(x, out, k); break;
+    case ACT_Q8K:    act_q8k_ref(x, out, k); break;
     default:             memcpy(out, x, sizeof(float) * (size_t)k); break;
     }
 }

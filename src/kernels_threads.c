@@ -55,19 +55,27 @@ mor_status exec_init(exec_ctx *e, int32_t n_threads, uint32_t n_batch, int64_t k
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
     e->k = kernels_best();
     e->nth = n_threads;
-    /* One allocation, planned here: the prepared activations (one region per kind a job may need at once:
-     * quantized and bf16-split rows for two matrices, each sized for rows of any kind, as the kernel set can
-     * be changed after this by tests and mor-bench), then each thread's matmul scratch, attention weights and
+    /* One allocation, planned here: the prepared activations (one region per kind, as a job's matrices
+     * may need rows of several kinds at once; the bf16-split region always, as the kernel set can be
+     * changed after this by tests and mor-bench), then each thread's matmul scratch, attention weights and
      * visible cells, every piece 64-aligned so that no two threads write one cache line, then the pointer
      * arrays. malloc + manual alignment: the one allocator users and tests can hook. */
     const size_t nt = (size_t)n_threads, nc = n_ctx ? n_ctx : 1;
     const size_t mm = up64(sizeof(float) * MM_SCRATCH_FLOATS(kmax)), pr = up64(sizeof(float) * (size_t)group * nc),
                  vi = up64(sizeof(int32_t) * 2 * nc);   /* the visible list, then sort scratch */
-    e->act_bytes = up64((size_t)n_batch * act_stride_max(kmax));
-    e->mem = malloc(64 + 2 * e->act_bytes + nt * (mm + pr + vi) + 3 * nt * sizeof(void *));
+    /* each kind's rows, sized from the reference set's strides (every set's are the same per kind) */
+    static const uint32_t kind_type[] = { [ACT_Q8] = GGML_Q8_0, [ACT_BF16X3] = GGML_BF16, [ACT_Q8_1] = GGML_Q4_1,
+                                          [ACT_Q8K] = GGML_Q4_K };
+    size_t act_total = 0;
+    for (int kind = ACT_Q8; kind <= ACT_Q8K; kind++) {
+        e->act_off[kind] = act_total;
+        act_total += up64((size_t)n_batch * (kind == ACT_BF16X3 ? act_bf16x3_stride(kmax)
+                                                                  : act_stride(&kernels_ref, kind_type[kind], kmax)));
+    }
+    e->mem = malloc(64 + act_total + nt * (mm + pr + vi) + 3 * nt * sizeof(void *));
     if (!e->mem) return err_set(MOR_E_NOMEM, "cannot allocate per-thread scratch for %d threads", n_threads);
     char *at = (char *)(((uintptr_t)e->mem + 63) & ~(uintptr_t)63);
-    e->act = at; at += 2 * e->act_bytes;
+    e->act = at; at += act_total;
     char *per = at; at += nt * (mm + pr + vi);
     e->mm_scratch = (float **)at; e->probs = (float **)at + nt; e->vis = (int32_t **)((float **)at + 2 * nt);
     for (size_t t = 0; t < nt; t++, per += mm + pr + vi) {
@@ -99,7 +107,7 @@ static const void *prepare(exec_ctx *e, uint32_t t, const float *x, int64_t ldx,
 {
     const int kind = act_kind(e->k, t);
     if (kind == ACT_F32) { *xs = sizeof(float) * (size_t)ldx; return x; }
-    char *out = (char *)e->act + (kind == ACT_BF16X3 ? e->act_bytes : 0);
+    char *out = (char *)e->act + e->act_off[kind];
     prep_job j = { e, x, ldx, k, pool_chunk(n, 1, e->nth), n, act_stride(e->k, t, k), t, out };
     *xs = j.stride;
     run(e, (n + j.chunk - 1) / j.chunk, prep_task, &j, (int64_t)n * k / 4);

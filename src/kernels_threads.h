@@ -16,9 +16,10 @@ typedef struct {
     float     **mm_scratch;     /* [nth]: MM_SCRATCH_FLOATS(max cols) each */
     float     **probs;          /* [nth]: group * n_ctx attention weights each */
     int32_t   **vis;            /* [nth]: n_ctx visible cells, then n_ctx of sort scratch, each */
-    void       *act;            /* prepared activations, 64-aligned: two regions of act_bytes (quantized rows,
-                                   then bf16-split rows), each n_batch rows of any kind */
-    size_t      act_bytes;
+    void       *act;            /* prepared activations, 64-aligned: one region per kind (ACT_Q8, ACT_BF16X3,
+                                   ACT_Q8_1, ACT_Q8K), n_batch rows of max_cols each, at act_off[kind] bytes, so
+                                   that matrices of different kinds in one job keep their own rows */
+    size_t      act_off[ACT_Q8K + 1];
     void       *mem;            /* the one allocation all of the above point into */
 } exec_ctx;
 

@@ -102,11 +102,12 @@ typedef struct {
     unsigned char   *used;     /* per tensor: referenced by the model */
 } loader;
 
-/* Q8_0 and Q4_0 are ggml's blocks of 32 along a row (quant.h); the GGUF
- * reader already rejects a row that is not a whole number of blocks. */
+/* Every type of tensor.h: the quants are ggml's blocks of 32 or 256 along a
+ * row (quant.h); the GGUF reader already rejects a row that is not a whole
+ * number of blocks. */
 static int is_matrix_type(uint32_t t)
 {
-    return t == GGML_F32 || t == GGML_F16 || t == GGML_BF16 || t == GGML_Q8_0 || t == GGML_Q4_0;
+    return tensor_block_size(t) > 0;
 }
 
 /* Find tensor `name` with GGUF dims [ne0, ne1] (ne1 = 0 for a vector); F32
@@ -122,7 +123,7 @@ static mor_status get_tensor(loader *ld, const char *name, int64_t ne0, int64_t 
                        name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)ne0, (long long)ne1);
     if (f32_only ? t->type != GGML_F32 : !is_matrix_type(t->type))
         return err_set(MOR_E_FORMAT, "tensor '%s' has type %s; %s", name, tensor_type_name(t->type),
-                       f32_only ? "must be F32" : "weights must be F32, F16, BF16, Q8_0 or Q4_0");
+                       f32_only ? "must be F32" : "weights must be F32, F16, BF16 or a ggml quant type");
     ld->used[t - ld->g->tensors] = 1;
     w->data = t->data; w->type = t->type; w->cols = ne0; w->rows = ne1 ? ne1 : 1;
     return MOR_OK;

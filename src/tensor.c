@@ -3,28 +3,46 @@
 #include <string.h>
 #include "tensor.h"
 
+/* Each type's name, values per block and bytes per block, as ggml lays them out. */
+static const struct { uint32_t type; const char *name; int64_t block, bytes; } types[] = {
+    { GGML_F32, "F32", 1, 4 },          { GGML_F16, "F16", 1, 2 },          { GGML_BF16, "BF16", 1, 2 },
+    { GGML_Q4_0, "Q4_0", QK, 18 },      /* f16 d, 16 bytes of nibbles */
+    { GGML_Q4_1, "Q4_1", QK, 20 },      /* f16 d, f16 m, 16 bytes */
+    { GGML_Q5_0, "Q5_0", QK, 22 },      /* f16 d, 4 bytes of high bits, 16 bytes */
+    { GGML_Q5_1, "Q5_1", QK, 24 },      /* f16 d, f16 m, 4 + 16 bytes */
+    { GGML_Q8_0, "Q8_0", QK, 34 },      /* f16 d, 32 int8 */
+    { GGML_Q2_K, "Q2_K", QK_K, 84 },    /* 16 scale/min bytes, 64 bytes of 2-bit quants, f16 d, dmin */
+    { GGML_Q3_K, "Q3_K", QK_K, 110 },   /* 32 bytes high bits, 64 low, 12 of 6-bit scales, f16 d */
+    { GGML_Q4_K, "Q4_K", QK_K, 144 },   /* f16 d, dmin, 12 of 6-bit scales and mins, 128 of nibbles */
+    { GGML_Q5_K, "Q5_K", QK_K, 176 },   /* as Q4_K, and 32 bytes of high bits */
+    { GGML_Q6_K, "Q6_K", QK_K, 210 },   /* 128 low nibbles, 64 of high 2 bits, 16 int8 scales, f16 d */
+    { GGML_Q8_K, "Q8_K", QK_K, 292 },   /* f32 d, 256 int8, 16 int16 sums */
+};
+
+static int type_index(uint32_t type)
+{
+    for (int i = 0; i < (int)(sizeof types / sizeof *types); i++)
+        if (types[i].type == type) return i;
+    return -1;
+}
+
+int64_t tensor_block_size(uint32_t type)
+{
+    int i = type_index(type);
+    return i < 0 ? 0 : types[i].block;
+}
+
 uint64_t tensor_row_bytes(uint32_t type, int64_t k)
 {
-    if (k < 0) return 0;
-    switch (type) {
-    case GGML_F32:  return (uint64_t)k * 4;
-    case GGML_F16:  case GGML_BF16: return (uint64_t)k * 2;
-    case GGML_Q8_0: return k % QK ? 0 : (uint64_t)(k / QK) * (2 + QK);       /* f16 scale + 32 int8 */
-    case GGML_Q4_0: return k % QK ? 0 : (uint64_t)(k / QK) * (2 + QK / 2);   /* f16 scale + 16 bytes */
-    default:        return 0;
-    }
+    int i = type_index(type);
+    if (k < 0 || i < 0 || k % types[i].block) return 0;
+    return (uint64_t)(k / types[i].block) * (uint64_t)types[i].bytes;
 }
 
 const char *tensor_type_name(uint32_t type)
 {
-    switch (type) {
-    case GGML_F32:  return "F32";
-    case GGML_F16:  return "F16";
-    case GGML_Q4_0: return "Q4_0";
-    case GGML_Q8_0: return "Q8_0";
-    case GGML_BF16: return "BF16";
-    }
-    return "unknown";
+    int i = type_index(type);
+    return i < 0 ? "unknown" : types[i].name;
 }
 
 float bf16_to_f32(uint16_t h)

@@ -173,6 +173,10 @@ def overwrites(tmp):
     rc, _, err = run([tool("mor-quantize"), model, os.path.join(tmp, "q.gguf"), "q8_0"])
     t.check(rc == 0 and not [x for x in os.listdir(tmp) if ".tmp." in x],
             "mor-quantize writes its output through a temporary file it renames (%s)" % err.strip()[:100])
+    # a k-quant: the embedding in q6_k, the matrices whose rows are not whole blocks of 256 in their fallback type
+    rc, out, err = run([tool("mor-quantize"), BROWN, os.path.join(tmp, "q4k.gguf"), "q4_k", "--drift", "64"])
+    t.check(rc == 0 and "q4_k, embedding q6_k" in out and "not whole blocks" in out and "drift over" in out,
+            "mor-quantize q4_k: written, loaded and compared (%s)" % (out + err).strip().replace("\n", "; ")[:200])
 
 
 def mor_run_output(tmp):

@@ -1,6 +1,7 @@
 /* test_kernels.c - every kernel set this CPU runs against the reference
  * kernels (kernels_ref.c), forced one set at a time:
- *  - matmul for F32, F16, BF16, Q8_0 and Q4_0 weights on random shapes,
+ *  - matmul for F32, F16, BF16, Q8_0 and Q4_0 weights on random shapes (and
+ *    the other quants, which every set runs with the reference kernels),
  *    odd sizes included: close to the reference, and bitwise the same
  *    whatever the number of rows, the output range a thread is given, or
  *    whether the strip-conversion scratch is used;
@@ -18,6 +19,10 @@
  *    the work to be split, in each weight type) with each kernel set and
  *    n_threads 1, 2 and 3: bitwise the same logits and depths per set
  *    whatever the thread count, and close to the reference set's.
+ *  - the reference kernels of the other quants (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K,
+ *    Q8_K, Q4_1, Q5_0, Q5_1) against float64 dots of the dequantized
+ *    weights, on odd shapes; on 1, 2 and 3 threads and row by row bitwise
+ *    the same; matrices of three activation kinds in one pass.
  * Activations are prepared for each set (act_prepare). Also the CPU
  * detection (and, where the CPU has AMX, that tiles run).
  * Sets the CPU lacks are reported as skipped. */
@@ -41,11 +46,7 @@ static uint32_t next_u32(void)
 }
 static float frand(void) { return (float)((next_u32() & 0xffffff) / 16777216.0) * 2.0f - 1.0f; }
 
-static const char *tname(uint32_t t)
-{
-    switch (t) { case 0: return "F32"; case 1: return "F16"; case 30: return "BF16"; case 8: return "Q8_0"; case 2: return "Q4_0"; }
-    return "?";
-}
+static const char *tname(uint32_t t) { return tensor_type_name(t); }
 
 /* A random weight of type t: rows x cols (made from floats, quantized). */
 static void *make_weight(uint32_t t, int64_t rows, int64_t cols, tensor *w)
@@ -142,7 +143,9 @@ static void test_matmul(const kernel_set *ks, uint32_t t, int64_t rows, int64_t 
           "%s matmul %s %lldx%lld, %d rows: max err %.2g (of sum |w x|); rows one at a time %s, split ranges %s, acc %s",
           ks->name, tname(t), (long long)rows, (long long)cols, n, worst, same1 ? "bitwise" : "DIFFER",
           same2 ? "bitwise" : "DIFFER", acc_ok ? "ok" : "WRONG");
-    if (act_is_q8(t) && exact_quant(ks))
+    /* Q8_0 / Q4_0 have fast kernels that round their own way but in the AMX set; the other quants run the
+     * reference kernels in every set */
+    if (act_is_quantized(t) && (exact_quant(ks) || (t != GGML_Q8_0 && t != GGML_Q4_0)))
         CHECK(!memcmp(y, ref, sizeof(float) * ny), "%s matmul %s %lldx%lld, %d rows: bitwise the reference kernels",
               ks->name, tname(t), (long long)rows, (long long)cols, n);
     free(wd); free(x); free(xp); if (xr != xp) free(xr); free(ref); free(y); free(y1); free(y2); free(scr);
@@ -346,6 +349,14 @@ static void test_set(const kernel_set *ks)
     for (size_t t = 0; t < 2; t++)
         for (size_t c = 0; c < sizeof ecols / sizeof *ecols; c++)
             test_matmul_edge(ks, twin, qtypes[t], erows[(c + t) % 7], ecols[c], ens[(c + 3 * t) % 6]);
+    /* the other quants: every set falls back to the reference kernels (bitwise them, test_matmul) */
+    static const uint32_t ktypes[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q2_K, GGML_Q3_K, GGML_Q8_K,
+                                       GGML_Q4_1, GGML_Q5_0, GGML_Q5_1 };
+    for (size_t t = 0; t < sizeof ktypes / sizeof *ktypes; t++) {
+        const int legacy = ktypes[t] == GGML_Q4_1 || ktypes[t] == GGML_Q5_0 || ktypes[t] == GGML_Q5_1;
+        test_matmul(ks, ktypes[t], 13, legacy ? 96 : 512, 5);
+        test_matmul(ks, ktypes[t], 40, legacy ? 608 : 768, 33);
+    }
     test_act_q8(ks);
     test_act_bf16x3(ks);
     static const uint32_t kvt[] = { GGML_F32, GGML_F16, GGML_Q8_0 };
@@ -368,6 +379,139 @@ static void test_set(const kernel_set *ks)
     test_attend(ks, GGML_F32, 64, 1, 0);
     test_norm_swiglu(ks, 576);
     test_norm_swiglu(ks, 13);
+}
+
+/* ---- the other legacy quants and the k-quants: reference kernels ---- */
+
+static const uint32_t kq_types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q2_K, GGML_Q3_K, GGML_Q8_K,
+                                     GGML_Q4_1, GGML_Q5_0, GGML_Q5_1 };
+enum { N_KQ = sizeof kq_types / sizeof *kq_types };
+
+/* The value an activation row holds at column c, from its integer quants and scales. */
+static double act_value(uint32_t t, const void *row, int64_t k, int64_t c)
+{
+    const int8_t q = act_q8_qs(row)[c];
+    if (act_kind(&kernels_ref, t) == ACT_Q8K) return (double)act_q8k_d(row, k)[c / QK_K] * q;
+    return (double)act_q8_d(row, k)[c / QK] * q;
+}
+
+/* The reference kernel of type t on a rows x cols matrix and n rows: against the float64 dot of the
+ * dequantized weights and the quantized activations' values (only the float scaling rounds: within
+ * 1e-6 of sum |w x|; Q4_1 / Q5_1: a block's min times the F16 block sum of Q8_1, as ggml), against the dot with the float activations (within what quantizing them to 8
+ * bits moves: 1.5% of sum |w| |x|), and, for Q8_K activations, the block sums they carry exact. */
+static void test_kq_matmul(uint32_t t, int64_t rows, int64_t cols, int32_t n)
+{
+    tensor w;
+    void *wd = make_weight(t, rows, cols, &w);
+    float *x = malloc(sizeof(float) * (size_t)(n * cols)), *wrow = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t i = 0; i < n * cols; i++) x[i] = frand() * (i % 13 == 0 ? 4.0f : 1.0f);
+    unsigned char *xr = NULL, *xp = prepare_rows(&kernels_ref, t, x, cols, n, &xr);
+    const size_t xs = act_stride(&kernels_ref, t, cols);
+    float *y = malloc(sizeof(float) * (size_t)(n * rows));
+    k_matmul_ref_range(&w, xp, xs, y, rows, n, 0, rows, 0, NULL);
+    double worst_q = 0, worst_f = 0;
+    int sums_ok = 1;
+    for (int64_t o = 0; o < rows; o++) {
+        dequant_row(t, (const char *)w.data + (size_t)o * tensor_row_bytes(t, cols), wrow, cols);
+        for (int32_t i = 0; i < n; i++) {
+            const void *xi = xp + (size_t)i * xs;
+            double dq = 0, aq = 0, df = 0, af = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                const double v = act_value(t, xi, cols, c);
+                dq += wrow[c] * v; aq += fabs(wrow[c] * v);
+                df += (double)wrow[c] * x[i * cols + c]; af += fabs((double)wrow[c]) * fabs((double)x[i * cols + c]);
+            }
+            if (act_kind(&kernels_ref, t) == ACT_Q8_1)   /* m_w times the block sum s_x the row carries */
+                for (int64_t b = 0; b < cols / QK; b++) {
+                    uint16_t mh;
+                    memcpy(&mh, (const char *)w.data + (size_t)o * tensor_row_bytes(t, cols) +
+                           (size_t)tensor_row_bytes(t, (b + 1) * QK) - tensor_row_bytes(t, QK) + 2, 2);
+                    double bsum = 0;
+                    for (int64_t c = b * QK; c < (b + 1) * QK; c++) bsum += act_value(t, xi, cols, c);
+                    const double m = f16_to_f32(mh), sx = act_q8_1_s(xi, cols)[b];
+                    dq += m * (sx - bsum); aq += fabs(m * sx);
+                }
+            const double yv = y[i * rows + o], eq = fabs(yv - dq) / (aq + 1e-30), ef = fabs(yv - df) / (af + 1e-30);
+            if (!(eq <= worst_q)) worst_q = eq != eq ? INFINITY : eq;
+            if (!(ef <= worst_f)) worst_f = ef != ef ? INFINITY : ef;
+        }
+    }
+    if (act_kind(&kernels_ref, t) == ACT_Q8K)
+        for (int32_t i = 0; i < n; i++)
+            for (int64_t g = 0; g < cols / 16; g++) {
+                int s = 0;
+                for (int j = 0; j < 16; j++) s += act_q8_qs(xp + (size_t)i * xs)[g * 16 + j];
+                sums_ok &= act_q8k_bsums(xp + (size_t)i * xs, cols)[g] == s;
+            }
+    CHECK(worst_q < 1e-6 && worst_f < 0.015 && sums_ok, "ref matmul %s %lldx%lld, %d rows: within %.2g of the float64 "
+          "dot with the quantized activations, %.2g (of sum |w| |x|) of the float ones%s", tname(t), (long long)rows,
+          (long long)cols, n, worst_q, worst_f, sums_ok ? "" : "; Q8_K block sums WRONG");
+    free(wd); free(x); free(wrow); free(xp); if (xr != xp) free(xr); free(y);
+}
+
+/* The products on a context's threads (exec_matmul): bitwise the same at 1, 2 and 3 threads, in one
+ * batch or row by row, with the reference set and with the best one (which falls back to the reference
+ * kernels for these types); and three matrices of three activation kinds in one pass (Q5_0: Q8_0 rows,
+ * Q4_1: Q8_1 rows, Q4_K: Q8_K rows) give what each gives alone. */
+static void test_kq_threads(void)
+{
+    enum { N = 9 };
+    for (int ti = 0; ti < N_KQ; ti++) {
+        const uint32_t t = kq_types[ti];
+        const int64_t rows = 257, cols = tensor_block_size(t) == QK ? 608 : 2304;
+        tensor w;
+        void *wd = make_weight(t, rows, cols, &w);
+        float *x = malloc(sizeof(float) * (size_t)(N * cols)), *y[4], *y1 = malloc(sizeof(float) * N * rows);
+        for (int64_t i = 0; i < N * cols; i++) x[i] = frand();
+        int same = 1;
+        for (int v = 0; v < 4; v++) {
+            exec_ctx e;
+            y[v] = malloc(sizeof(float) * N * rows);
+            if (exec_init(&e, v == 3 ? 2 : v + 1, N, cols, 1, 16) != MOR_OK) { same = 0; continue; }
+            e.k = v == 3 ? kernels_best() : &kernels_ref;
+            exec_matmul(&e, &w, x, cols, y[v], rows, N, 0);
+            for (int32_t i = 0; i < N; i++) exec_matmul(&e, &w, x + i * cols, cols, y1 + i * rows, rows, 1, 0);
+            same &= !memcmp(y[v], y1, sizeof(float) * N * rows) && !memcmp(y[v], y[0], sizeof(float) * N * rows);
+            exec_free(&e);
+        }
+        CHECK(same, "%s %lldx%lld, %d rows on 1, 2 and 3 threads (ref set) and 2 (%s): bitwise the same, in one "
+              "batch and row by row", tname(t), (long long)rows, (long long)cols, N, kernels_best()->name);
+        for (int v = 0; v < 4; v++) free(y[v]);
+        free(wd); free(x); free(y1);
+    }
+    const uint32_t mt[3] = { GGML_Q5_0, GGML_Q4_1, GGML_Q4_K };
+    tensor w[3];
+    void *wd[3];
+    float *x = malloc(sizeof(float) * N * 768), *ym[3], *ys = malloc(sizeof(float) * N * 64);
+    for (int i = 0; i < N * 768; i++) x[i] = frand();
+    for (int j = 0; j < 3; j++) { wd[j] = make_weight(mt[j], 64, 768, &w[j]); ym[j] = malloc(sizeof(float) * N * 64); }
+    exec_ctx e;
+    int same = exec_init(&e, 2, N, 768, 1, 16) == MOR_OK;
+    if (same) {
+        const tensor *wp[3] = { &w[0], &w[1], &w[2] };
+        exec_matmul_multi(&e, 3, wp, x, 768, ym, N);
+        for (int j = 0; j < 3; j++) {
+            exec_matmul(&e, &w[j], x, 768, ys, 64, N, 0);
+            same &= !memcmp(ys, ym[j], sizeof(float) * N * 64);
+        }
+        exec_free(&e);
+    }
+    CHECK(same, "Q5_0, Q4_1 and Q4_K matrices in one pass (three kinds of prepared activations): each as alone");
+    for (int j = 0; j < 3; j++) { free(wd[j]); free(ym[j]); }
+    free(x); free(ys);
+}
+
+static void test_kquants(void)
+{
+    static const int64_t kcols[] = { 256, 512, 768, 2304 }, lcols[] = { 32, 96, 576, 608 };
+    static const int64_t rows[] = { 1, 3, 7, 13 };
+    static const int32_t ns[] = { 1, 2, 5, 3 };
+    for (int ti = 0; ti < N_KQ; ti++)
+        for (int s = 0; s < 4; s++) {
+            const int64_t cols = tensor_block_size(kq_types[ti]) == QK ? lcols[s] : kcols[s];
+            test_kq_matmul(kq_types[ti], rows[(s + ti) % 4], cols, ns[(s + 2 * ti) % 4]);
+        }
+    test_kq_threads();
 }
 
 /* Two sequences: a 24-token prefill (interleaved), then 3 one-token steps
@@ -403,16 +547,19 @@ static int run_decode(mor_model *m, const kernel_set *ks, int32_t nt, int32_t mo
 
 static void test_decode_threads(const char *dir)
 {
-    static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0 };
-    for (size_t ti = 0; ti < 5; ti++) {
+    /* the layers' type, and the embedding's (tied to the output): k-quant mixes as llama.cpp makes them */
+    static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_K, GGML_Q5_1 };
+    static const uint32_t etypes[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q6_K, GGML_Q5_0 };
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         /* d 256, 6 layers (1 + 2 x 2 + 1), heads 4/2 of 64, ffn 768, vocab 1024 */
-        synth_spec sp = { 256, 6, 4, 2, 64, 768, 1024, 512, 2, types[ti], types[ti], 3 };
+        synth_spec sp = { 256, 6, 4, 2, 64, 768, 1024, 512, 2, types[ti], etypes[ti], 3 };
         char path[700];
         /* the pid: other test runs may share the build tree and would rewrite a mapped file */
         snprintf(path, sizeof path, "%s/kernels-synth-%s-%ld.gguf", dir, tname(types[ti]), (long)getpid());
         mor_model *m = NULL;
         if (!CHECK(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK,
-                   "random-weight MoR model in %s", tname(types[ti]))) continue;
+                   "random-weight MoR model in %s (embedding and output %s)", tname(types[ti]), tname(etypes[ti])))
+            continue;
         const size_t V = 1024, n = (size_t)ROWS * V;
         float *ref = malloc(sizeof(float) * n), *l1 = malloc(sizeof(float) * n), *l2 = malloc(sizeof(float) * n);
         int32_t dref[ROWS], d1[ROWS], d2[ROWS];
@@ -431,7 +578,7 @@ static void test_decode_threads(const char *dir)
             for (size_t i = 0; i < n; i++) if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
             /* quantized weights: the activations are re-quantized at every matmul, so a rounding
              * difference upstream can move a value to the next Q8_0 step (1/127 of its block) */
-            const double tol = act_is_q8(types[ti]) ? 0.02 * scale : 1e-4;
+            const double tol = act_is_quantized(types[ti]) ? 0.02 * scale : 1e-4;
             CHECK(e < tol, "%s %s: logits (forced full depth) within %.2g of the reference kernels' (max diff %.2g; "
                   "largest logit %.2g)", ks->name, tname(types[ti]), tol, e, scale);
         }
@@ -620,5 +767,6 @@ int main(void)
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
     if (CHECK(system(cmd) == 0, "scratch directory %s", dir)) test_decode_threads(dir);
     test_family_kernels();
+    test_kquants();
     return check_done();
 }

@@ -615,6 +615,44 @@ static void orthonormal(double *q, int m, int k)
 
 enum { RANK = 3 };
 
+/* Matrix `name` (rows x cols floats) of the llama.cpp-layout GGUF in ggml's legacy quants, as llama.cpp keeps
+ * rows that are not whole k-quant blocks (the embedding Q4_1, feed-forward Q5_1, attention Q5_0): stored
+ * quantized, or (!quantized) as the same values dequantized, in F32. The writer owns the buffer. */
+static void add_legacy_quant(gguf_writer *w, const char *name, int embd, const float *data, int64_t rows, int64_t cols,
+                             int quantized)
+{
+    const uint32_t qt = embd ? GGML_Q4_1 : strstr(name, "ffn_") ? GGML_Q5_1 : GGML_Q5_0;
+    const size_t rb = (size_t)tensor_row_bytes(qt, cols);
+    unsigned char *q = malloc(rb * (size_t)rows);
+    float *f = malloc(sizeof(float) * (size_t)(rows * cols));
+    for (int64_t r = 0; q && f && r < rows; r++) {
+        quant_row(qt, data + r * cols, q + (size_t)r * rb, cols);
+        dequant_row(qt, q + (size_t)r * rb, f + r * cols, cols);
+    }
+    if (quantized) { gguf_writer_add_matrix(w, name, qt, cols, rows, q, rb * (size_t)rows, 1); free(f); }
+    else { gguf_writer_add_matrix(w, name, GGML_F32, cols, rows, f, sizeof(float) * (size_t)(rows * cols), 1); free(q); }
+}
+
+/* Pass 2: the quantized file's model m converts and loads, close to the F32 model `want` (its logits kept
+ * in lq); pass 3: the dequantized twin's, the same bit for bit. */
+static void check_legacy_quant(mor_model *m, mor_model *want, int pass, float *lq, const char *err)
+{
+    static float l[T * V];
+    if (pass == 2) {
+        int ok = m && m->lora && logits_of(m, 1, 0, lq) && logits_of(want, 1, 0, l);
+        double big = 0;
+        for (int i = 0; ok && i < T * V; i++) big = fabs(l[i]) > big ? fabs(l[i]) : big;
+        const double e = ok ? check_maxdiff(lq, l, T * V) : INFINITY;
+        /* 4-5 bit weights of a tiny random model: 0.815 of 10.1 when written (Q8_0 weights: 0.123) */
+        CHECK(ok && e < 0.12 * big, "llama GGUF in Q5_0, Q5_1 and Q4_1: converts and loads, logits within %.3g of "
+              "the F32 model's (largest %.3g) (%s)", e, big, err);
+        return;
+    }
+    int ok = m && m->lora && logits_of(m, 1, 0, l);
+    CHECK(ok && !memcmp(lq, l, sizeof l), "llama GGUF in Q5_0, Q5_1 and Q4_1: the same model as from its "
+          "dequantized F32 twin, logits bit for bit (%.2g)", ok ? check_maxdiff(lq, l, T * V) : INFINITY);
+}
+
 /* The same vanilla model as llama.cpp writes it (general.architecture
  * "llama", Q and K rows permuted for GGML's RoPE: row h*hd + 2j + t holds HF
  * row h*hd + t*hd/2 + j): converted with the same options, it gives the
@@ -622,10 +660,15 @@ enum { RANK = 3 };
  * scaling it is refused. */
 static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_model *want)
 {
-    static float perm[2][L][F * F];
+    static float perm[2][L][F * F], lq[T * V];
     char path[160], err[512] = "";
     snprintf(path, sizeof path, "%s/llama.gguf", tmpdir);
-    for (int fault = 0; fault < 2; fault++) {
+    /* pass 0: F32; 1: with RoPE scaling (refused); 2: the matrices in ggml's legacy quants, as llama.cpp
+     * keeps the rows that are not whole k-quant blocks (attention Q5_0, feed-forward Q5_1, embedding
+     * Q4_1); 3: the values of pass 2, dequantized, in F32 */
+    for (int pass = 0; pass < 4; pass++) {
+        const int fault = pass == 1;
+        err[0] = 0;
         gguf_writer *w = gguf_writer_new();
         gguf_writer_add_str(w, "general.architecture", "llama");
         gguf_writer_add_u32(w, "llama.context_length", 64);
@@ -664,6 +707,10 @@ static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_mode
                 data = p;
             }
             uint64_t dims[2] = { (uint64_t)(t[i].nd == 2 ? t[i].shape[1] : t[i].shape[0]), (uint64_t)t[i].shape[0] };
+            if (pass >= 2 && t[i].nd == 2) {
+                add_legacy_quant(w, name, role < 0, data, t[i].shape[0], t[i].shape[1], pass == 2);
+                continue;
+            }
             gguf_writer_add_tensor(w, name, GGML_F32, t[i].nd, dims, data,
                                    (uint64_t)(t[i].shape[0] * (t[i].nd == 2 ? t[i].shape[1] : 1)) * 4);
         }
@@ -680,6 +727,8 @@ static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_mode
         mor_model *m = img ? load_img(img, nimg, 0, &st) : NULL;
         if (fault) {
             CHECK(!img && strstr(err, "RoPE scaling"), "llama GGUF with RoPE scaling: refused (%s)", err);
+        } else if (pass >= 2) {
+            check_legacy_quant(m, want, pass, lq, err);
         } else if (CHECK(m && m->lora, "llama GGUF: converts and loads (%s)", err)) {
             static float la[T * V], lb[T * V];
             int ok = logits_of(m, 1, 0, la) && logits_of(want, 1, 0, lb);

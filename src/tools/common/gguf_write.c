@@ -288,7 +288,28 @@ static uint32_t retype_target(const gguf_tensor *t, uint32_t type, uint32_t embd
     return type;
 }
 
-void gguf_writer_add_retyped(gguf_writer *w, const gguf_file *g, uint32_t type, uint32_t embd_type, int *n_fallback)
+/* llama-quantize's type for rows that are not whole blocks of `type`
+ * (tensor_type_fallback): a 32-value type of about as many bits. */
+static uint32_t row_fallback(uint32_t type)
+{
+    switch (type) {
+    case GGML_Q2_K: case GGML_Q3_K: return GGML_Q4_0;
+    case GGML_Q4_K: return GGML_Q5_0;
+    case GGML_Q5_K: return GGML_Q5_1;
+    case GGML_Q6_K: return GGML_Q8_0;
+    default: return GGML_F16;
+    }
+}
+
+uint32_t gguf_row_type(uint32_t type, int64_t cols)
+{
+    if (tensor_row_bytes(type, cols)) return type;
+    type = row_fallback(type);
+    return tensor_row_bytes(type, cols) ? type : GGML_F16;
+}
+
+void gguf_writer_add_retyped_fn(gguf_writer *w, const gguf_file *g, gguf_type_pick_fn pick, void *user,
+                                int *n_fallback)
 {
     *n_fallback = 0;
     if (failed(w)) return;
@@ -302,10 +323,10 @@ void gguf_writer_add_retyped(gguf_writer *w, const gguf_file *g, uint32_t type, 
     w->align = g->alignment;
     for (uint64_t i = 0; i < g->n_tensors && !failed(w); i++) {
         const gguf_tensor *t = &g->tensors[i];
-        uint32_t to = retype_target(t, type, embd_type);
-        if (!tensor_row_bytes(to, t->ne[0])) { to = GGML_F16; (*n_fallback)++; }
         char name[256];
         snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.p);
+        uint32_t to = pick(name, t->n_dims, t->ne, t->type, user);
+        if (!tensor_row_bytes(to, t->ne[0])) { (*n_fallback)++; to = gguf_row_type(to, t->ne[0]); }
         const int64_t cols = t->ne[0], rows = t->n_dims == 2 ? t->ne[1] : 0;
         if (t->n_dims > 2) { cv_fail(w->err, sizeof w->err, "tensor '%s': more than 2 dimensions", name); return; }
         if (to == t->type) {   /* as it is */
@@ -323,6 +344,21 @@ void gguf_writer_add_retyped(gguf_writer *w, const gguf_file *g, uint32_t type, 
         free(row);
         gguf_writer_add_matrix(w, name, to, cols, rows, out, rb * nr, 1);
     }
+}
+
+/* gguf_writer_add_retyped's rule (retype_target) as a pick function: user holds the two types. */
+static uint32_t pick_uniform(const char *name, uint32_t n_dims, const int64_t *ne, uint32_t type, void *user)
+{
+    (void)ne;
+    const uint32_t *types = user;
+    gguf_tensor t = { .name = { name, strlen(name) }, .n_dims = n_dims, .type = type };
+    return retype_target(&t, types[0], types[1]);
+}
+
+void gguf_writer_add_retyped(gguf_writer *w, const gguf_file *g, uint32_t type, uint32_t embd_type, int *n_fallback)
+{
+    uint32_t types[2] = { type, embd_type };
+    gguf_writer_add_retyped_fn(w, g, pick_uniform, types, n_fallback);
 }
 
 static uint64_t pad_to(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }

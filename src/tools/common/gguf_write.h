@@ -52,10 +52,21 @@ void gguf_writer_add_matrix_f32(gguf_writer *w, const char *name, uint32_t type,
  * re-typed: norms, routers, LoRA factors and every other 1-D or F32-only
  * tensor as they are; token_embd (and an untied output) to embd_type; every
  * other matrix to type (through float: exact from F32/F16/BF16). A
- * quantized type needs whole blocks along the row: other rows fall back to
- * F16, counted in *n_fallback. (mor-quantize, and the tests that make a
+ * quantized type needs whole blocks along the row: other rows fall back
+ * (below), counted in *n_fallback. (mor-quantize, and the tests that make a
  * model's variants.) */
 void gguf_writer_add_retyped(gguf_writer *w, const gguf_file *g, uint32_t type, uint32_t embd_type, int *n_fallback);
+/* `type` where rows of `cols` values are whole blocks of it; else llama-quantize's fallback (Q2_K, Q3_K ->
+ * Q4_0; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0) where they are whole blocks of that; else F16. */
+uint32_t gguf_row_type(uint32_t type, int64_t cols);
+/* The same with each tensor's type chosen by `pick` (given its name, dims and stored type; return the type
+ * to store, or its stored type to keep it), for mixes such as llama.cpp's Q4_K_M. (Both:) a type whose
+ * block does not divide the rows falls back as llama-quantize's does (Q2_K, Q3_K -> Q4_0; Q4_K -> Q5_0;
+ * Q5_K -> Q5_1; Q6_K -> Q8_0), else, or where that does not divide them either, to F16; each tensor that
+ * falls back is counted in *n_fallback. */
+typedef uint32_t (*gguf_type_pick_fn)(const char *name, uint32_t n_dims, const int64_t *ne, uint32_t type, void *user);
+void gguf_writer_add_retyped_fn(gguf_writer *w, const gguf_file *g, gguf_type_pick_fn pick, void *user,
+                                int *n_fallback);
 
 /* Whether an add has failed (gguf_writer_write will report it). */
 int gguf_writer_failed(const gguf_writer *w);

@@ -33,7 +33,7 @@ static inline void synth_matrix(gguf_writer *b, const char *name, uint32_t type,
     float *x = malloc(sizeof(float) * (size_t)(cols * (rows ? rows : 1)));
     if (!x) { gguf_writer_fail(b, "out of memory"); return; }
     for (int64_t i = 0; i < cols * (rows ? rows : 1); i++) x[i] = synth_normal(s);
-    gguf_writer_add_matrix_f32(b, name, type, x, cols, rows);
+    gguf_writer_add_matrix_f32(b, name, gguf_row_type(type, cols), x, cols, rows);   /* as llama-quantize's files */
     free(x);
 }
 

@@ -9,7 +9,7 @@
  * skips it. Variants of one shape, type and thread count are measured interleaved
  * (rep by rep), so that their ratios are fair on a noisy machine.
  *
- *   mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]
+ *   mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]
  *             [-p 128] [-n 64] [-r 5] [--dir build/bench] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]
  *             [--no-probe] [--quick]
  *   mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--no-probe]
@@ -67,6 +67,8 @@ static const shape shapes[] = {
 };
 static const struct { const char *name; uint32_t type; } wtypes[] = {
     { "f32", GGML_F32 }, { "f16", GGML_F16 }, { "bf16", GGML_BF16 }, { "q8_0", GGML_Q8_0 }, { "q4_0", GGML_Q4_0 },
+    { "q4_1", GGML_Q4_1 }, { "q5_0", GGML_Q5_0 }, { "q5_1", GGML_Q5_1 }, { "q2_k", GGML_Q2_K }, { "q3_k", GGML_Q3_K },
+    { "q4_k", GGML_Q4_K }, { "q5_k", GGML_Q5_K }, { "q6_k", GGML_Q6_K },
 };
 enum { ARCH_DENSE, ARCH_DENSE_EQ, ARCH_MOR, N_ARCH };
 static const char *const arch_names[N_ARCH] = { "dense", "dense-eq", "mor" };
@@ -85,8 +87,10 @@ static int model_path(const char *dir, const shape *sh, int arch, int ti, char *
     if (file_ok(path)) return 0;
     synth_spec sp = { sh->d, L, sh->H, sh->Hkv, sh->hd, sh->F, sh->V, 2048, arch == ARCH_MOR ? 3 : 1,
                       wtypes[ti].type, wtypes[ti].type, 1234 };
-    /* as llama.cpp's Q4_0 file: the tied embedding stays Q8_0 */
+    /* as llama.cpp's Q4_0 file: the tied embedding stays Q8_0; as its k-quant files: Q6_K (rows of 576: Q8_0);
+     * matrices whose rows are not whole blocks of 256 in llama-quantize's fallback type (synth_matrix) */
     if (sp.type == GGML_Q4_0) sp.embd_type = GGML_Q8_0;
+    else if (tensor_block_size(sp.type) > 1 && sp.type != GGML_Q8_0) sp.embd_type = GGML_Q6_K;
     fprintf(stderr, "writing %s ...\n", path);
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -332,13 +336,15 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0] [-t 1,2] [-a dense,dense-eq,mor]\n"
+        "usage: mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]\n"
         "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]\n"
         "                 [--no-probe] [--quick]\n"
         "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--no-probe]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
         "  -s LIST        model shapes (SmolLM-135M, -360M) of random-weight models written to --dir\n"
         "  -w LIST        weight types          -t LIST   thread counts (each 1..64)\n"
+        "                 (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k; the k-quants'\n"
+        "                 matrices with rows of 576 in llama-quantize's fallback type, as in its files)\n"
         "  -a LIST        dense (Llama), dense-eq (the MoR's unrolled depth), mor (N_r = 3)\n"
         "  -p N           prompt tokens (pp)    -n N      generated tokens (tg); p + n <= 2048\n"
         "  -r N           repetitions (1..64), measured interleaved across variants\n"
@@ -386,7 +392,8 @@ int main(int argc, char **argv)
     if (np + ng > 2048) cli_usage_error("-p %d and -n %d: at most 2048 tokens together", np, ng);
     /* every name of a list must be known: a typo would silently measure nothing */
     static const char *const shape_names[] = { "135m", "360m", NULL };
-    static const char *const type_names[] = { "f32", "f16", "bf16", "q8_0", "q4_0", NULL };
+    static const char *const type_names[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k",
+                                              "q3_k", "q4_k", "q5_k", "q6_k", NULL };
     static const char *const arch_choice[] = { "dense", "dense-eq", "mor", NULL };
     const char *const lists[3][2] = { { "-s", shape_list }, { "-w", type_list }, { "-a", arch_list } };
     const char *const *names[3] = { shape_names, type_names, arch_choice };

@@ -373,6 +373,7 @@ static int roof_unit_for(const kernel_set *ks, uint32_t t, double *share)
 {
     const int quant = act_is_q8(t);
     *share = 1.0;
+    if (t != GGML_Q8_0 && t != GGML_Q4_0 && act_is_quantized(t)) return -1;   /* the reference kernels in every set */
     if (!strcmp(ks->name, "amx")) {
         if (quant) return UNIT_AMX_INT8;
         if (act_kind(ks, t) == ACT_BF16X3) { *share = 1.0 / 3; return UNIT_AMX_BF16; }

@@ -76,10 +76,9 @@ static int llama_tensor(const gguf_file *g, const char *name, int vector, tensor
 {
     const gguf_tensor *t = gguf_find_tensor(g, name);
     if (!t) return cv_fail(err, errcap, "llama GGUF: tensor '%s' is missing", name);
-    if (t->type != GGML_F32 && t->type != GGML_F16 && t->type != GGML_BF16 && t->type != GGML_Q8_0 &&
-        t->type != GGML_Q4_0)
-        return cv_fail(err, errcap, "llama GGUF: tensor '%s' has type %s; F32, F16, BF16, Q8_0 and Q4_0 convert", name,
-                       tensor_type_name(t->type));
+    if (!tensor_block_size(t->type))   /* every type of tensor.h: the quants are dequantized (add_weight) */
+        return cv_fail(err, errcap, "llama GGUF: tensor '%s' has type %u; F32, F16, BF16 and ggml's Q4_0, Q4_1, "
+                       "Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K convert", name, t->type);
     if ((vector && t->n_dims != 1) || (!vector && t->n_dims != 2))
         return cv_fail(err, errcap, "llama GGUF: tensor '%s' has %u dimensions, not %d", name, t->n_dims, vector ? 1 : 2);
     *w = (tensor){ t->data, t->type, vector ? 1 : t->ne[1], t->ne[0] };

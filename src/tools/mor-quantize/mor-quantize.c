@@ -2,12 +2,17 @@
  *
  *   mor-quantize IN.gguf OUT.gguf TYPE [--embd-type TYPE] [--drift N]
  *
- * TYPE is f32, f16, bf16, q8_0 or q4_0. Every layer matrix becomes TYPE, in
- * ggml's block layout for Q8_0 and Q4_0 (what llama-quantize writes from the
- * same floats); norms, routers and LoRA factors stay F32. The embedding (and
- * an untied output matrix) becomes --embd-type, by default TYPE, except for
- * q4_0, where it is q8_0 as llama.cpp's Q4_0 files keep it (the output
- * projection is the most sensitive matrix). Keys are copied unchanged.
+ * TYPE is f32, f16, bf16 or one of ggml's quants: q8_0, q4_0, q4_1, q5_0,
+ * q5_1, q2_k, q3_k, q4_k, q5_k, q6_k. Every layer matrix becomes TYPE, in
+ * ggml's block layout (what llama-quantize writes from the same floats
+ * without an importance matrix); a matrix whose rows are not whole blocks of
+ * 256 falls back as llama-quantize's does (q2_k, q3_k -> q4_0, q4_k -> q5_0,
+ * q5_k -> q5_1, q6_k -> q8_0), else to f16. Norms, routers and LoRA factors
+ * stay F32. The embedding (and an untied output matrix) becomes --embd-type,
+ * by default TYPE, except for q4_0, where it is q8_0 as llama.cpp's Q4_0
+ * files keep it, and the other 2-5 bit types, where it is q6_k as in
+ * llama.cpp's k-quant files (the output projection is the most sensitive
+ * matrix). Keys are copied unchanged.
  * --drift N then loads both files and reports, over N random tokens (or the
  * model's own text when it has a tokenizer), the mean KL divergence and
  * top-1 agreement of OUT's logits against IN's. */
@@ -24,6 +29,8 @@ static int parse_type(const char *s, uint32_t *t)
 {
     static const struct { const char *n; uint32_t t; } types[] = {
         { "f32", GGML_F32 }, { "f16", GGML_F16 }, { "bf16", GGML_BF16 }, { "q8_0", GGML_Q8_0 }, { "q4_0", GGML_Q4_0 },
+        { "q4_1", GGML_Q4_1 }, { "q5_0", GGML_Q5_0 }, { "q5_1", GGML_Q5_1 }, { "q2_k", GGML_Q2_K },
+        { "q3_k", GGML_Q3_K }, { "q4_k", GGML_Q4_K }, { "q5_k", GGML_Q5_K }, { "q6_k", GGML_Q6_K },
     };
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (!strcmp(s, types[i].n)) { *t = types[i].t; return 1; }
@@ -46,8 +53,10 @@ static void *read_file(const char *path, size_t *size)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mor-quantize IN.gguf OUT.gguf f32|f16|bf16|q8_0|q4_0 [--embd-type TYPE] [--drift N]\n"
-               "  --embd-type TYPE  the embedding's (and untied output's) type (default TYPE; q8_0 for q4_0)\n"
+    fprintf(f, "usage: mor-quantize IN.gguf OUT.gguf TYPE [--embd-type TYPE] [--drift N]\n"
+               "  TYPE: f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k\n"
+               "  --embd-type TYPE  the embedding's (and untied output's) type (default TYPE; q8_0 for q4_0,\n"
+               "                    q6_k for the other types of 2-5 bits)\n"
                "  --drift N         then compare OUT's logits with IN's over N tokens (KL, top-1)\n"
                "  --no-check-tensors  do not check every weight of IN for NaN and infinity\n");
 }
@@ -71,10 +80,11 @@ int main(int argc, char **argv)
     }
     uint32_t type, embd;
     if (!in || !out || !ts) cli_usage_error("mor-quantize IN.gguf OUT.gguf TYPE");
-    if (!parse_type(ts, &type)) cli_usage_error("TYPE: expected f32|f16|bf16|q8_0|q4_0, got '%s'", ts);
-    if (es && !parse_type(es, &embd)) cli_usage_error("--embd-type: expected f32|f16|bf16|q8_0|q4_0, got '%s'", es);
+    if (!parse_type(ts, &type)) cli_usage_error("TYPE: expected f32|f16|bf16 or a quant (q8_0, q4_k, ...; see --help), got '%s'", ts);
+    if (es && !parse_type(es, &embd)) cli_usage_error("--embd-type: expected f32|f16|bf16 or a quant (q8_0, q4_k, ...; see --help), got '%s'", es);
     if (cli_refuse_overwrite(out, &in, 1)) return 2;
-    if (!es) embd = type == GGML_Q4_0 ? GGML_Q8_0 : type;
+    const int low_bits = type != GGML_Q4_0 && type != GGML_Q8_0 && type != GGML_Q6_K && tensor_block_size(type) > 1;
+    if (!es) embd = type == GGML_Q4_0 ? GGML_Q8_0 : low_bits ? GGML_Q6_K : type;
     size_t size;
     void *buf = read_file(in, &size);
     if (!buf) { fprintf(stderr, "mor-quantize: cannot read %s\n", in); return 1; }
@@ -92,7 +102,7 @@ int main(int argc, char **argv)
     mor_model_free(check);
     int quantized_in = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++)
-        quantized_in |= g->tensors[i].type == GGML_Q8_0 || g->tensors[i].type == GGML_Q4_0;
+        quantized_in |= tensor_block_size(g->tensors[i].type) > 1;
     if (quantized_in && type != GGML_F32)
         fprintf(stderr, "mor-quantize: note: %s is already quantized; re-quantizing loses precision twice\n", in);
     gguf_writer *b = gguf_writer_new();
@@ -115,8 +125,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "mor-quantize: the output does not load: %s\n", mor_last_error());
         return 1;
     }
-    printf("%s: %s, embedding %s, %.1f MB of tensors%s\n", out, ts, es ? es : (embd == type ? ts : "q8_0"), bytes / 1e6,
-           fallback ? " (some rows not a multiple of 32: kept as f16)" : "");
+    printf("%s: %s, embedding %s, %.1f MB of tensors", out, ts, es ? es : (embd == type ? ts : embd == GGML_Q8_0 ? "q8_0" : "q6_k"),
+           bytes / 1e6);
+    if (fallback) printf(" (%d matrices with rows that are not whole blocks: in llama-quantize's fallback type or f16)", fallback);
+    printf("\n");
     if (drift_n > 0) {
         mor_model *mi = NULL;
         if (mor_model_load_file(in, NULL, &mi)) { fprintf(stderr, "%s\n", mor_last_error()); mor_model_free(mo); return 1; }
