@@ -726,9 +726,11 @@ void act_q8_1_ref(const float *x, void *row, int64_t k)
         quant_row_q8_0(x + b * QK, &blk, QK);   /* Q8_1's quants and d are Q8_0's */
         memcpy(qs + b * QK, blk.qs, QK);
         d[b] = f16_to_f32(blk.d);
+        /* two loops: one mixing a float max and an int sum crashes gcc 12's aarch64 vectoriser */
         float amax = 0;
+        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[b * QK + j]));
         int sum = 0;
-        for (int j = 0; j < QK; j++) { amax = fmaxf(amax, fabsf(x[b * QK + j])); sum += blk.qs[j]; }
+        for (int j = 0; j < QK; j++) sum += blk.qs[j];
         s[b] = f16_to_f32(f32_to_f16((float)sum * (amax / 127.0f)));   /* ggml: F16 of sum * d, d unrounded */
     }
 }

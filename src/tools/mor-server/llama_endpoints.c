@@ -136,6 +136,7 @@ void handle_detokenize(conn *c, request *rq, const char *body, size_t n)
         json_free(d);
         return;
     }
+    int32_t n_ids = (int32_t)arr->n;   /* arr is freed with d below */
     mor_token *ids = malloc(sizeof *ids * (arr->n ? arr->n : 1));
     if (!ids) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); json_free(d); return; }
     for (size_t i = 0; i < arr->n; i++) {
@@ -151,10 +152,10 @@ void handle_detokenize(conn *c, request *rq, const char *body, size_t n)
     json_free(d);
     size_t len = 0;
     char *text = NULL;
-    mor_status st = mor_detokenize(S.model, ids, (int32_t)arr->n, NULL, 0, &len);
+    mor_status st = mor_detokenize(S.model, ids, n_ids, NULL, 0, &len);
     if (st == MOR_OK || st == MOR_E_BUFFER_TOO_SMALL) {
         text = malloc(len ? len : 1);
-        st = text ? mor_detokenize(S.model, ids, (int32_t)arr->n, text, len, &len) : MOR_E_NOMEM;
+        st = text ? mor_detokenize(S.model, ids, n_ids, text, len, &len) : MOR_E_NOMEM;
     }
     free(ids);
     if (st) { free(text); conn_error(c, rq, 500, NULL, NULL, "detokenizing failed: %s", mor_last_error()); return; }
