@@ -386,6 +386,36 @@ MOR_API const float *mor_get_logits(mor_context *ctx, int32_t i);
  * (mor_model_n_boundaries() - 1) is the final RMSNorm output. */
 MOR_API const float *mor_get_hidden(mor_context *ctx, int32_t b, int32_t i);
 
+/* Pooling of mor_embeddings_seq. */
+enum {
+    MOR_POOL_MEAN = 1,  /* the mean of the sequence's rows                       */
+    MOR_POOL_LAST = 2   /* its last row (the highest position): causal models'
+                           usual sentence embedding                            */
+};
+/* mor_embeddings_seq flags. */
+enum {
+    MOR_EMBD_NORMALIZE = 1u << 0   /* scale to unit Euclidean length (OpenAI's and
+                                      llama.cpp's server default); a zero vector
+                                      stays zero                                 */
+};
+
+/* The embedding of sequence seq from the last successful mor_decode, into
+ * out[0..n_embd): the final hidden states (the final norm's output, the last
+ * capture point of mor_get_hidden, as llama.cpp's embeddings) of that decode's
+ * rows of seq, pooled (MOR_POOL_*; the mean is summed in double, in row order)
+ * and, with MOR_EMBD_NORMALIZE, normalized. Only the rows of that one decode
+ * count: to embed a text, decode all its tokens in one batch under a sequence
+ * of their own (no logits needed), call this, then remove the sequence from
+ * the cache (mor_kv_seq_rm). Every row ran its own routed depth; the final
+ * norm applies to each as for logits.
+ * Needs a context created with MOR_CTX_CAPTURE_HIDDEN.
+ * Errors (out untouched): MOR_E_INVALID_ARG (NULL, no MOR_CTX_CAPTURE_HIDDEN,
+ * unknown pooling or flags), MOR_E_BUFFER_TOO_SMALL (cap < n_embd),
+ * MOR_E_OUT_OF_RANGE (the last decode had no row of seq).
+ * Not thread-safe for one context (as mor_decode). */
+MOR_API mor_status mor_embeddings_seq(mor_context *ctx, mor_seq_id seq, int32_t pooling, uint32_t flags,
+                                      float *out, int32_t cap);
+
 /* ------------------------------------------------------------------------ */
 /* Router: how deep each token goes, and what it decided                     */
 /* ------------------------------------------------------------------------ */

@@ -37,7 +37,7 @@ ALIASES = {
     "kernels_ref": "kernels", "kernels_avx2": "kernels", "kernels_avx512": "kernels", "kernels_amx": "kernels",
     "kernels_neon": "kernels", "kernels_dispatch": "kernels", "kernels_family": "kernels", "kernels_threads": "kernels", "kernels_lora": "kernels",
     "tokenize": "tokenizer", "tokenizer_impl": "tokenizer",
-    "decode": "context", "batch": "context",
+    "decode": "context", "batch": "context", "embeddings": "context",
 }
 PUBLIC = "mor.h"
 PROGRAM_ALLOWED = {PUBLIC, "internal.h"}

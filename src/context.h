@@ -25,6 +25,7 @@ struct mor_context {
     /* outputs */
     float   *logits;                     /* [n_outputs][n_vocab] */
     int32_t  n_rows;
+    int32_t *row_seq;                    /* [n_batch]: the sequence of each row of the last decode */
     int32_t *logit_row;                  /* [n_batch]: row -> logits slot or -1 */
     float   *hidden, *st_hidden;         /* [n_boundaries][n_batch][n_embd] when captured */
     int32_t  n_boundaries;

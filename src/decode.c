@@ -132,6 +132,7 @@ mor_status mor_decode(mor_context *c, const mor_batch *b)
     if (st) { kv_rollback(c->kv); return st; }
     kv_commit(c->kv);
     c->n_rows = b->n;
+    memcpy(c->row_seq, b->seq, sizeof(int32_t) * (size_t)b->n);
     router_publish(c->router, b->n, c->depth, c->st_scores, c->z);
     if (c->st_hidden) {
         float *t = c->hidden; c->hidden = c->st_hidden; c->st_hidden = t;

@@ -40,6 +40,11 @@ const prompt = "The jury said that";
     out.chat_status = e.status;
   }
 
+  // embeddings: the client asks for base64 and decodes it to floats
+  const e = await client.embeddings.create({ model, input: [prompt, "In the morning"] });
+  out.embeddings = e.data.map((d) => Array.from(d.embedding));
+  out.embed_usage = e.usage;
+
   // leaving a stream early aborts its request (seed 3: 200 tokens, no end of
   // text among them, so there are 3 chunks to read whatever the speed)
   const long = await client.completions.create({ model, prompt, max_tokens: 200, seed: 3, stream: true });

@@ -6,6 +6,7 @@
  *  - sequence operations (copy a prefix, remove a range, keep one);
  *  - every misuse returns a named status and changes nothing.
  * Models come from $OUT/build/fixtures/<variant>.st.gguf (made by `make test`). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
@@ -43,6 +44,80 @@ static mor_token tok(int32_t seq, int32_t pos, int32_t n_vocab) { return (mor_to
 enum { NSEQ = 3, MAXLEN = 14 };
 static const int32_t seq_len[NSEQ] = { 14, 9, 5 };
 static const int32_t prefill[NSEQ] = { 6, 1, 3 };
+
+/* mor_embeddings_seq: the pooled final hidden state of a sequence's rows of
+ * the last decode: the mean / last of mor_get_hidden's last point, the same
+ * bits whether the sequence is decoded alone or beside another one (causal
+ * routing), normalized to unit length; misuse changes nothing. */
+static void check_embeddings(mor_model *m, const char *name, int32_t mode)
+{
+    const int32_t d = mor_model_n_embd(m), nb = mor_model_n_boundaries(m), L = 7;
+    mor_context_params cp;
+    MOR_CONTEXT_PARAMS_INIT(&cp);
+    cp.flags = MOR_CTX_CAPTURE_HIDDEN; cp.n_ctx = 64; cp.n_seq_max = 2; cp.n_batch = 32;
+    mor_context *c = NULL, *plain = NULL;
+    mor_batch *b = NULL;
+    float *e = calloc((size_t)d * 8, sizeof(float)), *ref = e + d, *alone = e + 2 * d, *lst = e + 3 * d;
+    int ok = mor_context_create(m, &cp, &c) == MOR_OK && mor_batch_create(32, &b) == MOR_OK && e &&
+             mor_router_set_mode(mor_context_router(c), mode, 0) == MOR_OK;
+    CHECK(ok, "%s embeddings: context", name);
+    if (!ok) goto done;
+    /* sequence 1 alone */
+    for (int32_t p = 0; p < L; p++) mor_batch_add(b, tok(1, p, mor_model_n_vocab(m)), p, 1, 0);
+    ok = mor_decode(c, b) == MOR_OK && mor_embeddings_seq(c, 1, MOR_POOL_MEAN, 0, alone, d) == MOR_OK;
+    CHECK(ok, "%s embeddings: mean of a sequence decoded alone (%s)", name, mor_last_error());
+    double worst = 0;
+    for (int32_t j = 0; j < d && ok; j++) {
+        double s = 0;
+        for (int32_t i = 0; i < L; i++) s += mor_get_hidden(c, nb - 1, i)[j];
+        double diff = fabs(s / L - alone[j]);
+        if (diff > worst) worst = diff;
+    }
+    CHECK(ok && worst < 1e-6, "%s embeddings: MOR_POOL_MEAN is the mean of the final hidden states (%.3g)", name, worst);
+    ok = mor_embeddings_seq(c, 1, MOR_POOL_LAST, 0, lst, d) == MOR_OK;
+    CHECK(ok && memcmp(lst, mor_get_hidden(c, nb - 1, L - 1), sizeof(float) * (size_t)d) == 0,
+          "%s embeddings: MOR_POOL_LAST is the last row's final hidden state", name);
+    /* interleaved with sequence 0 in one batch: the same bits */
+    mor_kv_clear(mor_context_kv(c));
+    mor_batch_clear(b);
+    for (int32_t p = 0; p < L; p++) {
+        mor_batch_add(b, tok(0, p, mor_model_n_vocab(m)), p, 0, 0);
+        mor_batch_add(b, tok(1, p, mor_model_n_vocab(m)), p, 1, 0);
+    }
+    ok = mor_decode(c, b) == MOR_OK && mor_embeddings_seq(c, 1, MOR_POOL_MEAN, 0, ref, d) == MOR_OK;
+    CHECK(ok && memcmp(ref, alone, sizeof(float) * (size_t)d) == 0,
+          "%s embeddings: a sequence pooled from a batch shared with another gives the same bits", name);
+    ok = mor_embeddings_seq(c, 1, MOR_POOL_MEAN, MOR_EMBD_NORMALIZE, ref, d) == MOR_OK;
+    double n2 = 0, cosv = 0, a2 = 0;
+    for (int32_t j = 0; j < d; j++) { n2 += (double)ref[j] * ref[j]; cosv += (double)ref[j] * alone[j]; a2 += (double)alone[j] * alone[j]; }
+    CHECK(ok && fabs(n2 - 1) < 1e-5 && fabs(cosv / sqrt(a2) - 1) < 1e-5,
+          "%s embeddings: MOR_EMBD_NORMALIZE gives unit length, the same direction (|e|^2 = %.7f)", name, n2);
+    /* misuse: a status, out untouched */
+    for (int32_t j = 0; j < d; j++) lst[j] = 42.0f;
+    int bad = mor_embeddings_seq(c, 1, 0, 0, lst, d) == MOR_E_INVALID_ARG &&
+              mor_embeddings_seq(c, 1, MOR_POOL_MEAN, 2, lst, d) == MOR_E_INVALID_ARG &&
+              mor_embeddings_seq(c, 1, MOR_POOL_MEAN, 0, lst, d - 1) == MOR_E_BUFFER_TOO_SMALL &&
+              mor_embeddings_seq(c, 1, MOR_POOL_MEAN, 0, NULL, d) == MOR_E_INVALID_ARG &&
+              mor_embeddings_seq(NULL, 1, MOR_POOL_MEAN, 0, lst, d) == MOR_E_INVALID_ARG;
+    mor_kv_seq_rm(mor_context_kv(c), 1, -1, -1);
+    mor_batch_clear(b);
+    mor_batch_add(b, tok(0, L, mor_model_n_vocab(m)), L, 0, 0);
+    bad = bad && mor_decode(c, b) == MOR_OK && mor_embeddings_seq(c, 1, MOR_POOL_MEAN, 0, lst, d) == MOR_E_OUT_OF_RANGE;
+    int untouched = 1;
+    for (int32_t j = 0; j < d; j++) untouched &= lst[j] == 42.0f;
+    CHECK(bad && untouched, "%s embeddings: bad pooling, flags, cap, NULL, a sequence absent from the last decode: "
+          "a status each, out untouched", name);
+    cp.flags = 0;
+    ok = mor_context_create(m, &cp, &plain) == MOR_OK && mor_decode(plain, b) == MOR_OK;
+    CHECK(ok && mor_embeddings_seq(plain, 0, MOR_POOL_MEAN, 0, lst, d) == MOR_E_INVALID_ARG &&
+          strstr(mor_last_error(), "MOR_CTX_CAPTURE_HIDDEN"),
+          "%s embeddings: a context without MOR_CTX_CAPTURE_HIDDEN is refused by name", name);
+done:
+    mor_context_free(plain);
+    mor_context_free(c);
+    mor_batch_free(b);
+    free(e);
+}
 
 /* logits of every position of sequence s, from one forward over it alone */
 static int reference(mor_model *m, int32_t kv_mode, int32_t mode, int32_t forced, float *out /* [NSEQ][MAXLEN][V] */)
@@ -449,6 +524,8 @@ int main(void)
     check_seq_ops(ex, "expert THRESHOLD", MOR_ROUTE_THRESHOLD);
     check_seq_ops(tc, "token-choice", MOR_ROUTE_TOKEN);
     check_misuse(ex);
+    check_embeddings(ex, "expert THRESHOLD", MOR_ROUTE_THRESHOLD);
+    check_embeddings(tc, "token-choice", MOR_ROUTE_TOKEN);
     check_corrupt_files("expert_mc3_fix_perturbed");
     check_corrupt_files("token_mc3_perturbed");
 

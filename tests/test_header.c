@@ -40,6 +40,7 @@ HT_STATIC_ASSERT(((MOR_MODEL_NO_MMAP | MOR_MODEL_VOCAB_ONLY | MOR_MODEL_FOLD_LOR
 HT_STATIC_ASSERT((MOR_TOKENIZE_ADD_BOS & MOR_TOKENIZE_PARSE_SPECIAL) == 0);
 HT_STATIC_ASSERT(((MOR_TOKENIZE_ADD_BOS | MOR_TOKENIZE_PARSE_SPECIAL) & MOR_TOKENIZE_PARSE_USER_DEFINED) == 0);
 HT_STATIC_ASSERT(MOR_CTX_CAPTURE_HIDDEN != 0);
+HT_STATIC_ASSERT(MOR_EMBD_NORMALIZE != 0 && MOR_POOL_MEAN != 0 && MOR_POOL_LAST != 0);
 /* Recursion selectors cannot be confused with a recursion index. */
 HT_STATIC_ASSERT(MOR_KV_UNIQUE_LAYERS < 0 && MOR_KV_ALL < 0 && MOR_KV_UNIQUE_LAYERS != MOR_KV_ALL);
 /* Size-prefixed structs: a uint32_t size first. */
@@ -83,6 +84,14 @@ static int other_enums_unique(int32_t v)
     }
     switch (v) {
     case MOR_CTX_CAPTURE_HIDDEN: n++; break;
+    default: break;
+    }
+    switch (v) {
+    case MOR_POOL_MEAN: case MOR_POOL_LAST: n++; break;
+    default: break;
+    }
+    switch (v) {
+    case MOR_EMBD_NORMALIZE: n++; break;
     default: break;
     }
     switch (v) {

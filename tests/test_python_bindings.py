@@ -309,6 +309,34 @@ class Fixtures(unittest.TestCase):
             self.assertEqual(ctx.kv.mode, mor.KV_RECURSION_WISE)
             self.assertEqual(len(ctx.router.scores(0)), m.n_recursion)
 
+    def test_embeddings_pool_the_final_hidden_states(self):
+        v, ref = [f for f in fixtures() if f[0] == "expert_mc3_fix_perturbed"][0]
+        ids = ref["input_ids"]
+        with mor.Model(os.path.join(FIXTURES, v + ".st.gguf")) as m, m.context(capture_hidden=True) as ctx:
+            e = ctx.embed(ids, normalize=False)
+            self.assertEqual(ctx.kv.seq_pos_max(0), -1, "embed empties its sequence again")
+            last = m.n_boundaries - 1
+            mean = [sum(ctx.hidden(last, i)[j] for i in range(len(ids))) / len(ids) for j in range(m.n_embd)]
+            self.assertLess(max(abs(a - b) for a, b in zip(e, mean)), 1e-6)
+            self.assertEqual(list(ctx.embeddings(0, "last", False)), list(ctx.hidden(last, len(ids) - 1)))
+            n = ctx.embed(ids)
+            self.assertAlmostEqual(sum(x * x for x in n), 1.0, places=5)
+            with self.assertRaises(ValueError):
+                ctx.embeddings(0, "max")
+            with self.assertRaises(ValueError):
+                ctx.embed([])
+            with mor.Batch(1) as b:
+                b.add(ids[0], 0, 0, False)
+                ctx.decode(b)
+            with self.assertRaises(ValueError):
+                ctx.embed(ids)   # sequence 0 holds a token: refused, kept
+            self.assertEqual(ctx.kv.seq_pos_max(0), 0)
+        with mor.Model(os.path.join(FIXTURES, v + ".st.gguf")) as m, m.context() as ctx:
+            with self.assertRaises(mor.InvalidArgError) as cm:
+                ctx.embed(ids)
+            self.assertIn("MOR_CTX_CAPTURE_HIDDEN", str(cm.exception))
+            self.assertEqual(ctx.kv.seq_pos_max(0), -1)
+
 
 class Errors(unittest.TestCase):
     def model(self):

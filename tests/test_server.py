@@ -732,6 +732,86 @@ def npm_openai():
     return d
 
 
+# ---- embeddings --------------------------------------------------------------------------
+
+EMBED_ORACLE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import testlib as t
+mor = t.import_mor()
+inputs = json.load(open(sys.argv[3]))
+with mor.Model(sys.argv[2]) as m, m.context(capture_hidden=True, n_batch=1024) as ctx:
+    if m.router_type == mor.ROUTER_TYPE_EXPERT:
+        ctx.router.set_mode(mor.ROUTE_THRESHOLD)   # as mor-server routes generation
+    print(json.dumps([ctx.embed(ids).tobytes().hex() for ids in inputs]))
+"""
+
+
+def embed_oracle(id_lists):
+    """The Python bindings' Context.embed (mean, normalized) of each id list, as float32 bytes."""
+    import tempfile
+    d = tempfile.mkdtemp(prefix="morembd.")
+    try:
+        script, inp = os.path.join(d, "oracle.py"), os.path.join(d, "in.json")
+        with open(script, "w") as f:
+            f.write(EMBED_ORACLE)
+        with open(inp, "w") as f:
+            json.dump(id_lists, f)
+        r = subprocess.run([sys.executable, script, os.path.join(t.ROOT, "tests"), sl.MODEL, inp],
+                           capture_output=True, timeout=300 * sl.SLOW)
+        if r.returncode:
+            return None, r.stderr.decode(errors="replace")[-400:]
+        return [bytes.fromhex(h) for h in json.loads(r.stdout)], ""
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_embeddings(srv):
+    texts = ["The jury said that", "In the morning he went"]
+    ids = [srv.json("POST", "/tokenize", {"content": x, "add_special": True})[1]["tokens"] for x in texts]
+    raw = [5, 17, 300, 2]
+    want, err = embed_oracle(ids + [raw])
+    t.check(want is not None, "embeddings oracle (Python Context.embed) ran %s" % err)
+    if want is None:
+        return
+    st, r = srv.json("POST", "/v1/embeddings", {"input": texts[0], "model": "brown-mor"})
+    vec = r["data"][0]["embedding"] if st == 200 else []
+    got = struct.pack("<%df" % len(vec), *vec)
+    t.check(st == 200 and r["object"] == "list" and r["data"][0]["object"] == "embedding" and
+            r["data"][0]["index"] == 0 and r["usage"] == {"prompt_tokens": len(ids[0]), "total_tokens": len(ids[0])},
+            "POST /v1/embeddings: OpenAI's shape, usage counts the tokens (%d)" % len(ids[0]))
+    t.check(got == want[0], "POST /v1/embeddings: the same bits as the library's mor_embeddings_seq (mean, normalized)")
+    t.check(abs(sum(x * x for x in vec) - 1) < 1e-5, "POST /v1/embeddings: unit length")
+    st, r = srv.json("POST", "/v1/embeddings", {"input": texts + [raw]})
+    got = [struct.pack("<%df" % len(x["embedding"]), *x["embedding"]) for x in r["data"]] if st == 200 else []
+    t.check(st == 200 and [x["index"] for x in r["data"]] == [0, 1, 2] and got == want and
+            r["usage"]["prompt_tokens"] == sum(map(len, ids)) + len(raw),
+            "POST /v1/embeddings: an array of strings and token ids, each in order, each as embedded alone")
+    st, r = srv.json("POST", "/v1/embeddings", {"input": [raw], "encoding_format": "base64"})
+    import base64
+    t.check(st == 200 and base64.b64decode(r["data"][0]["embedding"]) == want[2],
+            "POST /v1/embeddings encoding_format base64: little-endian float32, the same bits")
+    st, r = srv.json("POST", "/v1/embeddings", {"input": raw})
+    t.check(st == 200 and len(r["data"]) == 1 and struct.pack("<%df" % len(r["data"][0]["embedding"]),
+                                                              *r["data"][0]["embedding"]) == want[2],
+            "POST /v1/embeddings: one array of token ids is one input")
+    for body, param in [({}, "input"), ({"input": 5}, "input"), ({"input": []}, "input"), ({"input": [[]]}, "input"),
+                        ({"input": [1, 99999]}, "input"), ({"input": [[1], "x", 3]}, "input"),
+                        ({"input": "x", "encoding_format": "hex"}, "encoding_format"),
+                        ({"input": "x", "dimensions": 3}, "dimensions"), ({"input": "x", "pooling": "max"}, "pooling"),
+                        ({"input": list(range(2, 2 + 600))}, "input")]:
+        st, r = srv.json("POST", "/v1/embeddings", body)
+        t.check(st == 400 and r["error"]["param"] == param, "POST /v1/embeddings %s: 400 naming %s (%s)" %
+                (json.dumps(body)[:40], param, r["error"]["message"][:60] if st == 400 else st))
+    st, r = srv.json("POST", "/v1/embeddings", {"input": "x", "model": "gpt-4"})
+    t.check(st == 404 and r["error"]["code"] == "model_not_found", "POST /v1/embeddings of another model: 404")
+    st, _ = srv.json("GET", "/v1/embeddings")
+    t.check(st == 405, "GET /v1/embeddings: 405")
+    st, r = srv.json("POST", "/v1/embeddings", {"input": texts[0]})
+    t.check(st == 200 and struct.pack("<%df" % len(r["data"][0]["embedding"]), *r["data"][0]["embedding"]) == want[0],
+            "POST /v1/embeddings after refusals: the same bits (a refused input leaves nothing in its cache)")
+
+
 def test_node(srv):
     d = npm_openai()
     if not d:
@@ -753,6 +833,11 @@ def test_node(srv):
     t.check(out["bad_status"] == 400 and out["bad_param"] == "temperature", "openai (Node): a bad value is a BadRequestError (400)")
     t.check(out["chat_status"] == 400, "openai (Node): chat on a model without a template: 400")
     t.check(out["abort_ok"], "openai (Node): an aborted stream ends without an error on the server")
+    st, e = srv.json("POST", "/v1/embeddings", {"input": ["The jury said that", "In the morning"]})
+    want = [struct.pack("<%df" % len(d["embedding"]), *d["embedding"]) for d in e["data"]] if st == 200 else None
+    got = [struct.pack("<%df" % len(v), *v) for v in out["embeddings"]]
+    t.check(got == want and out["embed_usage"] == e["usage"],
+            "openai (Node): embeddings.create() (base64 on the wire): the floats of encoding_format float")
 
 
 # ---- load -----------------------------------------------------------------------
@@ -856,7 +941,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="morsrv.")
     try:
         srv = sl.Server(["--slots", "4", "--max-body", "65536", "--test-hooks"])
-        for f in (test_basics, test_mor_run, test_stream, test_errors, test_http, test_llama_endpoints, test_disconnect,
+        for f in (test_basics, test_mor_run, test_stream, test_errors, test_http, test_llama_endpoints, test_embeddings,
+                  test_disconnect,
                   test_curl, test_node):
             f(srv)
         t.check(srv.proc.poll() is None, "the server lived through every test")

@@ -41,6 +41,8 @@ LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
 MODEL_NO_MMAP, MODEL_VOCAB_ONLY, MODEL_FOLD_LORA, MODEL_CHECK_TENSORS = 1, 2, 4, 8
 ROUTER_TYPE_NONE, ROUTER_TYPE_EXPERT, ROUTER_TYPE_TOKEN = 0, 1, 2
 CTX_CAPTURE_HIDDEN = 1
+POOL_MEAN, POOL_LAST = 1, 2
+EMBD_NORMALIZE = 1
 KV_MODEL_DEFAULT, KV_RECURSION_WISE, KV_SHARED, KV_DENSE = 0, 1, 2, 3
 KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0 = 0, 1, 8
 MAX_RECURSIONS = _capi.MAX_RECURSIONS   # MOR_MAX_RECURSIONS
@@ -559,6 +561,42 @@ class Context(_Handle):
         if not ptr:
             raise OutOfRangeError(-9, "no hidden state for boundary %d row %d" % (boundary, row))
         return array.array("f", ctypes.string_at(ptr, 4 * self.model.n_embd))
+
+    def embeddings(self, seq=0, pooling="mean", normalize=True):
+        """Sequence seq's embedding (array of float32, n_embd) from the last
+        decode: its rows' final hidden states pooled ("mean" or "last"),
+        scaled to unit length when normalize (capture_hidden=True)."""
+        pools = {"mean": POOL_MEAN, "last": POOL_LAST}
+        if pooling not in pools:
+            raise ValueError("pooling must be 'mean' or 'last', not %r" % (pooling,))
+        _capi.check_value(ctypes.c_int32, seq, "seq")
+        n = self.model.n_embd
+        out = (ctypes.c_float * n)()
+        _check(_lib.mor_embeddings_seq(self._p, seq, pools[pooling],
+                                       EMBD_NORMALIZE if normalize else 0, out, n))
+        return array.array("f", bytes(out))
+
+    def embed(self, tokens, seq=0, pooling="mean", normalize=True):
+        """The embedding of token ids: decoded in one batch under seq (which
+        must be empty and is emptied again), then pooled as embeddings()."""
+        tokens = list(tokens)
+        if not tokens:
+            raise ValueError("embed: no tokens")
+        if len(tokens) > self.n_batch:
+            raise ValueError("embed: %d tokens exceed n_batch %d (one decode)" % (len(tokens), self.n_batch))
+        if self.kv.seq_pos_max(seq) >= 0:
+            raise ValueError("embed: sequence %d is not empty" % seq)
+        b = Batch(len(tokens))
+        try:
+            for i, t in enumerate(tokens):
+                b.add(t, i, seq, False)
+            self.decode(b)   # a failed decode leaves the cache as it was: seq empty
+            try:
+                return self.embeddings(seq, pooling, normalize)
+            finally:
+                self.kv.seq_rm(seq, -1, -1)
+        finally:
+            b.close()
 
     def decode_tokens(self, tokens, pos=0, seq=0, batch=None):
         """Decode tokens at positions pos, pos+1, ... of seq in chunks of

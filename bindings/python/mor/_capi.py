@@ -117,6 +117,7 @@ PROTOTYPES = {
     "mor_decode": (mor_status, [handle, handle]),
     "mor_get_logits": (P_f32, [handle, c_int32]),
     "mor_get_hidden": (P_f32, [handle, c_int32, c_int32]),
+    "mor_embeddings_seq": (mor_status, [handle, mor_seq_id, c_int32, c_uint32, P_f32, c_int32]),
     "mor_context_router": (handle, [handle]),
     "mor_router_set_mode": (mor_status, [handle, c_int32, c_int32]),
     "mor_router_get_mode": (c_int32, [handle]),

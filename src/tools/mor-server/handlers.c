@@ -13,11 +13,12 @@
 #include <time.h>
 #include "api.h"
 #include "chat.h"
+#include "json.h"
 #include "jsonw.h"
 #include "server.h"
 
 static const char *const ep_names[EP_N] = { "completions", "chat_completions", "models", "health", "metrics",
-                                            "tokenize", "detokenize", "props", "other" };
+                                            "tokenize", "detokenize", "props", "embeddings", "other" };
 
 int endpoint_of(const char *path)
 {
@@ -29,6 +30,7 @@ int endpoint_of(const char *path)
     if (!strcmp(path, "/tokenize")) return EP_TOKENIZE;
     if (!strcmp(path, "/detokenize")) return EP_DETOKENIZE;
     if (!strcmp(path, "/props")) return EP_PROPS;
+    if (!strcmp(path, "/v1/embeddings")) return EP_EMBEDDINGS;
     return EP_OTHER;
 }
 
@@ -66,11 +68,32 @@ static void model_object(jsonw *w)
     jw_obj_end(w);
 }
 
-static void send_json(conn *c, request *rq, int status, buf *b)
+void send_json(conn *c, request *rq, int status, buf *b)
 {
     buf_putc(b, '\n');
     if (!buf_ok(b)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); return; }
     conn_respond(c, rq, status, "application/json", b->p, b->len, NULL);
+}
+
+json *parse_object(conn *c, request *rq, const char *body, size_t n, const char *const *allowed)
+{
+    char jerr[160];
+    json *d = json_parse(body, n, jerr, sizeof jerr);
+    if (!d) { conn_error(c, rq, 400, NULL, NULL, "the body is not valid JSON (%s)", jerr); return NULL; }
+    if (d->type != JSON_OBJECT) { conn_error(c, rq, 400, NULL, NULL, "the body must be a JSON object"); json_free(d); return NULL; }
+    for (size_t i = 0; i < d->n; i++) {
+        size_t k = 0;
+        while (allowed[k] && strcmp(allowed[k], d->keys[i])) k++;
+        if (!allowed[k]) {
+            char shown[40];
+            snprintf(shown, sizeof shown, "%s", d->keys[i]);
+            for (char *p = shown; *p; p++) if ((unsigned char)*p < 0x20) *p = '?';
+            conn_error(c, rq, 400, shown, NULL, "Unrecognized request argument supplied: %s", shown);
+            json_free(d);
+            return NULL;
+        }
+    }
+    return d;
 }
 
 static void handle_models(conn *c, request *rq)
@@ -509,15 +532,16 @@ void handle(conn *c, request *rq, const char *body, size_t n)
     if (ep == EP_OTHER) {
         if (!strcmp(rq->path, "/") && get) {
             static const char page[] = "mor-server: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
-                                       "GET /health, GET /metrics; llama.cpp's POST /tokenize, POST /detokenize, "
-                                       "GET /props\n";
+                                       "POST /v1/embeddings, GET /health, GET /metrics; llama.cpp's POST /tokenize, "
+                                       "POST /detokenize, GET /props\n";
             conn_respond(c, rq, 200, "text/plain; charset=utf-8", page, sizeof page - 1, NULL);
             return;
         }
         conn_error(c, rq, 404, NULL, NULL, "no such endpoint: %s %s", rq->method, rq->path);
         return;
     }
-    int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_TOKENIZE || ep == EP_DETOKENIZE;
+    int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_TOKENIZE || ep == EP_DETOKENIZE ||
+                    ep == EP_EMBEDDINGS;
     if (want_post ? !post : !get) {
         conn_error(c, rq, 405, NULL, NULL, "%s takes %s, not %s", rq->path, want_post ? "POST" : "GET", rq->method);
         return;
@@ -530,6 +554,7 @@ void handle(conn *c, request *rq, const char *body, size_t n)
     case EP_TOKENIZE: handle_tokenize(c, rq, body, n); break;
     case EP_DETOKENIZE: handle_detokenize(c, rq, body, n); break;
     case EP_PROPS: handle_props(c, rq); break;
+    case EP_EMBEDDINGS: handle_embeddings(c, rq, body, n); break;
     default: handle_metrics(c, rq); break;
     }
 }

@@ -14,36 +14,6 @@
 #include "server.h"
 #include "utf8.h"
 
-static void send_json(conn *c, request *rq, buf *b)
-{
-    buf_putc(b, '\n');
-    if (!buf_ok(b)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); return; }
-    conn_respond(c, rq, 200, "application/json", b->p, b->len, NULL);
-}
-
-/* The body as a JSON object whose keys are all in `allowed` (NULL-ended);
- * NULL after answering 400. */
-static json *parse_object(conn *c, request *rq, const char *body, size_t n, const char *const *allowed)
-{
-    char jerr[160];
-    json *d = json_parse(body, n, jerr, sizeof jerr);
-    if (!d) { conn_error(c, rq, 400, NULL, NULL, "the body is not valid JSON (%s)", jerr); return NULL; }
-    if (d->type != JSON_OBJECT) { conn_error(c, rq, 400, NULL, NULL, "the body must be a JSON object"); json_free(d); return NULL; }
-    for (size_t i = 0; i < d->n; i++) {
-        size_t k = 0;
-        while (allowed[k] && strcmp(allowed[k], d->keys[i])) k++;
-        if (!allowed[k]) {
-            char shown[40];
-            snprintf(shown, sizeof shown, "%s", d->keys[i]);
-            for (char *p = shown; *p; p++) if ((unsigned char)*p < 0x20) *p = '?';
-            conn_error(c, rq, 400, shown, NULL, "Unrecognized request argument supplied: %s", shown);
-            json_free(d);
-            return NULL;
-        }
-    }
-    return d;
-}
-
 /* A boolean field: 1/0, the default when absent or null, -1 after a 400. */
 static int get_flag(conn *c, request *rq, const json *d, const char *key, int dflt)
 {
@@ -120,7 +90,7 @@ void handle_tokenize(conn *c, request *rq, const char *body, size_t n)
     jw_arr_end(&w);
     jw_obj_end(&w);
     free(ids);
-    send_json(c, rq, &b);
+    send_json(c, rq, 200, &b);
     buf_free(&b);
 }
 
@@ -166,7 +136,7 @@ void handle_detokenize(conn *c, request *rq, const char *body, size_t n)
     jw_key(&w, "content"); jw_strn(&w, text, len);
     jw_obj_end(&w);
     free(text);
-    send_json(c, rq, &b);
+    send_json(c, rq, 200, &b);
     buf_free(&b);
 }
 
@@ -202,6 +172,6 @@ void handle_props(conn *c, request *rq)
     jw_key(&w, "n_recursion"); jw_int(&w, mor_model_n_recursion(S.model));
     jw_key(&w, "build_info"); jw_str(&w, mor_version_string());
     jw_obj_end(&w);
-    send_json(c, rq, &b);
+    send_json(c, rq, 200, &b);
     buf_free(&b);
 }

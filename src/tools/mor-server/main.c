@@ -458,6 +458,7 @@ int main(int argc, char **argv)
     engine_stats es;
     engine_get_stats(S.eng, &es);
     engine_stop(S.eng);
+    embeddings_free();
     mor_model_free(S.model);
     fprintf(stderr, "mor-server: stopped%s; %llu requests finished, %llu tokens generated\n", clean ? "" : " (requests cut)",
             (unsigned long long)(es.requests[FINISH_LENGTH] + es.requests[FINISH_STOP]), (unsigned long long)es.gen_tokens);

@@ -5,6 +5,7 @@
  *   conn.c      a connection's thread: read requests, write responses
  *   handlers.c  the endpoints (completions, chat, models, health, metrics)
  *   llama_endpoints.c  llama.cpp's own: tokenize, detokenize, props
+ *   embeddings.c  POST /v1/embeddings, on a context of its own
  *   engine.c    the thread that owns the mor_server (engine.h) */
 #ifndef MORSRV_SERVER_H
 #define MORSRV_SERVER_H
@@ -29,7 +30,7 @@ typedef struct {
 } options;
 
 /* The HTTP counters of /metrics: requests by endpoint and status. */
-enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS, EP_OTHER,
+enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS, EP_EMBEDDINGS, EP_OTHER,
        EP_N };
 
 typedef struct {
@@ -97,9 +98,19 @@ void  count_request(int ep, int status);
 /* handlers.c */
 int   endpoint_of(const char *path);
 void  handle(conn *c, request *rq, const char *body, size_t n);
+/* The body as a JSON object whose keys are all in `allowed` (NULL-ended);
+ * NULL after answering 400. */
+struct json;
+struct json *parse_object(conn *c, request *rq, const char *body, size_t n, const char *const *allowed);
+/* A JSON reply: b's text and a newline. */
+void  send_json(conn *c, request *rq, int status, buf *b);
 
 /* llama_endpoints.c: llama.cpp's /tokenize, /detokenize and /props */
 void  handle_tokenize(conn *c, request *rq, const char *body, size_t n);
 void  handle_detokenize(conn *c, request *rq, const char *body, size_t n);
 void  handle_props(conn *c, request *rq);
+
+/* embeddings.c: POST /v1/embeddings; embeddings_free before the model goes */
+void  handle_embeddings(conn *c, request *rq, const char *body, size_t n);
+void  embeddings_free(void);
 #endif

@@ -553,12 +553,27 @@ extern "C" {
 extern "C" {
     pub fn mor_get_hidden(ctx: *mut mor_context, b: i32, i: i32) -> *const f32;
 }
-pub const MOR_ROUTE_DEFAULT: _bindgen_ty_8 = 0;
-pub const MOR_ROUTE_TOPK: _bindgen_ty_8 = 1;
-pub const MOR_ROUTE_THRESHOLD: _bindgen_ty_8 = 2;
-pub const MOR_ROUTE_FORCED: _bindgen_ty_8 = 3;
-pub const MOR_ROUTE_TOKEN: _bindgen_ty_8 = 4;
+pub const MOR_POOL_MEAN: _bindgen_ty_8 = 1;
+pub const MOR_POOL_LAST: _bindgen_ty_8 = 2;
 pub type _bindgen_ty_8 = u32;
+pub const MOR_EMBD_NORMALIZE: _bindgen_ty_9 = 1;
+pub type _bindgen_ty_9 = u32;
+extern "C" {
+    pub fn mor_embeddings_seq(
+        ctx: *mut mor_context,
+        seq: mor_seq_id,
+        pooling: i32,
+        flags: u32,
+        out: *mut f32,
+        cap: i32,
+    ) -> mor_status;
+}
+pub const MOR_ROUTE_DEFAULT: _bindgen_ty_10 = 0;
+pub const MOR_ROUTE_TOPK: _bindgen_ty_10 = 1;
+pub const MOR_ROUTE_THRESHOLD: _bindgen_ty_10 = 2;
+pub const MOR_ROUTE_FORCED: _bindgen_ty_10 = 3;
+pub const MOR_ROUTE_TOKEN: _bindgen_ty_10 = 4;
+pub type _bindgen_ty_10 = u32;
 extern "C" {
     pub fn mor_context_router(ctx: *mut mor_context) -> *mut mor_router;
 }
@@ -924,10 +939,10 @@ extern "C" {
 extern "C" {
     pub fn mor_sampler_reset(s: *mut mor_sampler);
 }
-pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_9 = 1;
-pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_9 = 2;
-pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_9 = 4;
-pub type _bindgen_ty_9 = u32;
+pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_11 = 1;
+pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_11 = 2;
+pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_11 = 4;
+pub type _bindgen_ty_11 = u32;
 extern "C" {
     pub fn mor_tokenize(
         model: *const mor_model,
@@ -964,19 +979,19 @@ pub struct mor_server {
     _unused: [u8; 0],
 }
 pub type mor_request_id = i32;
-pub const MOR_SERVE_SERIAL: _bindgen_ty_10 = 0;
-pub const MOR_SERVE_SEQUENCE: _bindgen_ty_10 = 1;
-pub const MOR_SERVE_DEPTHWISE: _bindgen_ty_10 = 2;
-pub type _bindgen_ty_10 = u32;
-pub const MOR_EXIT_NONE: _bindgen_ty_11 = 0;
-pub const MOR_EXIT_MARGIN: _bindgen_ty_11 = 1;
-pub const MOR_EXIT_SATURATION: _bindgen_ty_11 = 2;
-pub type _bindgen_ty_11 = u32;
-pub const MOR_REQ_QUEUED: _bindgen_ty_12 = 0;
-pub const MOR_REQ_RUNNING: _bindgen_ty_12 = 1;
-pub const MOR_REQ_DONE: _bindgen_ty_12 = 2;
-pub const MOR_REQ_CANCELLED: _bindgen_ty_12 = 3;
+pub const MOR_SERVE_SERIAL: _bindgen_ty_12 = 0;
+pub const MOR_SERVE_SEQUENCE: _bindgen_ty_12 = 1;
+pub const MOR_SERVE_DEPTHWISE: _bindgen_ty_12 = 2;
 pub type _bindgen_ty_12 = u32;
+pub const MOR_EXIT_NONE: _bindgen_ty_13 = 0;
+pub const MOR_EXIT_MARGIN: _bindgen_ty_13 = 1;
+pub const MOR_EXIT_SATURATION: _bindgen_ty_13 = 2;
+pub type _bindgen_ty_13 = u32;
+pub const MOR_REQ_QUEUED: _bindgen_ty_14 = 0;
+pub const MOR_REQ_RUNNING: _bindgen_ty_14 = 1;
+pub const MOR_REQ_DONE: _bindgen_ty_14 = 2;
+pub const MOR_REQ_CANCELLED: _bindgen_ty_14 = 3;
+pub type _bindgen_ty_14 = u32;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct mor_server_params {
