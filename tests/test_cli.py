@@ -20,6 +20,8 @@
 - mor-train prints an ETA and reports no held-out loss without --val.
 - The README's `make demo` comment is the command the Makefile runs.
 """
+import math
+import json
 import os
 import re
 import shutil
@@ -278,6 +280,43 @@ def context_shift():
     t.check(rc == 0 and "--max-pos" in err, "--ctx past the training context says which flag allows positions past it")
 
 
+def embedding_output(tmp):
+    """mor-run --embedding: the final norm's outputs of --dump-hidden, pooled and normalized (bitwise)."""
+    import struct
+    ids = "5,17,300,2,44,9"
+    n = len(ids.split(","))
+    f32 = lambda v: struct.unpack("<f", struct.pack("<f", v))[0]  # noqa: E731
+    hid = os.path.join(tmp, "hidden.bin")
+    rc, _, err = run([tool("mor-run"), "-m", BROWN, "--ids", ids, "--routing", "threshold", "--dump-hidden", hid])
+    rc2, out, err2 = run([tool("mor-run"), "-m", BROWN, "--ids", ids, "--routing", "threshold", "--embedding", "mean"])
+    if not t.check(rc == 0 and rc2 == 0, "mor-run --embedding mean and --dump-hidden ran (%s)" % (err + err2).strip()[:200]):
+        return
+    got = [f32(float(x)) for x in json.loads(out)]
+    d = len(got)
+    with open(hid, "rb") as f:
+        raw = f.read()
+    flat = struct.unpack("<%df" % (len(raw) // 4), raw)
+    nb = len(flat) // (n * d)
+    last = flat[(nb - 1) * n * d:]
+    mean = [f32(sum(last[i * d + j] for i in range(n)) / n) for j in range(d)]
+    inv = 1 / math.sqrt(sum(v * v for v in mean))
+    t.check(got == [f32(v * inv) for v in mean],
+            "mor-run --embedding mean: the mean of the final hidden states, unit length, bitwise (%d floats)" % d)
+    rc, out, _ = run([tool("mor-run"), "-m", BROWN, "--ids", ids, "--routing", "threshold", "--embedding", "last",
+                      "--no-normalize"])
+    t.check(rc == 0 and [f32(float(x)) for x in json.loads(out)] == list(last[(n - 1) * d:]),
+            "mor-run --embedding last --no-normalize: the last row's final hidden state")
+    rc, out2, _ = run([tool("mor-run"), "-m", BROWN, "--ids", ids, "--embedding", "mean"])
+    t.check(rc == 0 and [f32(float(x)) for x in json.loads(out2)] == got,
+            "mor-run --embedding routes an expert-choice model with thresholds, as generation and the server do")
+    for extra, flag in ((["-n", "3"], "-n"), (["--dump-logits", os.path.join(tmp, "l.bin")], "--dump-*"),
+                        (["--no-cache"], "--no-cache")):
+        rc, out, err = run([tool("mor-run"), "-m", BROWN, "--ids", ids, "--embedding", "mean"] + extra)
+        t.check(rc == 2 and out == "" and flag in err, "mor-run --embedding with %s: refused (%s)" % (flag, err.strip()))
+    rc, _, err = run([tool("mor-run"), "-m", BROWN, "--ids", ids, "--no-normalize"])
+    t.check(rc == 2 and "--embedding" in err, "mor-run --no-normalize without --embedding: refused")
+
+
 def help_texts():
     rc, out, _ = run([tool("mor-bench"), "--help"])
     t.check(rc == 0 and "--serve" in out, "mor-bench --help lists --serve")
@@ -380,6 +419,7 @@ def main():
         overwrites(tmp)
         mor_run_output(tmp)
         context_shift()
+        embedding_output(tmp)
         help_texts()
         train(tmp)
         convert_progress(tmp)

@@ -27,6 +27,7 @@ typedef struct {
     int n_predict, no_cache, print_ids, show_depth, quiet, max_depth, routing, forced, routing_set;
     int kv_mode, kv_type, n_ctx, max_pos, n_threads, no_context_shift, n_keep;
     int greedy, temp_set, no_check_tensors;
+    int embedding, no_normalize;   /* --embedding: MOR_POOL_* (0: generate) */
     float thresholds[32];
     int n_thresholds;
     mor_sampler_params sp;
@@ -47,6 +48,10 @@ static void usage(FILE *f)
         "  --show-depth             print each generated token with its depth: text[d]\n"
         "  --print-ids              print the generated ids on one line instead of text\n"
         "  -q                       no statistics on stderr (the text is printed as without -q)\n"
+        "  --embedding POOL         print the prompt's embedding instead of generating: a JSON array\n"
+        "                           of n_embd floats, the final norm's outputs pooled (mean | last)\n"
+        "                           and scaled to unit length (--no-normalize: not), as mor-server's\n"
+        "                           /v1/embeddings (expert-choice models route with thresholds)\n"
         "sampling (the seeded sampler of mor.h: the same model, prompt, flags and seed give the\n"
         "same tokens on every run and machine):\n"
         "  --greedy                 always the most likely token (same as --temp 0)\n"
@@ -178,6 +183,12 @@ static void parse_args(int argc, char **argv, options *o)
         else if (FLAG("--dump-hidden")) o->dump_hidden = VALUE();
         else if (FLAG("--dump-step-logits")) o->dump_step_logits = VALUE();
         else if (FLAG("--tokenize-file")) o->tokenize_file = VALUE();
+        else if (FLAG("--embedding")) {
+            static const char *const pools[] = { "mean", "last", NULL };
+            static const int values[] = { MOR_POOL_MEAN, MOR_POOL_LAST };
+            o->embedding = values[cli_choice(a, VALUE(), pools)];
+        }
+        else if (FLAG("--no-normalize")) o->no_normalize = 1;
         else cli_usage_error("unknown option '%s'", a);
 #undef FLAG
 #undef VALUE
@@ -188,6 +199,12 @@ static void parse_args(int argc, char **argv, options *o)
     cli_conflict(o->tokenize_file != NULL, "--tokenize-file", o->prompt_file != NULL, "-f");
     cli_conflict(o->show_depth, "--show-depth", o->print_ids, "--print-ids");
     cli_conflict(o->greedy, "--greedy", o->temp_set, "--temp");
+    cli_conflict(o->embedding, "--embedding", o->tokenize_file != NULL, "--tokenize-file");
+    cli_conflict(o->embedding, "--embedding", o->n_predict > 0, "-n");
+    cli_conflict(o->embedding, "--embedding", o->dump_logits || o->dump_routing || o->dump_hidden || o->dump_step_logits,
+                 "--dump-*");
+    cli_conflict(o->embedding, "--embedding", o->no_cache, "--no-cache");
+    if (o->no_normalize && !o->embedding) cli_usage_error("--no-normalize is for --embedding");
     cli_conflict(o->tokenize_file != NULL, "--tokenize-file", o->prompt || o->ids, o->prompt ? "-p" : "--ids");
     if (!o->tokenize_file && !o->prompt && !o->prompt_file && !o->ids)
         cli_usage_error("give a prompt (-p TEXT, -f FILE or --ids A,B,C)");
@@ -370,6 +387,20 @@ static int dump(run_state *r, int n)
     return ok && (!r->o.dump_routing || write_routing(r, n));
 }
 
+/* --embedding: the prompt's pooled embedding as one JSON array line. */
+static int print_embedding(run_state *r)
+{
+    const int32_t d = mor_model_n_embd(r->model);
+    float *e = malloc(sizeof *e * (size_t)d);
+    if (!e) return cli_error("out of memory");
+    mor_status st = mor_embeddings_seq(r->ctx, 0, r->o.embedding, r->o.no_normalize ? 0 : MOR_EMBD_NORMALIZE, e, d);
+    if (st) { free(e); return lib_error(NULL, "pooling the embedding", st); }
+    for (int32_t j = 0; j < d; j++) printf("%s%.9g", j ? ", " : "[", e[j]);
+    printf("]\n");
+    free(e);
+    return fflush(stdout) ? cli_error("writing the embedding failed") : 0;
+}
+
 static void put_text(run_state *r, const char *s, size_t len)
 {
     if (!len) return;
@@ -511,7 +542,7 @@ int main(int argc, char **argv)
     }
     if (R.n_prompt == 0) { run_free(&R); cli_usage_error("the prompt has no tokens"); }
     const int dumping = o->dump_logits || o->dump_routing || o->dump_hidden;
-    const int n_predict = o->n_predict >= 0 ? o->n_predict : (dumping ? 0 : 64);
+    const int n_predict = o->n_predict >= 0 ? o->n_predict : (dumping || o->embedding ? 0 : 64);
 
     /* The window: cells (n_ctx) and the position limit (max_pos). */
     const int32_t n_train = mor_model_n_ctx_train(model);
@@ -526,7 +557,7 @@ int main(int argc, char **argv)
                                             "--max-pos N, which allows positions past the training context,")
                                          : "--ctx N";
     const char *what = limit == max_pos && !o->max_pos ? ", the model's training context" : "";
-    const int shifting = !o->no_context_shift && !dumping;
+    const int shifting = !o->no_context_shift && !dumping && !o->embedding;
     int n_keep = o->n_keep < 0 || o->n_keep > R.n_prompt ? R.n_prompt : o->n_keep;
     if (shifting && n_predict > 0 && n_keep > limit - 2) {
         run_free(&R);
@@ -555,12 +586,13 @@ int main(int argc, char **argv)
     cp.kv_type = o->kv_type;
     cp.n_threads = o->n_threads;
     cp.n_outputs = dumping ? cp.n_batch : 1;   /* generation reads the last row's logits only */
-    if (o->dump_hidden) cp.flags |= MOR_CTX_CAPTURE_HIDDEN;
+    if (o->dump_hidden || o->embedding) cp.flags |= MOR_CTX_CAPTURE_HIDDEN;
     if ((st = mor_context_create(model, &cp, &R.ctx))) { run_free(&R); return lib_error(NULL, "creating the context", st); }
     mor_router *router = mor_context_router(R.ctx);
     /* Generation with an expert-choice model defaults to its causal mode:
      * under TOPK every token decoded alone runs all recursions. */
-    int chosen = !o->routing_set && !dumping && n_predict > 0 && mor_model_router_type(model) == MOR_ROUTER_TYPE_EXPERT;
+    int chosen = !o->routing_set && !dumping && (n_predict > 0 || o->embedding) &&
+                 mor_model_router_type(model) == MOR_ROUTER_TYPE_EXPERT;
     if (chosen) { o->routing = MOR_ROUTE_THRESHOLD; }
     if ((o->routing_set || chosen) && (st = mor_router_set_mode(router, o->routing, o->forced))) {
         run_free(&R);
@@ -586,6 +618,7 @@ int main(int argc, char **argv)
     if ((st = forward_all(&R, R.prompt, R.n_prompt, dumping))) { run_free(&R); return lib_error(NULL, "decoding the prompt", st); }
     double t_prompt = now_s() - t0;
     if (dumping && !dump(&R, R.n_prompt)) { run_free(&R); return 1; }
+    if (o->embedding) { int erc = print_embedding(&R); run_free(&R); return erc; }
     if (!o->print_ids && n_predict > 0 && o->prompt) { put_text(&R, o->prompt, o->prompt_len); fflush(stdout); }
 
     int rc = 0, n_gen = 0, stopped_at_limit = 0, ended_at_eos = 0;
