@@ -706,7 +706,22 @@ typedef struct mor_server_params {
      * the step with MOR_E_ABORTED, which then changes nothing. */
     int32_t (*abort_callback)(void *user_data);
     void    *abort_user_data;
+    /* MOR_SERVE_* flags below; default 0 (prompt reuse on). */
+    uint32_t flags;
 } mor_server_params;
+
+/* mor_server_params.flags.
+ * Prompt reuse (llama.cpp's cache_prompt): a request's slot keeps its
+ * sequence's K/V when the request ends. A new request takes the free slot
+ * whose kept tokens share the longest prefix with its prompt, keeps those
+ * cells and decodes only the rest (at least its last prompt token, for the
+ * logits): the outputs are bitwise those of a fresh slot, since routing is
+ * causal and a token's K/V depend only on the tokens before it (a prefix
+ * kept under other router settings is not reused). Kept cells of free slots
+ * are dropped, least recently used first, whenever a request needs room:
+ * they never make a request wait. mor_server_request_cached says how many
+ * prompt tokens a request reused. */
+enum { MOR_SERVE_NO_PROMPT_REUSE = 1u << 0 };
 
 MOR_API void mor_server_params_init(mor_server_params *p, size_t size);
 #define MOR_SERVER_PARAMS_INIT(p) mor_server_params_init((p), sizeof(*(p)))
@@ -745,8 +760,9 @@ MOR_API mor_status mor_server_submit(mor_server *srv, const mor_token *prompt, i
  * cancelling it lets the others go on), MOR_E_UNSUPPORTED (the router was set
  * to a non-causal mode), MOR_E_ABORTED (abort_callback), MOR_E_NOMEM,
  * MOR_E_KV_FULL. A failed step changes nothing (no token streamed; requests,
- * caches, samplers, router statistics as they were): stepping again gives
- * what the step would have given. */
+ * caches, samplers, router statistics as they were; only prefixes kept by
+ * free slots for reuse may be shorter): stepping again gives what the step
+ * would have given. */
 MOR_API mor_status mor_server_step(mor_server *srv, int32_t *n_pending);
 /* Step until no request is queued or running. */
 MOR_API mor_status mor_server_run(mor_server *srv);
@@ -755,6 +771,10 @@ MOR_API mor_status mor_server_run(mor_server *srv);
 MOR_API mor_status mor_server_cancel(mor_server *srv, mor_request_id id);
 /* MOR_REQ_* of a request, or a negative mor_status (unknown id). */
 MOR_API int32_t    mor_server_request_state(const mor_server *srv, mor_request_id id);
+/* Prompt tokens a request took from a free slot's kept K/V (prompt reuse,
+ * MOR_SERVE_NO_PROMPT_REUSE): 0 while queued or when nothing was reused, or
+ * a negative mor_status (unknown id). */
+MOR_API int32_t    mor_server_request_cached(const mor_server *srv, mor_request_id id);
 /* Copy a request's generated tokens (and, if depths is not NULL, the depth
  * of each) into out[0..cap-1]; *n_out receives the count (the count needed,
  * with MOR_E_BUFFER_TOO_SMALL). Readable until mor_server_release. */

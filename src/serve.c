@@ -20,6 +20,14 @@
  * chunks, one per step: a chunk runs every layer (its K/V is cached in all
  * of them) but gives no logits, and the next chunk enters once it is done.
  *
+ * Prompt reuse: a slot whose request ended keeps its sequence's cells and
+ * the tokens they hold (kept[], with the router settings they were computed
+ * under). Admission gives a request the free slot with the longest common
+ * prefix, drops the rest of that slot's cells, and starts its prompt past
+ * the prefix (never past its last token, which gives the logits). Kept
+ * cells of other free slots are dropped, least recently used first, until
+ * the running requests' reservations and the kept cells fit in n_ctx.
+ *
  * Why outputs equal a per-sequence decode: routing is causal (THRESHOLD,
  * TOKEN, FORCED), so a row's decisions depend on itself only; a sequence
  * has one group of rows in flight at a time (a chunk of its prompt, or its
@@ -47,8 +55,18 @@ typedef struct {
     mor_token *prompt, *stop, *out;
     int32_t   *depth;
     int32_t    n_prompt, n_stop, max_tokens, n_out;
+    int32_t    n_cached;     /* prompt tokens reused from the slot's kept cells */
     mor_sampler *smp;
 } serve_req;
+
+/* What a free slot keeps for reuse: its cells' tokens (positions 0..n-1),
+ * the router settings they were computed under, when it was freed. */
+typedef struct {
+    int32_t  n;
+    uint64_t stamp;
+    int32_t  mode, forced_depth, max_depth;
+    float    threshold[MOR_MAX_RECURSIONS];
+} serve_kept;
 
 typedef struct {
     serve_req *req;          /* NULL: free */
@@ -83,6 +101,10 @@ struct mor_server {
     int32_t *admitted, n_admitted, sv_q_head, sv_q_len;
     void    *mem;                         /* the one allocation slots, lists, logits and saved copies are in */
     int64_t  sv_reserved;
+    /* prompt reuse (not part of a step's saved state: see admit) */
+    serve_kept *kept;                     /* [n_slots] */
+    mor_token  *kept_tok;                 /* [n_slots][n_ctx] */
+    uint64_t    stamp;
     uint64_t sv_stats[2 + MOR_MAX_RECURSIONS + 1];   /* the router's statistics (mor_decode adds to them) */
 };
 
@@ -118,7 +140,7 @@ void mor_server_free(mor_server *s)
 {
     if (!s) return;
     for (int32_t i = 0; i < s->n_reqs; i++) req_free(s->reqs[i]);
-    free(s->reqs); free(s->queue); free(s->mem);
+    free(s->reqs); free(s->queue); free(s->mem); free(s->kept); free(s->kept_tok);
     mor_batch_free(s->batch);
     mor_context_free(s->ctx);
     free(s);
@@ -144,6 +166,8 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
         return err_set(MOR_E_UNSUPPORTED, "mor_server_create: confidence exits need MOR_SERVE_DEPTHWISE and a "
                        "model with expert-choice routers or none");
     if (p.mode == MOR_SERVE_SERIAL) p.n_slots = 1;
+    if (p.flags & ~(uint32_t)MOR_SERVE_NO_PROMPT_REUSE)
+        return err_set(MOR_E_INVALID_ARG, "mor_server_create: unknown flags 0x%x", p.flags);
 
     mor_context_params cp;
     MOR_CONTEXT_PARAMS_INIT(&cp);
@@ -181,6 +205,11 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     s->logits = (float *)at; at += a_logits;
     s->sv_rows = (unsigned char *)at; at += a_rows;
     s->admitted = (int32_t *)at;
+    if (!(p.flags & MOR_SERVE_NO_PROMPT_REUSE)) {
+        s->kept = calloc(ns, sizeof *s->kept);
+        s->kept_tok = malloc(sizeof(mor_token) * ns * (size_t)p.n_ctx);
+        if (!s->kept || !s->kept_tok) { mor_server_free(s); return err_set(MOR_E_NOMEM, "cannot allocate the server"); }
+    }
     *out = s;
     err_clear();
     return MOR_OK;
@@ -251,34 +280,116 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
 
 static int64_t req_need(const serve_req *q) { return (int64_t)q->n_prompt + q->max_tokens; }
 
-/* Free a slot whose request ended (nothing of it in flight). */
+/* The router settings a slot's cells are computed under. */
+static void kept_settings(const mor_server *s, serve_kept *k)
+{
+    const mor_router *r = s->ctx->router;
+    k->mode = r->mode; k->forced_depth = r->forced_depth; k->max_depth = r->max_depth;
+    memcpy(k->threshold, r->threshold, sizeof k->threshold);
+}
+
+static int same_settings(const serve_kept *a, const serve_kept *b)
+{
+    return a->mode == b->mode && a->forced_depth == b->forced_depth && a->max_depth == b->max_depth &&
+           !memcmp(a->threshold, b->threshold, sizeof a->threshold);
+}
+
+/* Drop what free slot sl keeps from position n on. */
+static void kept_trim(mor_server *s, int32_t sl, int32_t n)
+{
+    if (!s->kept) return;
+    if (s->kept[sl].n > n) mor_kv_seq_rm(s->ctx->kv, sl, n, -1);
+    if (s->kept[sl].n > n) s->kept[sl].n = n;
+}
+
+/* Free a slot whose request ended (nothing of it in flight): its cells
+ * [0, n_pos) stay for reuse, their tokens the prompt then the tokens
+ * generated and entered (the last one sampled never entered). */
 static void slot_release(mor_server *s, int32_t sl)
 {
     serve_slot *S = &s->slots[sl];
     if (!S->req) return;
-    mor_kv_seq_rm(s->ctx->kv, sl, -1, -1);
+    const serve_req *q = S->req;
+    if (s->kept) {
+        serve_kept *k = &s->kept[sl];
+        mor_token *t = s->kept_tok + (size_t)sl * s->p.n_ctx;
+        k->n = S->n_pos;
+        for (int32_t i = 0; i < k->n; i++) t[i] = i < q->n_prompt ? q->prompt[i] : q->out[i - q->n_prompt];
+        k->stamp = ++s->stamp;
+        kept_settings(s, k);
+    } else {
+        mor_kv_seq_rm(s->ctx->kv, sl, -1, -1);
+    }
     s->reserved -= req_need(S->req);
     S->req->slot = -1;
     memset(S, 0, sizeof *S);
 }
 
+/* The free slot for q (-1: none): the longest prefix kept under the router's
+ * settings now, else an empty one, else the least recently used; *common
+ * receives the prefix to reuse (< n_prompt: the last prompt token gives
+ * the logits). */
+static int32_t pick_slot(const mor_server *s, const serve_req *q, int32_t *common)
+{
+    int32_t best = -1, best_n = -1;
+    *common = 0;
+    serve_kept now;
+    if (s->kept) kept_settings(s, &now);
+    for (int32_t i = 0; i < (int32_t)s->p.n_slots; i++) {
+        if (s->slots[i].req) continue;
+        int32_t n = 0;
+        if (s->kept && s->kept[i].n && same_settings(&s->kept[i], &now)) {
+            const mor_token *t = s->kept_tok + (size_t)i * s->p.n_ctx;
+            const int32_t lim = s->kept[i].n < q->n_prompt - 1 ? s->kept[i].n : q->n_prompt - 1;
+            while (n < lim && t[n] == q->prompt[n]) n++;
+        }
+        /* more reused, then nothing kept to lose, then the oldest kept */
+        int better = best < 0 || n > best_n;
+        if (!better && n == best_n && s->kept) {
+            const serve_kept *a = &s->kept[i], *b = &s->kept[best];
+            better = (a->n == 0) != (b->n == 0) ? a->n == 0 : a->stamp < b->stamp;
+        }
+        if (better) { best = i; best_n = n; }
+    }
+    if (best >= 0) *common = best_n;
+    return best;
+}
+
+/* Cells kept by free slots other than `except`. */
+static int64_t kept_cells(const mor_server *s, int32_t except)
+{
+    int64_t n = 0;
+    for (int32_t i = 0; s->kept && i < (int32_t)s->p.n_slots; i++)
+        if (i != except && !s->slots[i].req) n += s->kept[i].n;
+    return n;
+}
+
 /* FIFO admission under the KV budget: the head waits until its cells are free.
- * record: note the admitted requests, to be put back if the step fails. */
+ * record: note the admitted requests, to be put back if the step fails (the
+ * kept cells dropped here stay dropped: the kept[] records say so). */
 static void admit(mor_server *s, int record)
 {
     while (s->q_len) {
         serve_req *q = s->reqs[s->queue[s->q_head]];
         if (!q || q->state != MOR_REQ_QUEUED) { s->q_head++; s->q_len--; continue; }
-        int32_t sl = -1;
-        for (int32_t i = 0; i < (int32_t)s->p.n_slots && sl < 0; i++) if (!s->slots[i].req) sl = i;
+        int32_t common = 0, sl = pick_slot(s, q, &common);
         if (sl < 0 || s->reserved + req_need(q) > (int64_t)s->p.n_ctx) return;
+        /* room for it beside the other slots' kept cells: drop the oldest */
+        while (s->reserved + req_need(q) + kept_cells(s, sl) > (int64_t)s->p.n_ctx) {
+            int32_t old = -1;
+            for (int32_t i = 0; i < (int32_t)s->p.n_slots; i++)
+                if (i != sl && !s->slots[i].req && s->kept[i].n && (old < 0 || s->kept[i].stamp < s->kept[old].stamp))
+                    old = i;
+            kept_trim(s, old, 0);
+        }
+        kept_trim(s, sl, common);
         s->q_head++; s->q_len--;
         s->reserved += req_need(q);
-        q->state = MOR_REQ_RUNNING; q->slot = sl;
+        q->state = MOR_REQ_RUNNING; q->slot = sl; q->n_cached = common;
         if (record) s->admitted[s->n_admitted++] = q->id;
         serve_slot *S = &s->slots[sl];
         memset(S, 0, sizeof *S);
-        S->req = q; S->waiting = 1;
+        S->req = q; S->waiting = 1; S->n_pos = common;
     }
 }
 
@@ -612,6 +723,13 @@ int32_t mor_server_request_state(const mor_server *s, mor_request_id id)
     err_clear();
     const serve_req *q = find(s, id);
     return q ? q->state : err_set(MOR_E_OUT_OF_RANGE, "mor_server_request_state: unknown request %d", id);
+}
+
+int32_t mor_server_request_cached(const mor_server *s, mor_request_id id)
+{
+    err_clear();
+    const serve_req *q = find(s, id);
+    return q ? q->n_cached : err_set(MOR_E_OUT_OF_RANGE, "mor_server_request_cached: unknown request %d", id);
 }
 
 mor_status mor_server_get_tokens(const mor_server *s, mor_request_id id, mor_token *out, int32_t *depths,

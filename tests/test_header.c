@@ -95,6 +95,10 @@ static int other_enums_unique(int32_t v)
     default: break;
     }
     switch (v) {
+    case MOR_SERVE_NO_PROMPT_REUSE: n++; break;
+    default: break;
+    }
+    switch (v) {
     case MOR_KV_MODEL_DEFAULT: case MOR_KV_RECURSION_WISE: case MOR_KV_SHARED: case MOR_KV_DENSE: n++; break;
     default: break;
     }

@@ -494,6 +494,22 @@ class Serving(unittest.TestCase):
             self.assertEqual(depthwise, serial)   # tokens and depths
             self.assertTrue(any(d != depthwise[0][1][0] for _, deps in depthwise for d in deps))
 
+    def test_prompt_reuse_gives_the_same_tokens(self):
+        with mor.Model(self.PATH) as m:
+            p = self.prompts(m.n_vocab)[3] + [7, 9, 11]
+            got = {}
+            for reuse in (True, False):
+                with mor.Server(m, n_slots=2, n_ctx=256, prompt_reuse=reuse) as srv:
+                    first = srv.submit(p, max_tokens=5, temperature=0)
+                    srv.run()
+                    again = srv.submit(p, max_tokens=5, temperature=0)
+                    srv.run()
+                    got[reuse] = (srv.tokens(first), srv.tokens(again), srv.cached(first), srv.cached(again))
+            self.assertEqual(got[True][2:], (0, len(p) - 1))   # all but the last prompt token reused
+            self.assertEqual(got[False][2:], (0, 0))
+            self.assertEqual(got[True][:2], got[False][:2])
+            self.assertEqual(got[True][0], got[True][1])
+
     def test_abort_and_callback_errors_reach_the_caller(self):
         with mor.Model(self.PATH) as m:
             stop = [True]

@@ -56,6 +56,7 @@ static int finish_every = 1;   /* serve_set_finish_every for the next servers */
 static int drain;              /* serve_set_drain for the next servers */
 static uint32_t budget = 1024; /* mor_server_params.n_ctx of serve_and_compare's servers */
 static uint32_t nbatch = 128;  /* mor_server_params.n_batch of the next servers */
+static uint32_t sflags;        /* mor_server_params.flags of the next servers */
 static int32_t kvmode;         /* kv_mode of the reference contexts and the next servers */
 static mor_server *cur;        /* the server serve_and_compare runs */
 static int32_t max_descents;   /* most cells of one sequence out of position order seen by hook */
@@ -139,7 +140,7 @@ static mor_server *make_server(mor_model *m, int32_t mode, uint32_t n_slots, uin
     mor_server_params p;
     MOR_SERVER_PARAMS_INIT(&p);
     p.mode = mode; p.n_slots = n_slots; p.n_ctx = n_ctx; p.n_batch = nbatch; p.n_threads = 2;
-    p.exit_mode = exit_mode; p.exit_threshold = thr; p.kv_mode = kvmode;
+    p.exit_mode = exit_mode; p.exit_threshold = thr; p.kv_mode = kvmode; p.flags = sflags;
     mor_server *s = NULL;
     mor_status st = mor_server_create(m, &p, &s);
     CHECK(st == MOR_OK, "server create: %s %s", mor_status_str(st), mor_last_error());
@@ -436,6 +437,7 @@ static void chunked_prefill(mor_model *m, const char *name)
     lockstep = 0; finish_every = 1; drain = 0; budget = 1024;
     /* cancel request 7 (9 prompt tokens) after 0-4 steps, i.e. before, between and during its chunks */
     nbatch = 2;
+    sflags = MOR_SERVE_NO_PROMPT_REUSE;   /* no cell kept for reuse: none may be left */
     for (int mode = 1; mode < 3; mode++) {
         int ok = 1;
         for (int32_t at = 0; at <= 4; at++) {
@@ -462,7 +464,90 @@ static void chunked_prefill(mor_model *m, const char *name)
         CHECK(ok, "%s %s n_batch 2: a 9-token prompt cancelled after 0-4 steps (before, between, during its "
               "chunks) ends with no tokens, the others unchanged, no cell left", name, mode_name[mode]);
     }
+    sflags = 0;
     nbatch = 128;
+}
+
+/* One request on server s (stepped to the end): its tokens, and the prompt
+ * tokens it reused; 0 if anything failed. */
+static int run_one(mor_server *s, const mor_token *prompt, int32_t n, const mor_sampler_params *sp, int32_t max_tokens,
+                   mor_token *out, int32_t *n_out, int32_t *cached)
+{
+    mor_request_id id;
+    if (mor_server_submit(s, prompt, n, sp, max_tokens, NULL, 0, &id) || mor_server_run(s)) return 0;
+    *cached = mor_server_request_cached(s, id);
+    return mor_server_get_tokens(s, id, out, NULL, MAXT, n_out) == MOR_OK && mor_server_release(s, id) == MOR_OK;
+}
+
+/* The tokens of one request on a fresh server without prompt reuse (max_depth: the router's cap, 0 none). */
+static int fresh(mor_model *m, int32_t mode, int32_t max_depth, const mor_token *prompt, int32_t n,
+                 const mor_sampler_params *sp, int32_t max_tokens, mor_token *out, int32_t *n_out)
+{
+    sflags = MOR_SERVE_NO_PROMPT_REUSE;
+    mor_server *s = make_server(m, mode, 2, 256, 0, 0);
+    sflags = 0;
+    int32_t cached = -1;
+    int ok = s && (!max_depth || mor_router_set_max_depth(mor_server_router(s), max_depth) == MOR_OK) &&
+             run_one(s, prompt, n, sp, max_tokens, out, n_out, &cached) && cached == 0;
+    mor_server_free(s);
+    return ok;
+}
+
+/* Prompt reuse: a request whose prompt starts with what a free slot keeps
+ * decodes only the rest and gives the tokens of a fresh slot; a prefix kept
+ * under other router settings is not reused; kept cells make way for a
+ * request that needs them. */
+static void prompt_reuse(mor_model *m, const char *name)
+{
+    for (int mode = 1; mode < 3; mode++) {
+        const request *a = &reqs[8];   /* 5 prompt tokens */
+        mor_token pa[16], pb[32], pd[32], oa[MAXT], ob[MAXT], oc[MAXT], od[MAXT], oe[MAXT], ref[MAXT];
+        int32_t na = a->n_prompt, nb = 0, n_oa = 0, n_ob = 0, n_oc = 0, n_od = 0, n_oe = 0, n_ref = 0;
+        int32_t ca = -1, cb = -1, cc = -1, cd = -1, ce = -1;
+        memcpy(pa, a->prompt, sizeof(mor_token) * (size_t)na);
+        mor_server *s = make_server(m, mode, 2, 256, 0, 0);
+        int ok = s && run_one(s, pa, na, &a->sp, 6, oa, &n_oa, &ca) && ca == 0 && n_oa == 6;
+        /* B: A's prompt, A's tokens that entered the cache (all but the last), three more */
+        memcpy(pb, pa, sizeof(mor_token) * (size_t)na);
+        nb = na;
+        for (int32_t i = 0; ok && i < n_oa - 1; i++) pb[nb++] = oa[i];
+        for (int32_t i = 0; i < 3; i++) pb[nb++] = (mor_token)((7 + 13 * i) % n_vocab);
+        ok = ok && run_one(s, pb, nb, &reqs[1].sp, 5, ob, &n_ob, &cb);
+        CHECK(ok && cb == na + n_oa - 1, "%s %s reuse: a prompt continuing a finished request reuses its prompt and the "
+              "tokens it generated (%d of %d)", name, mode_name[mode], cb, nb);
+        ok = ok && fresh(m, mode, 0, pb, nb, &reqs[1].sp, 5, ref, &n_ref);
+        CHECK(ok && n_ref == n_ob && !memcmp(ref, ob, sizeof(mor_token) * (size_t)n_ob),
+              "%s %s reuse: its tokens are a fresh slot's", name, mode_name[mode]);
+        /* D: B's prompt but its last token */
+        memcpy(pd, pb, sizeof(mor_token) * (size_t)nb);
+        pd[nb - 1] = (mor_token)((pb[nb - 1] + 1) % n_vocab);
+        ok = ok && run_one(s, pd, nb, &reqs[3].sp, 4, od, &n_od, &cd) && fresh(m, mode, 0, pd, nb, &reqs[3].sp, 4, ref, &n_ref);
+        CHECK(ok && cd == nb - 1 && n_ref == n_od && !memcmp(ref, od, sizeof(mor_token) * (size_t)n_od),
+              "%s %s reuse: a prompt parting at its last token reuses the rest (%d), a fresh slot's tokens",
+              name, mode_name[mode], cd);
+        /* C: A's prompt again: all but its last token reused */
+        ok = ok && run_one(s, pa, na, &a->sp, 6, oc, &n_oc, &cc);
+        CHECK(ok && cc == na - 1 && n_oc == n_oa && !memcmp(oc, oa, sizeof(mor_token) * (size_t)n_oa),
+              "%s %s reuse: the same prompt again reuses all but its last token (%d) and gives the same tokens",
+              name, mode_name[mode], cc);
+        /* E: under other router settings nothing kept is reused */
+        ok = ok && mor_router_set_max_depth(mor_server_router(s), 1) == MOR_OK &&
+             run_one(s, pb, nb, &reqs[1].sp, 5, oe, &n_oe, &ce) && fresh(m, mode, 1, pb, nb, &reqs[1].sp, 5, ref, &n_ref);
+        CHECK(ok && ce == 0 && n_ref == n_oe && !memcmp(ref, oe, sizeof(mor_token) * (size_t)n_oe),
+              "%s %s reuse: after a router change nothing is reused; a fresh slot's tokens", name, mode_name[mode]);
+        mor_server_free(s);
+        /* room: a budget of 40 cells, 2 slots; what A's slot keeps gives way */
+        s = make_server(m, mode, 2, 40, 0, 0);
+        mor_token pf[32], of[MAXT];
+        int32_t n_of = 0, cf = -1;
+        for (int32_t i = 0; i < 30; i++) pf[i] = (mor_token)((101 + 7 * i) % n_vocab);
+        ok = s && run_one(s, pa, na, &a->sp, 6, oa, &n_oa, &ca) && run_one(s, pf, 30, &reqs[2].sp, 10, of, &n_of, &cf) &&
+             fresh(m, mode, 0, pf, 30, &reqs[2].sp, 10, ref, &n_ref);
+        CHECK(ok && cf == 0 && n_ref == n_of && !memcmp(ref, of, sizeof(mor_token) * (size_t)n_of),
+              "%s %s reuse: kept cells make way for a request that needs the whole budget (40 cells)",
+              name, mode_name[mode]);
+        mor_server_free(s);
+    }
 }
 
 /* The requests and their reference outputs on m; 0 if the reference failed. */
@@ -594,6 +679,7 @@ int main(void)
         if (v == 0) misuse(m);
         small_budget(m, variants[v]);
         chunked_prefill(m, variants[v]);
+        prompt_reuse(m, variants[v]);
         if (expert) confidence_exits(m, v == 2);   /* (last: it redoes the reference with a depth cap) */
         unprepare();
         mor_model_free(m);

@@ -9,6 +9,7 @@ import concurrent.futures
 import http.client
 import json
 import os
+import re
 import shutil
 import select
 import signal
@@ -120,7 +121,10 @@ def test_stream(srv):
             toks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"] and
             all(e["choices"][0]["finish_reason"] is None for e in toks[:-1]),
             "stream: one id, finish_reason only in the last event")
-    t.check(len(usage) == 1 and usage[0]["usage"] == whole["usage"], "stream_options.include_usage: a usage chunk")
+    # (prompt_tokens_details.cached_tokens: what prompt reuse gave each, test_prompt_reuse)
+    plain = lambda u: {k: v for k, v in u.items() if k != "prompt_tokens_details"}  # noqa: E731
+    t.check(len(usage) == 1 and plain(usage[0]["usage"]) == plain(whole["usage"]) and
+            "cached_tokens" in usage[0]["usage"]["prompt_tokens_details"], "stream_options.include_usage: a usage chunk")
     # stop strings: the text ends before the first one; never streamed
     full = completion(srv, {"prompt": "The jury said that", "max_tokens": 40, "seed": 5})[1]["choices"][0]
     ftext = full["text"]
@@ -321,6 +325,39 @@ def test_http(srv):
     t.check(st1 == 401 and st2 == 200, "--api-key: 401 without it, 200 with Authorization: Bearer")
     t.check(st3 == 200 and h3["status"] == "ok" and st4 == 401 and st5 == 401,
             "--api-key: GET /health answers without the key (as llama.cpp's); /metrics and completions do not")
+
+
+# ---- prompt reuse ----------------------------------------------------------------------
+
+def cached_total(srv):
+    data = srv.request("GET", "/metrics")[2].decode()
+    m = re.search(r"^mor_prompt_tokens_cached_total (\d+)$", data, re.M)
+    return int(m.group(1)) if m else -1
+
+
+def test_prompt_reuse(srv):
+    system = "The jury said that the city of Atlanta was run well. " * 4
+    q1 = {"prompt": system + "It was a", "max_tokens": 6, "seed": 11}
+    q2 = {"prompt": system + "In the morning he", "max_tokens": 6, "seed": 12}
+    n_sys = len(srv.json("POST", "/tokenize", {"content": system})[1]["tokens"])
+    before = cached_total(srv)
+    st1, r1 = completion(srv, q1)
+    st2, r2 = completion(srv, q2)
+    st3, r3 = completion(srv, q2)   # (q2 took q1's slot, and kept the shared start only)
+    c = [r["usage"]["prompt_tokens_details"]["cached_tokens"] if s == 200 else -1
+         for s, r in ((st1, r1), (st2, r2), (st3, r3))]
+    t.check(n_sys - 1 <= c[1] < r2["usage"]["prompt_tokens"],
+            "prompt reuse: a prompt sharing a %d-token start with a finished request decodes only the rest "
+            "(usage.prompt_tokens_details.cached_tokens %d of %d)" % (n_sys, c[1], r2["usage"]["prompt_tokens"]))
+    t.check(c[2] == r2["usage"]["prompt_tokens"] - 1 and r3["choices"] == r2["choices"],
+            "prompt reuse: the same prompt again reuses all but its last token and gives the same response")
+    t.check(cached_total(srv) - before == sum(c), "/metrics: mor_prompt_tokens_cached_total counts them (%d)" % sum(c))
+    fresh = sl.Server(["--no-prompt-reuse", "-q"])
+    f = [completion(fresh, q) for q in (q1, q2, q2)]
+    fresh.stop()
+    t.check([x[1]["choices"] for x in f] == [r1["choices"], r2["choices"], r3["choices"]] and
+            all(x[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 for x in f),
+            "prompt reuse: the responses of a --no-prompt-reuse server, bit for bit (which reuses nothing)")
 
 
 # ---- llama.cpp's own endpoints ---------------------------------------------------------
@@ -941,7 +978,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="morsrv.")
     try:
         srv = sl.Server(["--slots", "4", "--max-body", "65536", "--test-hooks"])
-        for f in (test_basics, test_mor_run, test_stream, test_errors, test_http, test_llama_endpoints, test_embeddings,
+        for f in (test_basics, test_mor_run, test_stream, test_prompt_reuse, test_errors, test_http, test_llama_endpoints,
+                  test_embeddings,
                   test_disconnect,
                   test_curl, test_node):
             f(srv)

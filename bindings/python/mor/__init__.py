@@ -52,6 +52,7 @@ KV_UNIQUE_LAYERS, KV_ALL = -1, -2
 SERVE_SERIAL, SERVE_SEQUENCE, SERVE_DEPTHWISE = 0, 1, 2
 EXIT_NONE, EXIT_MARGIN, EXIT_SATURATION = 0, 1, 2
 REQ_QUEUED, REQ_RUNNING, REQ_DONE, REQ_CANCELLED = 0, 1, 2, 3
+SERVE_NO_PROMPT_REUSE = 1
 
 
 # ---------------------------------------------------------------------------
@@ -864,16 +865,20 @@ class Server(_Handle):
     confidence exits (EXIT_*, DEPTHWISE only). on_token(id, token, depth) is
     called for each generated token, on the stepping thread; abort() returning
     true stops a step, which then changes nothing. An exception raised in
-    either is re-raised by the step that called it."""
+    either is re-raised by the step that called it. prompt_reuse=False: a
+    request never takes the K/V a finished one left in its slot (the tokens
+    are bitwise the same either way)."""
     _kind = "server"
 
     def __init__(self, model, mode=None, n_slots=None, n_ctx=None, n_batch=None, n_threads=None, kv_mode=None,
-                 exit_mode=None, exit_threshold=None, on_token=None, abort=None):
+                 exit_mode=None, exit_threshold=None, on_token=None, abort=None, prompt_reuse=True):
         sp = _capi.ServerParams()
         _lib.mor_server_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
         _capi.set_fields(sp, (("mode", mode), ("n_slots", n_slots), ("n_ctx", n_ctx), ("n_batch", n_batch),
                               ("n_threads", n_threads), ("kv_mode", kv_mode), ("exit_mode", exit_mode),
                               ("exit_threshold", exit_threshold)), "Server")
+        if not prompt_reuse:
+            sp.flags |= SERVE_NO_PROMPT_REUSE
         self._exc = None
         keep = []
         if on_token is not None:
@@ -950,6 +955,10 @@ class Server(_Handle):
     def state(self, rid):
         """REQ_QUEUED, REQ_RUNNING, REQ_DONE or REQ_CANCELLED."""
         return _check(_lib.mor_server_request_state(self._p, rid))
+
+    def cached(self, rid):
+        """Prompt tokens a request reused from a free slot's kept cells (prompt reuse)."""
+        return _check(_lib.mor_server_request_cached(self._p, rid))
 
     def tokens(self, rid):
         """(token ids, depths) generated so far for a request."""

@@ -56,7 +56,7 @@ class ServerParams(Structure):
     _fields_ = [("size", c_uint32), ("mode", c_int32), ("n_slots", c_uint32), ("n_ctx", c_uint32),
                 ("n_batch", c_uint32), ("n_threads", c_int32), ("kv_mode", c_int32), ("exit_mode", c_int32),
                 ("exit_threshold", c_float), ("on_token", SERVER_TOKEN_FN), ("user_data", c_void_p),
-                ("abort_callback", ABORT_FN), ("abort_user_data", c_void_p)]
+                ("abort_callback", ABORT_FN), ("abort_user_data", c_void_p), ("flags", c_uint32)]
 
 
 class RouterStats(Structure):
@@ -158,6 +158,7 @@ PROTOTYPES = {
     "mor_server_run": (mor_status, [handle]),
     "mor_server_cancel": (mor_status, [handle, c_int32]),
     "mor_server_request_state": (c_int32, [handle, c_int32]),
+    "mor_server_request_cached": (c_int32, [handle, c_int32]),
     "mor_server_get_tokens": (mor_status, [handle, c_int32, POINTER(mor_token), P_i32, c_int32, P_i32]),
     "mor_server_release": (mor_status, [handle, c_int32]),
     "mor_sizeof_model_params": (c_size_t, []),

@@ -239,6 +239,7 @@ static void publish(engine *e, double step_seconds, int32_t running, int32_t que
     engine_stats *s = &e->stats, *l = &e->local;
     for (int i = 0; i < 5; i++) s->requests[i] += l->requests[i];
     s->prompt_tokens += l->prompt_tokens;
+    s->cached_tokens += l->cached_tokens;
     s->gen_tokens += l->gen_tokens;
     s->depth_sum += l->depth_sum;
     for (int d = 0; d < 17; d++) s->at_depth[d] += l->at_depth[d];
@@ -339,6 +340,15 @@ static void *engine_main(void *arg)
         for (job *j = e->touched; j; j = j->tnext)
             if (j->state == J_ENDING && mor_server_request_state(e->srv, j->id) == MOR_REQ_RUNNING)
                 mor_server_cancel(e->srv, j->id);   /* a stop string */
+        for (job *j = e->touched; j; j = j->tnext) {   /* its prompt reuse, known once it has a token */
+            int32_t c = j->cached_known ? -1 : mor_server_request_cached(e->srv, j->id);
+            if (c < 0) continue;
+            pthread_mutex_lock(&j->mu);
+            j->n_cached = c;
+            pthread_mutex_unlock(&j->mu);
+            j->cached_known = 1;
+            e->local.cached_tokens += (uint64_t)c;
+        }
         int32_t running = 0, queued = 0;
         for (job *j = e->active; j; j = j->anext) {
             if (j->state != J_ACTIVE) continue;
@@ -380,6 +390,7 @@ engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t
     sp.n_batch = p->n_batch;
     sp.n_threads = p->n_threads;
     sp.kv_mode = p->kv_mode;
+    if (p->no_prompt_reuse) sp.flags |= MOR_SERVE_NO_PROMPT_REUSE;
     sp.on_token = on_token;
     sp.user_data = e;
     mor_status st = mor_server_create(model, &sp, &e->srv);

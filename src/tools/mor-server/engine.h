@@ -54,6 +54,7 @@ struct job {
     int32_t    n_tokens;
     buf        text;
     int        finish;                   /* FINISH_*, set once at the end */
+    int32_t    n_cached;                 /* prompt tokens reused from a slot's kept K/V */
     char       error[200];               /* FINISH_ERROR: why */
     int        signalled;                /* a byte is in the pipe */
     int        notify[2];                /* pipe: the engine writes, the connection polls */
@@ -65,6 +66,7 @@ struct job {
     int        state;                    /* J_* (engine.c) */
     int        cancel_req, in_cmd, queue_ref;   /* under the engine's lock */
     int        touched;                  /* got something in the current step */
+    int        cached_known;             /* n_cached read (once it has a token) */
     job       *cmd_next, *hnext, *anext, *aprev, *tnext;
 };
 
@@ -73,12 +75,14 @@ typedef struct {
     int32_t  mode, n_threads, kv_mode, max_depth;
     float    thresholds[16];
     int32_t  n_thresholds;
+    int      no_prompt_reuse;
 } engine_params;
 
 /* Counters for /metrics (engine_stats copies them under the lock). */
 typedef struct {
     uint64_t requests[5];           /* finished, by FINISH_* */
     uint64_t prompt_tokens, gen_tokens, depth_sum, at_depth[17], steps;
+    uint64_t cached_tokens;         /* prompt tokens reused from kept K/V */
     double   busy_seconds;          /* inside mor_server_step */
     int32_t  queued, running;       /* now */
     double   tokens_per_second;     /* over the last 10 s */

@@ -166,6 +166,8 @@ static void handle_metrics(conn *c, request *rq)
         buf_printf(&b, "mor_requests_total{finish_reason=\"%s\"} %" PRIu64 "\n", why[k], st.requests[k]);
     metric(&b, "prompt_tokens_total", "counter", "prompt tokens of the requests started");
     buf_printf(&b, "mor_prompt_tokens_total %" PRIu64 "\n", st.prompt_tokens);
+    metric(&b, "prompt_tokens_cached_total", "counter", "prompt tokens reused from a slot's kept K/V (prompt reuse)");
+    buf_printf(&b, "mor_prompt_tokens_cached_total %" PRIu64 "\n", st.cached_tokens);
     metric(&b, "tokens_generated_total", "counter", "tokens generated");
     buf_printf(&b, "mor_tokens_generated_total %" PRIu64 "\n", st.gen_tokens);
     metric(&b, "tokens_at_depth_total", "counter", "tokens generated, by the recursions they ran");
@@ -226,6 +228,10 @@ static void usage_object(jsonw *w, const job *j)
     jw_key(w, "prompt_tokens"); jw_int(w, j->n_prompt);
     jw_key(w, "completion_tokens"); jw_int(w, j->n_tokens);
     jw_key(w, "total_tokens"); jw_int(w, j->n_prompt + j->n_tokens);
+    jw_key(w, "prompt_tokens_details");   /* OpenAI's: the prompt tokens a cache gave */
+    jw_obj(w);
+    jw_key(w, "cached_tokens"); jw_int(w, j->n_cached);
+    jw_obj_end(w);
     jw_obj_end(w);
 }
 

@@ -67,6 +67,9 @@ static void usage(FILE *f)
         "  --drain-timeout S       on SIGINT/SIGTERM, wait this long for running requests (default 30)\n"
         "  --no-check-tensors      do not check every weight for NaN and infinity at load (the\n"
         "                          norms and routers always are)\n"
+        "  --no-prompt-reuse       a request never takes the K/V a finished one left in its slot\n"
+        "                          (by default a prompt reuses the longest cached prefix: the same\n"
+        "                          tokens, less to decode; usage.prompt_tokens_details.cached_tokens)\n"
         "  -q, --quiet             no line per request on stderr\n"
         "  --test-hooks            for tests: accept the request field \"test_hold\": true, which\n"
         "                          parks the engine after the request's first token (nothing steps\n"
@@ -98,6 +101,7 @@ static int parse_args(int argc, char **argv, options *o)
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { o->quiet = 1; continue; }
         if (!strcmp(a, "--no-check-tensors")) { o->no_check_tensors = 1; continue; }
         if (!strcmp(a, "--test-hooks")) { o->test_hooks = 1; continue; }
+        if (!strcmp(a, "--no-prompt-reuse")) { o->no_prompt_reuse = 1; continue; }
         if (a[0] != '-') cli_usage_error("unexpected argument '%s'", a);
         const char *v = cli_value(argc, argv, &i);
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
@@ -417,6 +421,7 @@ int main(int argc, char **argv)
     ep.max_depth = S.o.max_depth;
     memcpy(ep.thresholds, S.o.thresholds, sizeof ep.thresholds);
     ep.n_thresholds = S.o.n_thresholds;
+    ep.no_prompt_reuse = S.o.no_prompt_reuse;
     char err[256];
     S.eng = engine_start(S.model, &ep, err, sizeof err);
     if (!S.eng) { fprintf(stderr, "mor-server: %s\n", err); mor_model_free(S.model); return 1; }

@@ -1016,12 +1016,13 @@ pub struct mor_server_params {
     pub abort_callback:
         ::std::option::Option<unsafe extern "C" fn(user_data: *mut ::std::os::raw::c_void) -> i32>,
     pub abort_user_data: *mut ::std::os::raw::c_void,
+    pub flags: u32,
 }
 #[test]
 fn bindgen_test_layout_mor_server_params() {
     assert_eq!(
         ::std::mem::size_of::<mor_server_params>(),
-        72usize,
+        80usize,
         concat!("Size of: ", stringify!(mor_server_params))
     );
     assert_eq!(
@@ -1250,7 +1251,26 @@ fn bindgen_test_layout_mor_server_params() {
         );
     }
     test_field_abort_user_data();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
 }
+pub const MOR_SERVE_NO_PROMPT_REUSE: _bindgen_ty_15 = 1;
+pub type _bindgen_ty_15 = u32;
 extern "C" {
     pub fn mor_server_params_init(p: *mut mor_server_params, size: usize);
 }
@@ -1290,6 +1310,9 @@ extern "C" {
 }
 extern "C" {
     pub fn mor_server_request_state(srv: *const mor_server, id: mor_request_id) -> i32;
+}
+extern "C" {
+    pub fn mor_server_request_cached(srv: *const mor_server, id: mor_request_id) -> i32;
 }
 extern "C" {
     pub fn mor_server_get_tokens(
