@@ -924,6 +924,17 @@ extern "C" {
 extern "C" {
     pub fn mor_sampler_reset(s: *mut mor_sampler);
 }
+extern "C" {
+    pub fn mor_logprobs(
+        logits: *const f32,
+        n_vocab: i32,
+        token: mor_token,
+        logprob_out: *mut f32,
+        k: i32,
+        top_tokens: *mut mor_token,
+        top_logprobs: *mut f32,
+    ) -> mor_status;
+}
 pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_9 = 1;
 pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_9 = 2;
 pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_9 = 4;
@@ -1001,12 +1012,22 @@ pub struct mor_server_params {
     pub abort_callback:
         ::std::option::Option<unsafe extern "C" fn(user_data: *mut ::std::os::raw::c_void) -> i32>,
     pub abort_user_data: *mut ::std::os::raw::c_void,
+    pub on_token_logits: ::std::option::Option<
+        unsafe extern "C" fn(
+            id: mor_request_id,
+            token: mor_token,
+            depth: i32,
+            logits: *const f32,
+            n_vocab: i32,
+            user_data: *mut ::std::os::raw::c_void,
+        ),
+    >,
 }
 #[test]
 fn bindgen_test_layout_mor_server_params() {
     assert_eq!(
         ::std::mem::size_of::<mor_server_params>(),
-        72usize,
+        80usize,
         concat!("Size of: ", stringify!(mor_server_params))
     );
     assert_eq!(
@@ -1235,6 +1256,23 @@ fn bindgen_test_layout_mor_server_params() {
         );
     }
     test_field_abort_user_data();
+    fn test_field_on_token_logits() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).on_token_logits) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(on_token_logits)
+            )
+        );
+    }
+    test_field_on_token_logits();
 }
 extern "C" {
     pub fn mor_server_params_init(p: *mut mor_server_params, size: usize);
