@@ -565,6 +565,25 @@ MOR_API void       mor_sampler_accept(mor_sampler *s, mor_token token);
 /* Forget the history and re-seed the PRNG with the params' seed. */
 MOR_API void       mor_sampler_reset(mor_sampler *s);
 
+/* Log-probabilities of the tokens under logits[0..n_vocab-1] (not
+ * modified): logprob(i) = logits[i] - log(sum_j exp(logits[j])), the
+ * log-softmax of the logits as given (no temperature, penalty or
+ * truncation: the model's own distribution when they are a context's
+ * logits), computed in double and rounded to float. A logit of -inf
+ * gives -inf. When logprob_out is not NULL, *logprob_out receives
+ * logprob(token). When k > 0, the k most likely tokens, most likely first
+ * (ties: the lower id first, as greedy sampling picks), go to
+ * top_tokens[0..k-1] and their log-probabilities to top_logprobs[0..k-1]
+ * (caller's arrays). The same bits on every platform (the sampler's
+ * arithmetic rules); allocates nothing; O(n_vocab log k). Errors, writing
+ * nothing: MOR_E_INVALID_ARG (NULL logits, n_vocab <= 0, k outside
+ * [0, n_vocab], a NULL array with k > 0, a NaN or +inf logit, every logit
+ * -inf), MOR_E_OUT_OF_RANGE (token outside [0, n_vocab) when logprob_out
+ * is not NULL; token is ignored otherwise). Thread-safe (it reads only its
+ * arguments). */
+MOR_API mor_status mor_logprobs(const float *logits, int32_t n_vocab, mor_token token, float *logprob_out,
+                                int32_t k, mor_token *top_tokens, float *top_logprobs);
+
 /* ------------------------------------------------------------------------ */
 /* Tokenizer                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -708,6 +727,15 @@ typedef struct mor_server_params {
     void    *abort_user_data;
     /* MOR_SERVE_* flags below; default 0 (prompt reuse on). */
     uint32_t flags;
+    /* Optional: as on_token, with the logits the token was sampled from:
+     * logits[0..n_vocab-1], the model's (mor_get_logits of a decode of the
+     * request alone), before the sampler's penalty, temperature and
+     * truncation; mor_logprobs gives their log-probabilities. Borrowed:
+     * valid during the call only. Called right after on_token for the same
+     * token when both are set; the same rules (the stepping thread, no call
+     * to the server). Default NULL. */
+    void   (*on_token_logits)(mor_request_id id, mor_token token, int32_t depth, const float *logits,
+                              int32_t n_vocab, void *user_data);
 } mor_server_params;
 
 /* mor_server_params.flags.

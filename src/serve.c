@@ -405,6 +405,7 @@ static void emit(mor_server *s, int32_t sl, const float *logits, int32_t depth)
     if (mor_sampler_sample(q->smp, logits, s->m->n_vocab, &t)) t = 0;
     q->out[q->n_out] = t; q->depth[q->n_out] = depth; q->n_out++;
     if (s->p.on_token) s->p.on_token(q->id, t, depth, s->p.user_data);
+    if (s->p.on_token_logits) s->p.on_token_logits(q->id, t, depth, logits, s->m->n_vocab, s->p.user_data);
     int stop = q->n_out >= q->max_tokens;
     for (int32_t i = 0; i < q->n_stop; i++) stop |= t == q->stop[i];
     if (stop) { q->state = MOR_REQ_DONE; slot_release(s, sl); return; }

@@ -7,7 +7,26 @@ const client = new OpenAI({ baseURL: process.env.MOR_URL, apiKey: "unused", maxR
 const model = "brown-mor";
 const prompt = "The jury said that";
 
+// MOR_CHAT_LOGPROBS=1 (a server with a chat template): chat's logprobs only,
+// whole and streamed, as the client parses them.
+async function chatLogprobs() {
+  const body = { model, messages: JSON.parse(process.env.MOR_MESSAGES), max_tokens: 20, seed: 4,
+                 logprobs: true, top_logprobs: 3 };
+  const c = await client.chat.completions.create(body);
+  const out = { content: c.choices[0].logprobs.content };
+  const s = await client.chat.completions.create({ ...body, stream: true });
+  out.streamed = [];
+  for await (const chunk of s) {
+    if (chunk.choices.length && chunk.choices[0].logprobs) out.streamed.push(...chunk.choices[0].logprobs.content);
+  }
+  return out;
+}
+
 (async () => {
+  if (process.env.MOR_CHAT_LOGPROBS) {
+    console.log(JSON.stringify(await chatLogprobs()));
+    return;
+  }
   const out = {};
   const models = await client.models.list();
   out.models = models.data.map((m) => m.id);
@@ -27,6 +46,15 @@ const prompt = "The jury said that";
   }
   out.streamed = text;
   out.stream_tokens = tokens;
+
+  const lp = await client.completions.create({ model, prompt, max_tokens: 10, seed: 9, logprobs: 3 });
+  out.logprobs = lp.choices[0].logprobs;
+  const ls = await client.completions.create({ model, prompt, max_tokens: 10, seed: 9, logprobs: 3, stream: true });
+  out.stream_logprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  for await (const chunk of ls) {
+    const l = chunk.choices.length && chunk.choices[0].logprobs;
+    if (l) for (const k of Object.keys(out.stream_logprobs)) out.stream_logprobs[k].push(...l[k]);
+  }
 
   try {
     await client.completions.create({ model, prompt: "x", temperature: 5 });

@@ -23,6 +23,7 @@ import ctypes
 import re
 import gc
 import json
+import math
 import os
 import struct
 import subprocess
@@ -531,6 +532,65 @@ class Serving(unittest.TestCase):
                     srv.run()
                 srv.router.set_max_depth(1)
                 self.assertEqual(srv.router.mode, mor.ROUTE_THRESHOLD)
+
+
+class Logprobs(unittest.TestCase):
+    def test_the_log_softmax_and_the_top_tokens(self):
+        logits = [1.0, 2.0, 3.0, float("-inf"), 2.0, -40.0, 0.5]
+        z = math.log(sum(math.exp(v) for v in logits if v != float("-inf")))
+        for tok, v in enumerate(logits):
+            r = mor.logprobs(logits, token=tok)
+            if v == float("-inf"):
+                self.assertEqual(r.logprob, float("-inf"))
+            else:
+                self.assertAlmostEqual(r.logprob, v - z, delta=1e-6 * max(1.0, abs(v - z)))
+            self.assertEqual(r.top, [])
+        r = mor.logprobs(logits, top=7)
+        self.assertIsNone(r.logprob)
+        self.assertEqual([t for t, _ in r.top], [2, 1, 4, 0, 6, 5, 3])   # ties (1, 4): the lower id first
+        for t, v in r.top:
+            self.assertEqual(v, mor.logprobs(logits, token=t).logprob)
+        self.assertEqual(mor.logprobs(logits, 2, top=1), (mor.logprobs(logits, 2).logprob, [(2, r.top[0][1])]))
+        big = [((i * 7919) % 1000) / 37.0 for i in range(5000)]   # many ties, heap order
+        r = mor.logprobs(big, top=20)
+        want = sorted(range(len(big)), key=lambda i: (-big[i], i))[:20]
+        self.assertEqual([t for t, _ in r.top], want)
+        self.assertAlmostEqual(sum(math.exp(v) for _, v in mor.logprobs(big, top=5000).top), 1.0, delta=1e-5)
+
+    def test_bad_input(self):
+        with self.assertRaises(mor.InvalidArgError):
+            mor.logprobs([0.0, float("nan")], top=1)
+        with self.assertRaises(mor.InvalidArgError):
+            mor.logprobs([float("-inf")] * 3, token=0)
+        with self.assertRaises(mor.OutOfRangeError):
+            mor.logprobs([0.0, 1.0], token=2)
+        with self.assertRaises(mor.InvalidArgError):
+            mor.logprobs([0.0, 1.0], top=3)
+        with self.assertRaises(mor.InvalidArgError):
+            mor.logprobs([0.0, 1.0], top=-1)
+        with self.assertRaises(ValueError):
+            mor.logprobs([])
+
+    def test_server_logits_are_those_of_a_decode_alone(self):
+        with mor.Model(Serving.PATH) as m:
+            prompt = [3, 17, 40, 2]
+            seen = []
+            with mor.Server(m, n_slots=2, on_token_logits=lambda rid, tok, d, lg: seen.append((rid, tok, lg))) as srv:
+                rid = srv.submit(prompt, max_tokens=5, temperature=0)
+                srv.submit([9, 8], max_tokens=3, temperature=0)
+                srv.run()
+                toks = srv.tokens(rid)[0]
+            self.assertEqual(len(seen), 8)
+            mine = [(tok, lg) for r, tok, lg in seen if r == rid]
+            self.assertEqual([tok for tok, _ in mine], toks)
+            with m.context(n_ctx=64) as ctx:
+                ctx.router.set_mode(mor.ROUTE_THRESHOLD)
+                ref = [ctx.logits(ctx.decode_tokens(prompt))]
+                for k, tok in enumerate(toks[:-1]):
+                    ref.append(ctx.logits(ctx.decode_tokens([tok], pos=len(prompt) + k)))
+            self.assertEqual([lg for _, lg in mine], ref)   # bitwise
+            for tok, lg in mine:
+                self.assertEqual(mor.logprobs(lg, top=1).top[0][0], tok)   # greedy: the most likely
 
 
 class Tokenizer(unittest.TestCase):

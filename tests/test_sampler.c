@@ -468,6 +468,66 @@ static void test_penalty(void)
     mor_sampler_free(s);
 }
 
+/* mor_logprobs: the log-softmax (against libm in double), the top k sorted
+ * best first with ties by id, the sampled token of a greedy draw first, and
+ * failures that write nothing. */
+static void test_logprobs(void)
+{
+    enum { N = 3001 };
+    static float l[N], top_lp[N];
+    static mor_token top[N];
+    static double p[N];
+    synth_logits(l, N, 77);   /* values in steps of 0.01: many ties */
+    l[5] = -INFINITY;
+    softmax(l, N, 1.0, p);
+    double worst = 0;
+    int all_ok = 1;
+    for (int i = 0; i < N; i++) {
+        float lp = 1;
+        all_ok &= mor_logprobs(l, N, i, &lp, 0, NULL, NULL) == MOR_OK;
+        if (i == 5) { all_ok &= lp == -INFINITY; continue; }
+        double d = fabs((double)lp - log(p[i]));
+        if (d > worst) worst = d;
+    }
+    CHECK(all_ok && worst < 2e-6, "mor_logprobs: the log-softmax within %.2g of libm's in double", worst);
+    CHECK(mor_logprobs(l, N, 0, NULL, N, top, top_lp) == MOR_OK, "mor_logprobs: k = n_vocab");
+    int sorted = top[N - 1] == 5, seen_all = 1;
+    static unsigned char seen[N];
+    for (int i = 0; i < N; i++) seen[top[i]]++;
+    for (int i = 0; i < N; i++) seen_all &= seen[i] == 1;
+    for (int i = 1; i < N; i++)
+        sorted &= l[top[i - 1]] > l[top[i]] || (l[top[i - 1]] == l[top[i]] && top[i - 1] < top[i]);
+    CHECK(sorted && seen_all, "mor_logprobs: every token once, best first, ties by the lower id, -inf last");
+    mor_token t20[20];
+    float lp20[20];
+    int same = mor_logprobs(l, N, 0, NULL, 20, t20, lp20) == MOR_OK;
+    for (int i = 0; i < 20; i++) same &= t20[i] == top[i] && lp20[i] == top_lp[i];
+    mor_sampler *g = make(0.0f, 0, 1.0f, 0.0f, 1);
+    CHECK(same && sample1(g, l, N) == t20[0], "mor_logprobs: the top 20 are the first 20 of all; greedy picks the first");
+    mor_sampler_free(g);
+    /* failures write nothing */
+    float keep = 42;
+    mor_token kt[2] = { -7, -7 };
+    float kl[2] = { 42, 42 };
+    float bad[3] = { 0, NAN, 1 };
+    int untouched = 1;
+    untouched &= mor_logprobs(bad, 3, 0, &keep, 2, kt, kl) == MOR_E_INVALID_ARG && strstr(mor_last_error(), "NaN");
+    untouched &= mor_logprobs(l, N, N, &keep, 2, kt, kl) == MOR_E_OUT_OF_RANGE;
+    untouched &= mor_logprobs(l, N, -1, &keep, 2, kt, kl) == MOR_E_OUT_OF_RANGE;
+    untouched &= mor_logprobs(l, 2, 0, &keep, 3, kt, kl) == MOR_E_INVALID_ARG;
+    untouched &= mor_logprobs(l, N, 0, &keep, -1, kt, kl) == MOR_E_INVALID_ARG;
+    untouched &= mor_logprobs(l, N, 0, &keep, 2, NULL, kl) == MOR_E_INVALID_ARG;
+    untouched &= mor_logprobs(NULL, N, 0, &keep, 2, kt, kl) == MOR_E_INVALID_ARG;
+    untouched &= mor_logprobs(l, 0, 0, &keep, 0, kt, kl) == MOR_E_INVALID_ARG;
+    float inf3[3] = { -INFINITY, -INFINITY, -INFINITY }, pinf[2] = { 0, INFINITY };
+    untouched &= mor_logprobs(inf3, 3, 0, &keep, 1, kt, kl) == MOR_E_INVALID_ARG;
+    untouched &= mor_logprobs(pinf, 2, 0, &keep, 1, kt, kl) == MOR_E_INVALID_ARG && strstr(mor_last_error(), "+inf");
+    CHECK(untouched && keep == 42 && kt[0] == -7 && kt[1] == -7 && kl[0] == 42 && kl[1] == 42,
+          "mor_logprobs: NaN, +inf, all -inf, bad token, k, NULL, n_vocab: refused, nothing written");
+    CHECK(mor_logprobs(l, N, 0, &keep, 0, NULL, NULL) == MOR_OK && mor_last_error()[0] == 0,
+          "mor_logprobs: success clears the error");
+}
+
 int main(void)
 {
     (void)check_maxdiff;
@@ -482,5 +542,6 @@ int main(void)
     test_distribution_at(1.8f);
     test_filters();
     test_penalty();
+    test_logprobs();
     return check_done();
 }

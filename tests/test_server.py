@@ -8,6 +8,7 @@ depthwise and sequence modes, and a drain on SIGTERM."""
 import concurrent.futures
 import http.client
 import json
+import math
 import os
 import re
 import shutil
@@ -157,6 +158,106 @@ def test_stream(srv):
             r["usage"]["prompt_tokens"] == 5 and r["usage"]["total_tokens"] == 8, "max_tokens 3: finish_reason length, usage")
 
 
+# ---- logprobs ----------------------------------------------------------------------
+
+def step_logprobs(prompt, n, seed, tmp, extra=()):
+    """mor-run's tokens for prompt, and the log-softmax (float64, computed
+    here) of the logits each was sampled from (mor-run --dump-step-logits):
+    the oracle of the server's logprobs."""
+    ids, _, flags = sl.mor_run(prompt, n, seed, extra)
+    path = os.path.join(tmp, "steps.f32")
+    subprocess.run([sl.RUN] + flags + ["--dump-step-logits", path], capture_output=True, check=True)
+    with open(path, "rb") as f:
+        data = f.read()
+    n_vocab = len(data) // 4 // len(ids)
+    rows = []
+    for i in range(len(ids)):
+        row = struct.unpack_from("<%df" % n_vocab, data, 4 * n_vocab * i)
+        mx = max(row)
+        lse = mx + math.log(sum(math.exp(v - mx) for v in row))
+        rows.append([v - lse for v in row])
+    return ids, rows
+
+
+def near(a, b):
+    """A float32 log-probability (as served) and its float64 oracle."""
+    return abs(a - b) <= 1e-6 + 2e-7 * abs(b)
+
+
+def top_of(row, k):
+    return sorted(range(len(row)), key=lambda i: (-row[i], i))[:k]
+
+
+def strip_ids(body):
+    """A response's bytes without what differs between two requests (the
+    values of id and created)."""
+    body = re.sub(rb'"id":"[^"]*"', b'"id":""', body, count=1)
+    return re.sub(rb'"created":[0-9]+', b'"created":0', body, count=1)
+
+
+def test_logprobs(srv, tmp):
+    prompt, n, seed = "The jury said that", 16, 7
+    ids, rows = step_logprobs(prompt, n, seed, tmp)
+    body = {"prompt": prompt, "max_tokens": n, "seed": seed, "temperature": 0.8, "top_k": 40, "top_p": 0.95,
+            "min_p": 0.05}
+    st, r = completion(srv, dict(body, logprobs=5))
+    ch = r["choices"][0]
+    lp = ch["logprobs"]
+    t.check(st == 200 and ch["mor"]["token_ids"] == ids and sorted(lp) == ["text_offset", "token_logprobs", "tokens",
+                                                                           "top_logprobs"] and
+            len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(lp["text_offset"]) == len(ids),
+            "completions logprobs 5: OpenAI's object, one entry per token; the tokens are mor-run's")
+    t.check(all(near(v, rows[i][ids[i]]) for i, v in enumerate(lp["token_logprobs"])),
+            "completions: each token_logprob is the log-softmax of the logits it was sampled from (mor-run "
+            "--dump-step-logits, float64 here)")
+    # top_logprobs: the 5 most likely, and the sampled token's (up to 6 keys), most likely first
+    ok_top = ok_sampled = True
+    for i, d in enumerate(lp["top_logprobs"]):
+        vals = list(d.values())
+        want = [rows[i][x] for x in top_of(rows[i], 5)]
+        ok_top &= vals[:5] == sorted(vals[:5], reverse=True) and all(near(a, b) for a, b in zip(vals[:5], want)) and \
+            len(d) in (5, 6)
+        ok_sampled &= lp["tokens"][i] in d and d[lp["tokens"][i]] == lp["token_logprobs"][i]
+    t.check(ok_top, "completions: top_logprobs holds the 5 most likely tokens' log-probabilities, in order")
+    t.check(ok_sampled, "completions: the sampled token is in its top_logprobs with its token_logprob")
+    off = [len("".join(lp["tokens"][:i])) for i in range(len(ids))]
+    t.check("".join(lp["tokens"]) == ch["text"] and lp["text_offset"] == off,
+            "completions: the tokens make the text; text_offset is where each starts in it")
+    # greedy: the sampled token is the most likely
+    gids, grows = step_logprobs(prompt, 12, 1, tmp, ["--temp", "0"])
+    st, g = completion(srv, {"prompt": prompt, "max_tokens": 12, "temperature": 0, "logprobs": 3})
+    gl = g["choices"][0]["logprobs"]
+    t.check(st == 200 and g["choices"][0]["mor"]["token_ids"] == gids and
+            all(next(iter(d)) == tok and d[tok] == v for d, tok, v in zip(gl["top_logprobs"], gl["tokens"], gl["token_logprobs"])) and
+            all(near(v, max(grows[i])) for i, v in enumerate(gl["token_logprobs"])),
+            "greedy: each token is the first of its top_logprobs, its logprob the largest")
+    # streamed: each chunk carries its token's logprobs, together those of the whole
+    st, ev = srv.stream("/v1/completions", dict(body, logprobs=5, stream=True))
+    chunks = [e["choices"][0] for e in ev[:-1]]
+    joined = {k: sum((c["logprobs"][k] for c in chunks if c["logprobs"]), []) for k in lp}
+    t.check(st == 200 and all(c["logprobs"] and len(c["logprobs"]["tokens"]) == 1 for c in chunks[:-1]) and
+            chunks[-1]["logprobs"] is None and joined == lp,
+            "completions streamed: one token's logprobs per chunk, together the same as not streamed")
+    # logprobs 0: the sampled token's alone; 20: twenty more
+    st0, z = completion(srv, dict(body, logprobs=0))
+    zl = z["choices"][0]["logprobs"]
+    st20, m = completion(srv, dict(body, logprobs=20))
+    ml = m["choices"][0]["logprobs"]
+    t.check(st0 == 200 and zl["token_logprobs"] == lp["token_logprobs"] and
+            all(d == {tok: v} for d, tok, v in zip(zl["top_logprobs"], zl["tokens"], zl["token_logprobs"])) and
+            st20 == 200 and all(len(d) in (20, 21) for d in ml["top_logprobs"]) and ml["token_logprobs"] == lp["token_logprobs"],
+            "completions logprobs 0: the sampled token's only; logprobs 20: 20 (+ the sampled one)")
+    # without logprobs, a request is answered as before, bit for bit
+    st1, _, plain = srv.request("POST", "/v1/completions", body)
+    st2, _, plain2 = srv.request("POST", "/v1/completions", dict(body, logprobs=None))
+    st3, _, plain3 = srv.request("POST", "/v1/completions", dict(body, logprobs=False))
+    p = json.loads(plain)
+    t.check(st1 == st2 == st3 == 200 and p["choices"][0]["logprobs"] is None and
+            strip_ids(plain) == strip_ids(plain2) == strip_ids(plain3) and b'"logprobs":null,' in plain and
+            p["choices"][0]["mor"] == ch["mor"] and p["choices"][0]["text"] == ch["text"],
+            "without logprobs (absent, null, false): \"logprobs\":null, the same bytes; asking for them changes no token")
+
+
 # ---- bad input ---------------------------------------------------------------------
 
 BAD = [
@@ -176,7 +277,12 @@ BAD = [
     ('{"prompt": "x", "unknown_field": 1}', 400, "unknown_field"),
     ('{"prompt": "x", "n": 2}', 400, "n"),
     ('{"prompt": "x", "echo": true}', 400, "echo"),
-    ('{"prompt": "x", "logprobs": 5}', 400, "logprobs"),
+    ('{"prompt": "x", "logprobs": -1}', 400, "logprobs"),
+    ('{"prompt": "x", "logprobs": 21}', 400, "logprobs"),
+    ('{"prompt": "x", "logprobs": 2.5}', 400, "logprobs"),
+    ('{"prompt": "x", "logprobs": "5"}', 400, "logprobs"),
+    ('{"prompt": "x", "logprobs": true}', 400, "logprobs"),
+    ('{"prompt": "x", "top_logprobs": 2}', 400, "top_logprobs"),
     ('{"prompt": "x", "frequency_penalty": 0.5}', 400, "frequency_penalty"),
     ('{"prompt": "x", "response_format": {"type": "json_object"}}', 400, "response_format"),
     ('{"prompt": "x", "tools": []}', 400, "tools"),
@@ -218,6 +324,18 @@ def test_errors(srv):
     st, e = srv.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})
     t.check(st == 400 and e["error"]["code"] == "chat_not_supported" and "chat template" in e["error"]["message"],
             "chat with a model without a chat template: a clear 400")
+    hi = [{"role": "user", "content": "Hi"}]
+    for body, param, says in [({"messages": hi, "logprobs": 1}, "logprobs", "boolean"),
+                              ({"messages": hi, "logprobs": True, "top_logprobs": 21}, "top_logprobs", "[0, 20]"),
+                              ({"messages": hi, "logprobs": True, "top_logprobs": -1}, "top_logprobs", "[0, 20]"),
+                              ({"messages": hi, "logprobs": True, "top_logprobs": "3"}, "top_logprobs", "integer"),
+                              ({"messages": hi, "logprobs": True, "top_logprobs": 1.5}, "top_logprobs", "integer"),
+                              ({"messages": hi, "top_logprobs": 2}, "top_logprobs", '"logprobs": true'),
+                              ({"messages": hi, "logprobs": False, "top_logprobs": 2}, "top_logprobs", '"logprobs": true')]:
+        st, e = srv.json("POST", "/v1/chat/completions", body)
+        t.check(st == 400 and e["error"]["param"] == param and says in e["error"]["message"],
+                "chat %s -> 400 naming %s: %s" % (json.dumps({k: v for k, v in body.items() if k != "messages"}), param,
+                                                  e["error"]["message"]))
     for body, what in [({"messages": []}, "empty messages"), ({"messages": [{"role": "tool", "content": "x"}]}, "role tool"),
                        ({"messages": [{"role": "user"}]}, "no content"), ({"messages": "hi"}, "not an array"),
                        ({"messages": [{"role": "user", "content": "x"}], "prompt": "y"}, "a completions field")]:
@@ -689,6 +807,67 @@ CHATML_JINJA = ("{% for message in messages %}{{'<|im_start|>' + message['role']
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Tell me about the jury."}]
 
 
+def token_bytes_ok(x):
+    """A chat logprobs entry's token and bytes agree: its UTF-8, or OpenAI's
+    "bytes:\\xNN..." when the bytes are not whole UTF-8."""
+    if x["token"].startswith("bytes:"):
+        try:
+            bytes(x["bytes"]).decode()
+            return False
+        except UnicodeDecodeError:
+            return x["token"] == "bytes:" + "".join("\\x%02x" % b for b in x["bytes"])
+    return x["bytes"] == list(x["token"].encode())
+
+
+def test_chat_logprobs(srv, c, chatml):
+    """Chat's logprobs: those of the completion of its chatml prompt (checked
+    against mor-run in test_logprobs), in chat's shape."""
+    body = {"messages": MESSAGES, "max_tokens": 20, "seed": 4}
+    st, r = srv.json("POST", "/v1/chat/completions", dict(body, logprobs=True, top_logprobs=3))
+    st2, p = completion(srv, {"prompt": chatml, "max_tokens": 20, "seed": 4, "stop": "<|im_end|>", "logprobs": 3})
+    ch, pl = r["choices"][0], p["choices"][0]["logprobs"]
+    content = ch["logprobs"]["content"]
+    t.check(st == 200 and ch["message"] == c["choices"][0]["message"] and ch["mor"] == c["choices"][0]["mor"] and
+            sorted(ch["logprobs"]) == ["content", "refusal"] and len(content) == len(ch["mor"]["token_ids"]) and
+            all(sorted(e) == ["bytes", "logprob", "token", "top_logprobs"] and len(e["top_logprobs"]) == 3 and
+                all(sorted(x) == ["bytes", "logprob", "token"] for x in e["top_logprobs"]) for e in content),
+            "chat logprobs true, top_logprobs 3: OpenAI's content entries, one per token, the same message")
+    t.check([e["token"] for e in content] == pl["tokens"] and [e["logprob"] for e in content] == pl["token_logprobs"] and
+            all([x["logprob"] for x in e["top_logprobs"]] == list(d.values())[:3] and
+                [x["token"] for x in e["top_logprobs"]] == list(d)[:3] for e, d in zip(content, pl["top_logprobs"])),
+            "chat: the values of the completion of its chatml prompt")
+    t.check(all([x["logprob"] for x in e["top_logprobs"]] == sorted((x["logprob"] for x in e["top_logprobs"]), reverse=True)
+                and e["top_logprobs"][0]["logprob"] >= e["logprob"] for e in content) and
+            all(token_bytes_ok(x) for e in content for x in [e] + e["top_logprobs"]) and
+            "".join(e["token"] for e in content).startswith(ch["message"]["content"]),
+            "chat: top_logprobs sorted, the first at least the token's; bytes are the token's UTF-8 (or, for a piece of "
+            "a character, \"bytes:\\xNN\" tokens)")
+    d = npm_openai()
+    if d:
+        env = dict(os.environ, NODE_PATH=os.path.join(d, "node_modules"), MOR_CHAT_LOGPROBS="1",
+                   MOR_MESSAGES=json.dumps(MESSAGES), MOR_URL="http://%s:%d/v1" % (srv.host, srv.port))
+        nr = subprocess.run(["node", os.path.join(t.ROOT, "tests", "openai_client.js")], capture_output=True, env=env,
+                            timeout=120 * sl.SLOW)
+        try:
+            out = json.loads(nr.stdout)
+        except ValueError:
+            out = {"error": nr.stderr.decode(errors="replace")[-400:]}
+        t.check(out.get("content") == content and out.get("streamed") == content,
+                "openai (Node): chat logprobs, whole and streamed, parsed as served %s" % out.get("error", ""))
+    st, ev = srv.stream("/v1/chat/completions", dict(body, logprobs=True, top_logprobs=3, stream=True))
+    streamed = sum((e["choices"][0]["logprobs"]["content"] for e in ev[:-1] if e["choices"][0]["logprobs"]), [])
+    t.check(st == 200 and streamed == content and ev[-2]["choices"][0]["logprobs"] is None,
+            "chat streamed: each chunk its token's entry, together the same as not streamed")
+    st, r0 = srv.json("POST", "/v1/chat/completions", dict(body, logprobs=True))
+    t.check(st == 200 and [e["logprob"] for e in r0["choices"][0]["logprobs"]["content"]] == [e["logprob"] for e in content]
+            and all(e["top_logprobs"] == [] for e in r0["choices"][0]["logprobs"]["content"]),
+            "chat logprobs true without top_logprobs: the tokens' logprobs, top_logprobs []")
+    st, _, plain = srv.request("POST", "/v1/chat/completions", body)
+    st2, _, plain2 = srv.request("POST", "/v1/chat/completions", dict(body, logprobs=False, top_logprobs=0))
+    t.check(st == st2 == 200 and strip_ids(plain) == strip_ids(plain2) and json.loads(plain)["choices"][0]["logprobs"] is None,
+            "chat without logprobs, or logprobs false (top_logprobs 0): logprobs null, the same bytes")
+
+
 def test_chat(tmp):
     chatml = "".join("<|im_start|>%s\n%s<|im_end|>\n" % (m["role"], m["content"]) for m in MESSAGES) + "<|im_start|>assistant\n"
     for how, args, model in [("--chat-template chatml", ["--chat-template", "chatml"], sl.MODEL),
@@ -713,6 +892,8 @@ def test_chat(tmp):
                     st4 == 400 and e4["error"]["param"] == "tools",
                     "chat: tools [], tool_choice none, response_format text are accepted and change nothing; "
                     "a tool is a 400 naming tools")
+        if model == sl.MODEL:
+            test_chat_logprobs(srv, c, chatml)
         st, ev = srv.stream("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 20, "seed": 4, "stream": True})
         text = "".join(e["choices"][0]["delta"].get("content", "") for e in ev[:-1])
         t.check(st == 200 and ev[0]["object"] == "chat.completion.chunk" and ev[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -875,6 +1056,10 @@ def test_node(srv):
     got = [struct.pack("<%df" % len(v), *v) for v in out["embeddings"]]
     t.check(got == want and out["embed_usage"] == e["usage"],
             "openai (Node): embeddings.create() (base64 on the wire): the floats of encoding_format float")
+    st, lp = completion(srv, {"prompt": "The jury said that", "max_tokens": 10, "seed": 9, "logprobs": 3})
+    t.check(out["logprobs"] == lp["choices"][0]["logprobs"] and out["stream_logprobs"] == out["logprobs"] and
+            len(out["logprobs"]["tokens"]) == 10,
+            "openai (Node): completions logprobs 3, whole and streamed, parsed as served")
 
 
 # ---- load -----------------------------------------------------------------------
@@ -983,6 +1168,7 @@ def main():
                   test_disconnect,
                   test_curl, test_node):
             f(srv)
+        test_logprobs(srv, tmp)
         t.check(srv.proc.poll() is None, "the server lived through every test")
         rc = srv.stop()
         t.check(rc == 0, "and stopped cleanly (exit status %d)" % rc)

@@ -30,6 +30,7 @@ _lib = _capi.lib
 
 __all__ = [
     "Model", "Context", "Batch", "Sampler", "Router", "KVCache", "Token", "RouterStats", "Server",
+    "logprobs", "Logprobs",
     "MorError", "LibraryError", "version", "build_info", "set_log", "max_recursions", "ABI_VERSION",
 ]
 
@@ -486,6 +487,49 @@ class Sampler(_Handle):
         _lib.mor_sampler_reset(self._p)
 
 
+def _logits_ptr(logits, what):
+    """(pointer, n_vocab, keep) of logits: a sequence of floats or (context, row)."""
+    if isinstance(logits, tuple):
+        ctx, row = logits
+        ptr = _lib.mor_get_logits(ctx._p, row)
+        if not ptr:
+            raise InvalidArgError(-1, "row %d of the last decode has no logits" % row)
+        return ptr, ctx.model.n_vocab, None
+    try:
+        a = array.array("f", logits)
+    except TypeError as e:
+        raise TypeError("%s: logits must be a sequence of numbers (%s)" % (what, e))
+    if len(a) == 0:
+        raise ValueError("%s: no logits" % what)
+    return (ctypes.c_float * len(a)).from_buffer(a), len(a), a
+
+
+Logprobs = collections.namedtuple("Logprobs", "logprob top")
+Logprobs.__doc__ = """mor_logprobs: logprob, the log-probability of the token asked for
+(None when none was), and top, the k most likely (token, logprob) pairs,
+most likely first (ties: lower id first)."""
+
+
+def logprobs(logits, token=None, top=0):
+    """The log-softmax of logits (a sequence of floats, or (context, row) for
+    a row of the last decode), as the model's distribution: the
+    log-probability of `token` and the `top` most likely tokens (mor_logprobs).
+    Raises InvalidArgError for NaN or +inf logits, OutOfRangeError for a
+    token outside the vocabulary."""
+    ptr, n, _keep = _logits_ptr(logits, "logprobs")
+    _capi.check_value(ctypes.c_int32, top, "top")
+    if token is not None:
+        _check_token(None, token)
+    lp = ctypes.c_float()
+    k = top
+    room = max(1, min(k, n))   # k outside [0, n]: refused by the library before it writes
+    ids = (ctypes.c_int32 * room)()
+    vals = (ctypes.c_float * room)()
+    _check(_lib.mor_logprobs(ptr, n, token if token is not None else 0,
+                             ctypes.byref(lp) if token is not None else None, k, ids, vals))
+    return Logprobs(lp.value if token is not None else None, [(ids[i], vals[i]) for i in range(k)])
+
+
 # ---------------------------------------------------------------------------
 # Context, with its Router and KVCache
 # ---------------------------------------------------------------------------
@@ -863,7 +907,9 @@ class Server(_Handle):
     once; n_ctx is the KV budget (a request waits in the queue until its
     prompt + max_tokens cells are free); exit_mode / exit_threshold: the
     confidence exits (EXIT_*, DEPTHWISE only). on_token(id, token, depth) is
-    called for each generated token, on the stepping thread; abort() returning
+    called for each generated token, on the stepping thread, and
+    on_token_logits(id, token, depth, logits) after it with a copy of the
+    logits the token was sampled from (array of float); abort() returning
     true stops a step, which then changes nothing. An exception raised in
     either is re-raised by the step that called it. prompt_reuse=False: a
     request never takes the K/V a finished one left in its slot (the tokens
@@ -871,7 +917,8 @@ class Server(_Handle):
     _kind = "server"
 
     def __init__(self, model, mode=None, n_slots=None, n_ctx=None, n_batch=None, n_threads=None, kv_mode=None,
-                 exit_mode=None, exit_threshold=None, on_token=None, abort=None, prompt_reuse=True):
+                 exit_mode=None, exit_threshold=None, on_token=None, abort=None, prompt_reuse=True,
+                 on_token_logits=None):
         sp = _capi.ServerParams()
         _lib.mor_server_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
         _capi.set_fields(sp, (("mode", mode), ("n_slots", n_slots), ("n_ctx", n_ctx), ("n_batch", n_batch),
@@ -890,6 +937,15 @@ class Server(_Handle):
                         self._exc = e
             sp.on_token = _capi.SERVER_TOKEN_FN(tok_trampoline)
             keep.append(sp.on_token)
+        if on_token_logits is not None:
+            def logits_trampoline(rid, token, depth, logits, n_vocab, _user):
+                if self._exc is None:
+                    try:
+                        on_token_logits(rid, token, depth, array.array("f", logits[:n_vocab]))
+                    except BaseException as e:   # noqa: BLE001 - re-raised by step()
+                        self._exc = e
+            sp.on_token_logits = _capi.SERVER_TOKEN_LOGITS_FN(logits_trampoline)
+            keep.append(sp.on_token_logits)
         if abort is not None:
             def abort_trampoline(_user):
                 try:

@@ -32,6 +32,7 @@ LOG_FN = CFUNCTYPE(None, c_int32, c_char_p, c_void_p)
 PROGRESS_FN = CFUNCTYPE(c_int32, c_float, c_void_p)
 ABORT_FN = CFUNCTYPE(c_int32, c_void_p)
 SERVER_TOKEN_FN = CFUNCTYPE(None, c_int32, c_int32, c_int32, c_void_p)
+SERVER_TOKEN_LOGITS_FN = CFUNCTYPE(None, c_int32, c_int32, c_int32, POINTER(c_float), c_int32, c_void_p)
 
 
 class ModelParams(Structure):
@@ -56,7 +57,8 @@ class ServerParams(Structure):
     _fields_ = [("size", c_uint32), ("mode", c_int32), ("n_slots", c_uint32), ("n_ctx", c_uint32),
                 ("n_batch", c_uint32), ("n_threads", c_int32), ("kv_mode", c_int32), ("exit_mode", c_int32),
                 ("exit_threshold", c_float), ("on_token", SERVER_TOKEN_FN), ("user_data", c_void_p),
-                ("abort_callback", ABORT_FN), ("abort_user_data", c_void_p), ("flags", c_uint32)]
+                ("abort_callback", ABORT_FN), ("abort_user_data", c_void_p), ("flags", c_uint32),
+                ("on_token_logits", SERVER_TOKEN_LOGITS_FN)]
 
 
 class RouterStats(Structure):
@@ -145,6 +147,7 @@ PROTOTYPES = {
     "mor_sampler_sample": (mor_status, [handle, P_f32, c_int32, POINTER(mor_token)]),
     "mor_sampler_accept": (None, [handle, mor_token]),
     "mor_sampler_reset": (None, [handle]),
+    "mor_logprobs": (mor_status, [P_f32, c_int32, mor_token, P_f32, c_int32, POINTER(mor_token), P_f32]),
     "mor_tokenize": (mor_status, [handle, c_char_p, c_size_t, c_uint32, POINTER(mor_token), c_int32, P_i32]),
     "mor_detokenize": (mor_status, [handle, POINTER(mor_token), c_int32, c_void_p, c_size_t, P_size]),
     "mor_token_to_piece": (mor_status, [handle, mor_token, c_void_p, c_size_t, P_size]),

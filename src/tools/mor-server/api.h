@@ -7,7 +7,9 @@
  * frequency_penalty: 0, logit_bias: {}, ...), so that a client that sends
  * them by default still works while one that relies on them gets a clear
  * 400 instead of a silently different answer. Any other field is refused.
- * The server's own extensions (llama.cpp's names): top_k, min_p,
+ * logprobs (chat: logprobs true and top_logprobs 0..20; completions:
+ * logprobs 0..20) asks for each token's log-probability and the most likely
+ * tokens'. The server's own extensions (llama.cpp's names): top_k, min_p,
  * repeat_penalty, repeat_last_n. Checks that need the model
  * (token ids < n_vocab, the context length) are the caller's. */
 #ifndef MORSRV_API_H
@@ -20,6 +22,7 @@ enum { API_COMPLETIONS, API_CHAT };
 
 #define API_MAX_STOP     16     /* stop strings per request */
 #define API_MAX_STOP_LEN 1024   /* bytes per stop string */
+#define API_MAX_LOGPROBS 20     /* top_logprobs (chat), logprobs (completions) */
 
 typedef struct {
     const char *role;           /* "system", "user", "assistant" (and "developer", as "system") */
@@ -50,6 +53,11 @@ typedef struct {
     size_t       stop_len[API_MAX_STOP];
     int          n_stop;
     int          stream, include_usage;
+    /* logprobs: chat's logprobs (bool) and top_logprobs, completions'
+     * logprobs (an integer: top_logprobs, and logprobs = 1) */
+    int          logprobs, top_logprobs_set;
+    int64_t      top_logprobs;
+    int32_t      n_logprobs;              /* -1: none, else how many of the most likely per token */
     int          test_hold;               /* 2 | hold when given: mor-server --test-hooks only (engine.h) */
 } api_request;
 

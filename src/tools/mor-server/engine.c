@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,7 @@ job *job_new(void)
     pthread_mutex_init(&j->mu, NULL);
     j->refs = 1;
     j->id = -1;
+    j->n_top = -1;
     MOR_SAMPLER_PARAMS_INIT(&j->sp);
     return j;
 }
@@ -72,6 +74,7 @@ void job_unref(job *j)
     ts_free(&j->ts);
     buf_free(&j->text);
     free(j->prompt); free(j->tokens); free(j->depths); free(j->text_end);
+    free(j->logprob); free(j->top_ids); free(j->top_logprob); free(j->text_offset);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -143,11 +146,22 @@ static void deactivate(engine *e, job *j)
 
 /* ---- the stream --------------------------------------------------------- */
 
-static void on_token(mor_request_id id, mor_token tok, int32_t depth, void *ud)
+static void on_token(mor_request_id id, mor_token tok, int32_t depth, const float *logits, int32_t n_vocab, void *ud)
 {
     engine *e = ud;
     job *j = find(e, id);
     if (!j || j->state != J_ACTIVE) return;
+    if (j->n_top >= 0) {
+        /* entry n_tokens: not the connection's to read before n_tokens grows
+         * (under mu, below). The logits were checked by the step: this
+         * cannot fail, but a failure would leave -inf, never garbage. */
+        int32_t n = j->n_tokens, k = j->n_top;
+        if (mor_logprobs(logits, n_vocab, tok, &j->logprob[n], k, k ? j->top_ids + (size_t)n * k : NULL,
+                         k ? j->top_logprob + (size_t)n * k : NULL)) {
+            j->logprob[n] = -HUGE_VALF;
+            for (int32_t i = 0; i < k; i++) { j->top_ids[(size_t)n * k + i] = tok; j->top_logprob[(size_t)n * k + i] = -HUGE_VALF; }
+        }
+    }
     int stop_token = 0;
     for (int32_t i = 0; i < j->n_stop_tokens; i++) stop_token |= tok == j->stop_tokens[i];
     char small[256], *bytes = small;
@@ -158,6 +172,10 @@ static void on_token(mor_request_id id, mor_token tok, int32_t depth, void *ud)
         mor_token_to_piece(e->model, tok, small, sizeof small, &len) == MOR_E_BUFFER_TOO_SMALL) {
         bytes = malloc(len);
         if (!bytes || mor_token_to_piece(e->model, tok, bytes, len, &len) != MOR_OK) { free(bytes); bytes = small; len = 0; }
+    }
+    if (j->n_top >= 0) {
+        j->text_offset[j->n_tokens] = j->n_chars;
+        for (size_t i = 0; i < len; i++) j->n_chars += ((unsigned char)bytes[i] & 0xC0) != 0x80;
     }
     const char *out;
     size_t n_out = ts_push(&j->ts, bytes, len, &out);
@@ -391,7 +409,7 @@ engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t
     sp.n_threads = p->n_threads;
     sp.kv_mode = p->kv_mode;
     if (p->no_prompt_reuse) sp.flags |= MOR_SERVE_NO_PROMPT_REUSE;
-    sp.on_token = on_token;
+    sp.on_token_logits = on_token;
     sp.user_data = e;
     mor_status st = mor_server_create(model, &sp, &e->srv);
     if (st) {
@@ -466,6 +484,14 @@ int engine_submit(engine *e, job *j, int32_t max_queue)
         j->depths = malloc(sizeof *j->depths * n);
         j->text_end = malloc(sizeof *j->text_end * n);
         if (!j->tokens || !j->depths || !j->text_end) return -3;
+        if (j->n_top >= 0) {
+            size_t k = (size_t)j->n_top;
+            j->logprob = malloc(sizeof *j->logprob * n);
+            j->text_offset = malloc(sizeof *j->text_offset * n);
+            j->top_ids = k ? malloc(sizeof *j->top_ids * n * k) : NULL;
+            j->top_logprob = k ? malloc(sizeof *j->top_logprob * n * k) : NULL;
+            if (!j->logprob || !j->text_offset || (k && (!j->top_ids || !j->top_logprob))) return -3;
+        }
     }
     pthread_mutex_lock(&e->mu);
     if (e->quit) { pthread_mutex_unlock(&e->mu); return -2; }

@@ -36,6 +36,9 @@ struct job {
     int                detok;            /* the model has a tokenizer: produce text */
     int                each_token;       /* wake the connection at every token (a stream),
                                             else only when the job has finished */
+    int32_t            n_top;            /* logprobs: -1 none, else the log-probability of
+                                            each token and of the n_top most likely
+                                            (mor_logprobs of the logits it was sampled from) */
     textstream         ts;               /* stop strings (then the engine's) */
     int                hold;             /* a test hook (mor-server --test-hooks): once this
                                             job has its first token the engine parks, stepping
@@ -51,6 +54,13 @@ struct job {
     mor_token *tokens;
     int32_t   *depths;
     size_t    *text_end;
+    float     *logprob;                  /* n_top >= 0: [max_tokens] */
+    mor_token *top_ids;                  /* n_top > 0: [max_tokens][n_top], best first */
+    float     *top_logprob;              /* n_top > 0: [max_tokens][n_top] */
+    int32_t   *text_offset;              /* n_top >= 0: [max_tokens], where token i's piece
+                                            starts in the text, in characters (UTF-8
+                                            lead bytes of the pieces before it) */
+    int32_t    n_chars;                  /* the engine's: lead bytes pushed so far */
     int32_t    n_tokens;
     buf        text;
     int        finish;                   /* FINISH_*, set once at the end */
@@ -103,7 +113,8 @@ void    engine_release_holds(engine *e);
 void    engine_stop(engine *e);
 
 /* A new job with one reference (the caller's); NULL when out of memory.
- * Fill prompt (malloc'd; the job frees it), the limits and the stop lists. */
+ * Fill prompt (malloc'd; the job frees it), the limits, the stop lists and
+ * n_top (job_new sets -1). */
 job    *job_new(void);
 void    job_unref(job *j);
 

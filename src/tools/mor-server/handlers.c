@@ -5,7 +5,8 @@
  *   (and llama.cpp's POST /tokenize, /detokenize, GET /props: llama_endpoints.c)
  * A generated token's recursion depth is in the extension object "mor" of
  * each choice: {"token_ids": [...], "depths": [...]}, per event when
- * streaming. */
+ * streaming; logprobs, when asked for, in OpenAI's "logprobs" of each choice
+ * (logprobs_object). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "json.h"
 #include "jsonw.h"
 #include "server.h"
+#include "utf8.h"
 
 static const char *const ep_names[EP_N] = { "completions", "chat_completions", "models", "health", "metrics",
                                             "tokenize", "detokenize", "props", "embeddings", "other" };
@@ -262,6 +264,143 @@ static void mor_object(jsonw *w, const job *j, int32_t a, int32_t b)
     jw_obj_end(w);
 }
 
+/* ---- logprobs, in OpenAI's shapes ----------------------------------------
+ * The values are the engine's (engine.h job.logprob): mor_logprobs of the
+ * logits each token was sampled from, the model's raw logits (docs/SERVING.md). */
+
+/* The bytes of token t as logprobs show it, into *b (reset first): its piece
+ * (mor_token_to_piece: its bytes inside the text; a control token's text);
+ * without a tokenizer, its id in decimal. */
+static void token_bytes(buf *b, mor_token t)
+{
+    size_t len = 0;
+    buf_reset(b);
+    if (!S.has_tokenizer) { buf_printf(b, "%d", (int)t); return; }
+    if (!buf_reserve(b, 64)) return;   /* cap - 1 bytes and the NUL */
+    mor_status st = mor_token_to_piece(S.model, t, b->p, b->cap - 1, &len);
+    if (st == MOR_E_BUFFER_TOO_SMALL && buf_reserve(b, len))
+        st = mor_token_to_piece(S.model, t, b->p, b->cap - 1, &len);
+    b->len = st == MOR_OK ? len : 0;
+    b->p[b->len] = 0;
+}
+
+/* A token's string: its bytes when they are valid UTF-8, else OpenAI's
+ * "bytes:\xNN..." (a piece of a character); into *out. */
+static void token_string(buf *out, const buf *bytes)
+{
+    const unsigned char *p = (const unsigned char *)bytes->p;
+    size_t i = 0;
+    buf_reset(out);
+    while (i < bytes->len) {
+        int n = utf8_seq(p + i, bytes->len - i);
+        if (n <= 0) break;
+        i += (size_t)n;
+    }
+    if (i == bytes->len) { buf_put(out, bytes->p, bytes->len); return; }
+    buf_puts(out, "bytes:");
+    for (i = 0; i < bytes->len; i++) buf_printf(out, "\\x%02x", p[i]);
+}
+
+/* A log-probability: a float; -inf (a token the model rules out) as -9999,
+ * JSON having no infinity. */
+static void jw_logprob(jsonw *w, float v) { jw_double(w, v > -9999.0f ? (double)v : -9999.0); }
+
+/* {"token", "logprob", "bytes"} of chat's entries and their top_logprobs */
+static void chat_token_fields(jsonw *w, mor_token t, float lp, buf *bytes, buf *str)
+{
+    token_bytes(bytes, t);
+    token_string(str, bytes);
+    jw_key(w, "token"); jw_strn(w, str->p ? str->p : "", str->len);
+    jw_key(w, "logprob"); jw_logprob(w, lp);
+    jw_key(w, "bytes");
+    jw_arr(w);
+    for (size_t i = 0; i < bytes->len; i++) jw_int(w, (unsigned char)bytes->p[i]);
+    jw_arr_end(w);
+}
+
+/* "logprobs" of tokens [a, b) of a choice (null without logprobs or
+ * tokens): chat {"content": [{token, logprob, bytes, top_logprobs: [...]}],
+ * "refusal": null}; completions {"tokens", "token_logprobs", "top_logprobs"
+ * (a dict per token: the n_top most likely and the token itself, OpenAI's
+ * "up to logprobs + 1"), "text_offset"}. */
+static void logprobs_object(jsonw *w, const reply *r, const job *j, int32_t a, int32_t b)
+{
+    jw_key(w, "logprobs");
+    if (j->n_top < 0 || b <= a) { jw_null(w); return; }
+    buf bytes = { 0 }, str = { 0 }, keys = { 0 };
+    const int32_t k = j->n_top;
+    jw_obj(w);
+    if (r->kind == API_CHAT) {
+        jw_key(w, "content");
+        jw_arr(w);
+        for (int32_t i = a; i < b; i++) {
+            jw_obj(w);
+            chat_token_fields(w, j->tokens[i], j->logprob[i], &bytes, &str);
+            jw_key(w, "top_logprobs");
+            jw_arr(w);
+            for (int32_t m = 0; m < k; m++) {
+                jw_obj(w);
+                chat_token_fields(w, j->top_ids[(size_t)i * k + m], j->top_logprob[(size_t)i * k + m], &bytes, &str);
+                jw_obj_end(w);
+            }
+            jw_arr_end(w);
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+        jw_key(w, "refusal"); jw_null(w);
+    } else {
+        jw_key(w, "tokens");
+        jw_arr(w);
+        for (int32_t i = a; i < b; i++) {
+            token_bytes(&bytes, j->tokens[i]);
+            token_string(&str, &bytes);
+            jw_strn(w, str.p ? str.p : "", str.len);
+        }
+        jw_arr_end(w);
+        jw_key(w, "token_logprobs");
+        jw_arr(w);
+        for (int32_t i = a; i < b; i++) jw_logprob(w, j->logprob[i]);
+        jw_arr_end(w);
+        jw_key(w, "top_logprobs");
+        jw_arr(w);
+        for (int32_t i = a; i < b; i++) {
+            /* keys once each: the first (most likely) of tokens with one string */
+            size_t ends[API_MAX_LOGPROBS + 1];
+            int n_keys = 0;
+            buf_reset(&keys);
+            jw_obj(w);
+            for (int32_t m = 0; m <= k; m++) {
+                mor_token t = m < k ? j->top_ids[(size_t)i * k + m] : j->tokens[i];
+                float lp = m < k ? j->top_logprob[(size_t)i * k + m] : j->logprob[i];
+                int in_top = 0;
+                for (int32_t q = 0; q < k && m == k; q++) in_top |= j->top_ids[(size_t)i * k + q] == t;
+                if (in_top) continue;
+                token_bytes(&bytes, t);
+                token_string(&str, &bytes);
+                int dup = 0;
+                for (int q = 0, at = 0; q < n_keys && !dup; at = (int)ends[q++])
+                    dup = ends[q] - (size_t)at == str.len && (!str.len || !memcmp(keys.p + at, str.p, str.len));
+                if (dup) continue;
+                buf_put(&keys, str.p ? str.p : "", str.len);
+                ends[n_keys++] = keys.len;
+                jw_keyn(w, str.p ? str.p : "", str.len);
+                jw_logprob(w, lp);
+            }
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+        jw_key(w, "text_offset");
+        jw_arr(w);
+        for (int32_t i = a; i < b; i++) jw_int(w, j->text_offset[i]);
+        jw_arr_end(w);
+    }
+    jw_obj_end(w);
+    if (!buf_ok(&bytes) || !buf_ok(&str) || !buf_ok(&keys)) w->b->err = 1;
+    buf_free(&bytes);
+    buf_free(&str);
+    buf_free(&keys);
+}
+
 /* One choice of a stream chunk: text [t0, t1) and tokens [a, b); finish
  * reason (or null). */
 static void chunk_choice(jsonw *w, const reply *r, const job *j, size_t t0, size_t t1, int32_t a, int32_t b,
@@ -280,7 +419,7 @@ static void chunk_choice(jsonw *w, const reply *r, const job *j, size_t t0, size
     } else {
         jw_key(w, "text"); jw_strn(w, j->text.p ? j->text.p + t0 : "", t1 - t0);
     }
-    jw_key(w, "logprobs"); jw_null(w);
+    logprobs_object(w, r, j, a, b);
     jw_key(w, "finish_reason"); if (finish) jw_str(w, finish); else jw_null(w);
     if (b > a) mor_object(w, j, a, b);
     jw_obj_end(w);
@@ -421,7 +560,7 @@ static void whole_reply(conn *c, request *rq, job *j, const reply *r)
     } else {
         jw_key(&w, "text"); jw_strn(&w, j->text.p ? j->text.p : "", j->text.len);
     }
-    jw_key(&w, "logprobs"); jw_null(&w);
+    logprobs_object(&w, r, j, 0, j->n_tokens);
     jw_key(&w, "finish_reason"); jw_str(&w, finish_name(j->finish));
     mor_object(&w, j, 0, j->n_tokens);
     jw_obj_end(&w);
@@ -497,6 +636,7 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
     j->detok = S.has_tokenizer;
     j->each_token = ar.stream;   /* a whole response waits for the end: no wake-up per token */
     j->hold = ar.test_hold & 1;
+    j->n_top = ar.n_logprobs;
     if (S.eos >= 0) j->stop_tokens[j->n_stop_tokens++] = S.eos;
     const char *stops[API_MAX_STOP + 1];
     size_t stop_len[API_MAX_STOP + 1];

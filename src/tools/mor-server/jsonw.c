@@ -91,6 +91,13 @@ void jw_key(jsonw *w, const char *key)
     w->after_key = 1;
 }
 
+void jw_keyn(jsonw *w, const char *key, size_t n)
+{
+    jw_strn(w, key, n);
+    buf_putc(w->b, ':');
+    w->after_key = 1;
+}
+
 void jw_int(jsonw *w, int64_t v)
 {
     sep(w);

@@ -27,6 +27,7 @@ void jw_obj_end(jsonw *w);
 void jw_arr(jsonw *w);
 void jw_arr_end(jsonw *w);
 void jw_key(jsonw *w, const char *key);
+void jw_keyn(jsonw *w, const char *key, size_t n);   /* a key of n bytes (any, escaped) */
 void jw_str(jsonw *w, const char *s);
 void jw_strn(jsonw *w, const char *s, size_t n);
 void jw_int(jsonw *w, int64_t v);

@@ -939,6 +939,17 @@ extern "C" {
 extern "C" {
     pub fn mor_sampler_reset(s: *mut mor_sampler);
 }
+extern "C" {
+    pub fn mor_logprobs(
+        logits: *const f32,
+        n_vocab: i32,
+        token: mor_token,
+        logprob_out: *mut f32,
+        k: i32,
+        top_tokens: *mut mor_token,
+        top_logprobs: *mut f32,
+    ) -> mor_status;
+}
 pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_11 = 1;
 pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_11 = 2;
 pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_11 = 4;
@@ -1017,12 +1028,22 @@ pub struct mor_server_params {
         ::std::option::Option<unsafe extern "C" fn(user_data: *mut ::std::os::raw::c_void) -> i32>,
     pub abort_user_data: *mut ::std::os::raw::c_void,
     pub flags: u32,
+    pub on_token_logits: ::std::option::Option<
+        unsafe extern "C" fn(
+            id: mor_request_id,
+            token: mor_token,
+            depth: i32,
+            logits: *const f32,
+            n_vocab: i32,
+            user_data: *mut ::std::os::raw::c_void,
+        ),
+    >,
 }
 #[test]
 fn bindgen_test_layout_mor_server_params() {
     assert_eq!(
         ::std::mem::size_of::<mor_server_params>(),
-        80usize,
+        88usize,
         concat!("Size of: ", stringify!(mor_server_params))
     );
     assert_eq!(
@@ -1268,6 +1289,23 @@ fn bindgen_test_layout_mor_server_params() {
         );
     }
     test_field_flags();
+    fn test_field_on_token_logits() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).on_token_logits) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(on_token_logits)
+            )
+        );
+    }
+    test_field_on_token_logits();
 }
 pub const MOR_SERVE_NO_PROMPT_REUSE: _bindgen_ty_15 = 1;
 pub type _bindgen_ty_15 = u32;
