@@ -76,18 +76,15 @@ def test_mor_run(srv):
         got = ch["mor"]["token_ids"]
         t.check(st == 200 and got == ids,
                 "'%s' seed %d: the tokens equal `mor-run %s --print-ids`" % (prompt, seed, " ".join(flags[2:])))
-        # mor-run --show-depth prints each token with the depth it ran as
-        # the next input; the server gives each token the depth of the step
-        # that produced it: the same numbers, one place later
+        # mor-run --show-depth and the server give each token the depth of
+        # the step that produced it: the same numbers in the same places
         want = prompt.encode()
         st2, events = srv.stream("/v1/completions", {"prompt": prompt, "max_tokens": n, "seed": seed, "stream": True})
         pieces = [e["choices"][0]["text"] for e in events[:-2]]
         deps = [e["choices"][0]["mor"]["depths"][0] for e in events[:-2]]
         for k, p in enumerate(pieces):
-            want += p.encode() + (b"[%d]" % deps[k + 1] if k + 1 < len(deps) else b"")
-        body = shown.rstrip(b"\n")
-        last = body.rfind(b"[")
-        t.check(st2 == 200 and body[:last] == want and ch["text"] == "".join(pieces) and
+            want += p.encode() + b"[%d]" % deps[k]
+        t.check(st2 == 200 and shown.rstrip(b"\n") == want and ch["text"] == "".join(pieces) and
                 deps == ch["mor"]["depths"],
                 "'%s' seed %d: text and depths equal `mor-run ... --show-depth`" % (prompt, seed))
     # the defaults are mor.h's sampler defaults; a seed fixes the output

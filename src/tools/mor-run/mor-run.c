@@ -45,7 +45,8 @@ static void usage(FILE *f)
         "  -n N                     tokens to generate (default 64 with a prompt, 0 with --dump-*);\n"
         "                           a prompt given as text stops early at the end-of-text token\n"
         "                           (whose text is not printed)\n"
-        "  --show-depth             print each generated token with its depth: text[d]\n"
+        "  --show-depth             print each generated token with its depth, the recursions of\n"
+        "                           the step that produced it (its input's): text[d], as mor-server\n"
         "  --print-ids              print the generated ids on one line instead of text\n"
         "  -q                       no statistics on stderr (the text is printed as without -q)\n"
         "  --embedding POOL         print the prompt's embedding instead of generating: a JSON array\n"
@@ -626,6 +627,11 @@ int main(int argc, char **argv)
     const mor_token eos = mor_model_token_eos(model);
     double t1 = now_s();
     const float *logits = mor_get_logits(R.ctx, R.n_prompt - 1);
+    /* A token's depth is that of the step that produced it: the recursions
+     * its input (the token before it) ran, as mor-server reports it; the
+     * first one's is the last prompt token's. */
+    int32_t made = 0;
+    if (mor_router_get_depths(router, R.depths, R.n_prompt) == R.n_prompt) made = R.depths[R.n_prompt - 1];
     while (n_gen < n_predict) {
         if (R.n_seq >= limit) {   /* no position left for the next token */
             if (!shifting) { stopped_at_limit = 1; break; }
@@ -659,11 +665,13 @@ int main(int argc, char **argv)
             mor_router_get_depths(router, &depth, 1);
             logits = mor_get_logits(R.ctx, 0);
         }
-        hist[depth < 16 ? depth : 16]++;
+        const int32_t produced = made;
+        made = depth;
+        hist[produced < 16 ? produced : 16]++;
         /* the end-of-text token ends a text prompt's generation; like the
          * server, it is counted and listed by --print-ids, its text not shown */
         int at_eos = eos >= 0 && t == eos && o->prompt;
-        if (!o->print_ids && !at_eos) print_piece(&R, t, depth);
+        if (!o->print_ids && !at_eos) print_piece(&R, t, produced);
         if (at_eos) { ended_at_eos = 1; break; }
     }
     double t_gen = now_s() - t1;
