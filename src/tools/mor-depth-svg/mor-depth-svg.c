@@ -10,6 +10,7 @@
 #include <string.h>
 #include "mor.h"
 #include "cli.h"
+#include "text.h"
 
 static void usage(FILE *f)
 {
@@ -93,10 +94,10 @@ int main(int argc, char **argv)
     mor_status st = mor_model_load_file(model, &mp, &m);
     if (st) { fprintf(stderr, "mor-depth-svg: %s\n", mor_last_error()); return 1; }
     int32_t n = 0;
-    mor_tokenize(m, text, tl, 0, NULL, 0, &n);
-    mor_token *toks = malloc(sizeof *toks * (size_t)(n + 1));
-    int32_t *depth = malloc(sizeof *depth * (size_t)(n + 1));
-    if (!toks || !depth || mor_tokenize(m, text, tl, 0, toks, n, &n)) { fprintf(stderr, "mor-depth-svg: tokenize failed\n"); return 1; }
+    mor_token *toks = NULL;
+    st = text_tokenize(m, text, tl, 0, &toks, &n);
+    int32_t *depth = st ? NULL : malloc(sizeof *depth * (size_t)(n + 1));
+    if (!depth) { fprintf(stderr, "mor-depth-svg: tokenizing failed: %s\n", st ? mor_last_error() : "out of memory"); return 1; }
     mor_context_params cp;
     MOR_CONTEXT_PARAMS_INIT(&cp);
     cp.n_ctx = (uint32_t)n + 8; cp.n_batch = (uint32_t)n; cp.n_threads = 2;

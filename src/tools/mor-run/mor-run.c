@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include "mor.h"
 #include "cli.h"
+#include "text.h"
 
 typedef struct {
     const char *model, *prompt, *ids, *dump_logits, *dump_routing, *dump_hidden, *dump_step_logits, *tokenize_file;
@@ -310,14 +311,10 @@ static int tokenize_file(const mor_model *m, const char *path)
     char *buf = read_all(path, &n);
     if (!buf) return 1;
     int32_t count = 0;
-    mor_status st = mor_tokenize(m, buf, n, MOR_TOKENIZE_PARSE_SPECIAL, NULL, 0, &count);
     mor_token *ids = NULL;
-    if (st == MOR_E_BUFFER_TOO_SMALL || st == MOR_OK) {
-        ids = malloc(sizeof *ids * (size_t)(count ? count : 1));
-        st = ids ? mor_tokenize(m, buf, n, MOR_TOKENIZE_PARSE_SPECIAL, ids, count, &count) : MOR_E_NOMEM;
-    }
+    mor_status st = text_tokenize(m, buf, n, MOR_TOKENIZE_PARSE_SPECIAL, &ids, &count);
     free(buf);
-    if (st) { free(ids); return lib_error(NULL, "tokenize", st); }
+    if (st) return lib_error(NULL, "tokenize", st);
     for (int32_t i = 0; i < count; i++) printf(i ? " %d" : "%d", ids[i]);
     printf("\n");
     free(ids);
@@ -527,19 +524,12 @@ int main(int argc, char **argv)
         R.prompt = parse_ids(o->ids, n_vocab, &R.n_prompt);
         if (!R.prompt) { run_free(&R); return 1; }
     } else {
-        int32_t cnt = 0;
-        size_t len = o->prompt_len;
         /* BOS where the model's texts start with it (SentencePiece models) */
         const uint32_t tf = MOR_TOKENIZE_PARSE_SPECIAL | (mor_model_add_bos(model) ? MOR_TOKENIZE_ADD_BOS : 0);
-        st = mor_tokenize(model, o->prompt, len, tf, NULL, 0, &cnt);
-        if (st && st != MOR_E_BUFFER_TOO_SMALL) { run_free(&R); return lib_error(NULL, "tokenizing the prompt", st); }
-        R.prompt = malloc(sizeof *R.prompt * (size_t)(cnt ? cnt : 1));
-        if (!R.prompt) { run_free(&R); return cli_error("out of memory"); }
-        if ((st = mor_tokenize(model, o->prompt, len, tf, R.prompt, cnt, &cnt))) {
+        if ((st = text_tokenize(model, o->prompt, o->prompt_len, tf, &R.prompt, &R.n_prompt))) {
             run_free(&R);
-            return lib_error(NULL, "tokenizing the prompt", st);
+            return st == MOR_E_NOMEM ? cli_error("out of memory") : lib_error(NULL, "tokenizing the prompt", st);
         }
-        R.n_prompt = cnt;
     }
     if (R.n_prompt == 0) { run_free(&R); cli_usage_error("the prompt has no tokens"); }
     const int dumping = o->dump_logits || o->dump_routing || o->dump_hidden;

@@ -21,6 +21,7 @@
 #include "json.h"
 #include "jsonw.h"
 #include "server.h"
+#include "text.h"
 
 #define MAX_INPUTS 2048   /* OpenAI's limit of inputs per request */
 
@@ -77,14 +78,8 @@ static int input_tokens(conn *c, request *rq, const json *v, size_t i, mor_token
         if (!S.has_tokenizer) { conn_error(c, rq, 400, "input", NULL, "the model has no tokenizer: give token ids"); return -1; }
         uint32_t flags = MOR_TOKENIZE_PARSE_SPECIAL | (S.add_bos ? MOR_TOKENIZE_ADD_BOS : 0);
         int32_t cnt = 0;
-        mor_status st = mor_tokenize(S.model, v->str, v->str_len, flags, NULL, 0, &cnt);
-        if ((st == MOR_OK || st == MOR_E_BUFFER_TOO_SMALL) && cnt > 0) {
-            *ids = malloc(sizeof **ids * (size_t)cnt);
-            st = *ids ? mor_tokenize(S.model, v->str, v->str_len, flags, *ids, cnt, &cnt) : MOR_E_NOMEM;
-        }
+        mor_status st = text_tokenize(S.model, v->str, v->str_len, flags, ids, &cnt);
         if (st) {
-            free(*ids);
-            *ids = NULL;
             conn_error(c, rq, st == MOR_E_NOMEM ? 500 : 400, "input", NULL, "tokenizing input[%zu] failed: %s", i,
                        mor_last_error());
             return -1;

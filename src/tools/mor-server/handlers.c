@@ -17,6 +17,7 @@
 #include "json.h"
 #include "jsonw.h"
 #include "server.h"
+#include "text.h"
 #include "utf8.h"
 
 static const char *const ep_names[EP_N] = { "completions", "chat_completions", "models", "health", "metrics",
@@ -202,16 +203,7 @@ static void handle_metrics(conn *c, request *rq)
 static mor_status tokenize(const char *text, size_t n, mor_token **out, int32_t *n_out)
 {
     uint32_t flags = MOR_TOKENIZE_PARSE_SPECIAL | (S.add_bos ? MOR_TOKENIZE_ADD_BOS : 0);
-    int32_t cnt = 0;
-    *out = NULL;
-    mor_status st = mor_tokenize(S.model, text, n, flags, NULL, 0, &cnt);
-    if (st != MOR_OK && st != MOR_E_BUFFER_TOO_SMALL) return st;
-    *out = malloc(sizeof(mor_token) * (size_t)(cnt ? cnt : 1));
-    if (!*out) return MOR_E_NOMEM;
-    st = mor_tokenize(S.model, text, n, flags, *out, cnt, &cnt);
-    if (st) { free(*out); *out = NULL; return st; }
-    *n_out = cnt;
-    return MOR_OK;
+    return text_tokenize(S.model, text, n, flags, out, n_out);
 }
 
 typedef struct {

@@ -12,6 +12,7 @@
 #include "json.h"
 #include "jsonw.h"
 #include "server.h"
+#include "text.h"
 #include "utf8.h"
 
 /* A boolean field: 1/0, the default when absent or null, -1 after a 400. */
@@ -63,11 +64,7 @@ void handle_tokenize(conn *c, request *rq, const char *body, size_t n)
     uint32_t flags = (special ? MOR_TOKENIZE_PARSE_SPECIAL : 0) | (add && S.add_bos ? MOR_TOKENIZE_ADD_BOS : 0);
     int32_t cnt = 0;
     mor_token *ids = NULL;
-    mor_status st = mor_tokenize(S.model, text->str, text->str_len, flags, NULL, 0, &cnt);
-    if (st == MOR_OK || st == MOR_E_BUFFER_TOO_SMALL) {
-        ids = malloc(sizeof *ids * (size_t)(cnt ? cnt : 1));
-        st = ids ? mor_tokenize(S.model, text->str, text->str_len, flags, ids, cnt, &cnt) : MOR_E_NOMEM;
-    }
+    mor_status st = text_tokenize(S.model, text->str, text->str_len, flags, &ids, &cnt);
     json_free(d);
     if (st) {
         free(ids);
@@ -122,11 +119,7 @@ void handle_detokenize(conn *c, request *rq, const char *body, size_t n)
     json_free(d);
     size_t len = 0;
     char *text = NULL;
-    mor_status st = mor_detokenize(S.model, ids, n_ids, NULL, 0, &len);
-    if (st == MOR_OK || st == MOR_E_BUFFER_TOO_SMALL) {
-        text = malloc(len ? len : 1);
-        st = text ? mor_detokenize(S.model, ids, n_ids, text, len, &len) : MOR_E_NOMEM;
-    }
+    mor_status st = text_detokenize(S.model, ids, n_ids, &text, &len);
     free(ids);
     if (st) { free(text); conn_error(c, rq, 500, NULL, NULL, "detokenizing failed: %s", mor_last_error()); return; }
     buf b = { 0 };
