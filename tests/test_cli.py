@@ -281,6 +281,73 @@ def context_shift():
     t.check(rc == 0 and "--max-pos" in err, "--ctx past the training context says which flag allows positions past it")
 
 
+# ggml type numbers (docs/FORMAT.md)
+F16, Q4_0, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 1, 2, 6, 7, 8, 10, 11, 12, 13, 14
+
+
+def expected_mix(mix, tensors, gqa):
+    """llama-quantize's choice per matrix for a k-quant mix without an importance matrix
+    (llama_tensor_get_type, restated), then its fallback for rows that are not whole blocks."""
+    base = {"q2_k_mix": Q2_K, "q3_k_s": Q3_K, "q3_k_m": Q3_K, "q3_k_l": Q3_K, "q4_k_s": Q4_K, "q4_k_m": Q4_K,
+            "q5_k_s": Q5_K, "q5_k_m": Q5_K, "q6_k_mix": Q6_K}[mix]
+    more = lambda i, n: i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2  # noqa: E731
+    names = [n for n in tensors if len(tensors[n][0]) == 2 and not n.startswith("rtr")]
+    tied = "output.weight" not in tensors
+    n_v = sum(n.endswith(".attn_v.weight") for n in names)
+    n_d = sum(n.endswith(".ffn_down.weight") for n in names)
+    i_v = i_d = 0
+    out = {}
+    for n in names:
+        cols = tensors[n][0][0]
+        t = base
+        if n == "output.weight" or (tied and n == "token_embd.weight"):
+            t = Q8_0 if cols % 256 else Q6_K
+        elif n == "token_embd.weight":
+            t = base
+        elif n.endswith(".attn_v.weight"):
+            t = {"q2_k_mix": Q4_K if gqa >= 4 else Q3_K, "q3_k_m": Q5_K if i_v < 2 else Q4_K, "q3_k_l": Q5_K}.get(mix, base)
+            if mix in ("q4_k_m", "q5_k_m") and more(i_v, n_v):
+                t = Q6_K
+            if mix == "q4_k_s" and i_v < 4:
+                t = Q5_K
+            i_v += 1
+        elif n.endswith(".ffn_down.weight"):
+            t = {"q2_k_mix": Q3_K, "q3_k_m": Q5_K if i_d < n_d // 16 else Q4_K, "q3_k_l": Q5_K}.get(mix, base)
+            if mix in ("q4_k_m", "q5_k_m") and more(i_d, n_d):
+                t = Q6_K
+            if mix == "q4_k_s" and i_d < n_d // 8:
+                t = Q5_K
+            i_d += 1
+        elif n.endswith(".attn_output.weight"):
+            t = {"q2_k_mix": Q3_K, "q3_k_m": Q4_K, "q3_k_l": Q5_K}.get(mix, base)
+        blk = 32 if t in (Q4_0, Q5_0, Q5_1, Q8_0) else 256
+        if cols % blk:
+            t = {Q2_K: Q4_0, Q3_K: Q4_0, Q4_K: Q5_0, Q5_K: Q5_1, Q6_K: Q8_0}.get(t, F16)
+        out[n] = t
+    return out
+
+
+def quantize_mixes(tmp):
+    """mor-quantize's k-quant mixes choose each matrix's type as llama-quantize does."""
+    with open(BROWN, "rb") as f:
+        src = t.gguf_layout(f.read())[4]
+    for mix in ("q2_k_mix", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k_mix"):
+        path = os.path.join(tmp, mix + ".gguf")
+        rc, out, err = run([tool("mor-quantize"), BROWN, path, mix])
+        if not t.check(rc == 0, "mor-quantize %s: written (%s)" % (mix, (out + err).strip()[:120])):
+            continue
+        with open(path, "rb") as f:
+            got = t.gguf_layout(f.read())[4]
+        want = expected_mix(mix, src, 2)   # the bundled model: 4 heads, 2 KV heads
+        types = {n: got[n][1] for n in want}
+        kept = all(got[n][1] == src[n][1] for n in src if n not in want)
+        rc2, _, _ = run([tool("mor-run"), "-m", path, "-p", "The jury", "-n", "4", "-q"])
+        t.check(types == want and kept and rc2 == 0,
+                "mor-quantize %s: every matrix in llama-quantize's type for it (%s), the rest kept, and it runs"
+                % (mix, ", ".join("%s %d" % (n.replace(".weight", ""), v) for n, v in sorted(want.items())
+                                  if v != want.get("blk.0.attn_q.weight"))[:150]))
+
+
 def embedding_output(tmp):
     """mor-run --embedding: the final norm's outputs of --dump-hidden, pooled and normalized (bitwise)."""
     import struct
@@ -421,6 +488,7 @@ def main():
         mor_run_output(tmp)
         context_shift()
         embedding_output(tmp)
+        quantize_mixes(tmp)
         help_texts()
         train(tmp)
         convert_progress(tmp)

@@ -14,6 +14,7 @@ ROOT is the repository, OUT the build output root (absolute): OUT/bin and
 OUT/lib hold what make built.
 """
 import os
+import struct
 import shutil
 import sys
 
@@ -112,3 +113,46 @@ def finish():
         print("# checks: %d passed, %d failed" % (_passed, _failed))
     sys.stdout.flush()
     sys.exit(1 if _failed else 0)
+
+
+def gguf_layout(data):
+    """(offset after the key-values, offset after the tensor infos, the data
+    section's start, alignment, {tensor: (dims, type, offset in the data)})."""
+    o = 8
+    n_t, n_kv = struct.unpack_from("<QQ", data, o)
+    o += 16
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    align = 32
+
+    def skip_val(o, vt):
+        if vt == 8:
+            n, = struct.unpack_from("<Q", data, o)
+            return o + 8 + n
+        if vt == 9:
+            at, n = struct.unpack_from("<IQ", data, o)
+            o += 12
+            for _ in range(n):
+                o = skip_val(o, at)
+            return o
+        return o + sizes[vt]
+    for _ in range(n_kv):
+        n, = struct.unpack_from("<Q", data, o)
+        k = data[o + 8:o + 8 + n]
+        o += 8 + n
+        vt, = struct.unpack_from("<I", data, o)
+        o += 4
+        if k == b"general.alignment":
+            align, = struct.unpack_from("<I", data, o)
+        o = skip_val(o, vt)
+    kv_end = o
+    tensors = {}
+    for _ in range(n_t):
+        n, = struct.unpack_from("<Q", data, o)
+        name = data[o + 8:o + 8 + n].decode()
+        o += 8 + n
+        nd, = struct.unpack_from("<I", data, o)
+        dims = struct.unpack_from("<%dQ" % nd, data, o + 4)
+        tt, off = struct.unpack_from("<IQ", data, o + 4 + 8 * nd)
+        tensors[name] = (dims, tt, off)
+        o += 4 + 8 * nd + 12
+    return kv_end, o, (o + align - 1) // align * align, align, tensors
