@@ -38,15 +38,9 @@ void layer_rope_cs(const mor_model *m, const layer_scratch *s, const int32_t *po
     }
 }
 
-mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_scratch *s,
-                         float *x, const int32_t *pos, const int32_t *seq, int32_t n)
-{
-    return layer_forward_rows(m, l, NULL, kv, s, x, pos, seq, n);
-}
-
 /* Row i's cache and LoRA layer: row_layer[i], or l for every row. */
 #define ROW_LAYER(i) (row_layer ? row_layer[i] : l)
-#define ROW_STORES(i) (kv_layer_stores(kv, ROW_LAYER(i)) && !(s->skip_store && s->skip_store[i]))
+#define ROW_STORES(i) (kv_layer_stores(kv, ROW_LAYER(i)) && !(rows->skip_store && rows->skip_store[i]))
 #define LORA(role, xin, ldx, y, ldy) lora_apply_exec(e, &s->lora, m, l, row_layer, role, xin, ldx, y, ldy, n)
 
 /* The norm of role r (RMSNorm, or LayerNorm with its bias role) over n rows
@@ -79,9 +73,10 @@ static void rope_rows(const mor_model *m, float *v, int32_t n_heads, const float
 /* The attention half: x += o(attn(norm(x))) (post-norms: x += norm(o(...))),
  * the rows' K/V appended to their cache layers first. Under the parallel
  * residual the FFN's input is normed here, before x changes. */
-static mor_status attention(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv, layer_scratch *s,
-                  float *x, const int32_t *pos, const int32_t *seq, int32_t n)
+static mor_status attention(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_scratch *s, float *x,
+                             const layer_rows *rows)
 {
+    const int32_t *row_layer = rows->layer, *pos = rows->pos, *seq = rows->seq, n = rows->n;
     const layer_weights *w = &m->layers[l];
     const model_arch *a = &m->arch;
     const int32_t d = m->n_embd, hd = m->head_dim, qd = m->n_head * hd, kvd = m->n_head_kv * hd;
@@ -89,8 +84,7 @@ static mor_status attention(const mor_model *m, int32_t l, const int32_t *row_la
     for (int32_t i = 0; i < n && !stores; i++) stores = ROW_STORES(i);
     exec_ctx *e = &s->exec;
     const kernel_set *k = e->k;
-    const float *cs = s->rope_cs;
-    s->rope_cs = NULL;   /* it describes these rows only */
+    const float *cs = rows->rope_cs;
     if (!cs) { layer_rope_cs(m, s, pos, n, s->cs_own); cs = s->cs_own; }
 
     norm_rows(m, k, w, ROLE_ATTN_NORM, s->xn, d, x, d, n);
@@ -148,9 +142,10 @@ static mor_status attention(const mor_model *m, int32_t l, const int32_t *row_la
 
 /* The feed-forward half: x += down(act(gate x) * up x) (ungated: down(act(up
  * x)); post-norms: x += norm(down(...))), on the normed input in s->xn. */
-static void feed_forward(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv, layer_scratch *s,
-                  float *x, const int32_t *pos, const int32_t *seq, int32_t n)
+static void feed_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_scratch *s, float *x,
+                         const layer_rows *rows)
 {
+    const int32_t *row_layer = rows->layer, n = rows->n;
     const layer_weights *w = &m->layers[l];
     const model_arch *a = &m->arch;
     const int32_t d = m->n_embd, F = m->n_ff;
@@ -195,12 +190,12 @@ static void feed_forward(const mor_model *m, int32_t l, const int32_t *row_layer
     }
 }
 
-mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv,
-                              layer_scratch *s, float *x, const int32_t *pos, const int32_t *seq, int32_t n)
+mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_scratch *s, float *x,
+                         const layer_rows *r)
 {
-    mor_status st = attention(m, l, row_layer, kv, s, x, pos, seq, n);
+    mor_status st = attention(m, l, kv, s, x, r);
     if (st) return st;
-    feed_forward(m, l, row_layer, kv, s, x, pos, seq, n);
+    feed_forward(m, l, kv, s, x, r);
     return MOR_OK;
 }
 #undef LORA

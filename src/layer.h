@@ -13,34 +13,33 @@ typedef struct {
     attn_dims dims;            /* the model's attention heads */
     lora_scratch lora;         /* the unfolded LoRA product's (lora.h) */
     float   *inv_freq;         /* [head_dim/2]: RoPE frequencies */
-    /* [n][head_dim] cos | sin of each row's RoPE angles for the next
-     * layer_forward only (it resets this to NULL), set by its caller
-     * (layer_rope_cs), or NULL: computed there into cs_own */
-    const float *rope_cs;
-    float   *cs_own;           /* [n_batch][head_dim] */
-    /* [n] or NULL, set by the caller for its calls: rows i with
-     * skip_store[i] != 0 store no K/V (their results are to be discarded) */
-    const uint8_t *skip_store;
+    float   *cs_own;           /* [n_batch][head_dim]: RoPE cos/sin computed here */
 } layer_scratch;
 
-/* x (n rows of n_embd) <- layer(x), in place. Rows carry their own position
- * and sequence. The rows' keys and values are appended to the cache of
- * unrolled layer l (unless the cache mode shares them from recursion 0; then
- * only queries are computed); every row then attends to the visible cells of
- * its sequence with position <= its own. MOR_E_KV_FULL if a cell is missing.
- * The work runs on s->exec's threads; s->rope_cs may carry the rows'
- * RoPE cos/sin (layer_rope_cs), else they are computed here. */
-mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_scratch *s,
-                         float *x, const int32_t *pos, const int32_t *seq, int32_t n);
+/* The rows of one layer call and what the caller knows of them. */
+typedef struct {
+    int32_t        n;
+    const int32_t *pos, *seq;      /* [n]: each row's position and sequence */
+    /* [n] or NULL (l for every row): row i appends to and attends over the
+     * cache (and depth-wise LoRA) of unrolled layer layer[i], for continuous
+     * depth-wise batching (serve.c). The weights are those of layer l: every
+     * layer[i] must have the same weights (tied block positions). Attention
+     * runs once per run of consecutive rows with the same layer, so callers
+     * group rows by layer. */
+    const int32_t *layer;
+    const float   *rope_cs;        /* [n][head_dim] cos | sin of the rows' RoPE
+                                      angles (layer_rope_cs), or NULL: computed */
+    const uint8_t *skip_store;     /* [n] or NULL: rows i with skip_store[i] != 0
+                                      store no K/V (their results are discarded) */
+} layer_rows;
 
-/* The same over rows whose cache (and depth-wise LoRA) layer differs: row i
- * appends to and attends over the cache of unrolled layer row_layer[i]
- * (NULL: l for every row), for continuous depth-wise batching (serve.c).
- * The weights are those of layer l: every row_layer[i] must have the same
- * weights as l (tied block positions). Attention runs once per run of
- * consecutive rows with the same layer, so callers group rows by layer. */
-mor_status layer_forward_rows(const mor_model *m, int32_t l, const int32_t *row_layer, mor_kv_cache *kv,
-                              layer_scratch *s, float *x, const int32_t *pos, const int32_t *seq, int32_t n);
+/* x (r->n rows of n_embd) <- layer l(x), in place. The rows' keys and values
+ * are appended to their cache layers (unless the cache mode shares them from
+ * recursion 0; then only queries are computed); every row then attends to
+ * the visible cells of its sequence with position <= its own.
+ * MOR_E_KV_FULL if a cell is missing. The work runs on s->exec's threads. */
+mor_status layer_forward(const mor_model *m, int32_t l, mor_kv_cache *kv, layer_scratch *s, float *x,
+                         const layer_rows *r);
 
 /* cs[i] (head_dim floats: cos then sin of the half-dim angles) for the n
  * positions pos, as k_rope computes them. */

@@ -113,8 +113,8 @@ mor_status rec_layers(rec_engine *e, const int32_t *list, int32_t n, int32_t l0,
     for (int32_t l = l0; l < l1; l++) {
         mor_status st = poll(e);
         capture(e, list, n);
-        e->ls->rope_cs = e->gcs;
-        if (!st) st = layer_forward(e->m, l, e->kv, e->ls, e->gx, e->gpos, e->gseq, n);
+        const layer_rows rows = { n, e->gpos, e->gseq, NULL, e->gcs, NULL };
+        if (!st) st = layer_forward(e->m, l, e->kv, e->ls, e->gx, &rows);
         if (st) return st;
     }
     for (int32_t t = 0; t < n; t++) memcpy(rec_x(e, list[t]), e->gx + (size_t)t * d, sizeof(float) * (size_t)d);
@@ -226,11 +226,9 @@ mor_status rec_pass(rec_engine *e, const int32_t *list, int32_t n)
         for (int32_t t = 0; t < n; t++) e->glayer[t] = model_layer_of(m, rec_at(e, list[t])->rec, j);
         for (int32_t t0 = 0, t1; t0 < n; t0 = t1) {   /* runs of rows with the same weights */
             for (t1 = t0 + 1; t1 < n && same_weights(m, e->glayer[t0], e->glayer[t1]); t1++) {}
-            e->ls->rope_cs = e->gcs + (size_t)t0 * hd;
-            e->ls->skip_store = e->gskip + t0;
-            st = layer_forward_rows(m, e->glayer[t0], e->glayer + t0, e->kv, e->ls, e->gx + (size_t)t0 * d,
-                                    e->gpos + t0, e->gseq + t0, t1 - t0);
-            e->ls->skip_store = NULL;
+            const layer_rows rows = { t1 - t0, e->gpos + t0, e->gseq + t0, e->glayer + t0,
+                                      e->gcs + (size_t)t0 * hd, e->gskip + t0 };
+            st = layer_forward(m, e->glayer[t0], e->kv, e->ls, e->gx + (size_t)t0 * d, &rows);
             if (st) return st;
         }
     }
@@ -261,8 +259,8 @@ mor_status rec_finish(rec_engine *e, const int32_t *list, int32_t n, const int32
     for (int32_t l = m->n_layer - m->coda; l < m->n_layer; l++) {
         mor_status st = poll(e);
         capture(e, list, n);
-        e->ls->rope_cs = e->gcs;
-        if (!st) st = layer_forward(m, l, e->kv, e->ls, e->gx, e->gpos, e->gseq, n);
+        const layer_rows rows = { n, e->gpos, e->gseq, NULL, e->gcs, NULL };
+        if (!st) st = layer_forward(m, l, e->kv, e->ls, e->gx, &rows);
         if (st) return st;
     }
     /* Nothing can fail from here on. The final norm, of every row when

@@ -6,7 +6,7 @@
  *   DEPTHWISE (continuous depth-wise batching): tokens are rows that live
  *     across steps. A step (1) embeds the entering rows and runs the unique
  *     first layers over them, (2) runs the shared block once over every
- *     row still recursing, whatever its recursion (layer_forward_rows: same
+ *     row still recursing, whatever its recursion (layer_forward with a per-row layer: same
  *     weights, per-row cache layer and LoRA), (3) decides after each
  *     recursion whether the row goes on (THRESHOLD router, depth cap,
  *     confidence; a row not taken where the recursion caches every token's
