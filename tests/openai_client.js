@@ -68,6 +68,10 @@ async function chatLogprobs() {
     out.chat_status = e.status;
   }
 
+  // n > 1: the choices in index order
+  const nc = await client.completions.create({ model, prompt, max_tokens: 5, seed: 9, n: 2 });
+  out.n_texts = nc.choices.map((c) => [c.index, c.text]);
+
   // embeddings: the client asks for base64 and decodes it to floats
   const e = await client.embeddings.create({ model, input: [prompt, "In the morning"] });
   out.embeddings = e.data.map((d) => Array.from(d.embedding));

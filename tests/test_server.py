@@ -272,7 +272,9 @@ BAD = [
     ('{"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}', 400, "stop"),
     ('{"prompt": "x", "stream": "yes"}', 400, "stream"),
     ('{"prompt": "x", "unknown_field": 1}', 400, "unknown_field"),
-    ('{"prompt": "x", "n": 2}', 400, "n"),
+    ('{"prompt": "x", "n": 9}', 400, "n"),
+    ('{"prompt": "x", "n": 0}', 400, "n"),
+    ('{"prompt": "x", "n": "2"}', 400, "n"),
     ('{"prompt": "x", "echo": true}', 400, "echo"),
     ('{"prompt": "x", "logprobs": -1}', 400, "logprobs"),
     ('{"prompt": "x", "logprobs": 21}', 400, "logprobs"),
@@ -473,6 +475,39 @@ def test_prompt_reuse(srv):
     t.check([x[1]["choices"] for x in f] == [r1["choices"], r2["choices"], r3["choices"]] and
             all(x[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 for x in f),
             "prompt reuse: the responses of a --no-prompt-reuse server, bit for bit (which reuses nothing)")
+
+
+# ---- n > 1 ------------------------------------------------------------------------------
+
+def test_n_choices(srv):
+    body = {"prompt": "The jury said that", "max_tokens": 8, "seed": 21, "temperature": 0.9}
+    st, r = completion(srv, dict(body, n=3))
+    alone = [completion(srv, dict(body, seed=21 + i))[1]["choices"][0] for i in range(3)]
+    ch = r["choices"] if st == 200 else []
+    t.check(st == 200 and [c["index"] for c in ch] == [0, 1, 2] and
+            [(c["text"], c["mor"]["token_ids"], c["finish_reason"]) for c in ch] ==
+            [(a["text"], a["mor"]["token_ids"], a["finish_reason"]) for a in alone],
+            "n 3: three choices, choice i the request alone with seed + i")
+    t.check(st == 200 and r["usage"]["prompt_tokens"] == 5 and
+            r["usage"]["completion_tokens"] == sum(len(c["mor"]["token_ids"]) for c in ch) and
+            r["usage"]["total_tokens"] == 5 + r["usage"]["completion_tokens"],
+            "n 3: usage counts the prompt once and every choice's tokens")
+    st, ev = srv.stream("/v1/completions", dict(body, n=3, stream=True, stream_options={"include_usage": True}))
+    ok = st == 200 and ev[-1] == "[DONE]"
+    text = {}
+    finish = {}
+    for e in ev[:-1]:
+        for c in e["choices"]:
+            text[c["index"]] = text.get(c["index"], "") + c["text"]
+            if c["finish_reason"]:
+                finish[c["index"]] = c["finish_reason"]
+    usage = [e for e in ev[:-1] if not e["choices"]]
+    t.check(ok and [text.get(i) for i in range(3)] == [c["text"] for c in ch] and
+            [finish.get(i) for i in range(3)] == [c["finish_reason"] for c in ch] and
+            len(usage) == 1 and usage[0]["usage"]["completion_tokens"] == r["usage"]["completion_tokens"],
+            "n 3 streamed: each index's events make its choice; one usage chunk")
+    chat_st, _ = srv.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "n": 2})
+    t.check(chat_st == 400, "n 2 in chat on a model without a chat template: still the template's 400")
 
 
 # ---- llama.cpp's own endpoints ---------------------------------------------------------
@@ -1008,6 +1043,9 @@ def test_node(srv):
     t.check(out["bad_status"] == 400 and out["bad_param"] == "temperature", "openai (Node): a bad value is a BadRequestError (400)")
     t.check(out["chat_status"] == 400, "openai (Node): chat on a model without a template: 400")
     t.check(out["abort_ok"], "openai (Node): an aborted stream ends without an error on the server")
+    st, nr = completion(srv, {"prompt": "The jury said that", "max_tokens": 5, "seed": 9, "n": 2})
+    t.check(st == 200 and out["n_texts"] == [[c["index"], c["text"]] for c in nr["choices"]],
+            "openai (Node): completions.create({n: 2}): both choices, as served")
     st, e = srv.json("POST", "/v1/embeddings", {"input": ["The jury said that", "In the morning"]})
     want = [struct.pack("<%df" % len(d["embedding"]), *d["embedding"]) for d in e["data"]] if st == 200 else None
     got = [struct.pack("<%df" % len(v), *v) for v in out["embeddings"]]
@@ -1120,7 +1158,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="morsrv.")
     try:
         srv = sl.Server(["--slots", "4", "--max-body", "65536", "--test-hooks"])
-        for f in (test_basics, test_mor_run, test_stream, test_prompt_reuse, test_errors, test_http, test_llama_endpoints,
+        for f in (test_basics, test_mor_run, test_stream, test_prompt_reuse, test_n_choices, test_errors, test_http, test_llama_endpoints,
                   test_embeddings,
                   test_disconnect,
                   test_curl, test_node):

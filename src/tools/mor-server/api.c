@@ -56,7 +56,7 @@ static int get_bool(const json *v, const char *k, int *out, api_error *err)
 static int neutral(const json *v, const char *k, api_error *err)
 {
     int ok = v->type == JSON_NULL;
-    if (!strcmp(k, "n") || !strcmp(k, "best_of")) ok |= v->type == JSON_NUMBER && v->num == 1;
+    if (!strcmp(k, "best_of")) ok |= v->type == JSON_NUMBER && v->num == 1;
     else if (!strcmp(k, "echo") || !strcmp(k, "parallel_tool_calls")) ok |= v->type == JSON_BOOL && (!v->boolean || k[0] == 'p');
     else if (!strcmp(k, "frequency_penalty") || !strcmp(k, "presence_penalty")) ok |= v->type == JSON_NUMBER && v->num == 0;
     else if (!strcmp(k, "logit_bias")) ok |= v->type == JSON_OBJECT && v->n == 0;
@@ -196,9 +196,9 @@ static const struct { const char *name; char kinds; } fields[] = {
     { "min_p", 'B' }, { "seed", 'B' }, { "stop", 'B' }, { "stream", 'B' }, { "stream_options", 'B' },
     { "repeat_penalty", 'B' }, { "repeat_last_n", 'B' }, { "user", 'B' },
     { "test_hold", 'B' },   /* a test hook: handlers.c refuses it unless mor-server --test-hooks */
-    { "logprobs", 'B' }, { "top_logprobs", 'H' },
+    { "logprobs", 'B' }, { "top_logprobs", 'H' }, { "n", 'B' },
     /* OpenAI's, accepted with their neutral value only */
-    { "n", 'B' }, { "best_of", 'C' }, { "echo", 'C' },
+    { "best_of", 'C' }, { "echo", 'C' },
     { "frequency_penalty", 'B' }, { "presence_penalty", 'B' }, { "logit_bias", 'B' }, { "suffix", 'C' },
     { "response_format", 'B' }, { "tools", 'H' }, { "tool_choice", 'H' }, { "parallel_tool_calls", 'H' },
 };
@@ -243,6 +243,7 @@ static int field(api_request *r, const char *k, const json *v, api_error *err)
     }
     if (!strcmp(k, "top_logprobs")) { r->top_logprobs_set = 1; return get_int(v, k, 0, API_MAX_LOGPROBS, &r->top_logprobs, err); }
     if (!strcmp(k, "stop")) return parse_stop(v, r, err);
+    if (!strcmp(k, "n")) return get_int(v, k, 1, API_MAX_N, &r->n, err);
     if (!strcmp(k, "stream")) return get_bool(v, k, &r->stream, err);
     if (!strcmp(k, "test_hold")) {
         int hold = 0;
@@ -300,6 +301,7 @@ int api_parse(int kind, const char *body, size_t len, api_request *r, api_error 
         goto fail;
     }
     r->n_logprobs = r->logprobs ? (int32_t)r->top_logprobs : -1;
+    if (!r->n) r->n = 1;
     if (r->include_usage & 2) {
         if (!r->stream) { bad(err, "stream_options", "'stream_options' is only allowed with \"stream\": true"); goto fail; }
         r->include_usage &= 1;

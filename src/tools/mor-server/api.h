@@ -23,6 +23,7 @@ enum { API_COMPLETIONS, API_CHAT };
 #define API_MAX_STOP     16     /* stop strings per request */
 #define API_MAX_STOP_LEN 1024   /* bytes per stop string */
 #define API_MAX_LOGPROBS 20     /* top_logprobs (chat), logprobs (completions) */
+#define API_MAX_N        8      /* choices of one request (n) */
 
 typedef struct {
     const char *role;           /* "system", "user", "assistant" (and "developer", as "system") */
@@ -59,6 +60,7 @@ typedef struct {
     int64_t      top_logprobs;
     int32_t      n_logprobs;              /* -1: none, else how many of the most likely per token */
     int          test_hold;               /* 2 | hold when given: mor-server --test-hooks only (engine.h) */
+    int64_t      n;                       /* choices, 1..API_MAX_N (default 1) */
 } api_request;
 
 typedef struct {

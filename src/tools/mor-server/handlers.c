@@ -215,16 +215,22 @@ typedef struct {
 
 static const char *finish_name(int f) { return f == FINISH_STOP ? "stop" : f == FINISH_LENGTH ? "length" : NULL; }
 
-static void usage_object(jsonw *w, const job *j)
+/* The usage of a request's n choices: the prompt counted once (OpenAI's),
+ * the completions summed; cached_tokens of the first choice (each choice
+ * decodes the prompt in its own slot; the first one's reuse is the
+ * request's). */
+static void usage_object(jsonw *w, job *const *js, int n)
 {
+    int64_t gen = 0;
+    for (int i = 0; i < n; i++) gen += js[i]->n_tokens;
     jw_key(w, "usage");
     jw_obj(w);
-    jw_key(w, "prompt_tokens"); jw_int(w, j->n_prompt);
-    jw_key(w, "completion_tokens"); jw_int(w, j->n_tokens);
-    jw_key(w, "total_tokens"); jw_int(w, j->n_prompt + j->n_tokens);
+    jw_key(w, "prompt_tokens"); jw_int(w, js[0]->n_prompt);
+    jw_key(w, "completion_tokens"); jw_int(w, gen);
+    jw_key(w, "total_tokens"); jw_int(w, js[0]->n_prompt + gen);
     jw_key(w, "prompt_tokens_details");   /* OpenAI's: the prompt tokens a cache gave */
     jw_obj(w);
-    jw_key(w, "cached_tokens"); jw_int(w, j->n_cached);
+    jw_key(w, "cached_tokens"); jw_int(w, js[0]->n_cached);
     jw_obj_end(w);
     jw_obj_end(w);
 }
@@ -395,13 +401,13 @@ static void logprobs_object(jsonw *w, const reply *r, const job *j, int32_t a, i
 
 /* One choice of a stream chunk: text [t0, t1) and tokens [a, b); finish
  * reason (or null). */
-static void chunk_choice(jsonw *w, const reply *r, const job *j, size_t t0, size_t t1, int32_t a, int32_t b,
-                         const char *finish, int role)
+static void chunk_choice(jsonw *w, const reply *r, const job *j, int index, size_t t0, size_t t1, int32_t a,
+                         int32_t b, const char *finish, int role)
 {
     jw_key(w, "choices");
     jw_arr(w);
     jw_obj(w);
-    jw_key(w, "index"); jw_int(w, 0);
+    jw_key(w, "index"); jw_int(w, index);
     if (r->kind == API_CHAT) {
         jw_key(w, "delta");
         jw_obj(w);
@@ -433,7 +439,66 @@ static int sse(conn *c, request *rq, const char *data, size_t n)
     return conn_send(c, o->p, o->len);
 }
 
-static void stream_reply(conn *c, request *rq, job *j, const reply *r, int include_usage)
+/* Stream choice `index` (job j) until it ends or the client goes; its
+ * finish (FINISH_*). A chat choice's first event carries the role. */
+static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r, buf *b, int32_t *sent)
+{
+    jsonw w;
+    int finish = FINISH_NONE, role = r->kind == API_CHAT;
+    *sent = 0;
+    while (!c->gone) {
+        pthread_mutex_lock(&j->mu);
+        j->signalled = 0;
+        finish = j->finish;
+        int32_t n = j->n_tokens;
+        buf_reset(b);
+        /* one event per token: its text and depth */
+        for (int32_t i = *sent; i < n; i++) {
+            size_t t0 = i ? j->text_end[i - 1] : 0;
+            jw_init(&w, b);
+            jw_obj(&w);
+            head_fields(&w, r, 1);
+            chunk_choice(&w, r, j, index, t0, j->text_end[i], i, i + 1, NULL, role);
+            jw_obj_end(&w);
+            role = 0;
+            buf_putc(b, 0);   /* a separator (JSON has no raw NUL): sent one by one below, unlocked */
+        }
+        int32_t from = *sent;
+        *sent = n;
+        pthread_mutex_unlock(&j->mu);
+        if (!buf_ok(b)) { c->gone = 1; break; }
+        for (size_t at = 0; from < n && at < b->len && !c->gone;) {
+            size_t len = strlen(b->p + at);
+            sse(c, rq, b->p + at, len);
+            at += len + 1;
+        }
+        if (finish != FINISH_NONE || c->gone) break;
+        if (conn_wait(c, j) < 0) break;
+    }
+    if (c->gone) return finish;
+    buf_reset(b);
+    jw_init(&w, b);
+    jw_obj(&w);
+    if (finish == FINISH_STOP || finish == FINISH_LENGTH) {
+        head_fields(&w, r, 1);
+        chunk_choice(&w, r, j, index, 0, 0, 0, 0, finish_name(finish), role);
+    } else {
+        jw_key(&w, "error");
+        jw_obj(&w);
+        jw_key(&w, "message"); jw_str(&w, finish == FINISH_CANCELLED ? "the server is shutting down" : j->error);
+        jw_key(&w, "type"); jw_str(&w, "server_error");
+        jw_key(&w, "param"); jw_null(&w);
+        jw_key(&w, "code"); jw_null(&w);
+        jw_obj_end(&w);
+    }
+    jw_obj_end(&w);
+    sse(c, rq, b->p, b->len);
+    return finish;
+}
+
+/* n choices streamed one after the other (each choice's events carry its
+ * index; the others run meanwhile and their tokens wait in their jobs). */
+static void stream_reply(conn *c, request *rq, job *const *js, int n_jobs, const reply *r, int include_usage)
 {
     buf b = { 0 };
     jsonw w;
@@ -443,64 +508,23 @@ static void stream_reply(conn *c, request *rq, job *j, const reply *r, int inclu
                "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%sConnection: %s\r\n\r\n", mor_version_string(),
                rq->minor ? "Transfer-Encoding: chunked\r\n" : "", rq->keep_alive ? "keep-alive" : "close");
     conn_send(c, b.p, b.len);
-    int32_t sent = 0;
-    int finish = FINISH_NONE, role = r->kind == API_CHAT;
-    while (!c->gone) {
-        pthread_mutex_lock(&j->mu);
-        j->signalled = 0;
-        finish = j->finish;
-        int32_t n = j->n_tokens;
-        buf_reset(&b);
-        /* one event per token: its text and depth */
-        for (int32_t i = sent; i < n; i++) {
-            size_t t0 = i ? j->text_end[i - 1] : 0;
-            jw_init(&w, &b);
-            jw_obj(&w);
-            head_fields(&w, r, 1);
-            chunk_choice(&w, r, j, t0, j->text_end[i], i, i + 1, NULL, role);
-            jw_obj_end(&w);
-            role = 0;
-            buf_putc(&b, 0);   /* a separator (JSON has no raw NUL): sent one by one below, unlocked */
-        }
-        int32_t from = sent;
-        sent = n;
-        pthread_mutex_unlock(&j->mu);
-        if (!buf_ok(&b)) { c->gone = 1; break; }
-        for (size_t at = 0; from < n && at < b.len && !c->gone;) {
-            size_t len = strlen(b.p + at);
-            sse(c, rq, b.p + at, len);
-            at += len + 1;
-        }
-        if (finish != FINISH_NONE || c->gone) break;
-        if (conn_wait(c, j) < 0) break;
+    int32_t sent = 0, total = 0;
+    int ok = 1;
+    for (int i = 0; i < n_jobs && !c->gone; i++) {
+        int f = stream_choice(c, rq, js[i], i, r, &b, &sent);
+        total += sent;
+        ok &= f == FINISH_STOP || f == FINISH_LENGTH;
     }
     if (c->gone) {
-        engine_cancel(S.eng, j);
+        for (int i = 0; i < n_jobs; i++) engine_cancel(S.eng, js[i]);
     } else {
-        buf_reset(&b);
-        jw_init(&w, &b);
-        jw_obj(&w);
-        if (finish == FINISH_STOP || finish == FINISH_LENGTH) {
-            head_fields(&w, r, 1);
-            chunk_choice(&w, r, j, 0, 0, 0, 0, finish_name(finish), role);
-        } else {
-            jw_key(&w, "error");
-            jw_obj(&w);
-            jw_key(&w, "message"); jw_str(&w, finish == FINISH_CANCELLED ? "the server is shutting down" : j->error);
-            jw_key(&w, "type"); jw_str(&w, "server_error");
-            jw_key(&w, "param"); jw_null(&w);
-            jw_key(&w, "code"); jw_null(&w);
-            jw_obj_end(&w);
-        }
-        jw_obj_end(&w);
-        sse(c, rq, b.p, b.len);
-        if (include_usage && (finish == FINISH_STOP || finish == FINISH_LENGTH)) {
+        if (include_usage && ok) {
             buf_reset(&b);
             jw_init(&w, &b);
             jw_obj(&w);
             head_fields(&w, r, 1);
             jw_key(&w, "choices"); jw_arr(&w); jw_arr_end(&w);
-            usage_object(&w, j);
+            usage_object(&w, js, n_jobs);
             jw_obj_end(&w);
             sse(c, rq, b.p, b.len);
         }
@@ -510,30 +534,34 @@ static void stream_reply(conn *c, request *rq, job *j, const reply *r, int inclu
     count_request(r->kind == API_CHAT ? EP_CHAT : EP_COMPLETIONS, 200);
     if (!S.o.quiet)
         fprintf(stderr, "mor-server: %s \"%s %s\" 200 stream prompt=%d tokens=%d %.3fs%s\n", c->peer, rq->method,
-                rq->path, j->n_prompt, sent, engine_now() - rq->t_start, c->gone ? " (client gone: cancelled)" : "");
+                rq->path, js[0]->n_prompt, total, engine_now() - rq->t_start, c->gone ? " (client gone: cancelled)" : "");
     buf_free(&b);
 }
 
-static void whole_reply(conn *c, request *rq, job *j, const reply *r)
+static void whole_reply(conn *c, request *rq, job *const *js, int n_jobs, const reply *r)
 {
-    for (;;) {
-        pthread_mutex_lock(&j->mu);
-        j->signalled = 0;
-        int f = j->finish;
-        pthread_mutex_unlock(&j->mu);
-        if (f != FINISH_NONE) break;
-        if (conn_wait(c, j) < 0) {
-            engine_cancel(S.eng, j);
-            count_request(endpoint_of(rq->path), 499);
-            if (!S.o.quiet)
-                fprintf(stderr, "mor-server: %s \"%s %s\" client gone: cancelled %.3fs\n", c->peer, rq->method,
-                        rq->path, engine_now() - rq->t_start);
-            return;
+    for (int i = 0; i < n_jobs; i++)
+        for (;;) {
+            job *j = js[i];
+            pthread_mutex_lock(&j->mu);
+            j->signalled = 0;
+            int f = j->finish;
+            pthread_mutex_unlock(&j->mu);
+            if (f != FINISH_NONE) break;
+            if (conn_wait(c, j) < 0) {
+                for (int k = 0; k < n_jobs; k++) engine_cancel(S.eng, js[k]);
+                count_request(endpoint_of(rq->path), 499);
+                if (!S.o.quiet)
+                    fprintf(stderr, "mor-server: %s \"%s %s\" client gone: cancelled %.3fs\n", c->peer, rq->method,
+                            rq->path, engine_now() - rq->t_start);
+                return;
+            }
         }
-    }
     /* the engine writes nothing more to a finished job */
-    if (j->finish == FINISH_CANCELLED) { conn_error(c, rq, 503, NULL, NULL, "the server is shutting down"); return; }
-    if (j->finish == FINISH_ERROR) { conn_error(c, rq, 500, NULL, NULL, "%s", j->error); return; }
+    for (int i = 0; i < n_jobs; i++) {
+        if (js[i]->finish == FINISH_CANCELLED) { conn_error(c, rq, 503, NULL, NULL, "the server is shutting down"); return; }
+        if (js[i]->finish == FINISH_ERROR) { conn_error(c, rq, 500, NULL, NULL, "%s", js[i]->error); return; }
+    }
     buf b = { 0 };
     jsonw w;
     jw_init(&w, &b);
@@ -541,26 +569,66 @@ static void whole_reply(conn *c, request *rq, job *j, const reply *r)
     head_fields(&w, r, 0);
     jw_key(&w, "choices");
     jw_arr(&w);
-    jw_obj(&w);
-    jw_key(&w, "index"); jw_int(&w, 0);
-    if (r->kind == API_CHAT) {
-        jw_key(&w, "message");
+    for (int i = 0; i < n_jobs; i++) {
+        const job *j = js[i];
         jw_obj(&w);
-        jw_key(&w, "role"); jw_str(&w, "assistant");
-        jw_key(&w, "content"); jw_strn(&w, j->text.p ? j->text.p : "", j->text.len);
+        jw_key(&w, "index"); jw_int(&w, i);
+        if (r->kind == API_CHAT) {
+            jw_key(&w, "message");
+            jw_obj(&w);
+            jw_key(&w, "role"); jw_str(&w, "assistant");
+            jw_key(&w, "content"); jw_strn(&w, j->text.p ? j->text.p : "", j->text.len);
+            jw_obj_end(&w);
+        } else {
+            jw_key(&w, "text"); jw_strn(&w, j->text.p ? j->text.p : "", j->text.len);
+        }
+        logprobs_object(&w, r, j, 0, j->n_tokens);
+        jw_key(&w, "finish_reason"); jw_str(&w, finish_name(j->finish));
+        mor_object(&w, j, 0, j->n_tokens);
         jw_obj_end(&w);
-    } else {
-        jw_key(&w, "text"); jw_strn(&w, j->text.p ? j->text.p : "", j->text.len);
     }
-    logprobs_object(&w, r, j, 0, j->n_tokens);
-    jw_key(&w, "finish_reason"); jw_str(&w, finish_name(j->finish));
-    mor_object(&w, j, 0, j->n_tokens);
-    jw_obj_end(&w);
     jw_arr_end(&w);
-    usage_object(&w, j);
+    usage_object(&w, js, n_jobs);
     jw_obj_end(&w);
     send_json(c, rq, 200, &b);
     buf_free(&b);
+}
+
+/* One choice's job: a copy of the prompt, the request's limits, stops,
+ * sampling with `seed`, logprobs; NULL when out of memory. */
+static job *make_job(const api_request *ar, int kind, const mor_token *prompt, int32_t n_prompt, int64_t max_tokens,
+                     uint64_t seed)
+{
+    job *j = job_new();
+    if (!j) return NULL;
+    j->prompt = malloc(sizeof *prompt * (size_t)n_prompt);
+    if (!j->prompt) { job_unref(j); return NULL; }
+    memcpy(j->prompt, prompt, sizeof *prompt * (size_t)n_prompt);
+    j->n_prompt = n_prompt;
+    j->max_tokens = (int32_t)max_tokens;
+    j->detok = S.has_tokenizer;
+    j->each_token = ar->stream;   /* a whole response waits for the end: no wake-up per token */
+    j->hold = ar->test_hold & 1;
+    j->n_top = ar->n_logprobs;
+    if (S.eos >= 0) j->stop_tokens[j->n_stop_tokens++] = S.eos;
+    const char *stops[API_MAX_STOP + 1];
+    size_t stop_len[API_MAX_STOP + 1];
+    int n_stops = ar->n_stop;
+    memcpy(stops, ar->stop, sizeof(char *) * (size_t)ar->n_stop);
+    memcpy(stop_len, ar->stop_len, sizeof(size_t) * (size_t)ar->n_stop);
+    if (kind == API_CHAT) {
+        if (S.chat_end_token >= 0) j->stop_tokens[j->n_stop_tokens++] = S.chat_end_token;
+        else { stops[n_stops] = chat_end_marker(S.chat_family); stop_len[n_stops] = strlen(stops[n_stops]); n_stops++; }
+    }
+    if (ts_init(&j->ts, stops, stop_len, n_stops)) { job_unref(j); return NULL; }
+    if (ar->temperature_set) j->sp.temperature = (float)ar->temperature;
+    if (ar->top_p_set) j->sp.top_p = (float)ar->top_p;
+    if (ar->top_k_set) j->sp.top_k = (int32_t)ar->top_k;
+    if (ar->min_p_set) j->sp.min_p = (float)ar->min_p;
+    if (ar->repeat_penalty_set) j->sp.repeat_penalty = (float)ar->repeat_penalty;
+    if (ar->repeat_last_n_set) j->sp.repeat_last_n = (int32_t)ar->repeat_last_n;
+    j->sp.seed = seed;
+    return j;
 }
 
 static void handle_generate(conn *c, request *rq, const char *body, size_t n, int kind)
@@ -571,7 +639,8 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
         conn_error(c, rq, ae.status, ae.param, NULL, "%s", ae.msg);
         return;
     }
-    job *j = NULL;
+    job *js[API_MAX_N];
+    int n_jobs = 0;
     buf text = { 0 };
     mor_token *prompt = NULL;
     int32_t n_prompt = 0;
@@ -619,45 +688,30 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
                    (long long)(max_tokens > 0 ? max_tokens : 0));
         goto done;
     }
-    j = job_new();
-    if (!j) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
-    j->prompt = prompt;
-    prompt = NULL;
-    j->n_prompt = n_prompt;
-    j->max_tokens = (int32_t)max_tokens;
-    j->detok = S.has_tokenizer;
-    j->each_token = ar.stream;   /* a whole response waits for the end: no wake-up per token */
-    j->hold = ar.test_hold & 1;
-    j->n_top = ar.n_logprobs;
-    if (S.eos >= 0) j->stop_tokens[j->n_stop_tokens++] = S.eos;
-    const char *stops[API_MAX_STOP + 1];
-    size_t stop_len[API_MAX_STOP + 1];
-    int n_stops = ar.n_stop;
-    memcpy(stops, ar.stop, sizeof(char *) * (size_t)ar.n_stop);
-    memcpy(stop_len, ar.stop_len, sizeof(size_t) * (size_t)ar.n_stop);
-    if (kind == API_CHAT) {
-        if (S.chat_end_token >= 0) j->stop_tokens[j->n_stop_tokens++] = S.chat_end_token;
-        else { stops[n_stops] = chat_end_marker(S.chat_family); stop_len[n_stops] = strlen(stops[n_stops]); n_stops++; }
+    /* n choices: n jobs with seeds seed, seed + 1, ... (choice i is the
+     * request alone with seed + i); each decodes the prompt in its own slot */
+    const uint64_t seed = ar.seed_set ? ar.seed : next_random();
+    for (n_jobs = 0; n_jobs < (int)ar.n; n_jobs++) {
+        js[n_jobs] = make_job(&ar, kind, prompt, n_prompt, max_tokens, seed + (uint64_t)n_jobs);
+        if (!js[n_jobs]) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
     }
-    if (ts_init(&j->ts, stops, stop_len, n_stops)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
-    if (ar.temperature_set) j->sp.temperature = (float)ar.temperature;
-    if (ar.top_p_set) j->sp.top_p = (float)ar.top_p;
-    if (ar.top_k_set) j->sp.top_k = (int32_t)ar.top_k;
-    if (ar.min_p_set) j->sp.min_p = (float)ar.min_p;
-    if (ar.repeat_penalty_set) j->sp.repeat_penalty = (float)ar.repeat_penalty;
-    if (ar.repeat_last_n_set) j->sp.repeat_last_n = (int32_t)ar.repeat_last_n;
-    j->sp.seed = ar.seed_set ? ar.seed : next_random();
-    int r = engine_submit(S.eng, j, S.o.max_queue);
-    if (r == -1) { conn_error(c, rq, 503, NULL, "server_busy", "%d requests are waiting already (--max-queue)", S.o.max_queue); goto done; }
-    if (r == -2) { conn_error(c, rq, 503, NULL, NULL, "the server is shutting down"); goto done; }
-    if (r == -3) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
+    for (int i = 0; i < n_jobs; i++) {
+        int r = engine_submit(S.eng, js[i], S.o.max_queue);
+        if (r) {
+            for (int k = 0; k < i; k++) engine_cancel(S.eng, js[k]);
+            if (r == -1) conn_error(c, rq, 503, NULL, "server_busy", "%d requests are waiting already (--max-queue)", S.o.max_queue);
+            else if (r == -2) conn_error(c, rq, 503, NULL, NULL, "the server is shutting down");
+            else conn_error(c, rq, 500, NULL, NULL, "out of memory");
+            goto done;
+        }
+    }
     reply rp = { kind, "", (int64_t)time(NULL), NULL };
     uint64_t rid = next_random();
     snprintf(rp.id, sizeof rp.id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : "cmpl", rid);
-    if (ar.stream) stream_reply(c, rq, j, &rp, ar.include_usage);
-    else whole_reply(c, rq, j, &rp);
+    if (ar.stream) stream_reply(c, rq, js, n_jobs, &rp, ar.include_usage);
+    else whole_reply(c, rq, js, n_jobs, &rp);
 done:
-    job_unref(j);
+    for (int i = 0; i < n_jobs; i++) job_unref(js[i]);
     free(prompt);
     buf_free(&text);
     api_request_free(&ar);
