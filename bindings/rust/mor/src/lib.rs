@@ -635,6 +635,18 @@ impl<'m> Context<'m> {
         }
     }
 
+    /// Sequence `seq`'s embedding from the last decode: its rows' final
+    /// hidden states pooled (`last`: the last row, else the mean), scaled to
+    /// unit length when `normalize` (capture_hidden only; mor_embeddings_seq).
+    pub fn embeddings(&self, seq: i32, last: bool, normalize: bool) -> Result<Vec<f32>> {
+        let n = self.model.n_embd();
+        let mut out = vec![0f32; n.max(0) as usize];
+        let pool = if last { sys::MOR_POOL_LAST } else { sys::MOR_POOL_MEAN } as i32;
+        let flags = if normalize { sys::MOR_EMBD_NORMALIZE } else { 0 } as u32;
+        check(unsafe { sys::mor_embeddings_seq(self.ptr.as_ptr(), seq, pool, flags, out.as_mut_ptr(), n) })?;
+        Ok(out)
+    }
+
     /// The recursions each row of the last decode ran.
     pub fn depths(&self) -> Vec<i32> {
         router_depths(unsafe { sys::mor_context_router(self.ptr.as_ptr()) })

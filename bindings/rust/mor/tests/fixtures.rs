@@ -325,3 +325,29 @@ fn forward_depths_match_the_reference() {
     ctx.kv().clear();
     assert_eq!(ctx.kv().seq_pos_max(0), None);
 }
+
+#[test]
+fn embeddings_pool_the_final_hidden_states() {
+    let model = mor::Model::load_file(fixture_models().join("expert_mc3_fix_perturbed.st.gguf"), &Default::default())
+        .unwrap();
+    let params = mor::ContextParams { capture_hidden: true, ..Default::default() };
+    let mut ctx = mor::Context::new(&model, &params).unwrap();
+    let mut b = mor::Batch::new(6).unwrap();
+    for i in 0..6 {
+        b.add(3 + 7 * i, i, 0, false).unwrap();
+    }
+    ctx.decode(&b).unwrap();
+    let last = model.n_boundaries() - 1;
+    let d = model.n_embd() as usize;
+    let mean = ctx.embeddings(0, false, false).unwrap();
+    for j in 0..d {
+        let want: f64 = (0..6).map(|i| ctx.hidden(last, i).unwrap()[j] as f64).sum::<f64>() / 6.0;
+        assert!((mean[j] as f64 - want).abs() < 1e-6);
+    }
+    assert_eq!(ctx.embeddings(0, true, false).unwrap(), ctx.hidden(last, 5).unwrap().to_vec());
+    let unit: f64 = ctx.embeddings(0, false, true).unwrap().iter().map(|&x| (x as f64) * (x as f64)).sum();
+    assert!((unit - 1.0).abs() < 1e-5);
+    assert!(ctx.embeddings(1, false, true).is_err());   // no row of sequence 1
+    let plain = mor::Context::new(&model, &Default::default()).unwrap();
+    assert!(plain.embeddings(0, false, true).is_err());   // no capture_hidden
+}
