@@ -278,17 +278,17 @@ static void publish(engine *e, double step_seconds, int32_t running, int32_t que
 static int parked(const engine *e)
 {
     if (e->holds_released) return 0;
-    int held = 0, need = 0;
+    int held = 0, need = 0, queued = 0;
     uint32_t running = 0;
-    for (const job *j = e->active; j; j = j->anext)
-        running += j->state == J_ACTIVE && mor_server_request_state(e->srv, j->id) == MOR_REQ_RUNNING;
     for (const job *j = e->active; j && !need; j = j->anext) {
         int32_t st = j->state == J_ACTIVE ? mor_server_request_state(e->srv, j->id) : -1;
         if (j->state != J_ACTIVE) need = 1;
-        else if (j->hold && j->n_tokens >= 1) held = 1;
-        else if (st == MOR_REQ_RUNNING || (st == MOR_REQ_QUEUED && running < e->n_slots)) need = 1;
+        else if (j->hold && j->n_tokens >= 1) held = 1, running += st == MOR_REQ_RUNNING;
+        else if (st == MOR_REQ_RUNNING) need = 1;   /* a running job without a hold needs steps */
+        else queued |= st == MOR_REQ_QUEUED;
     }
-    return held && !need;
+    /* a queued job needs a step when a slot is free for it */
+    return held && !need && !(queued && running < e->n_slots);
 }
 
 static void *engine_main(void *arg)
