@@ -277,15 +277,9 @@ void gguf_writer_add_matrix_f32(gguf_writer *w, const char *name, uint32_t type,
     gguf_writer_add_matrix(w, name, type, cols, rows, d, rb * nr, 1);
 }
 
-/* What gguf_writer_add_retyped turns a tensor of g into (see gguf_write.h). */
-static uint32_t retype_target(const gguf_tensor *t, uint32_t type, uint32_t embd_type)
+int gguf_retype_keeps(const char *name, uint32_t n_dims)
 {
-    static const char *const keep[] = { "rtr", "lora.", NULL };
-    for (int i = 0; keep[i]; i++)
-        if (t->name.n >= strlen(keep[i]) && !memcmp(t->name.p, keep[i], strlen(keep[i]))) return t->type;
-    if (t->n_dims != 2) return t->type;
-    if (gguf_str_eq(t->name, "token_embd.weight") || gguf_str_eq(t->name, "output.weight")) return embd_type;
-    return type;
+    return n_dims != 2 || !strncmp(name, "rtr", 3) || !strncmp(name, "lora.", 5);
 }
 
 /* llama-quantize's type for rows that are not whole blocks of `type`
@@ -346,13 +340,13 @@ void gguf_writer_add_retyped_fn(gguf_writer *w, const gguf_file *g, gguf_type_pi
     }
 }
 
-/* gguf_writer_add_retyped's rule (retype_target) as a pick function: user holds the two types. */
+/* gguf_writer_add_retyped's rule as a pick function: user holds the two types. */
 static uint32_t pick_uniform(const char *name, uint32_t n_dims, const int64_t *ne, uint32_t type, void *user)
 {
     (void)ne;
     const uint32_t *types = user;
-    gguf_tensor t = { .name = { name, strlen(name) }, .n_dims = n_dims, .type = type };
-    return retype_target(&t, types[0], types[1]);
+    if (gguf_retype_keeps(name, n_dims)) return type;
+    return !strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight") ? types[1] : types[0];
 }
 
 void gguf_writer_add_retyped(gguf_writer *w, const gguf_file *g, uint32_t type, uint32_t embd_type, int *n_fallback)

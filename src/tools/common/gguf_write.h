@@ -56,6 +56,9 @@ void gguf_writer_add_matrix_f32(gguf_writer *w, const char *name, uint32_t type,
  * (below), counted in *n_fallback. (mor-quantize, and the tests that make a
  * model's variants.) */
 void gguf_writer_add_retyped(gguf_writer *w, const gguf_file *g, uint32_t type, uint32_t embd_type, int *n_fallback);
+/* Whether re-typing keeps a tensor as it is stored: routers ("rtr*"), LoRA
+ * factors ("lora.*") and every tensor that is not a matrix. */
+int gguf_retype_keeps(const char *name, uint32_t n_dims);
 /* `type` where rows of `cols` values are whole blocks of it; else llama-quantize's fallback (Q2_K, Q3_K ->
  * Q4_0; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0) where they are whole blocks of that; else F16. */
 uint32_t gguf_row_type(uint32_t type, int64_t cols);

@@ -85,7 +85,7 @@ static int name_ends(const char *name, const char *suffix)
 static uint32_t pick_mix(const char *name, uint32_t n_dims, const int64_t *ne, uint32_t type, void *user)
 {
     mix_state *m = user;
-    if (n_dims != 2 || !strncmp(name, "rtr", 3) || !strncmp(name, "lora.", 5)) return type;   /* kept, as ever */
+    if (gguf_retype_keeps(name, n_dims)) return type;
     const int mx = m->mix;
     const int output = !strcmp(name, "output.weight"), embd = !strcmp(name, "token_embd.weight");
     if (output || (embd && m->tied)) {
