@@ -44,6 +44,7 @@ ROUTER_TYPE_NONE, ROUTER_TYPE_EXPERT, ROUTER_TYPE_TOKEN = 0, 1, 2
 CTX_CAPTURE_HIDDEN = 1
 POOL_MEAN, POOL_LAST = 1, 2
 EMBD_NORMALIZE = 1
+GRAMMAR_CAN_END, GRAMMAR_MUST_END = 1, 2
 KV_MODEL_DEFAULT, KV_RECURSION_WISE, KV_SHARED, KV_DENSE = 0, 1, 2, 3
 KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0 = 0, 1, 8
 MAX_RECURSIONS = _capi.MAX_RECURSIONS   # MOR_MAX_RECURSIONS
@@ -458,9 +459,17 @@ class Sampler(_Handle):
     def greedy(cls):
         return cls(temperature=0.0)
 
-    def sample(self, logits):
+    def sample(self, logits, grammar=None):
         """A token from logits: a sequence of floats, or (context, row) to
-        sample the row of the last decode without copying it."""
+        sample the row of the last decode without copying it. With a
+        Grammar, only tokens it allows are drawn, and the grammar takes the
+        token (Grammar.accept)."""
+        if grammar is not None:
+            masked, n = grammar._masked(logits)
+            t = ctypes.c_int32()
+            _check(_lib.mor_sampler_sample(self._p, masked, n, ctypes.byref(t)))
+            grammar.accept(t.value)
+            return t.value
         if isinstance(logits, tuple):
             ctx, row = logits
             ptr = _lib.mor_get_logits(ctx._p, row)
@@ -485,6 +494,70 @@ class Sampler(_Handle):
 
     def reset(self):
         _lib.mor_sampler_reset(self._p)
+
+
+class Grammar(_Handle):
+    """A GBNF grammar constraint on what a model generates (mor_grammar in
+    mor.h): Sampler.sample(logits, grammar) draws only tokens that keep the
+    output a prefix of a string of the grammar. end_tokens (ids) end a
+    generation where the output is complete; None: the model's EOS."""
+    _kind = "grammar"
+
+    def __init__(self, model, gbnf, root=None, end_tokens=None):
+        data = gbnf.encode("utf-8") if isinstance(gbnf, str) else bytes(gbnf)
+        if end_tokens is None:
+            ends, n_end = None, 0
+        else:
+            ends = (_capi.mor_token * max(1, len(end_tokens)))(*end_tokens)
+            n_end = len(end_tokens)
+        out = ctypes.c_void_p()
+        _check(_lib.mor_grammar_create(model._p, data, len(data), root.encode() if root else None, ends, n_end,
+                                       ctypes.byref(out)))
+        self._own(out.value, _lib.mor_grammar_free)
+        self.model = model
+
+    def _masked(self, logits):
+        """(a masked copy of logits as a ctypes array, n_vocab)."""
+        if isinstance(logits, tuple):
+            ctx, row = logits
+            ptr = _lib.mor_get_logits(ctx._p, row)
+            if not ptr:
+                raise InvalidArgError(-1, "row %d of the last decode has no logits" % row)
+            n = ctx.model.n_vocab
+            a = (ctypes.c_float * n)()
+            ctypes.memmove(a, ptr, 4 * n)
+        else:
+            try:
+                a = (ctypes.c_float * len(logits))(*logits)
+            except TypeError as e:
+                raise TypeError("Grammar: logits must be a sequence of numbers (%s)" % e)
+            n = len(logits)
+        _check(_lib.mor_grammar_apply(self._p, a, n))
+        return a, n
+
+    def apply(self, logits):
+        """The logits (a sequence, or (context, row)) with -inf for every token
+        the grammar does not allow next, as a list."""
+        a, n = self._masked(logits)
+        return list(a)
+
+    def accept(self, token):
+        _check(_lib.mor_grammar_accept(self._p, token))
+
+    @property
+    def state(self):
+        return _lib.mor_grammar_state(self._p)
+
+    @property
+    def can_end(self):
+        return bool(self.state & GRAMMAR_CAN_END)
+
+    @property
+    def must_end(self):
+        return bool(self.state & GRAMMAR_MUST_END)
+
+    def reset(self):
+        _lib.mor_grammar_reset(self._p)
 
 
 def _logits_ptr(logits, what):
@@ -678,11 +751,13 @@ class Context(_Handle):
         return pos - n_discard
 
     def generate(self, prompt, max_tokens=64, sampler=None, seq=0, stop_at_eos=True, context_shift=True, n_keep=0,
-                 **sampling):
+                 grammar=None, **sampling):
         """Stream Token(id, text, depth): decode the prompt (token ids) after
         what seq already holds in the cache, then sample and decode one token
         at a time. sampler: a Sampler (default greedy, or one built from the
-        keyword arguments: seed, temperature, top_k, ...).
+        keyword arguments: seed, temperature, top_k, ...). grammar: a Grammar
+        or GBNF text; the output then follows it and ends where the grammar
+        ends it (an end token, or MUST_END).
 
         The sequence holds at most self.limit tokens. When it is full the
         context shifts, as llama.cpp does: the first n_keep tokens stay, the
@@ -721,6 +796,8 @@ class Context(_Handle):
                               RuntimeWarning, stacklevel=2)
                 ids = ids[:keep] + ids[keep + erased * block:]
         own = sampler is None
+        if isinstance(grammar, (str, bytes)):
+            grammar = Grammar(m, grammar)
         s = sampler or Sampler(**(sampling or {"temperature": 0.0}))
         b = Batch(max(1, self.n_batch))
         text = _TextStream(m)
@@ -736,7 +813,9 @@ class Context(_Handle):
                         break
                     k = min(n_keep, pos - 2)
                     pos = self._shift(seq, pos, k, max(1, (pos - k) // 2))
-                t = s.sample((self, row))
+                if grammar is not None and grammar.must_end:
+                    break
+                t = s.sample((self, row), grammar)
                 b.clear()
                 b.add(t, pos, seq, True)
                 self.decode(b)
