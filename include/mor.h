@@ -872,6 +872,17 @@ MOR_API mor_status mor_server_get_tokens(const mor_server *srv, mor_request_id i
  * MOR_E_INVALID_ARG if it is still queued or running. */
 MOR_API mor_status mor_server_release(mor_server *srv, mor_request_id id);
 
+/* Constrain a queued request's output with a grammar (mor_grammar_create
+ * on this server's model; mor_grammar in mor.h): its tokens are drawn among
+ * those the grammar allows, and the request ends when the grammar must end
+ * (MOR_GRAMMAR_MUST_END) or at an end token. On success the server owns g
+ * (freed with the request); on error the caller keeps it. A step where no
+ * token can continue a request's grammar fails naming the request, as for
+ * logits that cannot be sampled. Errors: MOR_E_INVALID_ARG (NULL, a request
+ * no longer queued or constrained already, a grammar of another
+ * vocabulary), MOR_E_OUT_OF_RANGE (unknown id), MOR_E_NOMEM. */
+MOR_API mor_status mor_server_set_grammar(mor_server *srv, mor_request_id id, mor_grammar *g);
+
 /* Thread-safety: a mor_server, like a context, is used by one thread at a
  * time; several servers may share one model. */
 

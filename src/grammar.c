@@ -576,6 +576,8 @@ MOR_API mor_status mor_grammar_apply(mor_grammar *G, float *logits, int32_t n_vo
     return MOR_OK;
 }
 
+int32_t grammar_n_vocab(const mor_grammar *G) { return G->n_vocab; }
+
 void grammar_accept_allowed(mor_grammar *G, mor_token t)
 {
     if (is_end(G, t)) { G->ended = 1; return; }

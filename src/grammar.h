@@ -59,4 +59,5 @@ int grammar_match(const grammar_rules *g, const char *bytes, size_t n);
  * grammar_accept_allowed takes a token it marked, which cannot fail. */
 int32_t grammar_allowed(mor_grammar *g, uint8_t *ok, int32_t n_vocab);
 void    grammar_accept_allowed(mor_grammar *g, mor_token t);
+int32_t grammar_n_vocab(const mor_grammar *g);
 #endif

@@ -222,6 +222,99 @@ static int generate(mor_context *ctx, mor_grammar *g, mor_sampler *s, char *text
     return (int)len;
 }
 
+
+/* Tokens of one generation alone (the server's reference): the prompt in
+ * one decode, then one token per decode; grammar g may be NULL. The EOS,
+ * when drawn, is the last token (as the server returns a stop token). */
+static int32_t alone(mor_context *ctx, mor_grammar *g, const mor_sampler_params *sp, const mor_token *prompt, int32_t np,
+                     mor_token *out, int32_t max)
+{
+    mor_kv_clear(mor_context_kv(ctx));
+    mor_batch *b = NULL;
+    mor_sampler *s = NULL;
+    float *l = malloc(sizeof *l * (size_t)V);
+    if (!l || mor_batch_create(64, &b) || mor_sampler_create(sp, &s)) return -1;
+    for (int32_t i = 0; i < np; i++) { mor_batch_add(b, prompt[i], i, 0, i == np - 1); mor_sampler_accept(s, prompt[i]); }
+    int32_t n = 0, row = np - 1;
+    int ok = !mor_decode(ctx, b);
+    while (ok && n < max) {
+        memcpy(l, mor_get_logits(ctx, row), sizeof *l * (size_t)V);
+        mor_token t;
+        ok = (!g || !mor_grammar_apply(g, l, V)) && !mor_sampler_sample(s, l, V, &t) && (!g || !mor_grammar_accept(g, t));
+        if (!ok) break;
+        out[n++] = t;
+        if (t == mor_model_token_eos(model) || (g && (mor_grammar_state(g) & MOR_GRAMMAR_MUST_END))) break;
+        mor_batch_clear(b);
+        mor_batch_add(b, t, np + n - 1, 0, 1);
+        ok = !mor_decode(ctx, b);
+        row = 0;
+    }
+    free(l);
+    mor_batch_free(b);
+    mor_sampler_free(s);
+    return ok ? n : -1;
+}
+
+/* mor_server_set_grammar: constrained requests beside an unconstrained one
+ * give, bitwise, the tokens of each generated alone. */
+static void test_server(mor_context *ctx)
+{
+    mor_token prompt[16];
+    int32_t np = 0;
+    mor_tokenize(model, "Here is the record:", 19, 0, prompt, 16, &np);
+    mor_token eos = mor_model_token_eos(model);
+    for (int mode = MOR_SERVE_SEQUENCE; mode <= MOR_SERVE_DEPTHWISE; mode++) {
+        mor_server_params p;
+        MOR_SERVER_PARAMS_INIT(&p);
+        p.mode = mode;
+        p.n_slots = 4;
+        p.n_ctx = 1024;
+        mor_server *srv = NULL;
+        if (mor_server_create(model, &p, &srv)) { CHECK(0, "server: %s", mor_last_error()); return; }
+        mor_request_id id[3];
+        mor_sampler_params sp[3];
+        for (int i = 0; i < 3; i++) {
+            MOR_SAMPLER_PARAMS_INIT(&sp[i]);
+            sp[i].seed = (uint64_t)(7 + i);
+            sp[i].temperature = i == 0 ? 0.0f : 1.0f;
+            mor_server_submit(srv, prompt, np, &sp[i], 120, &eos, 1, &id[i]);
+        }
+        mor_grammar *g0 = NULL, *g1 = NULL;
+        mor_grammar_create(model, JSONISH, strlen(JSONISH), NULL, NULL, 0, &g0);
+        mor_grammar_create(model, JSONISH, strlen(JSONISH), NULL, NULL, 0, &g1);
+        CHECK(!mor_server_set_grammar(srv, id[0], g0) && !mor_server_set_grammar(srv, id[1], g1),
+              "grammars set on queued requests");
+        CHECK(mor_server_set_grammar(srv, id[0], g1) == MOR_E_INVALID_ARG, "a second grammar is refused");
+        CHECK(mor_server_set_grammar(srv, 99, g1) == MOR_E_OUT_OF_RANGE, "an unknown request is refused");
+        mor_status st = mor_server_run(srv);
+        CHECK(st == MOR_OK, "%s: run: %s", mode == MOR_SERVE_DEPTHWISE ? "DEPTHWISE" : "SEQUENCE", mor_last_error());
+        CHECK(mor_server_set_grammar(srv, id[2], g1) == MOR_E_INVALID_ARG, "a finished request is refused");
+        for (int i = 0; i < 3; i++) {
+            mor_token got[128], want[128];
+            int32_t ng = 0;
+            mor_server_get_tokens(srv, id[i], got, NULL, 128, &ng);
+            mor_grammar *g = NULL;
+            if (i < 2) mor_grammar_create(model, JSONISH, strlen(JSONISH), NULL, NULL, 0, &g);
+            int32_t nw = alone(ctx, g, &sp[i], prompt, np, want, 120);
+            char text[4096];
+            size_t len = text_of(got, ng, text, sizeof text);
+            int valid = i == 2 || (len != (size_t)-1 && (got[ng - 1] == eos ? ng - 1 : ng) >= 0);
+            if (i < 2 && ng > 0 && got[ng - 1] == eos) len = text_of(got, ng - 1, text, sizeof text);
+            if (i < 2) {
+                grammar_rules *r = NULL;
+                grammar_parse(JSONISH, strlen(JSONISH), NULL, "t", &r);
+                valid = r && grammar_match(r, text, len) == 1;
+                grammar_rules_free(r);
+            }
+            CHECK(nw == ng && ng > 0 && !memcmp(got, want, sizeof *got * (size_t)ng) && valid,
+                  "%s request %d (%s): %d tokens, the same as alone (%d)%s", mode == MOR_SERVE_DEPTHWISE ? "DEPTHWISE" : "SEQUENCE",
+                  i, i < 2 ? "grammar" : "free", (int)ng, (int)nw, valid && i < 2 ? ", a whole string of the grammar" : "");
+            mor_grammar_free(g);
+        }
+        mor_server_free(srv);
+    }
+}
+
 static void test_model(void)
 {
     if (mor_model_load_file("models/brown-mor.gguf", NULL, &model)) { SKIP("models/brown-mor.gguf: %s", mor_last_error()); return; }
@@ -333,6 +426,9 @@ static void test_model(void)
         mor_grammar_free(g);
     }
     CHECK(good == runs && ended >= runs / 2, "constrained generation: %d of %d outputs valid, %d complete", good, runs, ended);
+    if (mor_model_router_type(model) == MOR_ROUTER_TYPE_EXPERT)   /* the server's causal routing */
+        mor_router_set_mode(mor_context_router(ctx), MOR_ROUTE_THRESHOLD, 0);
+    test_server(ctx);
     grammar_rules_free(rules);
     mor_context_free(ctx);
     mor_model_free(model);

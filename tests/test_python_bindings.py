@@ -612,6 +612,17 @@ class Grammars(unittest.TestCase):
             a = [t.id for t in m.generate("The answer is", max_tokens=8)]
             b = [t.id for t in m.generate("The answer is", max_tokens=8, grammar=None)]
             self.assertEqual(a, b)
+            # through a server: the same tokens as generated alone
+            with mor.Server(m, n_slots=2) as srv:
+                r0 = srv.submit("The answer is", max_tokens=120, grammar=self.JSONISH, seed=1, temperature=1.0,
+                                stop=[m.token_eos])
+                r1 = srv.submit("The answer is", max_tokens=8, seed=2, temperature=1.0)
+                srv.run()
+                got0, got1 = srv.tokens(r0)[0], srv.tokens(r1)[0]
+            want0 = [t.id for t in m.generate("The answer is", max_tokens=120, grammar=self.JSONISH, seed=1,
+                                              temperature=1.0)]
+            want1 = [t.id for t in m.generate("The answer is", max_tokens=8, seed=2, temperature=1.0)]
+            self.assertEqual((got0, got1), (want0, want1))
             c = [t.id for t in m.generate("The answer is", max_tokens=50, grammar='root ::= "yes" | "no"')]
             self.assertIn(b"".join(m.token_to_piece(t) for t in c if t != m.token_eos), (b"yes", b"no"))
 

@@ -504,17 +504,19 @@ class Grammar(_Handle):
     _kind = "grammar"
 
     def __init__(self, model, gbnf, root=None, end_tokens=None):
-        data = gbnf.encode("utf-8") if isinstance(gbnf, str) else bytes(gbnf)
-        if end_tokens is None:
-            ends, n_end = None, 0
-        else:
-            ends = (_capi.mor_token * max(1, len(end_tokens)))(*end_tokens)
-            n_end = len(end_tokens)
-        out = ctypes.c_void_p()
-        _check(_lib.mor_grammar_create(model._p, data, len(data), root.encode() if root else None, ends, n_end,
-                                       ctypes.byref(out)))
-        self._own(out.value, _lib.mor_grammar_free)
+        self._args = (gbnf.encode("utf-8") if isinstance(gbnf, str) else bytes(gbnf), root,
+                      None if end_tokens is None else list(end_tokens))
         self.model = model
+        self._own(self._copy(), _lib.mor_grammar_free)
+
+    def _copy(self):
+        """A new mor_grammar of the same text (a raw handle the caller owns)."""
+        data, root, ends = self._args
+        arr = None if ends is None else (_capi.mor_token * max(1, len(ends)))(*ends)
+        out = ctypes.c_void_p()
+        _check(_lib.mor_grammar_create(self.model._p, data, len(data), root.encode() if root else None, arr,
+                                       0 if ends is None else len(ends), ctypes.byref(out)))
+        return out.value
 
     def _masked(self, logits):
         """(a masked copy of logits as a ctypes array, n_vocab)."""
@@ -1046,11 +1048,15 @@ class Server(_Handle):
         return self._router
 
     def submit(self, prompt, max_tokens=64, stop=(), seed=None, temperature=None, top_k=None, top_p=None,
-               min_p=None, repeat_penalty=None, repeat_last_n=None):
+               min_p=None, repeat_penalty=None, repeat_last_n=None, grammar=None):
         """Queue a request: prompt (token ids, or text: tokenized with BOS),
         at most max_tokens generated tokens, stop token ids; sampling settings
         as Sampler's (None: libmor's default; the default temperature samples,
-        temperature=0 is greedy). Returns the request id."""
+        temperature=0 is greedy); grammar: GBNF text, or a Grammar (its text,
+        start rule and end tokens: the server gets a grammar of its own).
+        Returns the request id."""
+        if grammar is not None and not isinstance(grammar, Grammar):
+            grammar = Grammar(self.model, grammar)
         ids = self.model.tokenize(prompt, add_bos=True, parse_special=True) if isinstance(prompt, str) \
             else list(prompt)
         stop = list(stop)
@@ -1061,6 +1067,13 @@ class Server(_Handle):
         rid = ctypes.c_int32()
         _check(_lib.mor_server_submit(self._p, p, len(ids), ctypes.byref(smp), max_tokens, s, len(stop),
                                       ctypes.byref(rid)))
+        if grammar is not None:
+            g = grammar._copy()
+            st = _lib.mor_server_set_grammar(self._p, rid.value, g)
+            if st:
+                _lib.mor_grammar_free(g)
+                _lib.mor_server_cancel(self._p, rid.value)
+                _check(st)
         return rid.value
 
     def _reraise(self):

@@ -1400,6 +1400,13 @@ extern "C" {
     pub fn mor_server_release(srv: *mut mor_server, id: mor_request_id) -> mor_status;
 }
 extern "C" {
+    pub fn mor_server_set_grammar(
+        srv: *mut mor_server,
+        id: mor_request_id,
+        g: *mut mor_grammar,
+    ) -> mor_status;
+}
+extern "C" {
     pub fn mor_sizeof_model_params() -> usize;
 }
 extern "C" {
