@@ -40,9 +40,13 @@
 #define GM_NODES   (1 << 15)   /* stack nodes (pos, parent)              */
 #define GM_BUCKETS (1 << 16)   /* hash buckets of the node pool          */
 #define GM_SCRATCH (1 << 15)   /* ids of the sets of one masking walk    */
+#define GM_SET     (1 << 12)   /* stacks of one set, the same bound everywhere */
 #define GM_SETTLE  (1 << 20)   /* settle steps per code point: ambiguity bound */
 #define GM_DEPTH   4096        /* nested expansions within one settle     */
 #define GM_MAX_PIECE 1024      /* longer tokens are never allowed         */
+#define GM_MEMO    8           /* advances shared by siblings, per trie node */
+#define GM_CACHE   8           /* masks kept, by state                    */
+#define GM_KEY     256         /* int32s of a state's key at most         */
 
 typedef struct { int32_t pos, parent, next; } gnode;
 
@@ -82,6 +86,13 @@ struct mor_grammar {
     uint8_t   *ok;        /* [n_vocab] scratch of mor_grammar_apply */
     int        ended;     /* an end token was accepted */
     int64_t    n_out;     /* bytes accepted, for messages */
+    /* Masks of recent states: generation keeps coming back to a state
+     * (inside a string, free text), whose mask is then a copy. A state's key
+     * is its stacks as position lists (node ids are renumbered), its partial
+     * character and whether it can end. */
+    int32_t    key[GM_KEY + 8], n_key;       /* the current state's, by state_key */
+    struct { int32_t key[GM_KEY + 8], n_key; uint64_t used; uint8_t *bits; int32_t k; } cache[GM_CACHE];
+    uint64_t   clock;
 };
 
 /* ---- the node pool ---- */
@@ -266,7 +277,7 @@ static void gm_reset(gm *m)
     m->overflow = 0;
     m->steps = 0;
     next_gen(m);
-    gset out = { m->cur, 0, GM_SCRATCH, 0 };
+    gset out = { m->cur, 0, GM_SET, 0 };
     const grammar_rules *g = m->g;
     for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++) settle(m, g->alt[a], -1, &out, 0);
     m->n_cur = m->overflow ? 0 : out.n;
@@ -283,7 +294,7 @@ static mor_status gm_init(gm *m, const grammar_rules *g)
     m->node = malloc(sizeof *m->node * GM_NODES);
     m->bucket = malloc(sizeof *m->bucket * GM_BUCKETS);
     m->mark = calloc(GM_NODES, sizeof *m->mark);
-    m->cur = malloc(sizeof *m->cur * GM_SCRATCH);
+    m->cur = malloc(sizeof *m->cur * GM_SET);
     m->scratch = malloc(sizeof *m->scratch * GM_SCRATCH);
     m->remap = malloc(sizeof *m->remap * GM_NODES);
     if (!m->node || !m->bucket || !m->mark || !m->cur || !m->scratch || !m->remap) { gm_free(m); return MOR_E_NOMEM; }
@@ -336,7 +347,7 @@ static int gm_feed(gm *m, const unsigned char *b, size_t n)
         int r = utf8_step(&cp, &need, &len, b[i]);
         if (r < 0) goto dead;
         if (r == 0) continue;
-        gset out = { buf[which], 0, GM_SCRATCH / 2, 0 };
+        gset out = { buf[which], 0, GM_SET, 0 };
         advance(m, set, n_set, cp, &out);
         if (m->overflow || (!out.n && !out.can_end)) goto dead;
         set = out.v; n_set = out.n; can_end = out.can_end;
@@ -375,7 +386,8 @@ static void walk(mor_grammar *G, int32_t lo, int32_t hi, int32_t depth, const in
                  int can_end, uint32_t cp, int need, int len, int32_t free_at)
 {
     gm *m = &G->m;
-    int32_t i = lo;
+    int32_t i = lo, keep0 = m->n_node, top = free_at, n_memo = 0;
+    struct { uint64_t sig; int32_t off, n; int can_end, dead; } memo[GM_MEMO];
     /* the tokens that end here: they come first in the sorted order */
     for (; i < hi && (int32_t)piece_len(G, G->ord[i]) == depth; i++)
         G->ok[G->ord[i]] = need ? (uint8_t)partial_ok(m, set, n, cp, need, len) : (uint8_t)(n > 0 || can_end);
@@ -388,17 +400,40 @@ static void walk(mor_grammar *G, int32_t lo, int32_t hi, int32_t depth, const in
         int r = utf8_step(&ncp, &nneed, &nlen, c);
         if (r == 0 && partial_ok(m, set, n, ncp, nneed, nlen))
             walk(G, i, j, depth + 1, set, n, 0, ncp, nneed, nlen, free_at);
-        else if (r == 1 && free_at < GM_SCRATCH) {
-            int32_t keep = m->n_node;
-            gset out = { m->scratch + free_at, 0, GM_SCRATCH - free_at, 0 };
-            advance(m, set, n, ncp, &out);
-            if (!m->overflow && (out.n || out.can_end))
-                walk(G, i, j, depth + 1, out.v, out.n, out.can_end, 0, 0, 0, free_at + out.n);
-            m->overflow = 0;
-            rollback(m, keep);
+        else if (r == 1) {
+            /* Which stacks' classes take the character decides the stacks
+             * after it: siblings with the same answer (the letters inside a
+             * string, say) share one advance, kept until the last sibling. */
+            uint64_t sig = 0;
+            const int memoable = n <= 64;
+            for (int32_t k = 0; memoable && k < n; k++)
+                sig |= (uint64_t)chars_match(m->g, &m->g->el[m->node[set[k]].pos], ncp) << k;
+            int hit = -1;
+            for (int k = 0; memoable && k < n_memo && hit < 0; k++) if (memo[k].sig == sig) hit = k;
+            if (hit >= 0) {
+                if (!memo[hit].dead)
+                    walk(G, i, j, depth + 1, m->scratch + memo[hit].off, memo[hit].n, memo[hit].can_end, 0, 0, 0, top);
+            } else if (top < GM_SCRATCH) {
+                int32_t keep = m->n_node, room = GM_SCRATCH - top;
+                gset out = { m->scratch + top, 0, room < GM_SET ? room : GM_SET, 0 };
+                advance(m, set, n, ncp, &out);
+                int dead = m->overflow || (!out.n && !out.can_end);
+                m->overflow = 0;
+                if (memoable && n_memo < GM_MEMO) {   /* kept: its nodes stay until the end */
+                    memo[n_memo].sig = sig; memo[n_memo].off = top; memo[n_memo].n = out.n;
+                    memo[n_memo].can_end = out.can_end; memo[n_memo].dead = dead;
+                    n_memo++;
+                    top += out.n;
+                    if (!dead) walk(G, i, j, depth + 1, out.v, out.n, out.can_end, 0, 0, 0, top);
+                } else {
+                    if (!dead) walk(G, i, j, depth + 1, out.v, out.n, out.can_end, 0, 0, 0, top + out.n);
+                    rollback(m, keep);
+                }
+            }
         }
         i = j;
     }
+    rollback(m, keep0);
 }
 
 static int is_end(const mor_grammar *G, mor_token t)
@@ -407,9 +442,38 @@ static int is_end(const mor_grammar *G, mor_token t)
     return 0;
 }
 
+/* The current state's key into G->key (n_key = -1: too long to cache). */
+static void state_key(mor_grammar *G)
+{
+    const gm *m = &G->m;
+    int32_t n = 0;
+    G->key[n++] = G->ended;
+    G->key[n++] = m->can_end;
+    G->key[n++] = (int32_t)m->u_cp;
+    G->key[n++] = m->u_need * 8 + m->u_len;
+    for (int32_t i = 0; i < m->n_cur && n <= GM_KEY; i++) {
+        for (int32_t id = m->cur[i]; id >= 0 && n <= GM_KEY; id = m->node[id].parent) G->key[n++] = m->node[id].pos;
+        G->key[n++] = -1;
+    }
+    G->n_key = n <= GM_KEY ? n : -1;
+}
+
 int32_t grammar_allowed(mor_grammar *G, uint8_t *ok, int32_t n_vocab)
 {
     gm *m = &G->m;
+    state_key(G);
+    int hit = -1, lru = 0;
+    for (int c = 0; c < GM_CACHE && hit < 0; c++) {
+        if (G->cache[c].used < G->cache[lru].used) lru = c;
+        if (G->cache[c].used && G->n_key >= 0 && G->cache[c].n_key == G->n_key &&
+            !memcmp(G->cache[c].key, G->key, sizeof *G->key * (size_t)G->n_key)) hit = c;
+    }
+    if (hit >= 0) {
+        const uint8_t *b = G->cache[hit].bits;
+        for (int32_t t = 0; t < n_vocab; t++) ok[t] = (uint8_t)(b[t >> 3] >> (t & 7) & 1);
+        G->cache[hit].used = ++G->clock;
+        return G->cache[hit].k;
+    }
     uint8_t *save = G->ok;
     G->ok = ok;
     memset(ok, 0, (size_t)n_vocab);
@@ -421,6 +485,15 @@ int32_t grammar_allowed(mor_grammar *G, uint8_t *ok, int32_t n_vocab)
     G->ok = save;
     int32_t k = 0;
     for (int32_t t = 0; t < n_vocab; t++) k += ok[t];
+    if (G->n_key >= 0) {   /* keep it, in place of the least recently used */
+        uint8_t *b = G->cache[lru].bits;
+        memset(b, 0, ((size_t)n_vocab + 7) / 8);
+        for (int32_t t = 0; t < n_vocab; t++) b[t >> 3] |= (uint8_t)(ok[t] << (t & 7));
+        memcpy(G->cache[lru].key, G->key, sizeof *G->key * (size_t)G->n_key);
+        G->cache[lru].n_key = G->n_key;
+        G->cache[lru].k = k;
+        G->cache[lru].used = ++G->clock;
+    }
     return k;
 }
 
@@ -472,6 +545,8 @@ MOR_API mor_status mor_grammar_create(const mor_model *model, const char *gbnf, 
     G->ord = malloc(sizeof *G->ord * ((size_t)V + 1));
     G->ok = malloc((size_t)V + 1);
     if (!G->end || !G->off || !G->ord || !G->ok || gm_init(&G->m, rules)) goto nomem;
+    for (int c = 0; c < GM_CACHE; c++)
+        if (!(G->cache[c].bits = malloc(((size_t)V + 7) / 8))) goto nomem;
     G->n_end = ne;
     if (end_tokens) memcpy(G->end, end_tokens, sizeof *G->end * (size_t)n_end);
     else if (ne) G->end[0] = eos;
@@ -533,6 +608,7 @@ MOR_API void mor_grammar_free(mor_grammar *G)
     free(G->off);
     free(G->ord);
     free(G->ok);
+    for (int c = 0; c < GM_CACHE; c++) free(G->cache[c].bits);
     free(G);
 }
 

@@ -29,6 +29,7 @@
 #include "internal.h"
 #include "mor.h"
 #include "bench_serve.h"
+#include "bench_grammar.h"
 #include "cli.h"
 #include "roofline.h"
 #include "synth_model.h"
@@ -341,6 +342,7 @@ static void usage(FILE *f)
         "                 [--no-probe] [--quick]\n"
         "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--no-probe]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
+        "       mor-bench --grammar [--vocab FILE,...] [--tokens N] [--reps N]: what a grammar costs per token\n"
         "  -s LIST        model shapes (SmolLM-135M, -360M) of random-weight models written to --dir\n"
         "  -w LIST        weight types          -t LIST   thread counts (each 1..64)\n"
         "                 (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k; the k-quants'\n"
@@ -370,6 +372,7 @@ int main(int argc, char **argv)
     if (!strcmp(base, "mor-bench-serve")) { cli_init("mor-bench-serve"); return bench_serve_main(argc, argv); }
     cli_init(argc > 1 && !strcmp(argv[1], "--serve") ? "mor-bench --serve" : "mor-bench");
     if (argc > 1 && !strcmp(argv[1], "--serve")) return bench_serve_main(argc - 1, argv + 1);   /* bench_serve.h */
+    if (argc > 1 && !strcmp(argv[1], "--grammar")) return bench_grammar_main(argc - 1, argv + 1);   /* bench_grammar.h */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
