@@ -148,6 +148,7 @@ PROTOTYPES = {
     "mor_sampler_accept": (None, [handle, mor_token]),
     "mor_sampler_reset": (None, [handle]),
     "mor_logprobs": (mor_status, [P_f32, c_int32, mor_token, P_f32, c_int32, POINTER(mor_token), P_f32]),
+    "mor_json_schema_to_grammar": (mor_status, [c_char_p, c_size_t, c_void_p, c_size_t, P_size]),
     "mor_tokenize": (mor_status, [handle, c_char_p, c_size_t, c_uint32, POINTER(mor_token), c_int32, P_i32]),
     "mor_detokenize": (mor_status, [handle, POINTER(mor_token), c_int32, c_void_p, c_size_t, P_size]),
     "mor_token_to_piece": (mor_status, [handle, mor_token, c_void_p, c_size_t, P_size]),

@@ -950,6 +950,15 @@ extern "C" {
         top_logprobs: *mut f32,
     ) -> mor_status;
 }
+extern "C" {
+    pub fn mor_json_schema_to_grammar(
+        schema: *const ::std::os::raw::c_char,
+        len: usize,
+        buf: *mut ::std::os::raw::c_char,
+        cap: usize,
+        len_out: *mut usize,
+    ) -> mor_status;
+}
 pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_11 = 1;
 pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_11 = 2;
 pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_11 = 4;
