@@ -585,12 +585,71 @@ MOR_API mor_status mor_logprobs(const float *logits, int32_t n_vocab, mor_token 
                                 int32_t k, mor_token *top_tokens, float *top_logprobs);
 
 /* ------------------------------------------------------------------------ */
+/* Grammar-constrained sampling                                              */
+/* ------------------------------------------------------------------------ */
+
+/* A grammar constraint: the output is kept a prefix of a string of a GBNF
+ * grammar (llama.cpp's grammar language: rules `name ::= ...`, "literals"
+ * with \n \t \xHH \uHHHH escapes, [a-z] and [^...] classes, `.`, groups,
+ * alternatives `|`, repetitions * + ? {m} {m,} {m,n}, # comments). Use per
+ * generated token:
+ *
+ *     mor_grammar_apply(g, logits, n_vocab);      (a copy of the logits)
+ *     mor_sampler_sample(s, logits, n_vocab, &t);
+ *     mor_grammar_accept(g, t);
+ *
+ * and stop when mor_grammar_state() has MOR_GRAMMAR_MUST_END or an end token
+ * was drawn. Tokens are byte strings: a token is allowed when its bytes can
+ * continue the output, also when it spans several grammar elements or ends
+ * inside a UTF-8 character (the character is finished by the next tokens).
+ * Control, unknown and unused tokens are never allowed; the end tokens only
+ * where the output is a whole string of the grammar. Prompt tokens are not
+ * given to the grammar: it constrains what is generated.
+ *
+ * Cost: masking walks the vocabulary's tokens sorted by their bytes and
+ * reads each distinct prefix once, dropping every token under a prefix the
+ * grammar refuses; docs/SERVING.md gives measured times. Memory is planned
+ * at creation (about 1 MB of matcher state, and the vocabulary's bytes); a
+ * prefix that would nest deeper or stay ambiguous beyond that is treated as
+ * not allowed. A mor_grammar is used by one thread at a time. */
+typedef struct mor_grammar mor_grammar;
+
+/* Parse gbnf[0..len) (UTF-8) for a model's vocabulary, starting at rule
+ * `root` (NULL: "root"). end_tokens[0..n_end) end a generation (copied);
+ * end_tokens NULL: the model's EOS, if any (n_end = 0 with end_tokens not
+ * NULL: none). Errors: MOR_E_INVALID_ARG (a syntax
+ * error, with its line and column; an undefined or twice-defined rule;
+ * left recursion, which could never be matched; a start rule that matches no
+ * string), MOR_E_OUT_OF_RANGE (an end token), MOR_E_UNSUPPORTED (no
+ * tokenizer), MOR_E_NOMEM. The model must outlive the grammar. */
+MOR_API mor_status mor_grammar_create(const mor_model *model, const char *gbnf, size_t len, const char *root,
+                                      const mor_token *end_tokens, int32_t n_end, mor_grammar **out);
+MOR_API void       mor_grammar_free(mor_grammar *g);   /* NULL ok */
+/* Set logits[t] = -inf for every token t that cannot come next. n_vocab
+ * must be the model's. Errors, leaving the logits unchanged:
+ * MOR_E_INVALID_ARG when no token can come next (the message says what the
+ * grammar expects: a grammar the vocabulary cannot write, or an output that
+ * is complete with no end token set). */
+MOR_API mor_status mor_grammar_apply(mor_grammar *g, float *logits, int32_t n_vocab);
+/* Advance the grammar by a generated token. MOR_E_INVALID_ARG, changing
+ * nothing, for a token the grammar does not allow there;
+ * MOR_E_OUT_OF_RANGE for an id outside the vocabulary. */
+MOR_API mor_status mor_grammar_accept(mor_grammar *g, mor_token token);
+enum {
+    MOR_GRAMMAR_CAN_END  = 1, /* the output is a whole string of the grammar */
+    MOR_GRAMMAR_MUST_END = 2  /* ... and nothing can follow (or an end token was accepted) */
+};
+/* MOR_GRAMMAR_* flags of the output so far, or a negative mor_status. */
+MOR_API int32_t    mor_grammar_state(const mor_grammar *g);
+/* Back to the start: no output. */
+MOR_API void       mor_grammar_reset(mor_grammar *g);
+
 /* Grammars from JSON Schema                                                 */
 /* ------------------------------------------------------------------------ */
 
 /* A GBNF grammar (llama.cpp's grammar language) whose rule `root` accepts
  * the JSON texts valid under the JSON Schema in schema[0..len-1] (UTF-8
- * JSON, RFC 8259), for grammar-constrained sampling. The grammar's text goes
+ * JSON, RFC 8259), for grammar-constrained sampling (mor_grammar_create). The grammar's text goes
  * to buf (not NUL-terminated); *len_out receives its byte count (the count
  * needed, with MOR_E_BUFFER_TOO_SMALL, when cap is too small; buf may then be
  * NULL with cap 0). The same schema gives the same bytes.
@@ -853,6 +912,17 @@ MOR_API mor_status mor_server_get_tokens(const mor_server *srv, mor_request_id i
 /* Forget a finished or cancelled request (its memory is freed).
  * MOR_E_INVALID_ARG if it is still queued or running. */
 MOR_API mor_status mor_server_release(mor_server *srv, mor_request_id id);
+
+/* Constrain a queued request's output with a grammar (mor_grammar_create
+ * on this server's model; mor_grammar in mor.h): its tokens are drawn among
+ * those the grammar allows, and the request ends when the grammar must end
+ * (MOR_GRAMMAR_MUST_END) or at an end token. On success the server owns g
+ * (freed with the request); on error the caller keeps it. A step where no
+ * token can continue a request's grammar fails naming the request, as for
+ * logits that cannot be sampled. Errors: MOR_E_INVALID_ARG (NULL, a request
+ * no longer queued or constrained already, a grammar of another
+ * vocabulary), MOR_E_OUT_OF_RANGE (unknown id), MOR_E_NOMEM. */
+MOR_API mor_status mor_server_set_grammar(mor_server *srv, mor_request_id id, mor_grammar *g);
 
 /* Thread-safety: a mor_server, like a context, is used by one thread at a
  * time; several servers may share one model. */

@@ -24,7 +24,7 @@ LAYERS = [
     ["gguf", "normalize", "pretokenize", "sampler", "json_schema"],  # 3 the file reader; text; sampling; JSON Schema to grammar
     ["tokenizer"],                                          # 4 tokenizers
     ["model"],                                              # 5 the model: weights, hyperparameters, getters
-    ["lora", "kv_cache", "embed_output"],                   # 6 depth-wise LoRA; KV caching and sharing; the model's two ends
+    ["lora", "kv_cache", "embed_output", "grammar"],        # 6 depth-wise LoRA; KV caching and sharing; the model's two ends; grammars
     ["load", "layer", "router"],                            # 7 loading; one decoder layer; depth routing
     ["recursion"],                                          # 8 recursion scheduling
     ["context"],                                            # 9 contexts, batches, mor_decode
@@ -37,6 +37,7 @@ ALIASES = {
     "kernels_ref": "kernels", "kernels_avx2": "kernels", "kernels_avx512": "kernels", "kernels_amx": "kernels",
     "kernels_neon": "kernels", "kernels_dispatch": "kernels", "kernels_family": "kernels", "kernels_threads": "kernels", "kernels_lora": "kernels",
     "tokenize": "tokenizer", "tokenizer_impl": "tokenizer",
+    "grammar_parse": "grammar",
     "decode": "context", "batch": "context", "embeddings": "context",
 }
 PUBLIC = "mor.h"

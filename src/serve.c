@@ -43,6 +43,7 @@
 #include <string.h>
 #include "abi.h"
 #include "context.h"
+#include "grammar.h"
 #include "kernels.h"
 #include "recursion.h"
 #include "sampler.h"
@@ -57,6 +58,8 @@ typedef struct {
     int32_t    n_prompt, n_stop, max_tokens, n_out;
     int32_t    n_cached;     /* prompt tokens reused from the slot's kept cells */
     mor_sampler *smp;
+    mor_grammar *gr;         /* owned, or NULL: the output's grammar */
+    uint8_t     *gr_ok;      /* [n_vocab]: the tokens it allows next (check_logits) */
 } serve_req;
 
 /* What a free slot keeps for reuse: its cells' tokens (positions 0..n-1),
@@ -92,6 +95,7 @@ struct mor_server {
      * slot's rows tagged with the slot */
     int32_t *list, *list2;                /* [n_batch] */
     float   *logits;                      /* [n_slots][n_vocab] */
+    float   *masked;                      /* [n_vocab]: logits under a request's grammar */
     /* The state before the step in progress, put back if it fails (a failed
      * step changes nothing): rows (one copy of the records below sv_n_hi),
      * slots, admissions. */
@@ -133,6 +137,8 @@ static void req_free(serve_req *q)
 {
     if (!q) return;
     mor_sampler_free(q->smp);
+    mor_grammar_free(q->gr);
+    free(q->gr_ok);
     free(q);
 }
 
@@ -195,8 +201,8 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     /* The slots, their saved copies and the step's lists in one allocation, planned here. */
     const size_t ns = p.n_slots, a_slots = up8(sizeof(serve_slot) * ns), a_list = up8(sizeof(int32_t) * (nb + 1)),
                  a_logits = up8(sizeof(float) * ns * (size_t)m->n_vocab), a_rows = up8(rec_span(&s->ctx->eng, (int32_t)nb)),
-                 a_adm = up8(sizeof(int32_t) * (ns + 1));
-    char *at = s->mem = ok ? calloc(1, 2 * a_slots + 2 * a_list + a_logits + a_rows + a_adm) : NULL;
+                 a_adm = up8(sizeof(int32_t) * (ns + 1)), a_masked = up8(sizeof(float) * (size_t)m->n_vocab);
+    char *at = s->mem = ok ? calloc(1, 2 * a_slots + 2 * a_list + a_logits + a_rows + a_adm + a_masked) : NULL;
     if (!at) { mor_server_free(s); return err_set(MOR_E_NOMEM, "cannot allocate the server"); }
     s->slots = (serve_slot *)at; at += a_slots;
     s->sv_slots = (serve_slot *)at; at += a_slots;
@@ -204,7 +210,8 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     s->list2 = (int32_t *)at; at += a_list;
     s->logits = (float *)at; at += a_logits;
     s->sv_rows = (unsigned char *)at; at += a_rows;
-    s->admitted = (int32_t *)at;
+    s->admitted = (int32_t *)at; at += a_adm;
+    s->masked = (float *)at;
     if (!(p.flags & MOR_SERVE_NO_PROMPT_REUSE)) {
         s->kept = calloc(ns, sizeof *s->kept);
         s->kept_tok = malloc(sizeof(mor_token) * ns * (size_t)p.n_ctx);
@@ -216,6 +223,27 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
 }
 
 mor_router *mor_server_router(mor_server *s) { return s ? s->ctx->router : NULL; }
+
+static serve_req *find(const mor_server *s, mor_request_id id);
+
+mor_status mor_server_set_grammar(mor_server *s, mor_request_id id, mor_grammar *g)
+{
+    if (!s || !g) return err_set(MOR_E_INVALID_ARG, "mor_server_set_grammar: %s is NULL", !s ? "server" : "grammar");
+    serve_req *q = find(s, id);
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_grammar: no request %d", (int)id);
+    if (q->state != MOR_REQ_QUEUED || q->gr)
+        return err_set(MOR_E_INVALID_ARG, "mor_server_set_grammar: request %d is %s", (int)id,
+                       q->gr ? "constrained already" : "not queued any more");
+    if (grammar_n_vocab(g) != s->m->n_vocab)
+        return err_set(MOR_E_INVALID_ARG, "mor_server_set_grammar: the grammar was made for a vocabulary of %d tokens, "
+                       "the server's model has %d", (int)grammar_n_vocab(g), (int)s->m->n_vocab);
+    uint8_t *ok = malloc((size_t)s->m->n_vocab);
+    if (!ok) return err_set(MOR_E_NOMEM, "mor_server_set_grammar: out of memory");
+    q->gr = g;
+    q->gr_ok = ok;
+    err_clear();
+    return MOR_OK;
+}
 
 static serve_req *find(const mor_server *s, mor_request_id id)
 {
@@ -401,13 +429,20 @@ static void emit(mor_server *s, int32_t sl, const float *logits, int32_t depth)
     if (q->state == MOR_REQ_CANCELLED) { slot_release(s, sl); return; }
     if (s->hooks.logits) s->hooks.logits(s->hooks.logits_ud, q->id, logits, s->m->n_vocab);
     mor_token t = 0;
+    const float *from = logits;
+    if (q->gr) {   /* the grammar's mask, found by check_logits */
+        for (int32_t i = 0; i < s->m->n_vocab; i++) s->masked[i] = q->gr_ok[i] ? logits[i] : -HUGE_VALF;
+        from = s->masked;
+    }
     /* cannot fail: candidates reserved at submit, logits checked (check_logits) */
-    if (mor_sampler_sample(q->smp, logits, s->m->n_vocab, &t)) t = 0;
+    if (mor_sampler_sample(q->smp, from, s->m->n_vocab, &t)) t = 0;
+    if (q->gr) grammar_accept_allowed(q->gr, t);
     q->out[q->n_out] = t; q->depth[q->n_out] = depth; q->n_out++;
     if (s->p.on_token) s->p.on_token(q->id, t, depth, s->p.user_data);
     if (s->p.on_token_logits) s->p.on_token_logits(q->id, t, depth, logits, s->m->n_vocab, s->p.user_data);
     int stop = q->n_out >= q->max_tokens;
     for (int32_t i = 0; i < q->n_stop; i++) stop |= t == q->stop[i];
+    if (q->gr) stop |= (mor_grammar_state(q->gr) & MOR_GRAMMAR_MUST_END) != 0;
     if (stop) { q->state = MOR_REQ_DONE; slot_release(s, sl); return; }
     S->next = t; S->waiting = 1;
 }
@@ -420,6 +455,15 @@ static mor_status check_logits(const mor_server *s, int32_t sl, const float *log
     const serve_req *q = s->slots[sl].req;
     if (!q || q->state == MOR_REQ_CANCELLED) return MOR_OK;
     mor_status st = sampler_check_logits(logits, s->m->n_vocab);
+    if (!st && q->gr) {
+        /* the grammar's mask now, so that sampling cannot fail: tokens it
+         * allows whose logits are not -inf */
+        int32_t k = grammar_allowed(q->gr, q->gr_ok, s->m->n_vocab), finite = 0;
+        for (int32_t i = 0; k > 0 && i < s->m->n_vocab && !finite; i++) finite = q->gr_ok[i] && logits[i] > -HUGE_VALF;
+        if (k < 0) st = err_set(k, "out of memory for the grammar");
+        else if (!finite) st = err_set(MOR_E_INVALID_ARG, "no token can continue the grammar (%s)",
+                                       k ? "the tokens it allows all have logit -inf" : "the vocabulary cannot write what it expects next");
+    }
     if (!st) return MOR_OK;
     char msg[300];
     snprintf(msg, sizeof msg, "%s", mor_last_error());

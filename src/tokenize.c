@@ -469,6 +469,12 @@ mor_status tokenizer_decode(const tokenizer *t, const mor_token *toks, int32_t n
     return MOR_OK;
 }
 
+int tokenizer_is_text(const tokenizer *t, mor_token id)
+{
+    if (!t || id < 0 || id >= t->n_tokens) return 0;
+    return t->type[id] == TT_NORMAL || t->type[id] == TT_BYTE || t->type[id] == TT_USER_DEFINED;
+}
+
 mor_status tokenizer_piece(const tokenizer *t, mor_token id, char *buf, size_t cap, size_t *len_out)
 {
     if (!t) return err_set(MOR_E_INVALID_ARG, "mor_token_to_piece: no tokenizer");

@@ -24,6 +24,9 @@ mor_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, ui
                             mor_token *out, int32_t cap, int32_t *n_out);
 mor_status tokenizer_decode(const tokenizer *t, const mor_token *toks, int32_t n,
                             char *buf, size_t cap, size_t *len_out);
+/* 1 if token id is text a model writes (normal, byte and user-defined
+ * tokens), 0 for control, unknown and unused ones and ids out of range. */
+int        tokenizer_is_text(const tokenizer *t, mor_token id);
 /* The bytes of one token as they appear inside a text (no leading-space rule). */
 mor_status tokenizer_piece(const tokenizer *t, mor_token token, char *buf, size_t cap, size_t *len_out);
 #endif

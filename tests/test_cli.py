@@ -478,6 +478,38 @@ def readme_demo():
             "README's make demo comment is the command make demo runs (%r vs %r)" % (m.group(1) if m else None, cmd))
 
 
+def grammar_output(tmp):
+    """mor-run --grammar / --grammar-file: every output a string of the grammar
+    (for many seeds), the statistics say the grammar ended it, bad grammars
+    exit 1 with the library's message, and no grammar changes nothing."""
+    import re
+    gbnf = ('root ::= " {" pair ("," pair){0,2} "}"\n'
+            'pair ::= "\\"" [a-z]{1,8} "\\": " ("true" | "false" | [0-9]{1,4})\n')
+    pat = r' \{"[a-z]{1,8}": (true|false|[0-9]{1,4})(,"[a-z]{1,8}": (true|false|[0-9]{1,4})){0,2}\}'
+    path = os.path.join(tmp, "rec.gbnf")
+    with open(path, "w") as f:
+        f.write(gbnf)
+    good = 0
+    for seed in range(8):
+        args = [tool("mor-run"), "-m", BROWN, "-p", "The record:", "-n", "120", "--seed", str(seed)]
+        rc, out, err = run(args + (["--grammar-file", path] if seed % 2 else ["--grammar", gbnf]))
+        text = out[len("The record:"):].rstrip("\n")
+        ok = rc == 0 and re.fullmatch(pat, text) is not None and "the grammar ended the output" in err
+        good += ok
+        if not ok:
+            print("# seed %d: rc %d, %r, %s" % (seed, rc, text, err.strip()[-200:]))
+    t.check(good == 8, "mor-run --grammar: %d of 8 seeded outputs are whole strings of the grammar" % good)
+    rc, out, err = run([tool("mor-run"), "-m", BROWN, "-p", "x", "-n", "5", "--grammar", 'root ::= "a" (b'])
+    t.check(rc == 1 and "line 1" in err and "'(' without its ')'" in err and "MOR_E_INVALID_ARG" in err,
+            "a bad grammar: exit 1 with the line and the cause (%s)" % err.strip()[:200])
+    rc1, out1, _ = run([tool("mor-run"), "-m", BROWN, "-p", "The jury", "-n", "20", "--seed", "5", "-q"])
+    rc2, out2, _ = run([tool("mor-run"), "-m", BROWN, "-p", "The jury", "-n", "20", "--seed", "5", "-q",
+                        "--grammar", "root ::= [^\\x00]*"])
+    t.check(rc1 == rc2 == 0 and out1 == out2, "a grammar that allows everything changes nothing")
+    refused([tool("mor-run"), "-m", BROWN, "-p", "x", "--grammar", "r ::= \"a\"", "--grammar-file", path],
+            "--grammar", "mor-run --grammar with --grammar-file")
+
+
 def main():
     if not t.check(os.path.exists(tool("mor-run")) and os.path.exists(BROWN), "mor-run and the bundled model exist"):
         t.finish()
@@ -488,6 +520,7 @@ def main():
         mor_run_output(tmp)
         context_shift()
         embedding_output(tmp)
+        grammar_output(tmp)
         quantize_mixes(tmp)
         help_texts()
         train(tmp)

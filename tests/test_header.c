@@ -99,6 +99,10 @@ static int other_enums_unique(int32_t v)
     default: break;
     }
     switch (v) {
+    case MOR_GRAMMAR_CAN_END: case MOR_GRAMMAR_MUST_END: n++; break;
+    default: break;
+    }
+    switch (v) {
     case MOR_KV_MODEL_DEFAULT: case MOR_KV_RECURSION_WISE: case MOR_KV_SHARED: case MOR_KV_DENSE: n++; break;
     default: break;
     }

@@ -4,13 +4,16 @@
  * invalid JSON and refused schemas give MOR_E_INVALID_ARG with a message
  * naming the place; the buffer contract of mor.h (BUFFER_TOO_SMALL gives
  * the size, a failed call writes nothing); the same schema gives the same
- * bytes. */
+ * bytes; and, through the library's GBNF parser and matcher (grammar.h),
+ * that each grammar accepts the instances the schema accepts and rejects
+ * the others (a table of schema, instance, verdict). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mor.h"
+#include "grammar.h"   /* grammar_parse, grammar_match: the acceptance table */
 #include "check.h"
 
 /* The grammar of a schema as a NUL-terminated malloc'd string, or NULL
@@ -374,10 +377,186 @@ static void contract(void)
     free(again);
 }
 
+/* ---- acceptance: schema, instance, verdict through grammar_match -------- */
+/* In the table ' stands for " (JSON needs many of them); no test needs a
+ * literal '. */
+static void unquote(char *dst, const char *src, size_t cap)
+{
+    size_t k = 0;
+    for (; *src && k + 1 < cap; src++) dst[k++] = *src == '\'' ? '"' : *src;
+    dst[k] = 0;
+}
+
+#define PERSON "{'type':'object','properties':{'name':{'type':'string'},'age':{'type':'integer'}," \
+               "'tags':{'type':'array','items':{'type':'string'},'maxItems':2}},'required':['name']}"
+#define LIST   "{'$defs':{'node':{'type':'object','properties':{'value':{'type':'number'}," \
+               "'next':{'anyOf':[{'$ref':'#/$defs/node'},{'type':'null'}]}},'required':['value','next']}}," \
+               "'$ref':'#/$defs/node'}"
+#define OPT3   "{'properties':{'a':{'type':'integer'},'b':{'type':'integer'},'c':{'type':'integer'}}}"
+#define ALLOF  "{'allOf':[{'properties':{'a':{'type':'string'}},'required':['a']},{'$ref':'#/definitions/B'}]," \
+               "'definitions':{'B':{'type':'object','properties':{'b':{'type':'integer'}},'required':['b']}}}"
+
+static const struct { const char *schema, *instance; int accept; } TABLE[] = {
+    /* objects: required in order, optional after, no other members */
+    { PERSON, "{'name':'Al'}", 1 },
+    { PERSON, "{'name':'Al','age':30}", 1 },
+    { PERSON, "{'name':'Al','tags':['a','b']}", 1 },
+    { PERSON, "{'name':'Al','age':-3,'tags':[]}", 1 },
+    { PERSON, "{ 'name' : 'A\\'l\\u00e9\xc3\xa9' ,\n  'age' : 0 }", 1 },
+    { PERSON, "{'name':'Al'}\n", 1 },
+    { PERSON, "{'age':30}", 0 },
+    { PERSON, "{'age':30,'name':'Al'}", 0 },
+    { PERSON, "{'name':'Al','tags':['a','b','c']}", 0 },
+    { PERSON, "{'name':'Al','age':1.5}", 0 },
+    { PERSON, "{'name':'Al','extra':1}", 0 },
+    { PERSON, "{'name':'Al',}", 0 },
+    { PERSON, "{'name':'Al','age':01}", 0 },
+    { PERSON, "{'name':'a\tb'}", 0 },
+    { PERSON, "{'name':'a\\qb'}", 0 },
+    { PERSON, "{'name':'Al'}x", 0 },
+    { PERSON, "{  'name':'Al'}", 0 },
+    { PERSON, "{\n                    'name':'Al'}", 1 },
+    { PERSON, "{\n                     'name':'Al'}", 0 },
+    { OPT3, "{}", 1 },
+    { OPT3, "{'b':1}", 1 },
+    { OPT3, "{'a':1,'c':3}", 1 },
+    { OPT3, "{'a':1,'b':2,'c':3}", 1 },
+    { OPT3, "{'c':3,'a':1}", 0 },
+    { OPT3, "{'a':1,'a':1}", 0 },
+    { OPT3, "{,'a':1}", 0 },
+    { "{'required':['k']}", "{'k':[1,{'x':null}]}", 1 },
+    { "{'required':['k']}", "{}", 0 },
+    { "{'type':'object','additionalProperties':{'type':'number'}}", "{'a':1,'b':2.5}", 1 },
+    { "{'type':'object','additionalProperties':{'type':'number'}}", "{}", 1 },
+    { "{'type':'object','additionalProperties':{'type':'number'}}", "{'a':'x'}", 0 },
+    { "{'type':'object','additionalProperties':false}", "{}", 1 },
+    { "{'type':'object','additionalProperties':false}", "{'a':1}", 0 },
+    { "{'properties':{'a':{'type':'null'}},'required':['a'],'additionalProperties':true}", "{'a':null,'zz':[1],'y':{}}", 1 },
+    { "{'properties':{'a':{'type':'null'}},'required':['a'],'additionalProperties':true}", "{'zz':1,'a':null}", 0 },
+    { "{'type':'object'}", "{'any':{'thing':[true]}}", 1 },
+    { "{'type':'object'}", "[]", 0 },
+    { ALLOF, "{'a':'x','b':1}", 1 },
+    { ALLOF, "{'a':'x'}", 0 },
+    { ALLOF, "{'b':1,'a':'x'}", 0 },
+    /* arrays */
+    { "{'type':'array','items':{'type':'boolean'},'minItems':2,'maxItems':3}", "[true,false]", 1 },
+    { "{'type':'array','items':{'type':'boolean'},'minItems':2,'maxItems':3}", "[ true , false , true ]", 1 },
+    { "{'type':'array','items':{'type':'boolean'},'minItems':2,'maxItems':3}", "[true]", 0 },
+    { "{'type':'array','items':{'type':'boolean'},'minItems':2,'maxItems':3}", "[true,true,true,true]", 0 },
+    { "{'type':'array','items':{'type':'boolean'},'minItems':2,'maxItems':3}", "[true,1]", 0 },
+    { "{'type':'array'}", "[1,'x',null,[],{}]", 1 },
+    { "{'type':'array','items':false}", "[]", 1 },
+    { "{'type':'array','items':false}", "[1]", 0 },
+    { "{'type':'array','items':{'$ref':'#'}}", "[[],[[]]]", 1 },
+    { "{'type':'array','items':{'$ref':'#'}}", "[1]", 0 },
+    /* scalars */
+    { "{'type':'number'}", "0", 1 },
+    { "{'type':'number'}", "-1.5e+10", 1 },
+    { "{'type':'number'}", "3.25E-2", 1 },
+    { "{'type':'number'}", "01", 0 },
+    { "{'type':'number'}", "1.", 0 },
+    { "{'type':'number'}", ".5", 0 },
+    { "{'type':'number'}", "+1", 0 },
+    { "{'type':'number'}", "NaN", 0 },
+    { "{'type':'integer'}", "-0", 1 },
+    { "{'type':'integer'}", "1234567890123456", 1 },
+    { "{'type':'integer'}", "12345678901234567", 0 },
+    { "{'type':'integer'}", "4.0", 0 },
+    { "{'type':'integer'}", "1e3", 0 },
+    { "{'type':'boolean'}", "true", 1 },
+    { "{'type':'boolean'}", "True", 0 },
+    { "{'type':'null'}", "null", 1 },
+    { "{'type':'null'}", "nul", 0 },
+    { "{'type':'string'}", "'tab\\t quote\\' slash\\/ \\ud83d\\ude00 \xf0\x9f\x98\x80'", 1 },
+    { "{'type':'string'}", "'unterminated", 0 },
+    { "{'type':'string'}", "'\\u12g4'", 0 },
+    { "{'type':'string','minLength':2,'maxLength':3}", "'\\u00e9x'", 1 },
+    { "{'type':'string','minLength':2,'maxLength':3}", "'\xc3\xa9x\xc3\xa9'", 1 },
+    { "{'type':'string','minLength':2,'maxLength':3}", "'x'", 0 },
+    { "{'type':'string','minLength':2,'maxLength':3}", "'abcd'", 0 },
+    { "{'type':['string','null'],'maxLength':3}", "'abc'", 1 },
+    { "{'type':['string','null'],'maxLength':3}", "null", 1 },
+    { "{'type':['string','null'],'maxLength':3}", "'abcd'", 0 },
+    { "{'type':['string','null'],'maxLength':3}", "1", 0 },
+    /* enum, const */
+    { "{'enum':['red','green',3,null,{'k':[1]}]}", "'red'", 1 },
+    { "{'enum':['red','green',3,null,{'k':[1]}]}", "3", 1 },
+    { "{'enum':['red','green',3,null,{'k':[1]}]}", "null", 1 },
+    { "{'enum':['red','green',3,null,{'k':[1]}]}", "{ 'k' : [ 1 ] }", 1 },
+    { "{'enum':['red','green',3,null,{'k':[1]}]}", "'blue'", 0 },
+    { "{'enum':['red','green',3,null,{'k':[1]}]}", "'Red'", 0 },
+    { "{'enum':['red','green',3,null,{'k':[1]}]}", "{'k':[1,1]}", 0 },
+    { "{'const':'a\\'b\\nc'}", "'a\\'b\\nc'", 1 },
+    { "{'const':'a\\'b\\nc'}", "'a\\'b\nc'", 0 },
+    { "{'type':'string','enum':['x',1]}", "1", 0 },
+    /* anyOf, oneOf, $ref */
+    { "{'anyOf':[{'type':'string'},{'type':'integer'}]}", "'x'", 1 },
+    { "{'anyOf':[{'type':'string'},{'type':'integer'}]}", "7", 1 },
+    { "{'anyOf':[{'type':'string'},{'type':'integer'}]}", "true", 0 },
+    { "{'oneOf':[{'type':'object','properties':{'a':{'const':1}},'required':['a']},{'type':'null'}]}", "{'a':1}", 1 },
+    { "{'oneOf':[{'type':'object','properties':{'a':{'const':1}},'required':['a']},{'type':'null'}]}", "{'a':2}", 0 },
+    { LIST, "{'value':1,'next':{'value':2,'next':null}}", 1 },
+    { LIST, "{'value':1,'next':null}", 1 },
+    { LIST, "{'value':1,'next':{'next':null}}", 0 },
+    { LIST, "{'value':1}", 0 },
+    { "{'definitions':{'P':{'type':'integer'}},'properties':{'p':{'$ref':'#/definitions/P'}},'required':['p']}", "{'p':5}", 1 },
+    { "{'definitions':{'P':{'type':'integer'}},'properties':{'p':{'$ref':'#/definitions/P'}},'required':['p']}", "{'p':'5'}", 0 },
+    /* any value */
+    { "{}", "{'a':[1,'x',null,true,{}]}", 1 },
+    { "{}", "-2.5", 1 },
+    { "{}", "'s'", 1 },
+    { "{}", "{a:1}", 0 },
+    { "{}", "[1,]", 0 },
+    { "true", "[[[]]]", 1 },
+    { "true", "", 0 },
+};
+
+/* For the check lines: control characters as \\n, \\t, \\xNN. */
+static const char *shown(const char *s, char *out, size_t cap)
+{
+    size_t k = 0;
+    for (; *s && k + 5 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n') { out[k++] = '\\'; out[k++] = 'n'; }
+        else if (c == '\t') { out[k++] = '\\'; out[k++] = 't'; }
+        else if (c < 0x20) k += (size_t)snprintf(out + k, cap - k, "\\x%02x", c);
+        else out[k++] = (char)c;
+    }
+    out[k] = 0;
+    return out;
+}
+
+static void acceptance(void)
+{
+    int n_ok = 0, n_tables = (int)(sizeof TABLE / sizeof TABLE[0]), n_acc = 0;
+    for (int i = 0; i < n_tables; i++) {
+        char schema[1024], inst[512];
+        unquote(schema, TABLE[i].schema, sizeof schema);
+        unquote(inst, TABLE[i].instance, sizeof inst);
+        mor_status st;
+        char *g = convert(schema, &st);
+        grammar_rules *gr = NULL;
+        mor_status pst = g ? grammar_parse(g, strlen(g), NULL, "test", &gr) : st;
+        int m = pst == MOR_OK ? grammar_match(gr, inst, strlen(inst)) : -100;
+        int ok = m == TABLE[i].accept;
+        n_ok += ok;
+        n_acc += TABLE[i].accept;
+        char show[1024];
+        CHECK(ok, "schema %s %s %s (match %d%s%s)", schema, TABLE[i].accept ? "accepts" : "rejects",
+              shown(inst, show, sizeof show), m,
+              pst ? ": " : "", pst ? mor_last_error() : "");
+        grammar_rules_free(gr);
+        free(g);
+    }
+    CHECK(n_tables >= 40 && n_acc > 10 && n_tables - n_acc > 10, "the table has %d pairs, %d accepted, %d rejected",
+          n_tables, n_acc, n_tables - n_acc);
+}
+
 int main(void)
 {
     features();
     errors();
     contract();
+    acceptance();
     return check_done();
 }

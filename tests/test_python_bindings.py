@@ -60,7 +60,7 @@ SCALARS = {"int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32, "int64_t": ct
            "mor_pos": ctypes.c_int32, "mor_seq_id": ctypes.c_int32, "void": None,
            "mor_request_id": ctypes.c_int32,
            "mor_log_fn": _capi.LOG_FN}
-HANDLES = {"mor_model", "mor_context", "mor_kv_cache", "mor_router", "mor_batch", "mor_sampler", "mor_server"}
+HANDLES = {"mor_model", "mor_context", "mor_kv_cache", "mor_router", "mor_batch", "mor_sampler", "mor_server", "mor_grammar"}
 STRUCT_TYPES = {name: s for name, (s, _) in _capi.STRUCTS.items()}
 
 
@@ -592,6 +592,66 @@ class Logprobs(unittest.TestCase):
             for tok, lg in mine:
                 self.assertEqual(mor.logprobs(lg, top=1).top[0][0], tok)   # greedy: the most likely
 
+
+class Grammars(unittest.TestCase):
+    JSONISH = ('root ::= "{" pair ("," pair){0,2} "}"\n'
+               'pair ::= "\\"" [a-z]{1,8} "\\":" ("true" | "false" | [0-9]{1,4})\n')
+    RE = r'\{"[a-z]{1,8}":(true|false|[0-9]{1,4})(,"[a-z]{1,8}":(true|false|[0-9]{1,4})){0,2}\}'
+
+    def test_generation_follows_the_grammar(self):
+        import re
+        with mor.Model(os.path.join(t.ROOT, "models", "brown-mor.gguf")) as m:
+            for seed in range(4):
+                g = mor.Grammar(m, self.JSONISH)
+                toks = list(m.generate("The answer is", max_tokens=120, grammar=g, seed=seed,
+                                       temperature=0.0 if seed == 0 else 1.0, top_k=0, top_p=1.0, min_p=0.0))
+                text = b"".join(m.token_to_piece(t.id) for t in toks if t.id != m.token_eos).decode()
+                self.assertTrue(g.must_end or toks[-1].id == m.token_eos, text)
+                self.assertTrue(re.fullmatch(self.RE, text), text)
+            # GBNF text works too, and an unconstrained run is unchanged by the grammar machinery
+            a = [t.id for t in m.generate("The answer is", max_tokens=8)]
+            b = [t.id for t in m.generate("The answer is", max_tokens=8, grammar=None)]
+            self.assertEqual(a, b)
+            # through a server: the same tokens as generated alone
+            with mor.Server(m, n_slots=2) as srv:
+                r0 = srv.submit("The answer is", max_tokens=120, grammar=self.JSONISH, seed=1, temperature=1.0,
+                                stop=[m.token_eos])
+                r1 = srv.submit("The answer is", max_tokens=8, seed=2, temperature=1.0)
+                srv.run()
+                got0, got1 = srv.tokens(r0)[0], srv.tokens(r1)[0]
+            want0 = [t.id for t in m.generate("The answer is", max_tokens=120, grammar=self.JSONISH, seed=1,
+                                              temperature=1.0)]
+            want1 = [t.id for t in m.generate("The answer is", max_tokens=8, seed=2, temperature=1.0)]
+            self.assertEqual((got0, got1), (want0, want1))
+            c = [t.id for t in m.generate("The answer is", max_tokens=50, grammar='root ::= "yes" | "no"')]
+            self.assertIn(b"".join(m.token_to_piece(t) for t in c if t != m.token_eos), (b"yes", b"no"))
+
+    def test_mask_and_errors(self):
+        with mor.Model.from_bytes(gguf_vocab_only(), vocab_only=True) as m:
+            g = mor.Grammar(m, 'root ::= "he" [l]+ "o"')
+            masked = g.apply([0.0] * m.n_vocab)
+            ok = [i for i, v in enumerate(masked) if v == 0.0]
+            self.assertEqual(ok, [ord("h"), 256])           # "h" and "he"
+            g.accept(256)
+            g.accept(257)                                   # "ll"
+            self.assertFalse(g.can_end)
+            with self.assertRaises(mor.InvalidArgError):
+                g.accept(ord("x"))
+            g.accept(ord("o"))
+            self.assertTrue(g.can_end and g.must_end)
+            self.assertEqual([i for i, v in enumerate(g.apply([0.0] * m.n_vocab)) if v == 0.0], [m.token_eos])
+            g.reset()
+            self.assertEqual(g.state, 0)
+            with self.assertRaises(mor.InvalidArgError) as e:
+                mor.Grammar(m, 'root ::= "a" root2')
+            self.assertIn("root2", str(e.exception))
+            with self.assertRaises(mor.InvalidArgError):
+                mor.Grammar(m, 'root ::= root "a" | "b"')
+            done = mor.Grammar(m, 'root ::= "o"', end_tokens=[])
+            done.accept(ord("o"))
+            with self.assertRaises(mor.InvalidArgError) as e:
+                done.apply([0.0] * m.n_vocab)
+            self.assertIn("complete", str(e.exception))
 
 class JsonSchema(unittest.TestCase):
     SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},

@@ -45,6 +45,7 @@ ROUTER_TYPE_NONE, ROUTER_TYPE_EXPERT, ROUTER_TYPE_TOKEN = 0, 1, 2
 CTX_CAPTURE_HIDDEN = 1
 POOL_MEAN, POOL_LAST = 1, 2
 EMBD_NORMALIZE = 1
+GRAMMAR_CAN_END, GRAMMAR_MUST_END = 1, 2
 KV_MODEL_DEFAULT, KV_RECURSION_WISE, KV_SHARED, KV_DENSE = 0, 1, 2, 3
 KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0 = 0, 1, 8
 MAX_RECURSIONS = _capi.MAX_RECURSIONS   # MOR_MAX_RECURSIONS
@@ -459,9 +460,17 @@ class Sampler(_Handle):
     def greedy(cls):
         return cls(temperature=0.0)
 
-    def sample(self, logits):
+    def sample(self, logits, grammar=None):
         """A token from logits: a sequence of floats, or (context, row) to
-        sample the row of the last decode without copying it."""
+        sample the row of the last decode without copying it. With a
+        Grammar, only tokens it allows are drawn, and the grammar takes the
+        token (Grammar.accept)."""
+        if grammar is not None:
+            masked, n = grammar._masked(logits)
+            t = ctypes.c_int32()
+            _check(_lib.mor_sampler_sample(self._p, masked, n, ctypes.byref(t)))
+            grammar.accept(t.value)
+            return t.value
         if isinstance(logits, tuple):
             ctx, row = logits
             ptr = _lib.mor_get_logits(ctx._p, row)
@@ -486,6 +495,72 @@ class Sampler(_Handle):
 
     def reset(self):
         _lib.mor_sampler_reset(self._p)
+
+
+class Grammar(_Handle):
+    """A GBNF grammar constraint on what a model generates (mor_grammar in
+    mor.h): Sampler.sample(logits, grammar) draws only tokens that keep the
+    output a prefix of a string of the grammar. end_tokens (ids) end a
+    generation where the output is complete; None: the model's EOS."""
+    _kind = "grammar"
+
+    def __init__(self, model, gbnf, root=None, end_tokens=None):
+        self._args = (gbnf.encode("utf-8") if isinstance(gbnf, str) else bytes(gbnf), root,
+                      None if end_tokens is None else list(end_tokens))
+        self.model = model
+        self._own(self._copy(), _lib.mor_grammar_free)
+
+    def _copy(self):
+        """A new mor_grammar of the same text (a raw handle the caller owns)."""
+        data, root, ends = self._args
+        arr = None if ends is None else (_capi.mor_token * max(1, len(ends)))(*ends)
+        out = ctypes.c_void_p()
+        _check(_lib.mor_grammar_create(self.model._p, data, len(data), root.encode() if root else None, arr,
+                                       0 if ends is None else len(ends), ctypes.byref(out)))
+        return out.value
+
+    def _masked(self, logits):
+        """(a masked copy of logits as a ctypes array, n_vocab)."""
+        if isinstance(logits, tuple):
+            ctx, row = logits
+            ptr = _lib.mor_get_logits(ctx._p, row)
+            if not ptr:
+                raise InvalidArgError(-1, "row %d of the last decode has no logits" % row)
+            n = ctx.model.n_vocab
+            a = (ctypes.c_float * n)()
+            ctypes.memmove(a, ptr, 4 * n)
+        else:
+            try:
+                a = (ctypes.c_float * len(logits))(*logits)
+            except TypeError as e:
+                raise TypeError("Grammar: logits must be a sequence of numbers (%s)" % e)
+            n = len(logits)
+        _check(_lib.mor_grammar_apply(self._p, a, n))
+        return a, n
+
+    def apply(self, logits):
+        """The logits (a sequence, or (context, row)) with -inf for every token
+        the grammar does not allow next, as a list."""
+        a, n = self._masked(logits)
+        return list(a)
+
+    def accept(self, token):
+        _check(_lib.mor_grammar_accept(self._p, token))
+
+    @property
+    def state(self):
+        return _lib.mor_grammar_state(self._p)
+
+    @property
+    def can_end(self):
+        return bool(self.state & GRAMMAR_CAN_END)
+
+    @property
+    def must_end(self):
+        return bool(self.state & GRAMMAR_MUST_END)
+
+    def reset(self):
+        _lib.mor_grammar_reset(self._p)
 
 
 def _logits_ptr(logits, what):
@@ -701,11 +776,13 @@ class Context(_Handle):
         return pos - n_discard
 
     def generate(self, prompt, max_tokens=64, sampler=None, seq=0, stop_at_eos=True, context_shift=True, n_keep=0,
-                 **sampling):
+                 grammar=None, **sampling):
         """Stream Token(id, text, depth): decode the prompt (token ids) after
         what seq already holds in the cache, then sample and decode one token
         at a time. sampler: a Sampler (default greedy, or one built from the
-        keyword arguments: seed, temperature, top_k, ...).
+        keyword arguments: seed, temperature, top_k, ...). grammar: a Grammar
+        or GBNF text; the output then follows it and ends where the grammar
+        ends it (an end token, or MUST_END).
 
         The sequence holds at most self.limit tokens. When it is full the
         context shifts, as llama.cpp does: the first n_keep tokens stay, the
@@ -744,6 +821,8 @@ class Context(_Handle):
                               RuntimeWarning, stacklevel=2)
                 ids = ids[:keep] + ids[keep + erased * block:]
         own = sampler is None
+        if isinstance(grammar, (str, bytes)):
+            grammar = Grammar(m, grammar)
         s = sampler or Sampler(**(sampling or {"temperature": 0.0}))
         b = Batch(max(1, self.n_batch))
         text = _TextStream(m)
@@ -759,7 +838,9 @@ class Context(_Handle):
                         break
                     k = min(n_keep, pos - 2)
                     pos = self._shift(seq, pos, k, max(1, (pos - k) // 2))
-                t = s.sample((self, row))
+                if grammar is not None and grammar.must_end:
+                    break
+                t = s.sample((self, row), grammar)
                 b.clear()
                 b.add(t, pos, seq, True)
                 self.decode(b)
@@ -990,11 +1071,15 @@ class Server(_Handle):
         return self._router
 
     def submit(self, prompt, max_tokens=64, stop=(), seed=None, temperature=None, top_k=None, top_p=None,
-               min_p=None, repeat_penalty=None, repeat_last_n=None):
+               min_p=None, repeat_penalty=None, repeat_last_n=None, grammar=None):
         """Queue a request: prompt (token ids, or text: tokenized with BOS),
         at most max_tokens generated tokens, stop token ids; sampling settings
         as Sampler's (None: libmor's default; the default temperature samples,
-        temperature=0 is greedy). Returns the request id."""
+        temperature=0 is greedy); grammar: GBNF text, or a Grammar (its text,
+        start rule and end tokens: the server gets a grammar of its own).
+        Returns the request id."""
+        if grammar is not None and not isinstance(grammar, Grammar):
+            grammar = Grammar(self.model, grammar)
         ids = self.model.tokenize(prompt, add_bos=True, parse_special=True) if isinstance(prompt, str) \
             else list(prompt)
         stop = list(stop)
@@ -1005,6 +1090,13 @@ class Server(_Handle):
         rid = ctypes.c_int32()
         _check(_lib.mor_server_submit(self._p, p, len(ids), ctypes.byref(smp), max_tokens, s, len(stop),
                                       ctypes.byref(rid)))
+        if grammar is not None:
+            g = grammar._copy()
+            st = _lib.mor_server_set_grammar(self._p, rid.value, g)
+            if st:
+                _lib.mor_grammar_free(g)
+                _lib.mor_server_cancel(self._p, rid.value)
+                _check(st)
         return rid.value
 
     def _reraise(self):

@@ -29,6 +29,9 @@ typedef struct {
     int kv_mode, kv_type, n_ctx, max_pos, n_threads, no_context_shift, n_keep;
     int greedy, temp_set, no_check_tensors;
     int embedding, no_normalize;   /* --embedding: MOR_POOL_* (0: generate) */
+    const char *grammar, *grammar_file;   /* --grammar TEXT, --grammar-file FILE (GBNF) */
+    char       *grammar_buf;              /* the grammar's bytes when read from a file, owned */
+    size_t      grammar_len;
     float thresholds[32];
     int n_thresholds;
     mor_sampler_params sp;
@@ -60,6 +63,10 @@ static void usage(FILE *f)
         "  --temp T                 temperature, >= 0 (default 0.8; 0: greedy)\n"
         "  --top-k K (40, 0 off)  --top-p P (0.95, 1 off)  --min-p P (0.05, 0 off)\n"
         "  --repeat-penalty R (1, off)  --repeat-last-n N (64)  --seed S (0)\n"
+        "  --grammar GBNF           constrain the output to a string of a GBNF grammar (llama.cpp's\n"
+        "                           grammar language, start rule 'root'); generation ends where the\n"
+        "                           grammar ends it\n"
+        "  --grammar-file FILE      the same, the grammar read from FILE\n"
         "routing (how many recursions each token runs):\n"
         "  --routing MODE           topk | threshold | forced:N | token | default. Default: for\n"
         "                           generation with an expert-choice model, threshold (causal: each\n"
@@ -191,6 +198,8 @@ static void parse_args(int argc, char **argv, options *o)
             o->embedding = values[cli_choice(a, VALUE(), pools)];
         }
         else if (FLAG("--no-normalize")) o->no_normalize = 1;
+        else if (FLAG("--grammar")) o->grammar = VALUE();
+        else if (FLAG("--grammar-file")) o->grammar_file = VALUE();
         else cli_usage_error("unknown option '%s'", a);
 #undef FLAG
 #undef VALUE
@@ -207,6 +216,9 @@ static void parse_args(int argc, char **argv, options *o)
                  "--dump-*");
     cli_conflict(o->embedding, "--embedding", o->no_cache, "--no-cache");
     if (o->no_normalize && !o->embedding) cli_usage_error("--no-normalize is for --embedding");
+    cli_conflict(o->grammar != NULL, "--grammar", o->grammar_file != NULL, "--grammar-file");
+    cli_conflict(o->grammar || o->grammar_file, o->grammar ? "--grammar" : "--grammar-file", o->embedding, "--embedding");
+    if (o->grammar) o->grammar_len = strlen(o->grammar);
     cli_conflict(o->tokenize_file != NULL, "--tokenize-file", o->prompt || o->ids, o->prompt ? "-p" : "--ids");
     if (!o->tokenize_file && !o->prompt && !o->prompt_file && !o->ids)
         cli_usage_error("give a prompt (-p TEXT, -f FILE or --ids A,B,C)");
@@ -256,6 +268,8 @@ typedef struct {
     mor_context *ctx;
     mor_batch *batch;
     mor_sampler *sampler;
+    mor_grammar *grammar;      /* --grammar: constrains what is generated */
+    float *masked;             /* [n_vocab]: the logits under the grammar */
     mor_token *prompt;
     mor_token *seq;            /* the tokens in the context window, positions 0..n_seq-1 */
     int n_prompt, n_seq, cap_seq;
@@ -270,6 +284,9 @@ typedef struct {
 static void run_free(run_state *r)
 {
     free(r->o.prompt_buf);
+    free(r->o.grammar_buf);
+    mor_grammar_free(r->grammar);
+    free(r->masked);
     free(r->prompt); free(r->seq); free(r->gen); free(r->depths); free(r->steps);
     mor_sampler_free(r->sampler);
     mor_batch_free(r->batch);
@@ -496,14 +513,18 @@ int main(int argc, char **argv)
     options *o = &R.o;
     parse_args(argc, argv, o);
     {
-        const char *inputs[] = { o->model, o->tokenize_file, o->prompt_file };
+        const char *inputs[] = { o->model, o->tokenize_file, o->prompt_file, o->grammar_file };
         const char *outs[] = { o->dump_logits, o->dump_routing, o->dump_hidden, o->dump_step_logits };
         for (int i = 0; i < 4; i++)
-            if (outs[i] && cli_refuse_overwrite(outs[i], inputs, 3)) return 2;
+            if (outs[i] && cli_refuse_overwrite(outs[i], inputs, 4)) return 2;
     }
     if (o->prompt_file) {
         if (!(o->prompt_buf = read_all(o->prompt_file, &o->prompt_len))) return 1;
         o->prompt = o->prompt_buf;
+    }
+    if (o->grammar_file) {
+        if (!(o->grammar_buf = read_all(o->grammar_file, &o->grammar_len))) { free(o->prompt_buf); return 1; }
+        o->grammar = o->grammar_buf;
     }
 
     mor_model_params mp;
@@ -600,6 +621,13 @@ int main(int argc, char **argv)
     if (!R.depths || (o->dump_step_logits && !R.steps)) { run_free(&R); return cli_error("out of memory"); }
     if ((st = mor_batch_create((int32_t)cp.n_batch, &R.batch))) { run_free(&R); return lib_error(NULL, "creating a batch", st); }
     if ((st = mor_sampler_create(&o->sp, &R.sampler))) { run_free(&R); return lib_error(NULL, "creating the sampler", st); }
+    if (o->grammar) {
+        if ((st = mor_grammar_create(model, o->grammar, o->grammar_len, NULL, NULL, 0, &R.grammar))) {
+            run_free(&R);
+            return lib_error(NULL, o->grammar_file ? "--grammar-file" : "--grammar", st);
+        }
+        if (!(R.masked = malloc(sizeof *R.masked * (size_t)n_vocab))) { run_free(&R); return cli_error("out of memory"); }
+    }
     for (int i = 0; i < R.n_prompt; i++) {
         mor_sampler_accept(R.sampler, R.prompt[i]);
         if (!push(&R.seq, &R.n_seq, &R.cap_seq, R.prompt[i])) { run_free(&R); return cli_error("out of memory"); }
@@ -612,7 +640,7 @@ int main(int argc, char **argv)
     if (o->embedding) { int erc = print_embedding(&R); run_free(&R); return erc; }
     if (!o->print_ids && n_predict > 0 && o->prompt) { put_text(&R, o->prompt, o->prompt_len); fflush(stdout); }
 
-    int rc = 0, n_gen = 0, stopped_at_limit = 0, ended_at_eos = 0;
+    int rc = 0, n_gen = 0, stopped_at_limit = 0, ended_at_eos = 0, grammar_ended = 0;
     uint64_t hist[17] = { 0 };
     const mor_token eos = mor_model_token_eos(model);
     double t1 = now_s();
@@ -636,7 +664,15 @@ int main(int argc, char **argv)
         }
         mor_token t;
         if (R.steps) memcpy(R.steps + (size_t)n_gen * n_vocab, logits, sizeof *R.steps * (size_t)n_vocab);
-        if ((st = mor_sampler_sample(R.sampler, logits, n_vocab, &t))) { rc = lib_error(&R, "sampling", st); break; }
+        const float *from = logits;
+        if (R.grammar) {
+            if (mor_grammar_state(R.grammar) & MOR_GRAMMAR_MUST_END) { grammar_ended = 1; break; }
+            memcpy(R.masked, logits, sizeof *R.masked * (size_t)n_vocab);
+            if ((st = mor_grammar_apply(R.grammar, R.masked, n_vocab))) { rc = lib_error(&R, "the grammar", st); break; }
+            from = R.masked;
+        }
+        if ((st = mor_sampler_sample(R.sampler, from, n_vocab, &t))) { rc = lib_error(&R, "sampling", st); break; }
+        if (R.grammar && (st = mor_grammar_accept(R.grammar, t))) { rc = lib_error(&R, "the grammar", st); break; }
         if (!push(&R.seq, &R.n_seq, &R.cap_seq, t) || !push(&R.gen, &R.n_gen, &R.cap_gen, t)) {
             rc = cli_error("out of memory");
             break;
@@ -660,7 +696,7 @@ int main(int argc, char **argv)
         hist[produced < 16 ? produced : 16]++;
         /* the end-of-text token ends a text prompt's generation; like the
          * server, it is counted and listed by --print-ids, its text not shown */
-        int at_eos = eos >= 0 && t == eos && o->prompt;
+        int at_eos = eos >= 0 && t == eos && (o->prompt || R.grammar);
         if (!o->print_ids && !at_eos) print_piece(&R, t, produced);
         if (at_eos) { ended_at_eos = 1; break; }
     }
@@ -685,7 +721,8 @@ int main(int argc, char **argv)
     if (!o->quiet && !rc) {
         fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tok/s); generated: %d tokens in %.3f s (%.1f tok/s)%s\n",
                 R.n_prompt, t_prompt, R.n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
-                n_gen / (t_gen > 0 ? t_gen : 1e-9), ended_at_eos ? "; stopped at the end-of-text token" : "");
+                n_gen / (t_gen > 0 ? t_gen : 1e-9), ended_at_eos ? "; stopped at the end-of-text token" :
+                grammar_ended ? "; the grammar ended the output" : "");
         if (n_gen) {
             double sum = 0;
             for (int d = 0; d <= 16; d++) sum += (double)d * (double)hist[d];

@@ -950,6 +950,40 @@ extern "C" {
         top_logprobs: *mut f32,
     ) -> mor_status;
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct mor_grammar {
+    _unused: [u8; 0],
+}
+extern "C" {
+    pub fn mor_grammar_create(
+        model: *const mor_model,
+        gbnf: *const ::std::os::raw::c_char,
+        len: usize,
+        root: *const ::std::os::raw::c_char,
+        end_tokens: *const mor_token,
+        n_end: i32,
+        out: *mut *mut mor_grammar,
+    ) -> mor_status;
+}
+extern "C" {
+    pub fn mor_grammar_free(g: *mut mor_grammar);
+}
+extern "C" {
+    pub fn mor_grammar_apply(g: *mut mor_grammar, logits: *mut f32, n_vocab: i32) -> mor_status;
+}
+extern "C" {
+    pub fn mor_grammar_accept(g: *mut mor_grammar, token: mor_token) -> mor_status;
+}
+pub const MOR_GRAMMAR_CAN_END: _bindgen_ty_11 = 1;
+pub const MOR_GRAMMAR_MUST_END: _bindgen_ty_11 = 2;
+pub type _bindgen_ty_11 = u32;
+extern "C" {
+    pub fn mor_grammar_state(g: *const mor_grammar) -> i32;
+}
+extern "C" {
+    pub fn mor_grammar_reset(g: *mut mor_grammar);
+}
 extern "C" {
     pub fn mor_json_schema_to_grammar(
         schema: *const ::std::os::raw::c_char,
@@ -959,10 +993,10 @@ extern "C" {
         len_out: *mut usize,
     ) -> mor_status;
 }
-pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_11 = 1;
-pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_11 = 2;
-pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_11 = 4;
-pub type _bindgen_ty_11 = u32;
+pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_12 = 1;
+pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_12 = 2;
+pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_12 = 4;
+pub type _bindgen_ty_12 = u32;
 extern "C" {
     pub fn mor_tokenize(
         model: *const mor_model,
@@ -999,19 +1033,19 @@ pub struct mor_server {
     _unused: [u8; 0],
 }
 pub type mor_request_id = i32;
-pub const MOR_SERVE_SERIAL: _bindgen_ty_12 = 0;
-pub const MOR_SERVE_SEQUENCE: _bindgen_ty_12 = 1;
-pub const MOR_SERVE_DEPTHWISE: _bindgen_ty_12 = 2;
-pub type _bindgen_ty_12 = u32;
-pub const MOR_EXIT_NONE: _bindgen_ty_13 = 0;
-pub const MOR_EXIT_MARGIN: _bindgen_ty_13 = 1;
-pub const MOR_EXIT_SATURATION: _bindgen_ty_13 = 2;
+pub const MOR_SERVE_SERIAL: _bindgen_ty_13 = 0;
+pub const MOR_SERVE_SEQUENCE: _bindgen_ty_13 = 1;
+pub const MOR_SERVE_DEPTHWISE: _bindgen_ty_13 = 2;
 pub type _bindgen_ty_13 = u32;
-pub const MOR_REQ_QUEUED: _bindgen_ty_14 = 0;
-pub const MOR_REQ_RUNNING: _bindgen_ty_14 = 1;
-pub const MOR_REQ_DONE: _bindgen_ty_14 = 2;
-pub const MOR_REQ_CANCELLED: _bindgen_ty_14 = 3;
+pub const MOR_EXIT_NONE: _bindgen_ty_14 = 0;
+pub const MOR_EXIT_MARGIN: _bindgen_ty_14 = 1;
+pub const MOR_EXIT_SATURATION: _bindgen_ty_14 = 2;
 pub type _bindgen_ty_14 = u32;
+pub const MOR_REQ_QUEUED: _bindgen_ty_15 = 0;
+pub const MOR_REQ_RUNNING: _bindgen_ty_15 = 1;
+pub const MOR_REQ_DONE: _bindgen_ty_15 = 2;
+pub const MOR_REQ_CANCELLED: _bindgen_ty_15 = 3;
+pub type _bindgen_ty_15 = u32;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct mor_server_params {
@@ -1316,8 +1350,8 @@ fn bindgen_test_layout_mor_server_params() {
     }
     test_field_on_token_logits();
 }
-pub const MOR_SERVE_NO_PROMPT_REUSE: _bindgen_ty_15 = 1;
-pub type _bindgen_ty_15 = u32;
+pub const MOR_SERVE_NO_PROMPT_REUSE: _bindgen_ty_16 = 1;
+pub type _bindgen_ty_16 = u32;
 extern "C" {
     pub fn mor_server_params_init(p: *mut mor_server_params, size: usize);
 }
@@ -1373,6 +1407,13 @@ extern "C" {
 }
 extern "C" {
     pub fn mor_server_release(srv: *mut mor_server, id: mor_request_id) -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_set_grammar(
+        srv: *mut mor_server,
+        id: mor_request_id,
+        g: *mut mor_grammar,
+    ) -> mor_status;
 }
 extern "C" {
     pub fn mor_sizeof_model_params() -> usize;

@@ -1,0 +1,442 @@
+/* test_grammar.c - GBNF grammars: the parser (what a grammar matches, and
+ * the errors of bad grammars), and mor_grammar on the bundled model's
+ * vocabulary (masks that allow exactly the tokens that can continue,
+ * constrained generation whose every output is a string of the grammar). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mor.h"
+#include "check.h"
+#include "grammar.h"
+
+static int match(const char *gbnf, const char *s)
+{
+    grammar_rules *g;
+    if (grammar_parse(gbnf, strlen(gbnf), NULL, "test", &g)) return -100;
+    int r = grammar_match(g, s, strlen(s));
+    grammar_rules_free(g);
+    return r;
+}
+
+typedef struct { const char *gbnf, *s; int want; } mcase;
+
+static const mcase cases[] = {
+    { "root ::= \"abc\"", "abc", 1 },
+    { "root ::= \"abc\"", "ab", 0 },
+    { "root ::= \"abc\"", "abcd", 0 },
+    { "root ::= \"\"", "", 1 },
+    { "root ::= [a-c]+", "abcabc", 1 },
+    { "root ::= [a-c]+", "", 0 },
+    { "root ::= [a-c]+", "abd", 0 },
+    { "root ::= [^a-c]*", "xyz \xc3\xa9", 1 },
+    { "root ::= [^a-c]*", "xaz", 0 },
+    { "root ::= .*", "any\n\xe2\x82\xac\xf0\x9f\x98\x80", 1 },
+    { "root ::= \"a\" | \"b\" | \"cd\"", "cd", 1 },
+    { "root ::= \"a\" | \"b\" | \"cd\"", "c", 0 },
+    { "root ::= (\"ab\" | \"c\")* \"d\"", "abcabd", 1 },
+    { "root ::= (\"ab\" | \"c\")* \"d\"", "abad", 0 },
+    { "root ::= \"x\"?\"y\"", "y", 1 },
+    { "root ::= \"x\"?\"y\"", "xy", 1 },
+    { "root ::= \"x\"?\"y\"", "xxy", 0 },
+    { "root ::= \"ab\"{2}", "abab", 1 },
+    { "root ::= \"ab\"{2}", "ab", 0 },
+    { "root ::= [0-9]{2,4}", "1", 0 },
+    { "root ::= [0-9]{2,4}", "12", 1 },
+    { "root ::= [0-9]{2,4}", "1234", 1 },
+    { "root ::= [0-9]{2,4}", "12345", 0 },
+    { "root ::= [0-9]{2,}", "123456789", 1 },
+    { "root ::= [0-9]{,2}", "", 1 },
+    { "root ::= [0-9]{,2}", "123", 0 },
+    { "root ::= x y\nx ::= \"a\"\ny ::= \"b\"", "ab", 1 },
+    { "root ::= p\np ::= \"(\" p \")\" | \"\"", "((()))", 1 },
+    { "root ::= p\np ::= \"(\" p \")\" | \"\"", "(()", 0 },
+    { "# a comment\nroot ::= ( # inside\n  \"a\"\n  | \"b\" )   # after\n", "b", 1 },
+    { "root ::=\n  \"a\" |\n  \"b\"", "b", 1 },
+    { "root ::= \"\\n\\t\\\\\\\"\\x41\\u00e9\\U0001F600\"", "\n\t\\\"A\xc3\xa9\xf0\x9f\x98\x80", 1 },
+    { "root ::= [\\x00-\\x1f]", "\x1f", 1 },
+    { "root ::= [\\]\\-]+", "]-]", 1 },
+    { "root ::= [a-]+", "a-a", 1 },
+    { "root ::= \"\xe2\x82\xac\" [\xc3\xa0-\xc3\xbf]", "\xe2\x82\xac\xc3\xa9", 1 },
+    { "root ::= \"\xe2\x82\xac\"", "\xe2\x82", 0 },   /* half a character */
+    { "root ::= a\na ::= b*\nb ::= \"x\" | \"\"", "xx", 1 },   /* nullable inside a repetition? refused below */
+    { "root ::= ws \"{\" ws \"}\"\nws ::= [ \\t\\n]*", " { \n}", 1 },
+    { "root-1 ::= \"a\"\nroot ::= root-1 root_2\nroot_2 ::= \"b\"", "ab", 1 },
+};
+
+typedef struct { const char *gbnf, *msg; } ecase;
+
+static const ecase errors[] = {
+    { "root ::= x", "rule 'x' is used but not defined" },
+    { "root ::= \"a\"\nroot ::= \"b\"", "defined twice" },
+    { "root ::= root \"a\" | \"b\"", "left-recursive" },
+    { "root ::= a\na ::= b \"x\"\nb ::= c\nc ::= a | \"y\"", "left-recursive" },
+    { "root ::= n root \"x\" | \"y\"\nn ::= \"\" | \"z\"", "left-recursive" },
+    { "root ::= \"a\" root", "matches no string" },
+    { "other ::= \"a\"", "no rule 'root'" },
+    { "root ::= \"abc", "line 1, column 10: unterminated literal" },
+    { "root ::= \"a\"\n\nx ::= \"\\q\"", "line 3, column 8: unknown escape" },
+    { "root \"a\"", "expected '::='" },
+    { "root ::= \"a\" )", "')' without its '('" },
+    { "root ::= ( \"a\"", "'(' without its ')'" },
+    { "root ::= \"a\"{3,2}", "max below min" },
+    { "root ::= []", "empty character class" },
+    { "root ::= * \"a\"", "nothing before it to repeat" },
+    { "root ::= [z-a]", "end before its start" },
+    { "root ::= \"\\x4\"", "hexadecimal digits" },
+    { "root ::= \"\\uD800\"", "not a Unicode scalar value" },
+    { "root ::= \"\xc3\"", "invalid UTF-8" },
+    { "root ::= \"a\"{99999}", "repetition count above" },
+    { "root ::= \"a\" x ::= \"b\"", "new line" },
+    { "::= \"a\"", "expected a rule name" },
+};
+
+static void test_parse(void)
+{
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const mcase *c = &cases[i];
+        int got = match(c->gbnf, c->s);
+        if (i == 37) {   /* b* with b nullable: left recursion through the repetition */
+            CHECK(got == -100 && strstr(mor_last_error(), "left-recursive"), "a repetition of a rule that matches \"\" is refused: %s",
+                  mor_last_error());
+            continue;
+        }
+        CHECK(got == c->want, "grammar case %zu: match %d (want %d) %s", i, got, c->want, got < 0 ? mor_last_error() : "");
+    }
+    for (size_t i = 0; i < sizeof errors / sizeof *errors; i++) {
+        grammar_rules *g = NULL;
+        mor_status st = grammar_parse(errors[i].gbnf, strlen(errors[i].gbnf), NULL, "test", &g);
+        CHECK(st == MOR_E_INVALID_ARG && !g && strstr(mor_last_error(), errors[i].msg),
+              "bad grammar %zu refused: %s", i, mor_last_error());
+    }
+    /* nesting is bounded */
+    char deep[2000];
+    size_t n = (size_t)snprintf(deep, sizeof deep, "root ::= ");
+    for (int i = 0; i < 200; i++) deep[n++] = '(';
+    deep[n++] = '"'; deep[n++] = 'a'; deep[n++] = '"';
+    for (int i = 0; i < 200; i++) deep[n++] = ')';
+    grammar_rules *g = NULL;
+    CHECK(grammar_parse(deep, n, NULL, "test", &g) == MOR_E_INVALID_ARG && strstr(mor_last_error(), "nested deeper"),
+          "200 nested parentheses refused: %s", mor_last_error());
+    /* another start rule */
+    const char *two = "a ::= \"x\"\nb ::= \"y\"";
+    CHECK(grammar_parse(two, strlen(two), "b", "test", &g) == MOR_OK && grammar_match(g, "y", 1) == 1 &&
+          grammar_match(g, "x", 1) == 0, "start rule chosen by name");
+    grammar_rules_free(g);
+    /* a deep but valid nesting matches (the matcher's pool holds it) */
+    const char *par = "root ::= \"(\" root \")\" | \"x\"";
+    char s[402];
+    for (int i = 0; i < 200; i++) { s[i] = '('; s[201 + i] = ')'; }
+    s[200] = 'x';
+    CHECK(match(par, "((x))") == 1 && grammar_parse(par, strlen(par), NULL, "t", &g) == MOR_OK &&
+          grammar_match(g, s, 401) == 1 && grammar_match(g, s, 400) == 0, "200 nested parentheses matched");
+    grammar_rules_free(g);
+}
+
+/* ---- on the bundled model's vocabulary ---- */
+
+static mor_model *model;
+static int32_t V;
+
+static size_t text_of(const mor_token *t, int32_t n, char *buf, size_t cap)
+{
+    size_t len = 0;
+    for (int32_t i = 0; i < n; i++) {
+        size_t k = 0;
+        if (mor_token_to_piece(model, t[i], buf + len, cap - len, &k)) return (size_t)-1;
+        len += k;
+    }
+    return len;
+}
+
+/* The mask equals "accepting the token succeeds" for every token of the
+ * vocabulary, after the tokens hist[0..n). */
+static int mask_exact(const char *gbnf, const mor_token *hist, int32_t n)
+{
+    mor_grammar *a = NULL, *b = NULL;
+    float *l = malloc(sizeof *l * (size_t)V);
+    int ok = l && !mor_grammar_create(model, gbnf, strlen(gbnf), NULL, NULL, 0, &a) &&
+             !mor_grammar_create(model, gbnf, strlen(gbnf), NULL, NULL, 0, &b);
+    for (int32_t i = 0; ok && i < n; i++) ok = !mor_grammar_accept(a, hist[i]);
+    for (int32_t t = 0; ok && t < V; t++) l[t] = 0.0f;
+    ok = ok && !mor_grammar_apply(a, l, V);
+    int32_t allowed = 0;
+    for (int32_t t = 0; ok && t < V; t++) {
+        mor_grammar_reset(b);
+        int replay = 1;
+        for (int32_t i = 0; i < n && replay; i++) replay = !mor_grammar_accept(b, hist[i]);
+        int acc = replay && mor_grammar_accept(b, t) == MOR_OK;
+        if (acc != (l[t] == 0.0f)) { printf("# token %d: mask %d, accept %d\n", t, l[t] == 0.0f, acc); ok = 0; }
+        allowed += acc;
+    }
+    mor_grammar_free(a);
+    mor_grammar_free(b);
+    free(l);
+    return ok ? allowed : -1;
+}
+
+static const char *JSONISH =
+    "root ::= \"{\" ws pair (ws \",\" ws pair){0,2} ws \"}\"\n"
+    "pair ::= str ws \":\" ws val\n"
+    "val  ::= str | num | \"true\" | \"false\" | \"[\" ws (val (ws \",\" ws val)*)? ws \"]\"\n"
+    "str  ::= \"\\\"\" [a-z ]{1,12} \"\\\"\"\n"
+    "num  ::= \"-\"? [0-9]{1,6}\n"
+    "ws   ::= \" \"?\n";
+
+/* Generate up to max tokens under the grammar; the text must be a string
+ * of the grammar when the grammar ended it. */
+static int generate(mor_context *ctx, mor_grammar *g, mor_sampler *s, char *text, size_t cap, int32_t max, int *ended)
+{
+    mor_token prompt[8];
+    int32_t np = 0;
+    if (mor_tokenize(model, "The answer:", 11, 0, prompt, 8, &np)) return -1;
+    mor_kv_clear(mor_context_kv(ctx));
+    mor_batch *b = NULL;
+    if (mor_batch_create(64, &b)) return -1;
+    for (int32_t i = 0; i < np; i++) mor_batch_add(b, prompt[i], i, 0, i == np - 1);
+    mor_token out[256];
+    int32_t n = 0;
+    float *l = malloc(sizeof *l * (size_t)V);
+    *ended = 0;
+    int ok = l && !mor_decode(ctx, b);
+    int32_t row = np - 1;
+    while (ok && n < max) {
+        if (mor_grammar_state(g) & MOR_GRAMMAR_MUST_END) { *ended = 1; break; }
+        memcpy(l, mor_get_logits(ctx, row), sizeof *l * (size_t)V);
+        mor_token t;
+        ok = !mor_grammar_apply(g, l, V) && !mor_sampler_sample(s, l, V, &t) && !mor_grammar_accept(g, t);
+        if (!ok) break;
+        if (t == mor_model_token_eos(model)) { *ended = 1; break; }
+        out[n++] = t;
+        mor_batch_clear(b);
+        mor_batch_add(b, t, np + n - 1, 0, 1);
+        ok = !mor_decode(ctx, b);
+        row = 0;
+    }
+    free(l);
+    mor_batch_free(b);
+    if (!ok) return -1;
+    size_t len = text_of(out, n, text, cap - 1);
+    if (len == (size_t)-1) return -1;
+    text[len] = 0;
+    return (int)len;
+}
+
+
+/* Tokens of one generation alone (the server's reference): the prompt in
+ * one decode, then one token per decode; grammar g may be NULL. The EOS,
+ * when drawn, is the last token (as the server returns a stop token). */
+static int32_t alone(mor_context *ctx, mor_grammar *g, const mor_sampler_params *sp, const mor_token *prompt, int32_t np,
+                     mor_token *out, int32_t max)
+{
+    mor_kv_clear(mor_context_kv(ctx));
+    mor_batch *b = NULL;
+    mor_sampler *s = NULL;
+    float *l = malloc(sizeof *l * (size_t)V);
+    if (!l || mor_batch_create(64, &b) || mor_sampler_create(sp, &s)) return -1;
+    for (int32_t i = 0; i < np; i++) { mor_batch_add(b, prompt[i], i, 0, i == np - 1); mor_sampler_accept(s, prompt[i]); }
+    int32_t n = 0, row = np - 1;
+    int ok = !mor_decode(ctx, b);
+    while (ok && n < max) {
+        memcpy(l, mor_get_logits(ctx, row), sizeof *l * (size_t)V);
+        mor_token t;
+        ok = (!g || !mor_grammar_apply(g, l, V)) && !mor_sampler_sample(s, l, V, &t) && (!g || !mor_grammar_accept(g, t));
+        if (!ok) break;
+        out[n++] = t;
+        if (t == mor_model_token_eos(model) || (g && (mor_grammar_state(g) & MOR_GRAMMAR_MUST_END))) break;
+        mor_batch_clear(b);
+        mor_batch_add(b, t, np + n - 1, 0, 1);
+        ok = !mor_decode(ctx, b);
+        row = 0;
+    }
+    free(l);
+    mor_batch_free(b);
+    mor_sampler_free(s);
+    return ok ? n : -1;
+}
+
+/* mor_server_set_grammar: constrained requests beside an unconstrained one
+ * give, bitwise, the tokens of each generated alone. */
+static void test_server(mor_context *ctx)
+{
+    mor_token prompt[16];
+    int32_t np = 0;
+    mor_tokenize(model, "Here is the record:", 19, 0, prompt, 16, &np);
+    mor_token eos = mor_model_token_eos(model);
+    for (int mode = MOR_SERVE_SEQUENCE; mode <= MOR_SERVE_DEPTHWISE; mode++) {
+        mor_server_params p;
+        MOR_SERVER_PARAMS_INIT(&p);
+        p.mode = mode;
+        p.n_slots = 4;
+        p.n_ctx = 1024;
+        mor_server *srv = NULL;
+        if (mor_server_create(model, &p, &srv)) { CHECK(0, "server: %s", mor_last_error()); return; }
+        mor_request_id id[3];
+        mor_sampler_params sp[3];
+        for (int i = 0; i < 3; i++) {
+            MOR_SAMPLER_PARAMS_INIT(&sp[i]);
+            sp[i].seed = (uint64_t)(7 + i);
+            sp[i].temperature = i == 0 ? 0.0f : 1.0f;
+            mor_server_submit(srv, prompt, np, &sp[i], 120, &eos, 1, &id[i]);
+        }
+        mor_grammar *g0 = NULL, *g1 = NULL;
+        mor_grammar_create(model, JSONISH, strlen(JSONISH), NULL, NULL, 0, &g0);
+        mor_grammar_create(model, JSONISH, strlen(JSONISH), NULL, NULL, 0, &g1);
+        CHECK(!mor_server_set_grammar(srv, id[0], g0) && !mor_server_set_grammar(srv, id[1], g1),
+              "grammars set on queued requests");
+        CHECK(mor_server_set_grammar(srv, id[0], g1) == MOR_E_INVALID_ARG, "a second grammar is refused");
+        CHECK(mor_server_set_grammar(srv, 99, g1) == MOR_E_OUT_OF_RANGE, "an unknown request is refused");
+        mor_status st = mor_server_run(srv);
+        CHECK(st == MOR_OK, "%s: run: %s", mode == MOR_SERVE_DEPTHWISE ? "DEPTHWISE" : "SEQUENCE", mor_last_error());
+        CHECK(mor_server_set_grammar(srv, id[2], g1) == MOR_E_INVALID_ARG, "a finished request is refused");
+        for (int i = 0; i < 3; i++) {
+            mor_token got[128], want[128];
+            int32_t ng = 0;
+            mor_server_get_tokens(srv, id[i], got, NULL, 128, &ng);
+            mor_grammar *g = NULL;
+            if (i < 2) mor_grammar_create(model, JSONISH, strlen(JSONISH), NULL, NULL, 0, &g);
+            int32_t nw = alone(ctx, g, &sp[i], prompt, np, want, 120);
+            char text[4096];
+            size_t len = text_of(got, ng, text, sizeof text);
+            int valid = i == 2 || (len != (size_t)-1 && (got[ng - 1] == eos ? ng - 1 : ng) >= 0);
+            if (i < 2 && ng > 0 && got[ng - 1] == eos) len = text_of(got, ng - 1, text, sizeof text);
+            if (i < 2) {
+                grammar_rules *r = NULL;
+                grammar_parse(JSONISH, strlen(JSONISH), NULL, "t", &r);
+                valid = r && grammar_match(r, text, len) == 1;
+                grammar_rules_free(r);
+            }
+            CHECK(nw == ng && ng > 0 && !memcmp(got, want, sizeof *got * (size_t)ng) && valid,
+                  "%s request %d (%s): %d tokens, the same as alone (%d)%s", mode == MOR_SERVE_DEPTHWISE ? "DEPTHWISE" : "SEQUENCE",
+                  i, i < 2 ? "grammar" : "free", (int)ng, (int)nw, valid && i < 2 ? ", a whole string of the grammar" : "");
+            mor_grammar_free(g);
+        }
+        mor_server_free(srv);
+    }
+}
+
+static void test_model(void)
+{
+    if (mor_model_load_file("models/brown-mor.gguf", NULL, &model)) { SKIP("models/brown-mor.gguf: %s", mor_last_error()); return; }
+    V = mor_model_n_vocab(model);
+
+    /* the mask is exactly the tokens whose bytes can continue */
+    mor_token hist[4];
+    int32_t nh = 0;
+    int a0 = mask_exact(JSONISH, hist, 0);
+    CHECK(a0 >= 1 && a0 < 20, "at the start only '{'-tokens are allowed (%d)", a0);
+    mor_tokenize(model, "{\"ab", 4, 0, hist, 4, &nh);
+    int a1 = mask_exact(JSONISH, hist, nh);
+    CHECK(a1 > 20, "inside a string many tokens are allowed (%d tokens after %d)", a1, nh);
+    const char *utf = "root ::= \"\xc3\xa9t\xc3\xa9\" | [\xe2\x82\xa0-\xe2\x82\xbf]+";
+    int a2 = mask_exact(utf, hist, 0);
+    CHECK(a2 >= 2, "tokens ending inside a UTF-8 character are allowed where a character can start with them (%d)", a2);
+    mor_token c3 = -1;
+    for (mor_token t = 0; t < V && c3 < 0; t++) {
+        char p[8];
+        size_t k;
+        if (!mor_token_to_piece(model, t, p, sizeof p, &k) && k == 1 && (unsigned char)p[0] == 0xC3) c3 = t;
+    }
+    if (c3 >= 0) {
+        int a3 = mask_exact(utf, &c3, 1);
+        CHECK(a3 >= 1, "after a token with half a character, its rest is allowed (%d)", a3);
+        mor_grammar *g = NULL;
+        mor_grammar_create(model, utf, strlen(utf), NULL, NULL, 0, &g);
+        CHECK(g && !mor_grammar_accept(g, c3) && mor_grammar_state(g) == 0, "half a character: the output cannot end");
+        mor_grammar_free(g);
+    } else SKIP("the vocabulary has no token of the byte 0xC3");
+
+    /* errors */
+    mor_grammar *g = NULL;
+    CHECK(mor_grammar_create(model, "root ::= x", 10, NULL, NULL, 0, &g) == MOR_E_INVALID_ARG && !g,
+          "a bad grammar is refused: %s", mor_last_error());
+    mor_token bad = V;
+    CHECK(mor_grammar_create(model, "root ::= \"a\"", 12, NULL, &bad, 1, &g) == MOR_E_OUT_OF_RANGE && !g,
+          "an end token out of range is refused");
+    mor_token none[1];
+    CHECK(!mor_grammar_create(model, "root ::= \"a\"", 12, NULL, none, 0, &g), "a grammar without end tokens");
+    float *l = malloc(sizeof *l * (size_t)V);
+    for (int32_t t = 0; t < V; t++) l[t] = 1.0f;
+    mor_token ta = -1;
+    for (mor_token t = 0; t < V && ta < 0; t++) {
+        char p[8];
+        size_t k;
+        if (!mor_token_to_piece(model, t, p, sizeof p, &k) && k == 1 && p[0] == 'a') ta = t;
+    }
+    CHECK(!mor_grammar_apply(g, l, V) && l[ta] == 1.0f, "'a' allowed");
+    CHECK(mor_grammar_accept(g, ta == 0 ? 1 : 0) == MOR_E_INVALID_ARG && mor_grammar_state(g) == 0,
+          "a token the grammar refuses is refused, changing nothing");
+    CHECK(!mor_grammar_accept(g, ta) && mor_grammar_state(g) == (MOR_GRAMMAR_CAN_END | MOR_GRAMMAR_MUST_END),
+          "after 'a' the output must end");
+    for (int32_t t = 0; t < V; t++) l[t] = 1.0f;
+    CHECK(mor_grammar_apply(g, l, V) == MOR_E_INVALID_ARG && strstr(mor_last_error(), "complete") && l[ta] == 1.0f,
+          "complete with no end token: a clear error, logits unchanged (%s)", mor_last_error());
+    CHECK(mor_grammar_apply(g, l, V - 1) == MOR_E_INVALID_ARG, "a wrong n_vocab is refused");
+    mor_grammar_reset(g);
+    CHECK(mor_grammar_state(g) == 0 && !mor_grammar_apply(g, l, V), "reset: back to the start");
+    mor_grammar_free(g);
+    /* with the EOS as end token: only it after a complete output */
+    mor_token eos = mor_model_token_eos(model);
+    CHECK(!mor_grammar_create(model, "root ::= \"a\"", 12, NULL, NULL, 0, &g) && !mor_grammar_accept(g, ta),
+          "grammar with EOS");
+    for (int32_t t = 0; t < V; t++) l[t] = 1.0f;
+    int n_ok = 0;
+    CHECK(!mor_grammar_apply(g, l, V), "apply after a complete output");
+    for (int32_t t = 0; t < V; t++) n_ok += l[t] == 1.0f;
+    CHECK(n_ok == 1 && eos >= 0 && l[eos] == 1.0f, "only the EOS is allowed then");
+    CHECK(!mor_grammar_accept(g, eos) && mor_grammar_accept(g, ta) == MOR_E_INVALID_ARG, "nothing after the EOS");
+    mor_grammar_free(g);
+    free(l);
+
+    /* constrained generation: every output is a string of the grammar */
+    mor_context *ctx = NULL;
+    mor_context_params cp;
+    MOR_CONTEXT_PARAMS_INIT(&cp);
+    cp.n_ctx = 512;
+    cp.n_batch = 64;
+    grammar_rules *rules = NULL;
+    if (mor_context_create(model, &cp, &ctx) || grammar_parse(JSONISH, strlen(JSONISH), NULL, "t", &rules)) {
+        CHECK(0, "context: %s", mor_last_error());
+        mor_model_free(model);
+        return;
+    }
+    int good = 0, ended = 0, runs = 12;
+    for (int seed = 0; seed < runs; seed++) {
+        mor_sampler_params sp;
+        MOR_SAMPLER_PARAMS_INIT(&sp);
+        sp.seed = (uint64_t)seed;
+        sp.temperature = seed == 0 ? 0.0f : 1.0f;
+        sp.top_k = 0; sp.top_p = 1.0f; sp.min_p = 0.0f;
+        mor_sampler *s = NULL;
+        mor_grammar_create(model, JSONISH, strlen(JSONISH), NULL, NULL, 0, &g);
+        mor_sampler_create(&sp, &s);
+        char text[4096];
+        int end = 0;
+        int len = g && s ? generate(ctx, g, s, text, sizeof text, 200, &end) : -1;
+        if (len >= 0 && end) {
+            ended++;
+            int m = grammar_match(rules, text, (size_t)len);
+            good += m == 1;
+            if (m != 1) printf("# seed %d: not in the grammar: %s\n", seed, text);
+        } else if (len >= 0) {
+            printf("# seed %d cut: %.300s\n", seed, text);
+            good++;
+        } else printf("# seed %d: %s\n", seed, mor_last_error());
+        mor_sampler_free(s);
+        mor_grammar_free(g);
+    }
+    CHECK(good == runs && ended >= runs / 2, "constrained generation: %d of %d outputs valid, %d complete", good, runs, ended);
+    if (mor_model_router_type(model) == MOR_ROUTER_TYPE_EXPERT)   /* the server's causal routing */
+        mor_router_set_mode(mor_context_router(ctx), MOR_ROUTE_THRESHOLD, 0);
+    test_server(ctx);
+    grammar_rules_free(rules);
+    mor_context_free(ctx);
+    mor_model_free(model);
+}
+
+int main(void)
+{
+    test_parse();
+    test_model();
+    return check_done();
+}
