@@ -1323,6 +1323,86 @@ static int visit(conv *c, int32_t sch, const char *name)
     return rule_add(c, name, b.p);
 }
 
+/* ---- rules that match some finite string ------------------------------
+ * A recursive schema whose recursion is required (a required property or
+ * minItems >= 1 of its own type) has no finite instance: its grammar would
+ * match nothing. Found here, on the rules written, by the least fixpoint of
+ * "matches some string" over the grammar subset this file writes. */
+typedef struct { const char *p, *e; const conv *c; const uint8_t *prod; } pscan;
+
+static int rule_findn(const conv *c, const char *s, size_t n)
+{
+    for (int i = 0; i < c->nr; i++) if (!strncmp(c->rules[i].name, s, n) && !c->rules[i].name[n]) return i;
+    return -1;
+}
+
+static int p_alts(pscan *s, int depth);
+
+static int p_seq(pscan *s, int depth)
+{
+    int ok = 1;
+    for (;;) {
+        while (s->p < s->e && *s->p == ' ') s->p++;
+        if (s->p >= s->e || *s->p == '|' || *s->p == ')') return ok;
+        int item = 1;
+        char ch = *s->p;
+        if (ch == '"' || ch == '[') {
+            char end = ch == '"' ? '"' : ']';
+            for (s->p++; s->p < s->e && *s->p != end; s->p++) if (*s->p == '\\') s->p++;
+            s->p++;
+        } else if (ch == '(') {
+            s->p++;
+            item = depth < 64 ? p_alts(s, depth + 1) : 0;
+            while (s->p < s->e && *s->p != ')') s->p++;   /* only when depth ran out */
+            s->p++;
+        } else {
+            const char *n0 = s->p;
+            while (s->p < s->e && (is_digit(*s->p) || *s->p == '-' || (*s->p >= 'a' && *s->p <= 'z') ||
+                                   (*s->p >= 'A' && *s->p <= 'Z'))) s->p++;
+            if (s->p == n0) { s->p++; continue; }
+            int r = rule_findn(s->c, n0, (size_t)(s->p - n0));
+            item = r >= 0 && s->prod[r];
+        }
+        if (s->p < s->e && (*s->p == '?' || *s->p == '*')) { item = 1; s->p++; }
+        else if (s->p < s->e && *s->p == '+') s->p++;
+        else if (s->p < s->e && *s->p == '{') {
+            if (s->p + 1 < s->e && s->p[1] == '0' && (s->p[2] == ',' || s->p[2] == '}')) item = 1;
+            while (s->p < s->e && *s->p != '}') s->p++;
+            s->p++;
+        }
+        ok &= item;
+    }
+}
+
+static int p_alts(pscan *s, int depth)
+{
+    int any = p_seq(s, depth);
+    while (s->p < s->e && *s->p == '|') { s->p++; any |= p_seq(s, depth); }
+    return any;
+}
+
+/* -1 (error set) when root matches no finite string. */
+static int check_productive(conv *c)
+{
+    uint8_t *prod = calloc((size_t)c->nr, 1);
+    if (!prod) return nomem(c);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < c->nr; i++) {
+            if (prod[i] || !c->rules[i].body) continue;
+            pscan s = { c->rules[i].body, c->rules[i].body + strlen(c->rules[i].body), c, prod };
+            if (p_alts(&s, 0)) { prod[i] = 1; changed = 1; }
+        }
+    }
+    int bad = -1;
+    for (int i = 1; i < c->nr && bad < 0; i++) if (!prod[i]) bad = i;   /* root last: the cause is deeper */
+    int ok = prod[0];
+    free(prod);
+    if (ok) return 0;
+    return cfail(c, MOR_E_INVALID_ARG, "no finite value satisfies the schema: rule %s requires itself (a $ref "
+                 "cycle through required properties or minItems)", bad >= 0 ? c->rules[bad].name : "root");
+}
+
 MOR_API mor_status mor_json_schema_to_grammar(const char *schema, size_t len, char *buf, size_t cap,
                                               size_t *len_out)
 {
@@ -1354,6 +1434,7 @@ MOR_API mor_status mor_json_schema_to_grammar(const char *schema, size_t len, ch
     }
     c.rules[0].body = body.p;
     c.refs[0].pending = 0;
+    if (check_productive(&c) < 0) { st = c.st; goto done; }
     for (int i = 0; i < c.nr; i++) {
         sb_add(&out, c.rules[i].name);
         sb_add(&out, " ::= ");

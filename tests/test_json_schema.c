@@ -1,7 +1,8 @@
 /* test_json_schema.c - mor_json_schema_to_grammar: each supported schema
  * feature gives a well-formed grammar with the rules it should have (every
  * rule named is defined once, reachable from root, names of [a-zA-Z0-9-]);
- * invalid JSON and refused schemas give MOR_E_INVALID_ARG with a message
+ * the library's GBNF parser (grammar.h) takes it; invalid JSON and refused
+ * schemas give MOR_E_INVALID_ARG with a message
  * naming the place; the buffer contract of mor.h (BUFFER_TOO_SMALL gives
  * the size, a failed call writes nothing); the same schema gives the same
  * bytes; and, through the library's GBNF parser and matcher (grammar.h),
@@ -149,6 +150,12 @@ static void accepts(const char *what, const char *schema, const char *root_has, 
     int wf = g && well_formed(g, why, sizeof why);
     CHECK(g && wf, "%s: converts to a well-formed grammar (%s%s%s)", what, mor_status_str(st),
           g ? ", " : "", g ? (wf ? "ok" : why) : mor_last_error());
+    if (g) {
+        grammar_rules *gr = NULL;
+        mor_status pst = grammar_parse(g, strlen(g), NULL, "test", &gr);
+        CHECK(pst == MOR_OK, "%s: the library's GBNF parser takes it (%s)", what, pst ? mor_last_error() : "ok");
+        grammar_rules_free(gr);
+    }
     if (g && root_has)
         CHECK(strstr(rule_body(g, "root"), root_has) != NULL, "%s: root ::= ...%s... (got root ::= %s)",
               what, root_has, rule_body(g, "root"));
@@ -305,6 +312,11 @@ static void errors(void)
     refuses("left-recursive $ref cycle", "{\"$defs\":{\"A\":{\"$ref\":\"#/$defs/B\"},\"B\":{\"anyOf\":[{\"$ref\":\"#/$defs/A\"},"
             "{\"type\":\"null\"}]}},\"$ref\":\"#/$defs/A\"}", "refers back to itself");
     refuses("$ref to the root, directly", "{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", "\"#/anyOf/0/$ref\"");
+    refuses("required recursion: no finite value", "{\"properties\":{\"a\":{\"$ref\":\"#\"}},\"required\":[\"a\"]}",
+            "no finite value satisfies the schema");
+    refuses("minItems recursion: no finite value", "{\"$defs\":{\"T\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/T\"},"
+            "\"minItems\":1}},\"$ref\":\"#/$defs/T\"}", "rule T requires itself");
+    accepts("optional recursion is fine", "{\"properties\":{\"a\":{\"$ref\":\"#\"}}}", "( root-a-kv )?", NULL);
     refuses("pattern", "{\"properties\":{\"id\":{\"type\":\"string\",\"pattern\":\"^a\"}}}",
             "\"#/properties/id/pattern\": keyword \"pattern\" is not supported");
     refuses("minimum", "{\"type\":\"integer\",\"minimum\":0}", "\"minimum\" is not supported");

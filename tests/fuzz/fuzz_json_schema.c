@@ -2,10 +2,12 @@
  * mor_json_schema_to_grammar (its own strict JSON parser, then the
  * converter). Checks: a failure is MOR_E_INVALID_ARG (or NOMEM) with a
  * message and writes nothing; a success is a grammar whose lines are all
- * `name ::= body`, the first `root`, every name of [a-zA-Z0-9-]; a buffer
+ * `name ::= body`, the first `root`, every name of [a-zA-Z0-9-], which the
+ * library's GBNF parser (grammar.h) takes as it is; a buffer
  * one byte short gives BUFFER_TOO_SMALL, the same size and an untouched
  * buffer; a second call gives the same bytes. */
 #include "fuzz.h"
+#include "grammar.h"
 #include "mor.h"
 
 FUZZ_TARGET(json_schema)
@@ -50,6 +52,11 @@ static int fuzz_run(const uint8_t *data, size_t size)
         FUZZ_ASSERT(eol, "a line without its newline");
         i = (size_t)(eol - g) + 1;
     }
+    grammar_rules *gr = NULL;
+    st = grammar_parse(g, n, NULL, "fuzz", &gr);
+    FUZZ_ASSERT(st == MOR_OK || st == MOR_E_NOMEM, "the grammar parser refuses the grammar: %s\n%.*s",
+                mor_last_error(), (int)(n > 4000 ? 4000 : n), g);
+    grammar_rules_free(gr);
     free(g);
     free(h);
     free(text);
