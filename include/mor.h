@@ -660,7 +660,8 @@ MOR_API void       mor_grammar_reset(mor_grammar *g);
  * `properties`, then each optional one, optional, in that order; a required
  * name not in `properties` takes any value), additionalProperties (absent or
  * false: no other members when there are properties or required names;
- * true or a schema: other members after them); array items, minItems,
+ * true or a schema: other members after them, under any key, a listed
+ * one too); array items, minItems,
  * maxItems; string minLength, maxLength (format is an annotation: not
  * checked); enum and const of any JSON values (those fitting the type);
  * anyOf and oneOf (as alternatives: oneOf's exclusivity is not enforced);
@@ -675,7 +676,8 @@ MOR_API void       mor_grammar_reset(mor_grammar *g);
  *
  * Errors, writing nothing to buf: MOR_E_INVALID_ARG (NULL schema or len_out;
  * invalid JSON, naming the byte, line and column; a schema that no value
- * satisfies, e.g. minItems > maxItems, or that the converter cannot express:
+ * satisfies, e.g. minItems > maxItems or a $ref cycle through required
+ * properties, or that the converter cannot express:
  * pattern, minimum and the other keywords that restrict values beyond the
  * list above, a $ref that is not local or does not resolve, a $ref cycle
  * with no object or array between, nesting deeper than 64 schemas or 128

@@ -378,6 +378,8 @@ typedef struct {
     jdoc *d;
     rule *rules;
     int nr, capr;
+    int *ht;           /* rule names hashed: index + 1, 0 empty (open addressing) */
+    size_t htcap;
     refent *refs;
     int nref, capref;
     int prim_used[N_PRIM];
@@ -424,10 +426,31 @@ static void ptr_pop(conv *c, size_t old)
     if (c->ptr.p && old <= c->ptr.n) { c->ptr.n = old; c->ptr.p[old] = 0; }
 }
 
-static int rule_find(const conv *c, const char *name)
+static size_t name_hash(const char *s, size_t n)
 {
-    for (int i = 0; i < c->nr; i++) if (!strcmp(c->rules[i].name, name)) return i;
-    return -1;
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* The rule named s[0..n), or -1: a hash table, since schemas of thousands
+ * of properties make tens of thousands of rules. */
+static int rule_findn(const conv *c, const char *s, size_t n)
+{
+    if (!c->htcap) return -1;
+    for (size_t i = name_hash(s, n) & (c->htcap - 1);; i = (i + 1) & (c->htcap - 1)) {
+        int r = c->ht[i] - 1;
+        if (r < 0) return -1;
+        if (!strncmp(c->rules[r].name, s, n) && !c->rules[r].name[n]) return r;
+    }
+}
+static int rule_find(const conv *c, const char *name) { return rule_findn(c, name, strlen(name)); }
+
+static void ht_put(conv *c, int r)
+{
+    size_t i = name_hash(c->rules[r].name, strlen(c->rules[r].name)) & (c->htcap - 1);
+    while (c->ht[i]) i = (i + 1) & (c->htcap - 1);
+    c->ht[i] = r + 1;
 }
 
 static int name_reserved(const char *name)
@@ -445,8 +468,18 @@ static int rule_append(conv *c, char *name, char *body)
         c->rules = q;
         c->capr = n;
     }
+    if ((size_t)(c->nr + 1) * 2 > c->htcap) {   /* at most half full */
+        size_t cap = c->htcap ? c->htcap * 2 : 64;
+        int *t = calloc(cap, sizeof *t);
+        if (!t) { free(name); free(body); return nomem(c); }
+        free(c->ht);
+        c->ht = t;
+        c->htcap = cap;
+        for (int i = 0; i < c->nr; i++) ht_put(c, i);
+    }
     c->rules[c->nr].name = name;
     c->rules[c->nr].body = body;
+    ht_put(c, c->nr);
     return c->nr++;
 }
 
@@ -917,8 +950,10 @@ static int object_body(conv *c, const char *name, const int *kv, const int *req,
             sb_add(&b, ak >= 0 ? " )*" : " )?");
             if (rest[i + 1]) { sb_add(&b, " "); sb_add(&b, rest[i + 1]); }
             if (i > 0) {
+                /* named for its entry: X-kv's is X-rest */
                 sbuf nm = { 0 };
-                sb_add(&nm, name);
+                size_t kl = strlen(kvn);
+                sb_addn(&nm, kvn, kl > 3 && !strcmp(kvn + kl - 3, "-kv") ? kl - 3 : kl);
                 sb_add(&nm, "-rest");
                 int r = b.oom || nm.oom ? nomem(c) : rule_add(c, nm.p, b.p);
                 if (b.oom || nm.oom) free(b.p);
@@ -1330,12 +1365,6 @@ static int visit(conv *c, int32_t sch, const char *name)
  * "matches some string" over the grammar subset this file writes. */
 typedef struct { const char *p, *e; const conv *c; const uint8_t *prod; } pscan;
 
-static int rule_findn(const conv *c, const char *s, size_t n)
-{
-    for (int i = 0; i < c->nr; i++) if (!strncmp(c->rules[i].name, s, n) && !c->rules[i].name[n]) return i;
-    return -1;
-}
-
 static int p_alts(pscan *s, int depth);
 
 static int p_seq(pscan *s, int depth)
@@ -1452,6 +1481,7 @@ MOR_API mor_status mor_json_schema_to_grammar(const char *schema, size_t len, ch
 done:
     for (int i = 0; i < c.nr; i++) { free(c.rules[i].name); free(c.rules[i].body); }
     free(c.rules);
+    free(c.ht);
     free(c.refs);
     free(c.ptr.p);
     free(out.p);
