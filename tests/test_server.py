@@ -283,7 +283,13 @@ BAD = [
     ('{"prompt": "x", "logprobs": true}', 400, "logprobs"),
     ('{"prompt": "x", "top_logprobs": 2}', 400, "top_logprobs"),
     ('{"prompt": "x", "frequency_penalty": 0.5}', 400, "frequency_penalty"),
-    ('{"prompt": "x", "response_format": {"type": "json_object"}}', 400, "response_format"),
+    ('{"prompt": "x", "response_format": {"type": "xml"}}', 400, "response_format"),
+    ('{"prompt": "x", "response_format": {"type": "json_schema"}}', 400, "response_format"),
+    ('{"prompt": "x", "grammar": 3}', 400, "grammar"),
+    ('{"prompt": "x", "grammar": "root ::= (\\"a\\""}', 400, "grammar"),
+    ('{"prompt": "x", "grammar": "root ::= root \\"a\\" | \\"b\\""}', 400, "grammar"),
+    ('{"prompt": "x", "grammar": "root ::= \\"a\\"", "response_format": {"type": "json_object"}}', 400, "response_format"),
+    ('{"prompt": "x", "json_schema": "string"}', 400, "json_schema"),
     ('{"prompt": "x", "tools": []}', 400, "tools"),
     ('{"prompt": "x", "prompt": "y"}', 400, "prompt"),
     ('{"prompt": 5}', 400, "prompt"),
@@ -508,6 +514,59 @@ def test_n_choices(srv):
             "n 3 streamed: each index's events make its choice; one usage chunk")
     chat_st, _ = srv.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "n": 2})
     t.check(chat_st == 400, "n 2 in chat on a model without a chat template: still the template's 400")
+
+
+# ---- constrained output ------------------------------------------------------------
+
+RECORD = ('root ::= " {" pair ("," pair){0,2} "}"\n'
+          'pair ::= "\\"" [a-z]{1,8} "\\": " ("true" | "false" | [0-9]{1,4})\n')
+RECORD_RE = r' \{"[a-z]{1,8}": (true|false|[0-9]{1,4})(,"[a-z]{1,8}": (true|false|[0-9]{1,4})){0,2}\}'
+
+
+def test_grammar(srv):
+    import re
+    good = 0
+    outs = []
+    for seed in range(6):
+        st, r = completion(srv, {"prompt": "The record:", "max_tokens": 120, "seed": seed, "grammar": RECORD})
+        c = r["choices"][0] if st == 200 else {}
+        ok = st == 200 and c["finish_reason"] == "stop" and re.fullmatch(RECORD_RE, c["text"]) is not None
+        good += ok
+        outs.append(c)
+        if not ok:
+            note("seed %d: %s" % (seed, json.dumps(r)[:300]))
+    t.check(good == 6, "grammar: %d of 6 seeded completions are whole strings of the grammar, finish stop" % good)
+    # what mor-run --grammar gives for the same request
+    p = subprocess.run([os.path.join(os.path.dirname(sl.BIN), "mor-run"), "-m", sl.MODEL, "-p", "The record:",
+                        "-n", "120", "--seed", "3", "--grammar", RECORD, "-q", "--temp", "0.8"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    t.check(p.returncode == 0 and p.stdout.decode().rstrip("\n") == "The record:" + outs[3].get("text", "?"),
+            "grammar: the server's completion is mor-run --grammar's output")
+    st, ev = srv.stream("/v1/completions", {"prompt": "The record:", "max_tokens": 120, "seed": 3, "grammar": RECORD,
+                                            "stream": True})
+    text = "".join(e["choices"][0]["text"] for e in ev[:-1])
+    t.check(st == 200 and text == outs[3].get("text") and ev[-2]["choices"][0]["finish_reason"] == "stop",
+            "grammar streamed: the same text, finish stop")
+    st, r = completion(srv, {"prompt": "The record:", "max_tokens": 120, "seed": 3, "grammar": RECORD, "n": 2})
+    t.check(st == 200 and [c["text"] for c in r["choices"]] == [outs[3].get("text"), outs[4].get("text")],
+            "grammar with n 2: choice i is the request alone with seed + i")
+    st, r = completion(srv, {"prompt": "The record:", "max_tokens": 8, "seed": 3, "grammar": ""})
+    st2, r2 = completion(srv, {"prompt": "The record:", "max_tokens": 8, "seed": 3})
+    t.check(st == st2 == 200 and r["choices"][0]["text"] == r2["choices"][0]["text"], "grammar \"\": no constraint")
+    # any JSON object: a finished one parses, a cut one starts as an object
+    parsed = 0
+    for seed in range(4):
+        st, r = completion(srv, {"prompt": "Data:", "max_tokens": 60, "seed": seed, "temperature": 0.7,
+                                 "response_format": {"type": "json_object"}})
+        c = r["choices"][0] if st == 200 else {"text": "", "finish_reason": None}
+        if c["finish_reason"] == "stop":
+            try:
+                parsed += isinstance(json.loads(c["text"]), dict)
+            except ValueError:
+                note("not JSON: %r" % c["text"])
+        else:
+            parsed += c["finish_reason"] == "length" and c["text"].startswith("{")
+    t.check(parsed == 4, "response_format json_object: every finished output is a JSON object, cut ones start as one")
 
 
 # ---- llama.cpp's own endpoints ---------------------------------------------------------
@@ -1158,7 +1217,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="morsrv.")
     try:
         srv = sl.Server(["--slots", "4", "--max-body", "65536", "--test-hooks"])
-        for f in (test_basics, test_mor_run, test_stream, test_prompt_reuse, test_n_choices, test_errors, test_http, test_llama_endpoints,
+        for f in (test_basics, test_mor_run, test_stream, test_prompt_reuse, test_n_choices, test_grammar, test_errors, test_http, test_llama_endpoints,
                   test_embeddings,
                   test_disconnect,
                   test_curl, test_node):

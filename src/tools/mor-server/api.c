@@ -63,10 +63,6 @@ static int neutral(const json *v, const char *k, api_error *err)
     else if (!strcmp(k, "suffix")) ok |= v->type == JSON_STRING && v->str_len == 0;
     else if (!strcmp(k, "tools")) ok |= v->type == JSON_ARRAY && v->n == 0;
     else if (!strcmp(k, "tool_choice")) ok |= v->type == JSON_STRING && !strcmp(v->str, "none");
-    else if (!strcmp(k, "response_format")) {
-        const json *t = json_get(v, "type");
-        ok |= v->type == JSON_OBJECT && v->n == 1 && t && t->type == JSON_STRING && !strcmp(t->str, "text");
-    }
     if (!ok) return bad(err, k, "'%s' is not supported by this server beyond its default value", k);
     return 0;
 }
@@ -197,12 +193,64 @@ static const struct { const char *name; char kinds; } fields[] = {
     { "repeat_penalty", 'B' }, { "repeat_last_n", 'B' }, { "user", 'B' },
     { "test_hold", 'B' },   /* a test hook: handlers.c refuses it unless mor-server --test-hooks */
     { "logprobs", 'B' }, { "top_logprobs", 'H' }, { "n", 'B' },
+    { "grammar", 'B' }, { "json_schema", 'B' }, { "response_format", 'B' },
     /* OpenAI's, accepted with their neutral value only */
     { "best_of", 'C' }, { "echo", 'C' },
     { "frequency_penalty", 'B' }, { "presence_penalty", 'B' }, { "logit_bias", 'B' }, { "suffix", 'C' },
-    { "response_format", 'B' }, { "tools", 'H' }, { "tool_choice", 'H' }, { "parallel_tool_calls", 'H' },
+    { "tools", 'H' }, { "tool_choice", 'H' }, { "parallel_tool_calls", 'H' },
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
+
+/* One constraint per request. */
+static int constraint(api_request *r, const char *k, api_error *err)
+{
+    if (r->constraint) return bad(err, k, "give one of grammar, json_schema and response_format, not both '%s' and '%s'",
+                                  r->constraint, k);
+    r->constraint = k;
+    return 0;
+}
+
+static int parse_response_format(const json *v, api_request *r, api_error *err)
+{
+    const char *k = "response_format";
+    const json *t = json_get(v, "type");
+    if (v->type != JSON_OBJECT || !t || t->type != JSON_STRING)
+        return bad(err, k, "'response_format' must be an object with a 'type' (\"text\", \"json_object\" or \"json_schema\")");
+    if (!strcmp(t->str, "text")) {
+        if (v->n != 1) return bad(err, k, "response_format \"text\" takes no other field");
+        return 0;
+    }
+    if (!strcmp(t->str, "json_object")) {
+        for (size_t i = 0; i < v->n; i++)
+            if (strcmp(v->keys[i], "type") && strcmp(v->keys[i], "schema"))
+                return bad(err, k, "response_format json_object: unrecognized field '%.40s'", v->keys[i]);
+        const json *sc = json_get(v, "schema");   /* llama.cpp's extension */
+        if (sc && sc->type != JSON_OBJECT && sc->type != JSON_BOOL)
+            return bad(err, k, "response_format.schema must be a JSON Schema (an object)");
+        if (constraint(r, k, err)) return -1;
+        if (sc) r->json_schema = sc; else r->json_object = 1;
+        return 0;
+    }
+    if (!strcmp(t->str, "json_schema")) {
+        const json *js = json_get(v, "json_schema");
+        for (size_t i = 0; i < v->n; i++)
+            if (strcmp(v->keys[i], "type") && strcmp(v->keys[i], "json_schema"))
+                return bad(err, k, "response_format json_schema: unrecognized field '%.40s'", v->keys[i]);
+        if (!js || js->type != JSON_OBJECT)
+            return bad(err, k, "response_format json_schema needs a 'json_schema' object ({\"name\": ..., \"schema\": {...}})");
+        for (size_t i = 0; i < js->n; i++)
+            if (strcmp(js->keys[i], "name") && strcmp(js->keys[i], "schema") && strcmp(js->keys[i], "strict") &&
+                strcmp(js->keys[i], "description"))
+                return bad(err, k, "response_format.json_schema: unrecognized field '%.40s'", js->keys[i]);
+        const json *sc = json_get(js, "schema");
+        if (sc && sc->type != JSON_OBJECT && sc->type != JSON_BOOL)
+            return bad(err, k, "response_format.json_schema.schema must be a JSON Schema (an object)");
+        if (constraint(r, k, err)) return -1;
+        if (sc) r->json_schema = sc; else r->json_object = 1;   /* no schema: any JSON object */
+        return 0;
+    }
+    return bad(err, k, "response_format type '%.40s' is not one of \"text\", \"json_object\", \"json_schema\"", t->str);
+}
 
 static int field(api_request *r, const char *k, const json *v, api_error *err)
 {
@@ -243,6 +291,22 @@ static int field(api_request *r, const char *k, const json *v, api_error *err)
     }
     if (!strcmp(k, "top_logprobs")) { r->top_logprobs_set = 1; return get_int(v, k, 0, API_MAX_LOGPROBS, &r->top_logprobs, err); }
     if (!strcmp(k, "stop")) return parse_stop(v, r, err);
+    if (!strcmp(k, "grammar")) {
+        if (v->type != JSON_STRING) return bad(err, k, "'grammar' must be a string (a GBNF grammar), not %s", type_name(v));
+        if (!v->str_len) return 0;   /* "": none, as llama.cpp */
+        if (constraint(r, k, err)) return -1;
+        r->grammar = v->str;
+        r->grammar_len = v->str_len;
+        return 0;
+    }
+    if (!strcmp(k, "json_schema")) {
+        if (v->type != JSON_OBJECT && v->type != JSON_BOOL)
+            return bad(err, k, "'json_schema' must be a JSON Schema (an object), not %s", type_name(v));
+        if (constraint(r, k, err)) return -1;
+        r->json_schema = v;
+        return 0;
+    }
+    if (!strcmp(k, "response_format")) return parse_response_format(v, r, err);
     if (!strcmp(k, "n")) return get_int(v, k, 1, API_MAX_N, &r->n, err);
     if (!strcmp(k, "stream")) return get_bool(v, k, &r->stream, err);
     if (!strcmp(k, "test_hold")) {

@@ -61,6 +61,14 @@ typedef struct {
     int32_t      n_logprobs;              /* -1: none, else how many of the most likely per token */
     int          test_hold;               /* 2 | hold when given: mor-server --test-hooks only (engine.h) */
     int64_t      n;                       /* choices, 1..API_MAX_N (default 1) */
+    /* constrained output, at most one: a GBNF grammar (llama.cpp's "grammar"),
+     * a JSON Schema ("json_schema", or response_format json_schema), or any
+     * JSON object (response_format json_object) */
+    const char  *grammar;
+    size_t       grammar_len;
+    const json  *json_schema;             /* into doc */
+    int          json_object;
+    const char  *constraint;              /* the field that gave it, for messages */
 } api_request;
 
 typedef struct {

@@ -72,6 +72,7 @@ void job_unref(job *j)
     close(j->notify[0]);
     close(j->notify[1]);
     ts_free(&j->ts);
+    mor_grammar_free(j->grammar);
     buf_free(&j->text);
     free(j->prompt); free(j->tokens); free(j->depths); free(j->text_end);
     free(j->logprob); free(j->top_ids); free(j->top_logprob); free(j->text_offset);
@@ -205,6 +206,20 @@ static void on_token(mor_request_id id, mor_token tok, int32_t depth, const floa
     if (!j->touched) { j->touched = 1; j->tnext = e->touched; e->touched = j; }
 }
 
+/* The server ended a request by itself (its grammar is complete): a stop. */
+static void ended_by_grammar(engine *e, job *j)
+{
+    const char *rest;
+    size_t n = ts_flush(&j->ts, &rest);
+    pthread_mutex_lock(&j->mu);
+    buf_put(&j->text, rest, n);   /* after the last token's text_end: a stream sends it with the finish */
+    j->finish = FINISH_STOP;
+    j->t_done = engine_now();
+    pthread_mutex_unlock(&j->mu);
+    e->local.requests[FINISH_STOP]++;
+    j->state = J_ENDING;
+}
+
 /* ---- the thread ----------------------------------------------------------- */
 
 static void drop(engine *e, job *j)
@@ -235,6 +250,18 @@ static void command(engine *e, job *j, int cancel, int quitting)
             job_unref(j);
             return;
         }
+        if (j->grammar && (st = mor_server_set_grammar(e->srv, j->id, j->grammar))) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the engine refused the grammar: %s (%s)", mor_last_error(), mor_status_str(st));
+            mor_server_cancel(e->srv, j->id);
+            mor_server_release(e->srv, j->id);
+            finish(j, FINISH_ERROR, msg);
+            e->local.requests[FINISH_ERROR]++;
+            j->state = J_GONE;
+            job_unref(j);
+            return;
+        }
+        j->grammar = NULL;   /* the server's now */
         j->touched = 0;
         activate(e, j);
         e->local.prompt_tokens += (uint64_t)j->n_prompt;
@@ -358,6 +385,8 @@ static void *engine_main(void *arg)
         for (job *j = e->touched; j; j = j->tnext)
             if (j->state == J_ENDING && mor_server_request_state(e->srv, j->id) == MOR_REQ_RUNNING)
                 mor_server_cancel(e->srv, j->id);   /* a stop string */
+            else if (j->state == J_ACTIVE && mor_server_request_state(e->srv, j->id) == MOR_REQ_DONE)
+                ended_by_grammar(e, j);
         for (job *j = e->touched; j; j = j->tnext) {   /* its prompt reuse, known once it has a token */
             int32_t c = j->cached_known ? -1 : mor_server_request_cached(e->srv, j->id);
             if (c < 0) continue;

@@ -40,6 +40,8 @@ struct job {
                                             each token and of the n_top most likely
                                             (mor_logprobs of the logits it was sampled from) */
     textstream         ts;               /* stop strings (then the engine's) */
+    mor_grammar       *grammar;          /* constrained output, or NULL: owned until the
+                                            engine hands it to the server (set_grammar) */
     int                hold;             /* a test hook (mor-server --test-hooks): once this
                                             job has its first token the engine parks, stepping
                                             nothing while no other job needs a step (a first

@@ -480,8 +480,13 @@ static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r
     jw_init(&w, b);
     jw_obj(&w);
     if (finish == FINISH_STOP || finish == FINISH_LENGTH) {
+        /* text released at the end after the last token's (a grammar's end
+         * flushing held-back text): with the finish */
+        pthread_mutex_lock(&j->mu);
+        size_t t0 = *sent ? j->text_end[*sent - 1] : 0, t1 = j->text.len;
         head_fields(&w, r, 1);
-        chunk_choice(&w, r, j, index, 0, 0, 0, 0, finish_name(finish), role);
+        chunk_choice(&w, r, j, index, t0, t1 > t0 ? t1 : t0, 0, 0, finish_name(finish), role);
+        pthread_mutex_unlock(&j->mu);
     } else {
         jw_key(&w, "error");
         jw_obj(&w);
@@ -594,6 +599,26 @@ static void whole_reply(conn *c, request *rq, job *const *js, int n_jobs, const 
     buf_free(&b);
 }
 
+/* Any JSON object (response_format json_object), with bounded whitespace
+ * (so that a model cannot fill its tokens with it) and JSON's escapes. */
+static const char JSON_OBJECT_GBNF[] =
+    "root   ::= object\n"
+    "value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
+    "object ::= \"{\" ws ( string \":\" ws value (\",\" ws string \":\" ws value)* )? \"}\" ws\n"
+    "array  ::= \"[\" ws ( value (\",\" ws value)* )? \"]\" ws\n"
+    "string ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) )* \"\\\"\" ws\n"
+    "number ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? ws\n"
+    "ws     ::= | \" \" | \"\\n\" [ \\t]{0,20}\n";
+
+/* The grammar of a JSON Schema: *out (malloc'd, len bytes) or -1 with a
+ * message. */
+static int schema_grammar(const json *schema, char **out, size_t *len, char *msg, size_t cap)
+{
+    (void)schema; (void)out; (void)len;
+    snprintf(msg, cap, "json_schema is not supported yet");
+    return -1;
+}
+
 /* One choice's job: a copy of the prompt, the request's limits, stops,
  * sampling with `seed`, logprobs; NULL when out of memory. */
 static job *make_job(const api_request *ar, int kind, const mor_token *prompt, int32_t n_prompt, int64_t max_tokens,
@@ -645,6 +670,7 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
     mor_token *prompt = NULL;
     int32_t n_prompt = 0;
     mor_status st = MOR_OK;
+    char *gown = NULL, emsg[300];
     if (ar.test_hold && !S.o.test_hooks) {
         conn_error(c, rq, 400, "test_hold", NULL, "Unrecognized request argument supplied: test_hold "
                    "(a test hook: start mor-server with --test-hooks)");
@@ -688,12 +714,35 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
                    (long long)(max_tokens > 0 ? max_tokens : 0));
         goto done;
     }
+    /* constrained output: the grammar's text */
+    const char *gtext = NULL;
+    size_t glen = 0;
+    if (ar.grammar) { gtext = ar.grammar; glen = ar.grammar_len; }
+    else if (ar.json_object) { gtext = JSON_OBJECT_GBNF; glen = sizeof JSON_OBJECT_GBNF - 1; }
+    else if (ar.json_schema) {
+        if (schema_grammar(ar.json_schema, &gown, &glen, emsg, sizeof emsg)) {
+            conn_error(c, rq, 400, ar.constraint, NULL, "%s", emsg);
+            goto done;
+        }
+        gtext = gown;
+    }
+    if (gtext && !S.has_tokenizer) {
+        conn_error(c, rq, 400, ar.constraint, NULL, "'%s' needs a model with a tokenizer", ar.constraint);
+        goto done;
+    }
     /* n choices: n jobs with seeds seed, seed + 1, ... (choice i is the
      * request alone with seed + i); each decodes the prompt in its own slot */
     const uint64_t seed = ar.seed_set ? ar.seed : next_random();
     for (n_jobs = 0; n_jobs < (int)ar.n; n_jobs++) {
-        js[n_jobs] = make_job(&ar, kind, prompt, n_prompt, max_tokens, seed + (uint64_t)n_jobs);
-        if (!js[n_jobs]) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
+        job *j = js[n_jobs] = make_job(&ar, kind, prompt, n_prompt, max_tokens, seed + (uint64_t)n_jobs);
+        if (!j) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
+        /* its grammar ends at the job's stop tokens (EOS, the chat's end) */
+        if (gtext && (st = mor_grammar_create(S.model, gtext, glen, NULL, j->stop_tokens, j->n_stop_tokens, &j->grammar))) {
+            n_jobs++;
+            if (st == MOR_E_NOMEM) conn_error(c, rq, 500, NULL, NULL, "out of memory");
+            else conn_error(c, rq, 400, ar.constraint, NULL, "%s", mor_last_error());
+            goto done;
+        }
     }
     for (int i = 0; i < n_jobs; i++) {
         int r = engine_submit(S.eng, js[i], S.o.max_queue);
@@ -713,6 +762,7 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
 done:
     for (int i = 0; i < n_jobs; i++) job_unref(js[i]);
     free(prompt);
+    free(gown);
     buf_free(&text);
     api_request_free(&ar);
 }
