@@ -638,14 +638,14 @@ static const char *const UNSUPPORTED[] = {
     "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
     "propertyNames", "minProperties", "maxProperties", "contains", "minContains", "maxContains",
-    "unevaluatedProperties", "unevaluatedItems", "additionalItems", "prefixItems", "$dynamicRef",
+    "unevaluatedProperties", "unevaluatedItems", "additionalItems", "$dynamicRef",
     "$recursiveRef",
 };
 /* Keywords that constrain values (the rest are annotations: title,
  * description, default, examples, format, $defs, ...). */
 static const char *const ASSERTIONS[] = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems",
-    "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref",
+    "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref", "prefixItems",
 };
 
 static int kw_in(const jdoc *d, int32_t m, const char *const *list, size_t n)
@@ -810,7 +810,7 @@ static int type_mask(conv *c, int32_t sch, int *order, int *n_order)
     } else {
         static const char *const implies[][5] = {
             [T_OBJECT] = { "properties", "required", "additionalProperties", NULL },
-            [T_ARRAY] = { "items", "minItems", "maxItems", NULL },
+            [T_ARRAY] = { "items", "prefixItems", "minItems", "maxItems", NULL },
             [T_STRING] = { "minLength", "maxLength", NULL },
         };
         for (int k = 0; k <= T_STRING; k++)
@@ -1150,15 +1150,87 @@ static int32_t resolve_local(conv *c, int32_t sch)
     return cfail(c, MOR_E_INVALID_ARG, "more than 32 $ref in a row");
 }
 
+/* A tuple: prefixItems p[0..k) (each element optional from minItems on,
+ * as JSON Schema reads them: [] fits prefixItems [A, B]), then elements of
+ * `items` (absent: any value; false: none) up to maxItems. */
+static int tuple_typed(conv *c, int32_t sch, const char *name, int32_t pre, const char *pre_kw, int32_t it,
+                       long lo, long hi, sbuf *o)
+{
+    const jdoc *d = c->d;
+    long k = d->v[pre].type == J_ARR ? d->v[pre].n : -1;
+    if (k < 1 || k > 64) {
+        size_t old = ptr_push(c, pre_kw, strlen(pre_kw));
+        cfail(c, MOR_E_INVALID_ARG, "%s must be an array of 1 to 64 schemas", pre_kw);
+        ptr_pop(c, old);
+        return -1;
+    }
+    if (it >= 0 && d->v[it].type == J_FALSE) {
+        if (lo > k)
+            return cfail(c, MOR_E_INVALID_ARG, "items is false after %ld prefixItems but minItems is %ld: "
+                         "no array is valid", k, lo);
+        if (hi < 0 || hi > k) hi = k;
+    }
+    const char *sp = prim(c, P_SPACE);
+    sb_add(o, "\"[\" ");
+    sb_add(o, sp);
+    int open = 0;
+    long j = 0;
+    c->consume++;
+    for (int32_t m = d->v[pre].first; m >= 0 && (hi < 0 || j < hi); m = d->v[m].next, j++) {
+        char num[24];
+        snprintf(num, sizeof num, "%ld", j);
+        sbuf nm = { 0 };
+        make_name(&nm, name, "item", 4);
+        sb_add(&nm, num);
+        size_t old = ptr_pushi(c, pre_kw, (int)j);
+        int r = nm.oom ? nomem(c) : visit(c, m, nm.p);
+        ptr_pop(c, old);
+        free(nm.p);
+        if (r < 0) { c->consume--; return -1; }
+        if (j >= lo) { sb_add(o, " ("); open++; }
+        if (j) { sb_add(o, " \",\" "); sb_add(o, sp); }
+        sb_add(o, " ");
+        sb_add(o, c->rules[r].name);
+    }
+    if (hi < 0 || hi > k) {
+        /* the elements after the tuple */
+        const char *item;
+        if (it < 0 || d->v[it].type == J_TRUE) item = prim(c, P_VALUE);
+        else {
+            int r = visit_at(c, it, name, "item", 4, "items", 5, NULL, 0);
+            if (r < 0) { c->consume--; return -1; }
+            item = c->rules[r].name;
+        }
+        sb_add(o, " ( \",\" ");
+        sb_add(o, sp);
+        sb_add(o, " ");
+        sb_add(o, item);
+        sb_add(o, " )");
+        rep(o, lo > k ? lo - k : 0, hi < 0 ? -1 : hi - k);
+    }
+    c->consume--;
+    while (open--) sb_add(o, " )?");
+    sb_add(o, " \"]\" ");
+    sb_add(o, sp);
+    return 0;
+}
+
 static int array_typed(conv *c, int32_t sch, const char *name, sbuf *o)
 {
     const jdoc *d = c->d;
     long lo, hi;
     if (count_kw(c, sch, "minItems", 0, &lo) || count_kw(c, sch, "maxItems", -1, &hi)) return -1;
     if (hi >= 0 && lo > hi) return cfail(c, MOR_E_INVALID_ARG, "minItems %ld > maxItems %ld: no array is valid", lo, hi);
-    int32_t it = jget(d, sch, "items");
-    if (it >= 0 && d->v[it].type == J_ARR)
-        return cfail(c, MOR_E_INVALID_ARG, "items as an array (tuples) is not supported");
+    int32_t it = jget(d, sch, "items"), pre = jget(d, sch, "prefixItems");
+    const char *pre_kw = "prefixItems";
+    if (it >= 0 && d->v[it].type == J_ARR) {
+        /* draft 4-7 tuples: items as an array is prefixItems, other items any */
+        if (pre >= 0) return cfail(c, MOR_E_INVALID_ARG, "items as an array beside prefixItems");
+        pre = it;
+        it = -1;
+        pre_kw = "items";
+    }
+    if (pre >= 0) return tuple_typed(c, sch, name, pre, pre_kw, it, lo, hi, o);
     if (it >= 0 && d->v[it].type == J_FALSE) {
         if (lo > 0) return cfail(c, MOR_E_INVALID_ARG, "items is false but minItems is %ld: no array is valid", lo);
         hi = 0;

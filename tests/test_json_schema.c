@@ -202,6 +202,14 @@ static void features(void)
     accepts("maxItems 1", "{\"type\":\"array\",\"maxItems\":1}", "( value )?", NULL);
     accepts("maxItems 0", "{\"type\":\"array\",\"maxItems\":0}", "\"[\" space \"]\" space", NULL);
     accepts("items false", "{\"type\":\"array\",\"items\":false}", "\"[\" space \"]\" space", NULL);
+    accepts("prefixItems: each element optional, then any", "{\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}",
+            "\"[\" space ( string ( \",\" space integer ( \",\" space value )* )? )? \"]\" space", NULL);
+    accepts("prefixItems, items false, minItems", "{\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],"
+            "\"items\":false,\"minItems\":2}", "\"[\" space string \",\" space integer \"]\" space", NULL);
+    accepts("prefixItems, items, counts", "{\"prefixItems\":[{\"type\":\"null\"}],\"items\":{\"type\":\"boolean\"},"
+            "\"minItems\":3,\"maxItems\":4}", "null ( \",\" space boolean ){2,3} \"]\"", NULL);
+    accepts("items as an array: a tuple", "{\"type\":\"array\",\"items\":[{\"type\":\"object\",\"properties\":{\"a\":{}}}]}",
+            "( root-item0 ( \",\" space value )* )?", "root-item0 ::= \"{\" space");
     accepts("items object", "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}}}}",
             "root-item", "root-item ::= \"{\" space ( root-item-a-kv )? \"}\" space");
     accepts("object, required in the order of properties",
@@ -322,8 +330,11 @@ static void errors(void)
     refuses("minimum", "{\"type\":\"integer\",\"minimum\":0}", "\"minimum\" is not supported");
     refuses("not", "{\"not\":{}}", "\"not\"");
     refuses("uniqueItems true", "{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems");
-    refuses("prefixItems", "{\"prefixItems\":[{}]}", "prefixItems");
-    refuses("items as an array", "{\"type\":\"array\",\"items\":[{}]}", "tuples");
+    refuses("prefixItems not an array", "{\"prefixItems\":{}}", "\"#/prefixItems\": prefixItems must be an array");
+    refuses("prefixItems, items false, minItems too large", "{\"prefixItems\":[{}],\"items\":false,\"minItems\":2}",
+            "items is false after 1 prefixItems but minItems is 2");
+    refuses("an unsupported keyword in a prefix item", "{\"prefixItems\":[{},{\"maximum\":1}]}",
+            "\"#/prefixItems/1/maximum\"");
     refuses("unknown type", "{\"type\":\"float\"}", "\"#/type\": type must be one of");
     refuses("unknown type in an array", "{\"type\":[\"null\",\"str\"]}", "\"#/type/1\"");
     refuses("empty type array", "{\"type\":[]}", "empty array");
@@ -482,6 +493,17 @@ static const struct { const char *schema, *instance; int accept; } TABLE[] = {
     { "{'type':'array','items':false}", "[1]", 0 },
     { "{'type':'array','items':{'$ref':'#'}}", "[[],[[]]]", 1 },
     { "{'type':'array','items':{'$ref':'#'}}", "[1]", 0 },
+    /* tuples */
+    { "{'prefixItems':[{'type':'string'},{'type':'integer'}]}", "[]", 1 },
+    { "{'prefixItems':[{'type':'string'},{'type':'integer'}]}", "['a']", 1 },
+    { "{'prefixItems':[{'type':'string'},{'type':'integer'}]}", "['a',1,null,{}]", 1 },
+    { "{'prefixItems':[{'type':'string'},{'type':'integer'}]}", "[1,'a']", 0 },
+    { "{'prefixItems':[{'type':'string'},{'type':'integer'}],'items':false,'minItems':2}", "['a',1]", 1 },
+    { "{'prefixItems':[{'type':'string'},{'type':'integer'}],'items':false,'minItems':2}", "['a']", 0 },
+    { "{'prefixItems':[{'type':'string'},{'type':'integer'}],'items':false,'minItems':2}", "['a',1,2]", 0 },
+    { "{'prefixItems':[{'type':'null'}],'items':{'type':'boolean'},'maxItems':3}", "[null,true,false]", 1 },
+    { "{'prefixItems':[{'type':'null'}],'items':{'type':'boolean'},'maxItems':3}", "[null,true,false,true]", 0 },
+    { "{'prefixItems':[{'type':'null'}],'items':{'type':'boolean'},'maxItems':3}", "[null,1]", 0 },
     /* scalars */
     { "{'type':'number'}", "0", 1 },
     { "{'type':'number'}", "-1.5e+10", 1 },
