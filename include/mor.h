@@ -644,6 +644,52 @@ MOR_API int32_t    mor_grammar_state(const mor_grammar *g);
 /* Back to the start: no output. */
 MOR_API void       mor_grammar_reset(mor_grammar *g);
 
+/* Grammars from JSON Schema                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* A GBNF grammar (llama.cpp's grammar language) whose rule `root` accepts
+ * the JSON texts valid under the JSON Schema in schema[0..len-1] (UTF-8
+ * JSON, RFC 8259), for grammar-constrained sampling (mor_grammar_create).
+ * The grammar's text goes to buf (not NUL-terminated); *len_out receives its
+ * byte count (the count needed, with MOR_E_BUFFER_TOO_SMALL, when cap is too
+ * small; buf may then be NULL with cap 0). The same schema gives the same
+ * bytes.
+ *
+ * Supported, as llama.cpp's json-schema-to-grammar: type (a name or an array
+ * of names: object, array, string, number, integer, boolean, null); object
+ * properties and required (the required properties in the order of
+ * `properties`, then each optional one, optional, in that order; a required
+ * name not in `properties` takes any value), additionalProperties (absent or
+ * false: no other members when there are properties or required names;
+ * true or a schema: other members after them, under any key, a listed one
+ * too); array items, minItems, maxItems, prefixItems (or items as an array:
+ * a tuple whose elements from the minItems-th on are optional, as JSON
+ * Schema reads it, followed by elements of `items`); string minLength,
+ * maxLength (format is an annotation: not checked); enum and const of any
+ * JSON values (those fitting the type); anyOf and oneOf (as alternatives:
+ * oneOf's exclusivity is not enforced); allOf of object schemas (their
+ * properties merged) or of one schema; local $ref ("#", "#/$defs/X",
+ * "#/definitions/X", any "#/..." pointer; a cycle becomes a recursive
+ * rule); the empty schema {} and true (any JSON value). Without "type",
+ * properties/required/additionalProperties imply an object,
+ * items/prefixItems/minItems/maxItems an array, minLength/maxLength a
+ * string. Between tokens the grammar allows a bounded amount of whitespace;
+ * strings are JSON strings (escapes allowed, no raw control characters);
+ * numbers JSON numbers of at most 16 digits per part.
+ *
+ * Errors, writing nothing to buf: MOR_E_INVALID_ARG (NULL schema or len_out;
+ * invalid JSON, naming the byte, line and column; a schema that no value
+ * satisfies, e.g. minItems > maxItems or a $ref cycle through required
+ * properties, or that the converter cannot express: pattern, minimum and
+ * the other keywords that restrict values beyond the list above, a $ref
+ * that is not local or does not resolve, a $ref cycle with no object or
+ * array between, nesting deeper than 64 schemas or 128 JSON levels, counts
+ * above 10000, more than 64 prefixItems; mor_last_error() names the part as
+ * a JSON pointer, e.g. "#/properties/tags/maxItems"), MOR_E_NOMEM,
+ * MOR_E_BUFFER_TOO_SMALL. Thread-safe (it reads only its arguments). */
+MOR_API mor_status mor_json_schema_to_grammar(const char *schema, size_t len, char *buf, size_t cap,
+                                              size_t *len_out);
+
 /* ------------------------------------------------------------------------ */
 /* Tokenizer                                                                 */
 /* ------------------------------------------------------------------------ */

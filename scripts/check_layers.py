@@ -21,7 +21,7 @@ LAYERS = [
     ["tensor", "cpu", "status", "unicode"],                 # 0 the base: types, CPU, errors, Unicode
     ["quant", "abi", "threadpool"],                         # 1 block formats; size-prefixed structs; threads
     ["kernels"],                                            # 2 SIMD kernels, their table, their threads
-    ["gguf", "normalize", "pretokenize", "sampler"],        # 3 the file reader; text; sampling
+    ["gguf", "normalize", "pretokenize", "sampler", "json_schema"],  # 3 the file reader; text; sampling; JSON Schema to grammar
     ["tokenizer"],                                          # 4 tokenizers
     ["model"],                                              # 5 the model: weights, hyperparameters, getters
     ["lora", "kv_cache", "embed_output", "grammar"],        # 6 depth-wise LoRA; KV caching and sharing; the model's two ends; grammars

@@ -653,6 +653,50 @@ class Grammars(unittest.TestCase):
                 done.apply([0.0] * m.n_vocab)
             self.assertIn("complete", str(e.exception))
 
+class JsonSchema(unittest.TestCase):
+    SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+              "required": ["name"]}
+
+    def test_a_dict_and_its_json_text_give_the_same_grammar(self):
+        g = mor.json_schema_to_grammar(self.SCHEMA)
+        self.assertIsInstance(g, str)
+        self.assertEqual(g, mor.json_schema_to_grammar(json.dumps(self.SCHEMA)))
+        self.assertTrue(g.startswith("root ::= "), g)
+        self.assertIn('"\\"name\\""', g)
+        self.assertIn("integer ::= ", g)
+        # every rule named is defined, once
+        names = [line.split(" ::= ")[0] for line in g.splitlines()]
+        self.assertEqual(len(names), len(set(names)))
+        used = set()
+        for line in g.splitlines():
+            body = re.sub(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|\{[0-9,]*\}', " ", line.split(" ::= ", 1)[1])
+            used |= set(re.findall(r"[a-zA-Z0-9-]+", body))
+        self.assertTrue(used <= set(names), used - set(names))
+
+    def test_a_long_grammar_grows_the_buffer(self):
+        big = {"type": "object", "properties": {"p%d" % i: {"type": "string"} for i in range(300)}}
+        g = mor.json_schema_to_grammar(big)
+        self.assertGreater(len(g), 4096)
+        self.assertIn('"\\"p299\\""', g)
+
+    def test_any_value_and_unicode(self):
+        self.assertIn("value ::= ", mor.json_schema_to_grammar({}))
+        self.assertIn("value ::= ", mor.json_schema_to_grammar(True))
+        self.assertIn("\u00e9t\u00e9", mor.json_schema_to_grammar({"const": "\u00e9t\u00e9"}))
+
+    def test_errors_name_the_part(self):
+        with self.assertRaises(mor.InvalidArgError) as e:
+            mor.json_schema_to_grammar('{"type": "object",}')
+        self.assertIn("invalid JSON", str(e.exception))
+        with self.assertRaises(mor.InvalidArgError) as e:
+            mor.json_schema_to_grammar({"properties": {"a": {"type": "array", "minItems": 3, "maxItems": 1}}})
+        self.assertIn("#/properties/a", str(e.exception))
+        with self.assertRaises(mor.InvalidArgError) as e:
+            mor.json_schema_to_grammar({"$ref": "#/$defs/missing"})
+        self.assertIn("does not resolve", str(e.exception))
+        with self.assertRaises(TypeError):
+            mor.json_schema_to_grammar(3)
+
 
 class Tokenizer(unittest.TestCase):
     @classmethod

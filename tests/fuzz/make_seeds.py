@@ -556,6 +556,24 @@ def main():
                 {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "stop here"}],
                 "stop": ["here", "\n\n"], "max_completion_tokens": 8}).encode(),
         },
+        "json_schema": {
+            "object.json": json.dumps({
+                "type": "object", "title": "person",
+                "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 40},
+                               "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"},
+                                                                    "minItems": 1, "maxItems": 4},
+                               "kind": {"enum": ["a", "b", 3, None]}, "ok": {"type": ["boolean", "null"]},
+                               "x": {"const": {"k": [1, 2.5e-3]}}},
+                "required": ["name", "age"], "additionalProperties": {"type": "number"}}).encode(),
+            "refs.json": json.dumps({
+                "$defs": {"node": {"type": "object", "properties": {
+                    "value": {"type": "number"},
+                    "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["value"]},
+                    "a~b/c": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#"}}]}},
+                "definitions": {"x": {"allOf": [{"properties": {"p": {}}}, {"required": ["q"]}]}},
+                "anyOf": [{"$ref": "#/$defs/node"}, {"$ref": "#/$defs/a~0b~1c"}, {"$ref": "#/definitions/x"}]}).encode(),
+            "any.json": b'{"items": {}, "description": "\u00e9t\u00e9 \ud83d\ude00"}',
+        },
         "decode": {
             "prefill.bin": decode_seed(1, 0, add(1) + add(2) + add(3, 1) + add(4) + DECODE + add(5) + add(6, 1) + DECODE),
             "seqops.bin": decode_seed(0, 1, add(7) + add(8) + add(9, 1) + DECODE + [0x31, 1, 2, 0] + add(10, 2) +

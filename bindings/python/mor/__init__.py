@@ -20,6 +20,7 @@ import array
 import codecs
 import collections
 import ctypes
+import json
 import threading
 import weakref
 
@@ -30,7 +31,7 @@ _lib = _capi.lib
 
 __all__ = [
     "Model", "Context", "Batch", "Sampler", "Router", "KVCache", "Token", "RouterStats", "Server",
-    "logprobs", "Logprobs",
+    "logprobs", "Logprobs", "json_schema_to_grammar",
     "MorError", "LibraryError", "version", "build_info", "set_log", "max_recursions", "ABI_VERSION",
 ]
 
@@ -603,6 +604,28 @@ def logprobs(logits, token=None, top=0):
     _check(_lib.mor_logprobs(ptr, n, token if token is not None else 0,
                              ctypes.byref(lp) if token is not None else None, k, ids, vals))
     return Logprobs(lp.value if token is not None else None, [(ids[i], vals[i]) for i in range(k)])
+
+
+def json_schema_to_grammar(schema):
+    """A GBNF grammar (str; its rule `root`) accepting the JSON texts valid
+    under a JSON Schema: a str of JSON, or a dict/list/bool (json.dumps'd).
+    Raises InvalidArgError, naming the schema's part, for invalid JSON or a
+    schema the converter refuses (mor_json_schema_to_grammar)."""
+    if isinstance(schema, (dict, list, bool)):
+        schema = json.dumps(schema)
+    if not isinstance(schema, str):
+        raise TypeError("json_schema_to_grammar: schema must be a str or a dict, not %s" % type(schema).__name__)
+    b = schema.encode("utf-8", "surrogatepass")
+    n = ctypes.c_size_t()
+    cap = 4096
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        st = _lib.mor_json_schema_to_grammar(b, len(b), buf, cap, ctypes.byref(n))
+        if st == -11 and n.value > cap:
+            cap = n.value
+            continue
+        _check(st)
+        return buf.raw[:n.value].decode("utf-8")
 
 
 # ---------------------------------------------------------------------------

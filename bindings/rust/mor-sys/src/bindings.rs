@@ -984,6 +984,15 @@ extern "C" {
 extern "C" {
     pub fn mor_grammar_reset(g: *mut mor_grammar);
 }
+extern "C" {
+    pub fn mor_json_schema_to_grammar(
+        schema: *const ::std::os::raw::c_char,
+        len: usize,
+        buf: *mut ::std::os::raw::c_char,
+        cap: usize,
+        len_out: *mut usize,
+    ) -> mor_status;
+}
 pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_12 = 1;
 pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_12 = 2;
 pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_12 = 4;

@@ -176,6 +176,29 @@ pub fn max_recursions() -> i32 {
     unsafe { sys::mor_max_recursions() }
 }
 
+/// A GBNF grammar (its rule `root`) accepting the JSON texts valid under the
+/// JSON Schema `schema` (JSON text); `Err` with kind `InvalidArg`, naming the
+/// schema's part, for invalid JSON or a schema the converter refuses
+/// (`mor_json_schema_to_grammar`).
+pub fn json_schema_to_grammar(schema: &str) -> Result<String> {
+    let mut cap = 4096usize;
+    loop {
+        let mut buf = vec![0u8; cap];
+        let mut len = 0usize;
+        let st = unsafe {
+            sys::mor_json_schema_to_grammar(schema.as_ptr() as *const c_char, schema.len(),
+                                            buf.as_mut_ptr() as *mut c_char, cap, &mut len)
+        };
+        if st == sys::MOR_E_BUFFER_TOO_SMALL && len > cap {
+            cap = len;
+            continue;
+        }
+        check(st)?;
+        buf.truncate(len);
+        return Ok(String::from_utf8(buf).expect("the grammar is UTF-8"));
+    }
+}
+
 /// Refuse a library whose version (major.minor, the ABI while at 0.x) or
 /// params struct sizes differ from the header these bindings were made from.
 /// Called by every loader; cheap.

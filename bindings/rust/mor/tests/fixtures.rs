@@ -268,6 +268,20 @@ fn type_contract() {
 }
 
 #[test]
+fn json_schema_to_grammar() {
+    let g = mor::json_schema_to_grammar(r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#)
+        .unwrap();
+    assert!(g.starts_with("root ::= "), "{}", g);
+    assert!(g.contains(r#"root-n-kv ::= "\"n\"" space ":" space integer"#), "{}", g);
+    let many: String = (0..400).map(|i| format!(r#""p{}":{{}}"#, i)).collect::<Vec<_>>().join(",");
+    let big = mor::json_schema_to_grammar(&format!(r#"{{"properties":{{{}}}}}"#, many)).unwrap();
+    assert!(big.len() > 4096 && big.contains("root-p399-kv"));
+    let e = mor::json_schema_to_grammar(r#"{"type":"array","minItems":2,"maxItems":1}"#).err().unwrap();
+    assert_eq!(e.kind, mor::ErrorKind::InvalidArg);
+    assert!(e.message.contains("minItems 2 > maxItems 1"), "{}", e.message);
+}
+
+#[test]
 fn errors_carry_status_and_message() {
     let e = mor::Model::load_file("/nonexistent/model.gguf", &Default::default()).err().unwrap();
     assert_eq!(e.kind, mor::ErrorKind::Io);
