@@ -77,6 +77,13 @@ async function chatLogprobs() {
   out.embeddings = e.data.map((d) => Array.from(d.embedding));
   out.embed_usage = e.usage;
 
+  // structured output: response_format json_schema, as OpenAI's clients send it
+  const schema = { type: "object", properties: { name: { type: "string", maxLength: 10 }, n: { type: "integer" } },
+                   required: ["name", "n"], additionalProperties: false };
+  const so = await client.completions.create({ model, prompt: "Record:", max_tokens: 120, seed: 2,
+    response_format: { type: "json_schema", json_schema: { name: "rec", schema, strict: true } } });
+  out.structured = [so.choices[0].text, so.choices[0].finish_reason];
+
   // leaving a stream early aborts its request (seed 3: 200 tokens, no end of
   // text among them, so there are 3 chunks to read whatever the speed)
   const long = await client.completions.create({ model, prompt, max_tokens: 200, seed: 3, stream: true });

@@ -508,6 +508,29 @@ def grammar_output(tmp):
     t.check(rc1 == rc2 == 0 and out1 == out2, "a grammar that allows everything changes nothing")
     refused([tool("mor-run"), "-m", BROWN, "-p", "x", "--grammar", "r ::= \"a\"", "--grammar-file", path],
             "--grammar", "mor-run --grammar with --grammar-file")
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "n": {"type": "integer"},
+                                               "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}},
+              "required": ["name", "n"], "additionalProperties": False}
+    spath = os.path.join(tmp, "rec.schema.json")
+    with open(spath, "w") as f:
+        json.dump(schema, f)
+    good = 0
+    for seed in range(8):
+        args = [tool("mor-run"), "-m", BROWN, "-p", "Record:", "-n", "160", "--seed", str(seed), "-q"]
+        rc, out, err = run(args + (["--json-schema-file", spath] if seed % 2 else ["--json-schema", json.dumps(schema)]))
+        try:
+            v = json.loads(out[len("Record:"):])
+            ok = (rc == 0 and set(v) <= {"name", "n", "tags"} and {"name", "n"} <= set(v) and len(v["name"]) <= 10
+                  and isinstance(v["n"], int) and all(x in ("a", "b") for x in v.get("tags", [])) and
+                  len(v.get("tags", [])) <= 3)
+        except ValueError:
+            ok = False
+        good += ok
+        if not ok:
+            print("# seed %d: rc %d, %r, %s" % (seed, rc, out, err.strip()[-200:]))
+    t.check(good == 8, "mor-run --json-schema: %d of 8 seeded outputs parse and validate against the schema" % good)
+    rc, out, err = run([tool("mor-run"), "-m", BROWN, "-p", "x", "-n", "5", "--json-schema", '{"minimum": 3}'])
+    t.check(rc == 1 and "#/minimum" in err, "an unsupported schema: exit 1 naming where (%s)" % err.strip()[:200])
 
 
 def main():

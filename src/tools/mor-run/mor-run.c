@@ -30,6 +30,7 @@ typedef struct {
     int greedy, temp_set, no_check_tensors;
     int embedding, no_normalize;   /* --embedding: MOR_POOL_* (0: generate) */
     const char *grammar, *grammar_file;   /* --grammar TEXT, --grammar-file FILE (GBNF) */
+    const char *schema, *schema_file;     /* --json-schema TEXT, --json-schema-file FILE */
     char       *grammar_buf;              /* the grammar's bytes when read from a file, owned */
     size_t      grammar_len;
     float thresholds[32];
@@ -67,6 +68,9 @@ static void usage(FILE *f)
         "                           grammar language, start rule 'root'); generation ends where the\n"
         "                           grammar ends it\n"
         "  --grammar-file FILE      the same, the grammar read from FILE\n"
+        "  --json-schema SCHEMA     constrain the output to JSON valid under a JSON Schema (converted\n"
+        "                           to a grammar by mor_json_schema_to_grammar)\n"
+        "  --json-schema-file FILE  the same, the schema read from FILE\n"
         "routing (how many recursions each token runs):\n"
         "  --routing MODE           topk | threshold | forced:N | token | default. Default: for\n"
         "                           generation with an expert-choice model, threshold (causal: each\n"
@@ -200,6 +204,8 @@ static void parse_args(int argc, char **argv, options *o)
         else if (FLAG("--no-normalize")) o->no_normalize = 1;
         else if (FLAG("--grammar")) o->grammar = VALUE();
         else if (FLAG("--grammar-file")) o->grammar_file = VALUE();
+        else if (FLAG("--json-schema")) o->schema = VALUE();
+        else if (FLAG("--json-schema-file")) o->schema_file = VALUE();
         else cli_usage_error("unknown option '%s'", a);
 #undef FLAG
 #undef VALUE
@@ -216,8 +222,13 @@ static void parse_args(int argc, char **argv, options *o)
                  "--dump-*");
     cli_conflict(o->embedding, "--embedding", o->no_cache, "--no-cache");
     if (o->no_normalize && !o->embedding) cli_usage_error("--no-normalize is for --embedding");
-    cli_conflict(o->grammar != NULL, "--grammar", o->grammar_file != NULL, "--grammar-file");
-    cli_conflict(o->grammar || o->grammar_file, o->grammar ? "--grammar" : "--grammar-file", o->embedding, "--embedding");
+    {
+        const char *given[4] = { o->grammar, o->grammar_file, o->schema, o->schema_file };
+        const char *names[4] = { "--grammar", "--grammar-file", "--json-schema", "--json-schema-file" };
+        for (int a = 0; a < 4; a++)
+            for (int b = a + 1; b < 4; b++) cli_conflict(given[a] != NULL, names[a], given[b] != NULL, names[b]);
+        for (int a = 0; a < 4; a++) cli_conflict(given[a] != NULL, names[a], o->embedding, "--embedding");
+    }
     if (o->grammar) o->grammar_len = strlen(o->grammar);
     cli_conflict(o->tokenize_file != NULL, "--tokenize-file", o->prompt || o->ids, o->prompt ? "-p" : "--ids");
     if (!o->tokenize_file && !o->prompt && !o->prompt_file && !o->ids)
@@ -513,10 +524,10 @@ int main(int argc, char **argv)
     options *o = &R.o;
     parse_args(argc, argv, o);
     {
-        const char *inputs[] = { o->model, o->tokenize_file, o->prompt_file, o->grammar_file };
+        const char *inputs[] = { o->model, o->tokenize_file, o->prompt_file, o->grammar_file, o->schema_file };
         const char *outs[] = { o->dump_logits, o->dump_routing, o->dump_hidden, o->dump_step_logits };
         for (int i = 0; i < 4; i++)
-            if (outs[i] && cli_refuse_overwrite(outs[i], inputs, 4)) return 2;
+            if (outs[i] && cli_refuse_overwrite(outs[i], inputs, 5)) return 2;
     }
     if (o->prompt_file) {
         if (!(o->prompt_buf = read_all(o->prompt_file, &o->prompt_len))) return 1;
@@ -525,6 +536,23 @@ int main(int argc, char **argv)
     if (o->grammar_file) {
         if (!(o->grammar_buf = read_all(o->grammar_file, &o->grammar_len))) { free(o->prompt_buf); return 1; }
         o->grammar = o->grammar_buf;
+    }
+    if (o->schema || o->schema_file) {   /* the schema's grammar */
+        size_t slen = o->schema ? strlen(o->schema) : 0, glen = 0;
+        char *sbuf = o->schema_file ? read_all(o->schema_file, &slen) : NULL;
+        const char *text = o->schema_file ? sbuf : o->schema;
+        const char *flag = o->schema_file ? "--json-schema-file" : "--json-schema";
+        mor_status st = text ? mor_json_schema_to_grammar(text, slen, NULL, 0, &glen) : MOR_E_IO;
+        if (st == MOR_E_BUFFER_TOO_SMALL && (o->grammar_buf = malloc(glen + 1)))
+            st = mor_json_schema_to_grammar(text, slen, o->grammar_buf, glen, &glen);
+        free(sbuf);
+        if (!text) { free(o->prompt_buf); return 1; }   /* read_all said why */
+        if (st) {
+            free(o->prompt_buf); free(o->grammar_buf);
+            return st == MOR_E_BUFFER_TOO_SMALL ? cli_error("out of memory") : lib_error(NULL, flag, st);
+        }
+        o->grammar = o->grammar_buf;
+        o->grammar_len = glen;
     }
 
     mor_model_params mp;
@@ -624,7 +652,8 @@ int main(int argc, char **argv)
     if (o->grammar) {
         if ((st = mor_grammar_create(model, o->grammar, o->grammar_len, NULL, NULL, 0, &R.grammar))) {
             run_free(&R);
-            return lib_error(NULL, o->grammar_file ? "--grammar-file" : "--grammar", st);
+            return lib_error(NULL, o->schema ? "--json-schema" : o->schema_file ? "--json-schema-file" :
+                             o->grammar_file ? "--grammar-file" : "--grammar", st);
         }
         if (!(R.masked = malloc(sizeof *R.masked * (size_t)n_vocab))) { run_free(&R); return cli_error("out of memory"); }
     }

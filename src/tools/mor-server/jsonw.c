@@ -111,6 +111,13 @@ void jw_double(jsonw *w, double v)
     buf_printf(w->b, "%.10g", v);
 }
 
+void jw_double_exact(jsonw *w, double v)
+{
+    sep(w);
+    if (!isfinite(v)) { buf_puts(w->b, "null"); return; }
+    buf_printf(w->b, "%.17g", v);
+}
+
 void jw_bool(jsonw *w, int v)
 {
     sep(w);

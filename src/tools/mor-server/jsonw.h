@@ -32,6 +32,7 @@ void jw_str(jsonw *w, const char *s);
 void jw_strn(jsonw *w, const char *s, size_t n);
 void jw_int(jsonw *w, int64_t v);
 void jw_double(jsonw *w, double v);
+void jw_double_exact(jsonw *w, double v);   /* "%.17g": reads back to the same double */
 void jw_bool(jsonw *w, int v);
 void jw_null(jsonw *w);
 
