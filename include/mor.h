@@ -853,8 +853,14 @@ typedef struct mor_server_params {
  * causal and a token's K/V depend only on the tokens before it (a prefix
  * kept under other router settings is not reused). Kept cells of free slots
  * are dropped, least recently used first, whenever a request needs room:
- * they never make a request wait. mor_server_request_cached says how many
- * prompt tokens a request reused. */
+ * they never make a request wait. Prompt sharing, under the same flag: a
+ * request whose prompt starts like a running request's (n choices of one
+ * prompt, a common system prompt) copies that request's prompt cells
+ * (mor_kv_seq_cp) when they give more than a free slot keeps, and decodes
+ * only the rest; while those cells are still being decoded it waits in
+ * the queue for them (a step or a few). The outputs stay bitwise those of
+ * a fresh slot. mor_server_request_cached says how many prompt tokens a
+ * request reused or copied. */
 enum { MOR_SERVE_NO_PROMPT_REUSE = 1u << 0 };
 
 MOR_API void mor_server_params_init(mor_server_params *p, size_t size);

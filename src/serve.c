@@ -78,6 +78,8 @@ typedef struct {
     mor_token  next;         /* the token to enter next (after the prompt) */
     int32_t    waiting;      /* an input is waiting to enter */
     int32_t    n_rows, n_exited;   /* rows of the group in flight (DEPTHWISE) */
+    serve_kept made;         /* the router settings when the request was admitted */
+    int32_t    copied;       /* admitted with cells copied from a running slot (this step) */
 } serve_slot;
 
 struct mor_server {
@@ -395,6 +397,31 @@ static int64_t kept_cells(const mor_server *s, int32_t except)
 /* FIFO admission under the KV budget: the head waits until its cells are free.
  * record: note the admitted requests, to be put back if the step fails (the
  * kept cells dropped here stay dropped: the kept[] records say so). */
+/* The running slot whose prompt shares the longest start with q's (at most
+ * all but q's last token), computed under the router settings of now:
+ * *ready of those positions are in its cells now (its prompt rows done),
+ * *n shared in all. -1 when none shares anything. */
+static int32_t share_from(const mor_server *s, const serve_req *q, int32_t *n, int32_t *ready)
+{
+    int32_t best = -1;
+    *n = *ready = 0;
+    serve_kept now;
+    kept_settings(s, &now);
+    for (int32_t i = 0; i < (int32_t)s->p.n_slots; i++) {
+        const serve_slot *S = &s->slots[i];
+        if (!S->req || S->req->state != MOR_REQ_RUNNING || !same_settings(&S->made, &now)) continue;
+        const serve_req *a = S->req;
+        int32_t lim = a->n_prompt < q->n_prompt - 1 ? a->n_prompt : q->n_prompt - 1, k = 0;
+        while (k < lim && a->prompt[k] == q->prompt[k]) k++;
+        /* in the cells: its whole prompt once it has a token; else what
+         * entered, when no row is in flight (one in flight has not stored
+         * all its recursions yet) */
+        int32_t done = a->n_out > 0 ? a->n_prompt : S->n_rows ? 0 : S->n_pos;
+        if (k > *n || (k == *n && k > 0 && (done >= k) > (*ready >= k))) { best = i; *n = k; *ready = done < k ? done : k; }
+    }
+    return best;
+}
+
 static void admit(mor_server *s, int record)
 {
     while (s->q_len) {
@@ -402,6 +429,13 @@ static void admit(mor_server *s, int record)
         if (!q || q->state != MOR_REQ_QUEUED) { s->q_head++; s->q_len--; continue; }
         int32_t common = 0, sl = pick_slot(s, q, &common);
         if (sl < 0 || s->reserved + req_need(q) > (int64_t)s->p.n_ctx) return;
+        /* Sharing a running request's prompt (n > 1 choices of one prompt,
+         * a common system prompt): its cells are copied instead of decoded
+         * again, bitwise the same for the reason prompt reuse is. When that
+         * start is still entering, the request waits for it. */
+        int32_t n_sh = 0, ready = 0, src = s->kept ? share_from(s, q, &n_sh, &ready) : -1;
+        if (src >= 0 && n_sh > common && ready < n_sh) return;   /* its prompt is not in the cells yet */
+        int copied = 0;
         /* room for it beside the other slots' kept cells: drop the oldest */
         while (s->reserved + req_need(q) + kept_cells(s, sl) > (int64_t)s->p.n_ctx) {
             int32_t old = -1;
@@ -409,6 +443,11 @@ static void admit(mor_server *s, int record)
                 if (i != sl && !s->slots[i].req && s->kept[i].n && (old < 0 || s->kept[i].stamp < s->kept[old].stamp))
                     old = i;
             kept_trim(s, old, 0);
+        }
+        if (src >= 0 && n_sh > common) {
+            kept_trim(s, sl, 0);
+            if (mor_kv_seq_cp(s->ctx->kv, src, sl, 0, n_sh) == MOR_OK) { common = n_sh; copied = 1; }
+            else common = 0;
         }
         kept_trim(s, sl, common);
         s->q_head++; s->q_len--;
@@ -418,6 +457,8 @@ static void admit(mor_server *s, int record)
         serve_slot *S = &s->slots[sl];
         memset(S, 0, sizeof *S);
         S->req = q; S->waiting = 1; S->n_pos = common;
+        S->copied = copied && record;
+        kept_settings(s, &S->made);
     }
 }
 
@@ -696,6 +737,17 @@ static void restore(mor_server *s)
     rec_engine *e = &s->ctx->eng;
     memcpy(e->rows, s->sv_rows, rec_span(e, s->sv_n_hi));
     for (int32_t i = s->sv_n_hi; i < e->cap; i++) rec_at(e, i)->state = ROW_FREE;   /* entered by the failed step */
+    /* cells copied for a request admitted by this step: gone with it (its
+     * slot keeps nothing: kept_trim emptied it first) */
+    char why[512];   /* the step's error: mor_kv_seq_rm, public, clears it */
+    snprintf(why, sizeof why, "%s", mor_last_error());
+    for (int32_t k = 0; k < s->n_admitted; k++) {
+        const serve_req *q = s->reqs[s->admitted[k]];
+        if (q->slot >= 0 && s->slots[q->slot].copied) {
+            mor_kv_seq_rm(s->ctx->kv, q->slot, -1, -1);
+            err_set(MOR_E_INVALID_ARG, "%s", why);
+        }
+    }
     memcpy(s->slots, s->sv_slots, sizeof(serve_slot) * s->p.n_slots);
     s->q_head = s->sv_q_head; s->q_len = s->sv_q_len; s->reserved = s->sv_reserved; s->n_steps = s->sv_n_steps;
     mor_router *r = s->ctx->router;

@@ -550,6 +550,36 @@ static void prompt_reuse(mor_model *m, const char *name)
     }
 }
 
+/* Prompt sharing: requests queued together with one prompt (n choices)
+ * copy the first one's prompt cells once it has them (the others wait a
+ * step for it) and give, bitwise, the tokens of fresh slots. */
+static void prompt_sharing(mor_model *m, const char *name)
+{
+    for (int32_t mode = MOR_SERVE_SEQUENCE; mode <= MOR_SERVE_DEPTHWISE; mode++) {
+        mor_server *s = make_server(m, mode, 4, 256, 0, 0);
+        mor_token p[24];
+        for (int32_t i = 0; i < 24; i++) p[i] = (mor_token)((13 + 11 * i) % n_vocab);
+        mor_request_id id[3];
+        int ok = s != NULL;
+        for (int32_t k = 0; ok && k < 3; k++) ok = mor_server_submit(s, p, 24, &reqs[k].sp, 6, NULL, 0, &id[k]) == MOR_OK;
+        ok = ok && mor_server_run(s) == MOR_OK;
+        int same = ok;
+        int32_t cached[3] = { -1, -1, -1 };
+        for (int32_t k = 0; ok && k < 3; k++) {
+            mor_token got[MAXT], ref[MAXT];
+            int32_t n_got = 0, n_ref = 0;
+            cached[k] = mor_server_request_cached(s, id[k]);
+            same &= mor_server_get_tokens(s, id[k], got, NULL, MAXT, &n_got) == MOR_OK &&
+                    fresh(m, mode, 0, p, 24, &reqs[k].sp, 6, ref, &n_ref) && n_ref == n_got &&
+                    !memcmp(ref, got, sizeof(mor_token) * (size_t)n_got);
+        }
+        CHECK(ok && same && cached[0] == 0 && cached[1] == 23 && cached[2] == 23,
+              "%s %s sharing: 3 requests of one prompt: the 2nd and 3rd copy 23 cells of the 1st (%d, %d, %d), "
+              "each bitwise a fresh slot's tokens", name, mode_name[mode], cached[0], cached[1], cached[2]);
+        mor_server_free(s);
+    }
+}
+
 /* The requests and their reference outputs on m; 0 if the reference failed. */
 static int prepare(mor_model *m, const char *name)
 {
@@ -680,6 +710,7 @@ int main(void)
         small_budget(m, variants[v]);
         chunked_prefill(m, variants[v]);
         prompt_reuse(m, variants[v]);
+        prompt_sharing(m, variants[v]);
         if (expert) confidence_exits(m, v == 2);   /* (last: it redoes the reference with a depth cap) */
         unprepare();
         mor_model_free(m);
