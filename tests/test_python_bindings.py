@@ -623,6 +623,16 @@ class Grammars(unittest.TestCase):
                                               temperature=1.0)]
             want1 = [t.id for t in m.generate("The answer is", max_tokens=8, seed=2, temperature=1.0)]
             self.assertEqual((got0, got1), (want0, want1))
+            schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+            for seed in range(3):
+                out = [t.id for t in m.generate("Data:", max_tokens=60, json_schema=schema, seed=seed, temperature=1.0)]
+                text = b"".join(m.token_to_piece(t) for t in out if t != m.token_eos).decode()
+                self.assertIsInstance(json.loads(text)["ok"], bool, text)
+            with mor.Server(m, n_slots=2) as srv:
+                rid = srv.submit("Data:", max_tokens=60, json_schema=schema, seed=1, temperature=1.0, stop=[m.token_eos])
+                srv.run()
+                self.assertEqual(srv.tokens(rid)[0], [t.id for t in m.generate("Data:", max_tokens=60, json_schema=schema,
+                                                                                 seed=1, temperature=1.0)])
             c = [t.id for t in m.generate("The answer is", max_tokens=50, grammar='root ::= "yes" | "no"')]
             self.assertIn(b"".join(m.token_to_piece(t) for t in c if t != m.token_eos), (b"yes", b"no"))
 

@@ -776,13 +776,14 @@ class Context(_Handle):
         return pos - n_discard
 
     def generate(self, prompt, max_tokens=64, sampler=None, seq=0, stop_at_eos=True, context_shift=True, n_keep=0,
-                 grammar=None, **sampling):
+                 grammar=None, json_schema=None, **sampling):
         """Stream Token(id, text, depth): decode the prompt (token ids) after
         what seq already holds in the cache, then sample and decode one token
         at a time. sampler: a Sampler (default greedy, or one built from the
         keyword arguments: seed, temperature, top_k, ...). grammar: a Grammar
         or GBNF text; the output then follows it and ends where the grammar
-        ends it (an end token, or MUST_END).
+        ends it (an end token, or MUST_END). json_schema: a JSON Schema (dict
+        or str), as the grammar json_schema_to_grammar gives.
 
         The sequence holds at most self.limit tokens. When it is full the
         context shifts, as llama.cpp does: the first n_keep tokens stay, the
@@ -821,6 +822,10 @@ class Context(_Handle):
                               RuntimeWarning, stacklevel=2)
                 ids = ids[:keep] + ids[keep + erased * block:]
         own = sampler is None
+        if json_schema is not None:
+            if grammar is not None:
+                raise ValueError("generate: give grammar or json_schema, not both")
+            grammar = json_schema_to_grammar(json_schema)
         if isinstance(grammar, (str, bytes)):
             grammar = Grammar(m, grammar)
         s = sampler or Sampler(**(sampling or {"temperature": 0.0}))
@@ -1071,13 +1076,18 @@ class Server(_Handle):
         return self._router
 
     def submit(self, prompt, max_tokens=64, stop=(), seed=None, temperature=None, top_k=None, top_p=None,
-               min_p=None, repeat_penalty=None, repeat_last_n=None, grammar=None):
+               min_p=None, repeat_penalty=None, repeat_last_n=None, grammar=None, json_schema=None):
         """Queue a request: prompt (token ids, or text: tokenized with BOS),
         at most max_tokens generated tokens, stop token ids; sampling settings
         as Sampler's (None: libmor's default; the default temperature samples,
         temperature=0 is greedy); grammar: GBNF text, or a Grammar (its text,
-        start rule and end tokens: the server gets a grammar of its own).
+        start rule and end tokens: the server gets a grammar of its own);
+        json_schema: a JSON Schema instead (json_schema_to_grammar).
         Returns the request id."""
+        if json_schema is not None:
+            if grammar is not None:
+                raise ValueError("Server.submit: give grammar or json_schema, not both")
+            grammar = json_schema_to_grammar(json_schema)
         if grammar is not None and not isinstance(grammar, Grammar):
             grammar = Grammar(self.model, grammar)
         ids = self.model.tokenize(prompt, add_bos=True, parse_special=True) if isinstance(prompt, str) \
