@@ -269,10 +269,17 @@ static void gm_free(gm *m)
     free(m->remap);
 }
 
+/* Empty the hash chains of the nodes in use (not the whole table: a reset
+ * or a commit per token must not cost a pass over every bucket). */
+static void clear_buckets(gm *m)
+{
+    for (int32_t i = 0; i < m->n_node; i++) m->bucket[node_hash(m->node[i].pos, m->node[i].parent)] = -1;
+}
+
 /* The state before any output. */
 static void gm_reset(gm *m)
 {
-    memset(m->bucket, 0xFF, sizeof *m->bucket * GM_BUCKETS);
+    clear_buckets(m);
     m->n_node = 0;
     m->overflow = 0;
     m->steps = 0;
@@ -298,6 +305,8 @@ static mor_status gm_init(gm *m, const grammar_rules *g)
     m->scratch = malloc(sizeof *m->scratch * GM_SCRATCH);
     m->remap = malloc(sizeof *m->remap * GM_NODES);
     if (!m->node || !m->bucket || !m->mark || !m->cur || !m->scratch || !m->remap) { gm_free(m); return MOR_E_NOMEM; }
+    memset(m->bucket, 0xFF, sizeof *m->bucket * GM_BUCKETS);   /* once: afterwards only used chains are cleared */
+    m->n_node = 0;
     gm_reset(m);
     return MOR_OK;
 }
@@ -310,6 +319,7 @@ static void gm_commit(gm *m, const int32_t *set, int32_t n, int can_end)
     next_gen(m);
     for (int32_t i = 0; i < n; i++)
         for (int32_t id = set[i]; id >= 0 && m->mark[id] != m->gen; id = m->node[id].parent) m->mark[id] = m->gen;
+    clear_buckets(m);   /* every chain is rebuilt below */
     int32_t k = 0;
     for (int32_t i = 0; i < m->n_node; i++) m->remap[i] = m->mark[i] == m->gen ? k++ : -1;
     for (int32_t i = 0; i < n; i++) m->cur[i] = m->remap[set[i]];
@@ -320,7 +330,6 @@ static void gm_commit(gm *m, const int32_t *set, int32_t n, int can_end)
         m->node[m->remap[i]].parent = p < 0 ? -1 : m->remap[p];
     }
     m->n_node = k;
-    memset(m->bucket, 0xFF, sizeof *m->bucket * GM_BUCKETS);
     for (int32_t i = 0; i < k; i++) {
         uint32_t h = node_hash(m->node[i].pos, m->node[i].parent);
         m->node[i].next = m->bucket[h];
