@@ -521,20 +521,9 @@ class Grammar(_Handle):
 
     def _masked(self, logits):
         """(a masked copy of logits as a ctypes array, n_vocab)."""
-        if isinstance(logits, tuple):
-            ctx, row = logits
-            ptr = _lib.mor_get_logits(ctx._p, row)
-            if not ptr:
-                raise InvalidArgError(-1, "row %d of the last decode has no logits" % row)
-            n = ctx.model.n_vocab
-            a = (ctypes.c_float * n)()
-            ctypes.memmove(a, ptr, 4 * n)
-        else:
-            try:
-                a = (ctypes.c_float * len(logits))(*logits)
-            except TypeError as e:
-                raise TypeError("Grammar: logits must be a sequence of numbers (%s)" % e)
-            n = len(logits)
+        ptr, n, _keep = _logits_ptr(logits, "Grammar")
+        a = (ctypes.c_float * n)()
+        ctypes.memmove(a, ptr, 4 * n)
         _check(_lib.mor_grammar_apply(self._p, a, n))
         return a, n
 
