@@ -202,6 +202,10 @@ extern const kernel_set kernels_avx512_novbmi;
 void act_q8_avx2(const float *x, void *row, int64_t k);
 void k_swiglu_avx2(float *g, const float *u, int64_t n);
 void k_rms_norm_avx2(float *out, const float *x, const float *w, int32_t n, float eps);
+/* k-quant weights (Q2_K .. Q6_K; Q8_K by the reference) x Q8_K rows, bitwise the reference kernels:
+ * a matmul_fn */
+void k_matmul_kquant_x86(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n, int64_t o0,
+                         int64_t o1, int acc, float *scratch);
 void k_attend_avx2(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
                      size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
                      float scale, float *probs, float *out);

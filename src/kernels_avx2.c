@@ -324,6 +324,199 @@ static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_
     }
 }
 
+/* ---- k-quants (Q2_K .. Q6_K) x Q8_K activations: bitwise the reference ----
+ *
+ * A super-block is taken apart into 8 vectors of 32 unsigned codes u = q +
+ * bias in value order (bias: Q3_K 4, Q6_K 32, else 0) and a 16-bit scale per
+ * 16 values (kq_x86). vpmaddubsw and vpmaddwd then give sum_g sc_g (u . x)_g
+ * exactly (|u x + u x| <= 2 * 63 * 128 fits 16 bits); the bias comes back
+ * out as bias * sum_g sc_g bsum_g and the mins as sum_g mn_g bsum_g, from
+ * the block sums the Q8_K activations carry. These are the reference
+ * kernels' integers, and the float step per super-block is theirs
+ * (kq_step), so every output is the reference's, bit for bit. The AVX-512
+ * set uses these too (kernels.h). */
+
+typedef struct {
+    uint8_t u[QK_K];          /* codes of the values in order */
+    int16_t sc[8][16];        /* per 32 values: the scale of the first 16 in words 0-7, of the next 16 in 8-15 */
+    int16_t sc16[16], mn16[16];   /* the scale and the min (0 without) of each 16 values */
+    float   d, dmin;
+    int32_t shift;            /* bias = 1 << shift; 0: no bias */
+} kq_x86;
+
+AI __m256i nib_lo(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(15)); }
+AI __m256i nib_hi(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15)); }
+/* 1 << sh in the bytes of v that have bit m set, else 0 */
+AI __m256i bit_to(__m256i v, int m, int sh)
+{
+    const __m256i b = _mm256_set1_epi8((char)(1 << m));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, b), b), _mm256_set1_epi8((char)(1 << sh)));
+}
+AI __m256i ld(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+AI void st(void *p, __m256i v) { _mm256_storeu_si256((__m256i *)p, v); }
+AI float f16at(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }
+
+/* the per-32 scale words from the 16 scales */
+AI void kq_pairs(kq_x86 *o)
+{
+    for (int c = 0; c < 8; c++)
+        st(o->sc[c], _mm256_set_m128i(_mm_set1_epi16(o->sc16[2 * c + 1]), _mm_set1_epi16(o->sc16[2 * c])));
+}
+
+/* Q4_K / Q5_K: the 8 scales (bytes 0-7) and mins (8-15) of the 12 packed bytes (kq_scale_min's
+ * fields, four at a time: 6 low bits for sub-blocks 0-3, a nibble plus the top 2 bits of bytes 0-7
+ * for 4-7) */
+AI void k4_scales(const uint8_t *p, uint8_t out[16])
+{
+    uint32_t t[4];
+    memcpy(t, p, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    t[3] = ((t[2] >> 4) & m4) | (((t[1] >> 6) & m2) << 4);
+    const uint32_t mn = t[1] & m6;
+    t[1] = (t[2] & m4) | (((t[0] >> 6) & m2) << 4);
+    t[2] = mn;
+    t[0] &= m6;
+    memcpy(out, t, 16);
+}
+
+static void kq_unpack_x86(uint32_t type, const uint8_t *p, kq_x86 *o)
+{
+    switch (type) {
+    case GGML_Q4_K: case GGML_Q5_K: {
+        uint8_t sm[16];
+        k4_scales(p + 4, sm);
+        o->d = f16at(p); o->dmin = f16at(p + 2); o->shift = 0;
+        const uint8_t *qs = p + (type == GGML_Q4_K ? 16 : 48);
+        const __m256i qh = type == GGML_Q5_K ? ld(p + 16) : _mm256_setzero_si256();
+        for (int g = 0; g < 4; g++) {
+            const __m256i q = ld(qs + 32 * g);
+            __m256i lo = nib_lo(q), hi = nib_hi(q);
+            if (type == GGML_Q5_K) {   /* the fifth bit of value 32m + l: bit m of qh[l] */
+                lo = _mm256_or_si256(lo, bit_to(qh, 2 * g, 4));
+                hi = _mm256_or_si256(hi, bit_to(qh, 2 * g + 1, 4));
+            }
+            st(o->u + 64 * g, lo);
+            st(o->u + 64 * g + 32, hi);
+        }
+        for (int j = 0; j < 8; j++) {
+            o->sc16[2 * j] = o->sc16[2 * j + 1] = sm[j];
+            o->mn16[2 * j] = o->mn16[2 * j + 1] = sm[8 + j];
+        }
+        break;
+    }
+    case GGML_Q6_K: {   /* ql[128], qh[64], int8 scales[16], d */
+        o->d = f16at(p + 208); o->dmin = 0.0f; o->shift = 5;
+        const __m256i m3 = _mm256_set1_epi8(3), mc = _mm256_set1_epi8(0x0C), m30 = _mm256_set1_epi8(0x30),
+                      mc0 = _mm256_set1_epi8((char)0xC0);
+        for (int h = 0; h < 2; h++) {
+            const __m256i a = ld(p + 64 * h), b = ld(p + 64 * h + 32), hb = ld(p + 128 + 32 * h);
+            st(o->u + 128 * h, _mm256_or_si256(nib_lo(a), _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4)));
+            st(o->u + 128 * h + 32, _mm256_or_si256(nib_lo(b), _mm256_slli_epi16(_mm256_and_si256(hb, mc), 2)));
+            st(o->u + 128 * h + 64, _mm256_or_si256(nib_hi(a), _mm256_and_si256(hb, m30)));
+            st(o->u + 128 * h + 96, _mm256_or_si256(nib_hi(b), _mm256_srli_epi16(_mm256_and_si256(hb, mc0), 2)));
+        }
+        for (int j = 0; j < 16; j++) { o->sc16[j] = (int8_t)p[192 + j]; o->mn16[j] = 0; }
+        break;
+    }
+    case GGML_Q3_K: {   /* hmask[32], qs[64], scales[12], d: u = 2 low bits + 4 x high bit, q = u - 4 */
+        o->d = f16at(p + 108); o->dmin = 0.0f; o->shift = 2;
+        const __m256i hm = ld(p);
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = ld(p + 32 + 32 * h);
+            for (int j = 0; j < 4; j++)
+                st(o->u + 128 * h + 32 * j, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3)),
+                                                            bit_to(hm, 4 * h + j, 2)));
+        }
+        for (int j = 0; j < 16; j++) { o->sc16[j] = (int16_t)q3k_scale(p + 96, j); o->mn16[j] = 0; }
+        break;
+    }
+    default: {   /* Q2_K: scales[16] (scale | min << 4), qs[64], d, dmin */
+        o->d = f16at(p + 80); o->dmin = f16at(p + 82); o->shift = 0;
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = ld(p + 16 + 32 * h);
+            for (int j = 0; j < 4; j++)
+                st(o->u + 128 * h + 32 * j, _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), _mm256_set1_epi8(3)));
+        }
+        for (int j = 0; j < 16; j++) { o->sc16[j] = p[j] & 15; o->mn16[j] = p[j] >> 4; }
+        break;
+    }
+    }
+    kq_pairs(o);
+}
+
+/* One super-block of weights against one of activations (x: 256 codes, bsum: their 16 block sums):
+ * s plus its contribution, as the reference adds it. */
+AI float kq_dot_x86(const kq_x86 *w, const int8_t *x, const int16_t *bsum, float xd, float s)
+{
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++)
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(ld(w->u + 32 * c), ld(x + 32 * c)),
+                                                      ld(w->sc[c])));
+    const __m256i bs = ld(bsum);
+    if (w->shift)
+        acc = _mm256_sub_epi32(acc, _mm256_sll_epi32(_mm256_madd_epi16(ld(w->sc16), bs), _mm_cvtsi32_si128(w->shift)));
+    const __m256i mm = _mm256_madd_epi16(ld(w->mn16), bs);
+    /* both sums at once: [acc 0+1, 2+3, mm 0+1, 2+3 | acc 4+5, 6+7, mm 4+5, 6+7], halves added, pairs added */
+    const __m256i h = _mm256_hadd_epi32(acc, mm);
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    t = _mm_hadd_epi32(t, t);
+    return kq_step(s, w->d, w->dmin, xd, _mm_cvtsi128_si32(t), _mm_extract_epi32(t, 1));
+}
+
+/* Up to this many activation rows, each super-block is taken apart once for all of them on the way;
+ * more (with scratch), each weight row once into the scratch for all of them. */
+enum { KQ_STREAM_ROWS = 4 };
+
+void k_matmul_kquant_x86(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n, int64_t o0,
+                         int64_t o1, int acc, float *scratch)
+{
+    if (w->type == GGML_Q8_K) {   /* never in a model file: the reference */
+        k_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch);
+        return;
+    }
+    const int64_t K = w->cols, nb = K / QK_K;
+    const size_t rb = tensor_row_bytes(w->type, K), bs = (size_t)tensor_row_bytes(w->type, QK_K);
+    const char *X = x;
+    kq_x86 *rowbuf = scratch && n > KQ_STREAM_ROWS ? (kq_x86 *)scratch : NULL;
+    _Static_assert(sizeof(kq_x86) <= 16 * sizeof(float) * QK_K, "an unpacked row fits the matmul scratch");
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+        if (o + 1 < o1) _mm_prefetch((const char *)row + rb, _MM_HINT_T0);
+        if (rowbuf) {
+            for (int64_t b = 0; b < nb; b++) kq_unpack_x86(w->type, row + (size_t)b * bs, rowbuf + b);
+            for (int32_t i = 0; i < n; i++) {
+                const char *xi = X + (size_t)i * xs;
+                const int8_t *xq = act_q8_qs(xi);
+                const float *xd = act_q8k_d(xi, K);
+                const int16_t *bsum = act_q8k_bsums(xi, K);
+                float s = 0.0f;
+                for (int64_t b = 0; b < nb; b++) s = kq_dot_x86(rowbuf + b, xq + b * QK_K, bsum + b * 16, xd[b], s);
+                float *yo = y + (int64_t)i * ldy + o;
+                *yo = acc ? *yo + s : s;
+            }
+            continue;
+        }
+        for (int32_t i0 = 0; i0 < n; i0 += KQ_STREAM_ROWS) {
+            const int32_t m = n - i0 < KQ_STREAM_ROWS ? n - i0 : KQ_STREAM_ROWS;
+            float s[KQ_STREAM_ROWS] = { 0 };
+            kq_x86 one;
+            for (int64_t b = 0; b < nb; b++) {
+                kq_unpack_x86(w->type, row + (size_t)b * bs, &one);
+                for (int32_t c = 0; c < m; c++) {
+                    const char *xi = X + (size_t)(i0 + c) * xs;
+                    s[c] = kq_dot_x86(&one, act_q8_qs(xi) + b * QK_K, act_q8k_bsums(xi, K) + b * 16,
+                                      act_q8k_d(xi, K)[b], s[c]);
+                }
+            }
+            for (int32_t c = 0; c < m; c++) {
+                float *yo = y + (int64_t)(i0 + c) * ldy + o;
+                *yo = acc ? *yo + s[c] : s[c];
+            }
+        }
+    }
+}
+
 static void matmul_avx2(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
                         int64_t o0, int64_t o1, int acc, float *scratch)
 {
@@ -332,6 +525,8 @@ static void matmul_avx2(const tensor *w, const void *x, size_t xs, float *y, int
         mm_float(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     case GGML_Q8_0: case GGML_Q4_0:
         mm_quant(w, x, xs, y, ldy, n, o0, o1, acc); break;
+    case GGML_Q2_K: case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_Q8_K:
+        k_matmul_kquant_x86(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     default:
         k_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     }

@@ -680,6 +680,8 @@ static void matmul_any(const tensor *w, const void *x, size_t xs, float *y, int6
         mm_float(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     case GGML_Q8_0: case GGML_Q4_0:
         mm_quant(w, x, xs, y, ldy, n, o0, o1, acc, scratch, vbmi); break;
+    case GGML_Q2_K: case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_Q8_K:
+        k_matmul_kquant_x86(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     default:
         k_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     }

@@ -173,7 +173,7 @@ static float dot_kquant(uint32_t type, const void *wrow, const kq_block *kb, con
             sumi += k->sc[j] * (two ? d16[2 * j] + d16[2 * j + 1] : d16[j]);
             summ += k->mn[j] * (two ? bsum[2 * j] + bsum[2 * j + 1] : bsum[j]);
         }
-        s += (k->d * xd[b]) * (float)sumi - (k->dmin * xd[b]) * (float)summ;
+        s = kq_step(s, k->d, k->dmin, xd[b], sumi, summ);
     }
     return s;
 }

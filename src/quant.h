@@ -69,6 +69,19 @@ static inline void kq_scale_min(const uint8_t *q, int j, int *sc, int *mn)
     *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
     *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
 }
+/* A k-quant super-block's float step, as ggml's vec_dot_*_q8_K: the exact
+ * integer sums sumi = sum_j sc_j (q . x)_j and summ = sum_j mn_j (sum of x)_j
+ * scaled by the weights' d, dmin and the activations' d, added to s. Every
+ * kernel set calls this one expression, so all give the reference's bits
+ * (never contracted into an FMA: -std=c11 keeps GCC from it, the pragma
+ * clang). */
+static inline float kq_step(float s, float d, float dmin, float xd, int32_t sumi, int32_t summ)
+{
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+    return s + ((d * xd) * (float)sumi - (dmin * xd) * (float)summ);
+}
 /* Scale of sub-block j (0..15) of a Q3_K block, -32..31. */
 static inline int q3k_scale(const uint8_t *s, int j)
 {

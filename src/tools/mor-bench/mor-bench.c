@@ -9,7 +9,7 @@
  * skips it. Variants of one shape, type and thread count are measured interleaved
  * (rep by rep), so that their ratios are fair on a noisy machine.
  *
- *   mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]
+ *   mor-bench [-s 135m,360m,k256] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]
  *             [-p 128] [-n 64] [-r 5] [--dir build/bench] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]
  *             [--no-probe] [--quick]
  *   mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--no-probe]
@@ -65,6 +65,9 @@ typedef struct { const char *name; int32_t d, L, H, Hkv, hd, F, V, L_mor; } shap
 static const shape shapes[] = {
     { "135m", 576, 30, 9, 3, 64, 1536, 49152, 29 },    /* SmolLM-135M; MoR: K = (30-2)/3 = 9, 29 layers */
     { "360m", 960, 32, 15, 5, 64, 2560, 49152, 32 },   /* SmolLM-360M; MoR: K = 10 */
+    /* the anchor kit's k256 (a Llama shape whose matrices are all whole blocks of 256, so a k-quant
+     * file holds k-quants only); MoR: K = 3, 11 layers */
+    { "k256", 768, 12, 12, 4, 64, 2048, 32768, 11 },
 };
 static const struct { const char *name; uint32_t type; } wtypes[] = {
     { "f32", GGML_F32 }, { "f16", GGML_F16 }, { "bf16", GGML_BF16 }, { "q8_0", GGML_Q8_0 }, { "q4_0", GGML_Q4_0 },
@@ -337,13 +340,14 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: mor-bench [-s 135m,360m] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]\n"
+        "usage: mor-bench [-s 135m,360m,k256] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]\n"
         "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]\n"
         "                 [--no-probe] [--quick]\n"
         "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--no-probe]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
         "       mor-bench --grammar [--vocab FILE,...] [--tokens N] [--reps N]: what a grammar costs per token\n"
-        "  -s LIST        model shapes (SmolLM-135M, -360M) of random-weight models written to --dir\n"
+        "  -s LIST        model shapes (SmolLM-135M, -360M; k256: the anchor kit's 768-wide Llama) of\n"
+        "                 random-weight models written to --dir\n"
         "  -w LIST        weight types          -t LIST   thread counts (each 1..64)\n"
         "                 (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k; the k-quants'\n"
         "                 matrices with rows of 576 in llama-quantize's fallback type, as in its files)\n"
@@ -394,7 +398,7 @@ int main(int argc, char **argv)
     }
     if (np + ng > 2048) cli_usage_error("-p %d and -n %d: at most 2048 tokens together", np, ng);
     /* every name of a list must be known: a typo would silently measure nothing */
-    static const char *const shape_names[] = { "135m", "360m", NULL };
+    static const char *const shape_names[] = { "135m", "360m", "k256", NULL };
     static const char *const type_names[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k",
                                               "q3_k", "q4_k", "q5_k", "q6_k", NULL };
     static const char *const arch_choice[] = { "dense", "dense-eq", "mor", NULL };
