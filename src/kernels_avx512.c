@@ -672,6 +672,238 @@ static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_
     }
 }
 
+/* ---- k-quants (Q2_K .. Q6_K) x Q8_K activations: bitwise the reference ----
+ *
+ * As the AVX2 set's (kernels_avx2.c, k_matmul_kquant_x86), with 64 codes per
+ * register: a super-block is taken apart in registers into 4 vectors of
+ * unsigned codes u = q + bias in value order and, per vector, the 16-bit
+ * scale of each of its 16-value groups; vpmaddubsw then vpdpwssd (VNNI)
+ * accumulate sum_g sc_g (u . x)_g exactly, the bias and the mins come from
+ * the Q8_K block sums, and kq_step adds the super-block as the reference
+ * does. The same integers and the same float step: the reference's bits.
+ * Matrix-vector products take each super-block apart once for up to 4
+ * activation rows; larger products each weight row once into the scratch,
+ * then 4 weight rows against each activation row (its codes loaded once). */
+
+typedef struct { __m512i u[4], sc[4]; __m256i sc16, mn16; float d, dmin; } kqz;
+
+/* The bias shift of a type: u = q + (1 << shift); 0 without. */
+#define KQZ_SHIFT(t) ((t) == GGML_Q6_K ? 5 : (t) == GGML_Q3_K ? 2 : 0)
+
+static const int16_t kqz_iota[32] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                      16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31 };
+
+/* word w of the result: word base + (w >> sh) of v (16 words) */
+AI __m512i zspread(__m256i v, int base, int sh)
+{
+    const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)base),
+                                         _mm512_srli_epi16(_mm512_loadu_si512((const void *)kqz_iota), (unsigned)sh));
+    return _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(v));
+}
+AI __m256i yspread(__m256i v, int base, int sh) { return _mm512_castsi512_si256(zspread(v, base, sh)); }
+AI __m512i z15(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(15)); }
+AI __m512i zhi4(__m512i v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15)); }
+AI float zf16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }
+/* the 32 bytes at p in both halves */
+AI __m512i zdup(const uint8_t *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
+/* bytes of v whose bit m (first 32 bytes) / m + 1 (last 32) is set, as the mask of a masked add */
+AI __mmask64 zbits(__m512i v, int m)
+{
+    const __m512i b = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << m)), _mm256_set1_epi8((char)(2 << m)), 1);
+    return _mm512_test_epi8_mask(v, b);
+}
+
+/* Q4_K / Q5_K scales (bytes 0-7) and mins (8-15) of the 12 packed bytes, four at a time (kq_scale_min's fields) */
+AI __m256i k4_scale_words(const uint8_t *p)
+{
+    uint32_t t[4];
+    memcpy(t, p, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    t[3] = ((t[2] >> 4) & m4) | (((t[1] >> 6) & m2) << 4);
+    const uint32_t mn = t[1] & m6;
+    t[1] = (t[2] & m4) | (((t[0] >> 6) & m2) << 4);
+    t[2] = mn;
+    t[0] &= m6;
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)t));
+}
+
+/* Super-block p of type t (a constant where this is inlined) into registers. */
+AI void kqz_load(uint32_t t, const uint8_t *p, kqz *o)
+{
+    if (t == GGML_Q4_K || t == GGML_Q5_K) {
+        const __m256i w = k4_scale_words(p + 4);   /* 8 scales then 8 mins, one per 32 values */
+        o->d = zf16(p); o->dmin = zf16(p + 2);
+        o->sc16 = yspread(w, 0, 1);
+        o->mn16 = yspread(w, 8, 1);
+        const uint8_t *qs = p + (t == GGML_Q4_K ? 16 : 48);
+        const __m512i qh = t == GGML_Q5_K ? zdup(p + 16) : _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            /* 64 bytes: low nibbles are values 128h + 0..31 and 128h + 64..95, high ones 32..63 and 96..127 */
+            const __m512i q = _mm512_loadu_si512((const void *)(qs + 64 * h)), lo = z15(q), hi = zhi4(q);
+            __m512i a = _mm512_shuffle_i64x2(lo, hi, 0x44), b = _mm512_shuffle_i64x2(lo, hi, 0xEE);
+            if (t == GGML_Q5_K) {   /* the fifth bit of value 32m + l: bit m of qh[l] */
+                a = _mm512_mask_add_epi8(a, zbits(qh, 4 * h), a, _mm512_set1_epi8(16));
+                b = _mm512_mask_add_epi8(b, zbits(qh, 4 * h + 2), b, _mm512_set1_epi8(16));
+            }
+            o->u[2 * h] = a; o->u[2 * h + 1] = b;
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) o->sc[c] = zspread(w, 2 * c, 4);
+        return;
+    }
+    if (t == GGML_Q6_K) {   /* ql[128], qh[64], int8 scales[16], d */
+        o->d = zf16(p + 208); o->dmin = 0.0f;
+        o->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 192)));
+        o->mn16 = _mm256_setzero_si256();
+        const __m512i m0 = _mm512_inserti64x4(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0C), 1);
+        const __m512i m1 = _mm512_inserti64x4(_mm512_set1_epi8(0x30), _mm256_set1_epi8((char)0xC0), 1);
+        const __m512i s0 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+        const __m512i s1 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            /* ql[64h..]: low nibbles values 128h + 0..63, high ones 64..127; 2 more bits each from qh[32h + l] */
+            const __m512i q = _mm512_loadu_si512((const void *)(p + 64 * h)), hb = zdup(p + 128 + 32 * h);
+            o->u[2 * h] = _mm512_or_si512(z15(q), _mm512_sllv_epi16(_mm512_and_si512(hb, m0), s0));
+            o->u[2 * h + 1] = _mm512_or_si512(zhi4(q), _mm512_srlv_epi16(_mm512_and_si512(hb, m1), s1));
+        }
+    } else if (t == GGML_Q3_K) {   /* hmask[32], qs[64], scales[12], d: u = 2 low bits + 4 x high bit */
+        o->d = zf16(p + 108); o->dmin = 0.0f;
+        int16_t s[16];
+        for (int j = 0; j < 16; j++) s[j] = (int16_t)q3k_scale(p + 96, j);
+        o->sc16 = _mm256_loadu_si256((const __m256i *)s);
+        o->mn16 = _mm256_setzero_si256();
+        const __m512i hm = zdup(p);
+        const __m512i s0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+        const __m512i s1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = zdup(p + 32 + 32 * h), three = _mm512_set1_epi8(3);
+            const __m512i a = _mm512_and_si512(_mm512_srlv_epi16(q, s0), three);
+            const __m512i b = _mm512_and_si512(_mm512_srlv_epi16(q, s1), three);
+            o->u[2 * h] = _mm512_mask_add_epi8(a, zbits(hm, 4 * h), a, _mm512_set1_epi8(4));
+            o->u[2 * h + 1] = _mm512_mask_add_epi8(b, zbits(hm, 4 * h + 2), b, _mm512_set1_epi8(4));
+        }
+    } else {   /* Q2_K: scales[16] (scale | min << 4), qs[64], d, dmin */
+        o->d = zf16(p + 80); o->dmin = zf16(p + 82);
+        const __m256i sm = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+        o->sc16 = _mm256_and_si256(sm, _mm256_set1_epi16(15));
+        o->mn16 = _mm256_srli_epi16(sm, 4);
+        const __m512i s0 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+        const __m512i s1 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = zdup(p + 16 + 32 * h), three = _mm512_set1_epi8(3);
+            o->u[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(q, s0), three);
+            o->u[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(q, s1), three);
+        }
+    }
+    /* one scale per 16 values: vector c covers groups 4c .. 4c + 3 */
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) o->sc[c] = zspread(o->sc16, 4 * c, 3);
+}
+
+/* One super-block of weights (w, bias shift sh) against 256 activation codes x with their 16 block
+ * sums and scale xd: s plus its contribution, as the reference adds it. */
+AI float kqz_dot(const kqz *w, int sh, const int8_t *x, const int16_t *bsum, float xd, float s)
+{
+    __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w->u[c], _mm512_loadu_si512((const void *)(x + 64 * c))),
+                                  w->sc[c]);
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)bsum);
+    __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+    if (sh) a = _mm256_sub_epi32(a, _mm256_slli_epi32(_mm256_madd_epi16(w->sc16, bs), (unsigned)sh));
+    const __m256i h = _mm256_hadd_epi32(a, _mm256_madd_epi16(w->mn16, bs));
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    t = _mm_hadd_epi32(t, t);
+    return kq_step(s, w->d, w->dmin, xd, _mm_cvtsi128_si32(t), _mm_extract_epi32(t, 1));
+}
+
+AI void kqz_store(const kqz *w, kqz *m) { *m = *w; }
+
+enum { KQZ_STREAM_ROWS = 4, KQZ_TILE = 4 };
+
+AI void mm_kquant_t(uint32_t t, const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                    int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    const int sh = KQZ_SHIFT(t);
+    const int64_t K = w->cols, nb = K / QK_K;
+    const size_t rb = tensor_row_bytes(t, K), bs = (size_t)tensor_row_bytes(t, QK_K);
+    const uint8_t *W = (const uint8_t *)w->data;
+    /* the scratch holds 64 bytes per value; KQZ_TILE unpacked rows take 640 x 4 bytes per 256 */
+    kqz *buf = scratch && n > KQZ_STREAM_ROWS && ((uintptr_t)scratch & 63) == 0 ? (kqz *)scratch : NULL;
+    if (buf) {
+        for (int64_t o = o0; o < o1; o += KQZ_TILE) {
+            const int R = o1 - o < KQZ_TILE ? (int)(o1 - o) : KQZ_TILE;
+            for (int r = 0; r < R; r++)
+                for (int64_t b = 0; b < nb; b++) {
+                    kqz v;
+                    kqz_load(t, W + (size_t)(o + r) * rb + (size_t)b * bs, &v);
+                    kqz_store(&v, buf + (size_t)r * nb + b);
+                }
+            for (int32_t i = 0; i < n; i++) {
+                const char *xi = x + (size_t)i * xs;
+                const int8_t *xq = act_q8_qs(xi);
+                const float *xd = act_q8k_d(xi, K);
+                const int16_t *bsum = act_q8k_bsums(xi, K);
+                float s[KQZ_TILE] = { 0 };
+                for (int64_t b = 0; b < nb; b++)
+#pragma GCC unroll 4
+                    for (int r = 0; r < KQZ_TILE; r++)
+                        if (r < R) s[r] = kqz_dot(buf + (size_t)r * nb + b, sh, xq + b * QK_K, bsum + b * 16, xd[b], s[r]);
+                for (int r = 0; r < R; r++) {
+                    float *yo = y + (int64_t)i * ldy + o + r;
+                    *yo = acc ? *yo + s[r] : s[r];
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *row = W + (size_t)o * rb;
+        for (int32_t i0 = 0; i0 < n; i0 += KQZ_STREAM_ROWS) {
+            const int32_t m = n - i0 < KQZ_STREAM_ROWS ? n - i0 : KQZ_STREAM_ROWS;
+            float s[KQZ_STREAM_ROWS] = { 0 };
+            for (int64_t b = 0; b < nb; b++) {
+                if (o + 1 < o1) _mm_prefetch((const char *)row + rb + (size_t)b * bs, _MM_HINT_T0);
+                kqz v;
+                kqz_load(t, row + (size_t)b * bs, &v);
+#pragma GCC unroll 4
+                for (int32_t c = 0; c < KQZ_STREAM_ROWS; c++) {
+                    if (c >= m) break;
+                    const char *xi = x + (size_t)(i0 + c) * xs;
+                    s[c] = kqz_dot(&v, sh, act_q8_qs(xi) + b * QK_K, act_q8k_bsums(xi, K) + b * 16, act_q8k_d(xi, K)[b], s[c]);
+                }
+            }
+            for (int32_t c = 0; c < m; c++) {
+                float *yo = y + (int64_t)(i0 + c) * ldy + o;
+                *yo = acc ? *yo + s[c] : s[c];
+            }
+        }
+    }
+}
+
+#define KQZ_FN(T) \
+    static void mm_kquant_##T(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n, \
+                              int64_t o0, int64_t o1, int acc, float *scratch) \
+    { mm_kquant_t(GGML_##T, w, x, xs, y, ldy, n, o0, o1, acc, scratch); }
+KQZ_FN(Q2_K) KQZ_FN(Q3_K) KQZ_FN(Q4_K) KQZ_FN(Q5_K) KQZ_FN(Q6_K)
+
+static void mm_kquant(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                      int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    switch (w->type) {
+    case GGML_Q2_K: mm_kquant_Q2_K(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    case GGML_Q3_K: mm_kquant_Q3_K(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    case GGML_Q4_K: mm_kquant_Q4_K(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    case GGML_Q5_K: mm_kquant_Q5_K(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    case GGML_Q6_K: mm_kquant_Q6_K(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+    default: k_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;   /* Q8_K: never in a file */
+    }
+}
+
 static void matmul_any(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
                        int64_t o0, int64_t o1, int acc, float *scratch, int vbmi)
 {
@@ -681,7 +913,7 @@ static void matmul_any(const tensor *w, const void *x, size_t xs, float *y, int6
     case GGML_Q8_0: case GGML_Q4_0:
         mm_quant(w, x, xs, y, ldy, n, o0, o1, acc, scratch, vbmi); break;
     case GGML_Q2_K: case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_Q8_K:
-        k_matmul_kquant_x86(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
+        mm_kquant(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     default:
         k_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     }
