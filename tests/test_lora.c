@@ -653,6 +653,58 @@ static void check_legacy_quant(mor_model *m, mor_model *want, int pass, float *l
           "dequantized F32 twin, logits bit for bit (%.2g)", ok ? check_maxdiff(lq, l, T * V) : INFINITY);
 }
 
+/* Pass 4: the quantized llama.cpp file converted plain. Each matrix of the output (img) has the type
+ * llama.cpp stored and its bytes (the Q and K rows back in Hugging Face order, which quantizing the
+ * checkpoint's rows gives: ggml's quants are row by row); the model m runs, close to the checkpoint
+ * converted plain in F32. */
+static void check_plain_quant(const st_tensor *t, int n, const uint8_t *img, size_t nimg, mor_model *m, const char *err)
+{
+    gguf_file *g = NULL;
+    int kept = 0, total = 0;
+    if (img && gguf_parse(img, nimg, &g) == MOR_OK)
+        for (int i = 0; i < n; i++) {
+            if (t[i].nd != 2) continue;
+            char name[96];
+            int embd = !strcmp(t[i].name, "model.embed_tokens.weight"), role = -1, l = embd ? -1 : atoi(t[i].name + strlen("model.layers."));
+            for (int r = 0; !embd && r < ROLE_COUNT; r++)
+                if (strstr(t[i].name, r == ROLE_ATTN_Q ? "q_proj" : r == ROLE_ATTN_K ? "k_proj" : r == ROLE_ATTN_V ? "v_proj"
+                                      : r == ROLE_ATTN_OUT ? "o_proj" : r == ROLE_FFN_GATE ? "gate_proj"
+                                      : r == ROLE_FFN_UP ? "up_proj" : r == ROLE_FFN_DOWN ? "down_proj" : "-"))
+                    role = r;
+            if (embd) snprintf(name, sizeof name, "token_embd.weight");
+            else snprintf(name, sizeof name, "blk.%d.%s.weight", l, role_names[role]);
+            const uint32_t qt = embd ? GGML_Q4_1 : role >= ROLE_FFN_GATE ? GGML_Q5_1 : GGML_Q5_0;
+            const int64_t rows = t[i].shape[0], cols = t[i].shape[1];
+            const size_t rb = (size_t)tensor_row_bytes(qt, cols);
+            unsigned char *q = malloc(rb * (size_t)rows);
+            for (int64_t r = 0; q && r < rows; r++) quant_row(qt, t[i].data + r * cols, q + (size_t)r * rb, cols);
+            const gguf_tensor *gt = gguf_find_tensor(g, name);
+            total++;
+            kept += q && gt && gt->type == qt && !memcmp(gt->data, q, rb * (size_t)rows);
+            free(q);
+        }
+    gguf_free(g);
+    CHECK(total > 0 && kept == total, "llama GGUF in Q5_0, Q5_1 and Q4_1 converted plain: %d of %d matrices kept in "
+          "their type, byte for byte (%s)", kept, total, err);
+    static float l[T * V], lf[T * V];
+    convert_opts plain;
+    convert_opts_init(&plain);
+    size_t nf = 0;
+    char ferr[256] = "";
+    mor_status st;
+    uint8_t *fimg = convert_img(&plain, &nf, ferr, sizeof ferr);   /* the checkpoint (tmpdir), F32 */
+    mor_model *f = fimg ? load_img(fimg, nf, 0, &st) : NULL;
+    int ok = m && f && logits_of(m, 1, 0, l) && logits_of(f, 1, 0, lf);
+    double big = 0;
+    for (int i = 0; ok && i < T * V; i++) big = fabs(lf[i]) > big ? fabs(lf[i]) : big;
+    const double e = ok ? check_maxdiff(l, lf, T * V) : INFINITY;
+    /* the bound of the relaxed models' comparison (check_legacy_quant) */
+    CHECK(ok && e < 0.12 * big, "llama GGUF in Q5_0, Q5_1 and Q4_1 converted plain: runs, logits within %.3g of the "
+          "F32 checkpoint's converted plain (largest %.3g) (%s)", e, big, ferr);
+    mor_model_free(f);
+    free(fimg);
+}
+
 /* The same vanilla model as llama.cpp writes it (general.architecture
  * "llama", Q and K rows permuted for GGML's RoPE: row h*hd + 2j + t holds HF
  * row h*hd + t*hd/2 + j): converted with the same options, it gives the
@@ -665,8 +717,9 @@ static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_mode
     snprintf(path, sizeof path, "%s/llama.gguf", tmpdir);
     /* pass 0: F32; 1: with RoPE scaling (refused); 2: the matrices in ggml's legacy quants, as llama.cpp
      * keeps the rows that are not whole k-quant blocks (attention Q5_0, feed-forward Q5_1, embedding
-     * Q4_1); 3: the values of pass 2, dequantized, in F32 */
-    for (int pass = 0; pass < 4; pass++) {
+     * Q4_1); 3: the values of pass 2, dequantized, in F32; 4: the file of pass 2 converted plain (no
+     * relaxation): every matrix kept in its type, byte for byte (check_plain_quant) */
+    for (int pass = 0; pass < 5; pass++) {
         const int fault = pass == 1;
         err[0] = 0;
         gguf_writer *w = gguf_writer_new();
@@ -708,7 +761,7 @@ static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_mode
             }
             uint64_t dims[2] = { (uint64_t)(t[i].nd == 2 ? t[i].shape[1] : t[i].shape[0]), (uint64_t)t[i].shape[0] };
             if (pass >= 2 && t[i].nd == 2) {
-                add_legacy_quant(w, name, role < 0, data, t[i].shape[0], t[i].shape[1], pass == 2);
+                add_legacy_quant(w, name, role < 0, data, t[i].shape[0], t[i].shape[1], pass != 3);
                 continue;
             }
             gguf_writer_add_tensor(w, name, GGML_F32, t[i].nd, dims, data,
@@ -721,12 +774,17 @@ static void test_llama_gguf(const st_tensor *t, int n, convert_opts *o, mor_mode
         if (!CHECK(wrote, "llama GGUF written (%s)", err)) break;
         size_t nimg = 0;
         mor_status st;
-        o->dir = path;
-        uint8_t *img = convert_img(o, &nimg, err, sizeof err);
-        o->dir = NULL;
+        convert_opts plain;
+        convert_opts_init(&plain);
+        convert_opts *co = pass == 4 ? &plain : o;
+        co->dir = path;
+        uint8_t *img = convert_img(co, &nimg, err, sizeof err);
+        co->dir = NULL;
         mor_model *m = img ? load_img(img, nimg, 0, &st) : NULL;
         if (fault) {
             CHECK(!img && strstr(err, "RoPE scaling"), "llama GGUF with RoPE scaling: refused (%s)", err);
+        } else if (pass == 4) {
+            check_plain_quant(t, n, img, nimg, m, err);
         } else if (pass >= 2) {
             check_legacy_quant(m, want, pass, lq, err);
         } else if (CHECK(m && m->lora, "llama GGUF: converts and loads (%s)", err)) {

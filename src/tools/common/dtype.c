@@ -20,8 +20,24 @@ const char *cv_dtype_name(int dtype)
     case GGML_F32: return "F32";
     case GGML_F16: return "F16";
     case GGML_BF16: return "BF16";
-    default: return "?";
+    default: return tensor_block_size((uint32_t)dtype) > 1 ? tensor_type_name((uint32_t)dtype) : "?";
     }
+}
+
+int cv_dtype_is_quant(int dtype) { return dtype >= 0 && tensor_block_size((uint32_t)dtype) > 1; }
+
+int cv_dtype_bytes(int dtype, uint64_t numel, uint64_t cols, uint64_t *bytes)
+{
+    if (!cv_dtype_is_quant(dtype)) {
+        const size_t es = cv_dtype_size(dtype);
+        if (!es || (es > 1 && numel > UINT64_MAX / es)) return -1;
+        *bytes = numel * es;
+        return 0;
+    }
+    const uint64_t bk = (uint64_t)tensor_block_size((uint32_t)dtype);
+    if (!cols || cols % bk || numel % cols) return -1;
+    *bytes = numel / bk * (uint64_t)tensor_row_bytes((uint32_t)dtype, (int64_t)bk);
+    return 0;
 }
 
 static float load_f32(const uint8_t *p, int from)

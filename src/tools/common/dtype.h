@@ -8,7 +8,13 @@
 #include "internal.h"
 
 size_t      cv_dtype_size(int dtype);   /* bytes per element; 0 if unknown */
-const char *cv_dtype_name(int dtype);   /* "F32", "F16", "BF16" or "?" */
+const char *cv_dtype_name(int dtype);   /* "F32", "F16", "BF16", a quant's name ("Q4_K") or "?" */
+/* ggml's block-quantized types (Q8_0, Q4_K, ...): a llama.cpp file's matrices, kept as stored by a
+ * plain conversion (never converted element by element: cv_convert does not take them). */
+int         cv_dtype_is_quant(int dtype);
+/* Bytes of numel elements in rows of cols (the fastest dimension): -1 for an unknown type, or a
+ * quant's rows that are not whole blocks. */
+int         cv_dtype_bytes(int dtype, uint64_t numel, uint64_t cols, uint64_t *bytes);
 
 /* Convert n elements of type `from` at src to type `to` at dst (both may be
  * unaligned; they must not overlap). Widening is exact; narrowing rounds to

@@ -20,7 +20,7 @@ int ckpt_add(checkpoint *ck, const char *name, size_t name_len, int dtype, int n
     for (int i = 0; i < ndim; i++)
         if (!cv_mul_u64(numel, shape[i], &numel))
             return cv_fail(err, errcap, "tensor '%.*s': element count overflows", (int)(name_len > 200 ? 200 : name_len), name);
-    if (!cv_mul_u64(numel, cv_dtype_size(dtype), &want) || want != nbytes)
+    if (cv_dtype_bytes(dtype, numel, ndim ? shape[ndim - 1] : 1, &want) || want != nbytes)
         return cv_fail(err, errcap, "tensor '%.*s': %llu bytes for a shape of %llu %s elements",
                        (int)(name_len > 200 ? 200 : name_len), name, (unsigned long long)nbytes,
                        (unsigned long long)numel, cv_dtype_name(dtype));

@@ -61,6 +61,9 @@ static int tensor_bytes(const ckpt_tensor *t, int to, owned_list *own, const voi
         *nbytes = t->nbytes;
         return 0;
     }
+    if (cv_dtype_is_quant(t->dtype) || cv_dtype_is_quant(to))   /* gguf_input keeps quants only when nothing converts */
+        return cv_fail(err, errcap, "tensor '%s' is %s and cannot be stored as %s", t->name, cv_dtype_name(t->dtype),
+                       cv_dtype_name(to));
     if (t->numel > SIZE_MAX / es) return cv_fail(err, errcap, "tensor '%s' is too large", t->name);
     if (own->n == own->cap) {
         size_t cap = own->cap ? own->cap * 2 : 64;
@@ -313,8 +316,10 @@ static int dedup(blocks *b, const convert_opts *o, const cv_layout *lo, owned_li
             int to = is_norm(role) ? GGML_F32 : matrix_type(o, t), k;
             const void *d;
             uint64_t n;
+            /* one float type per role (--outtype settles a mix); a llama.cpp file's quants are kept per layer, as
+             * its mixes (Q4_K_M: some attn_v and ffn_down in Q6_K) store them */
             if (l == 0) types[role] = to;
-            else if (types[role] != to)
+            else if (types[role] != to && !cv_dtype_is_quant(to) && !cv_dtype_is_quant(types[role]))
                 return cv_fail(err, errcap, "tensor '%s' is %s while other %s weights are %s; use --outtype", t->name,
                                cv_dtype_name(t->dtype), cv_role_gguf[role], cv_dtype_name(types[role]));
             if (tensor_bytes(t, to, own, &d, &n, err, errcap)) return -1;
@@ -534,7 +539,10 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     rs.progress_ud = o->progress_ud;
     for (int role = 0; role < CV_ROLE_COUNT; role++) any_rank |= !is_norm(role) && o->lora_rank[role] > 0;
     if (from_gguf) {
-        if (gguf_input_open(&gi, o->dir, &ck, &cfg, err, errcap) || gather_settings(o, &cfg, &s, err, errcap)) goto done;
+        /* a plain conversion keeps a llama.cpp file's quantized matrices as they are (byte for byte); one that
+         * relaxes (--init) computes with their values, and --outtype converts them: both read them as F32 */
+        const int keep_quant = o->init == INIT_NONE && o->outtype == OUTTYPE_AUTO;
+        if (gguf_input_open(&gi, o->dir, keep_quant, &ck, &cfg, err, errcap) || gather_settings(o, &cfg, &s, err, errcap)) goto done;
     } else {
         if (!(path = cv_path_join(o->dir, "config.json"))) return cv_fail(err, errcap, "out of memory");
         if (hf_config_load(&cfg, path, err, errcap)) goto done;
@@ -673,7 +681,8 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
             char name[64];
             if (k >= b.n_blocks[role]) continue;
             snprintf(name, sizeof name, "blk.%d.%s", k, cv_role_tensor[role]);
-            add_tensor(w, name, b.src[role][k], types[role], b.data[role][k], b.nbytes[role][k]);
+            add_tensor(w, name, b.src[role][k], is_norm(role) ? GGML_F32 : matrix_type(o, b.src[role][k]), b.data[role][k],
+                       b.nbytes[role][k]);
         }
     rc = 0;
     if (p.route == ROUTE_EXPERT) {

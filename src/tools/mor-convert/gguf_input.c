@@ -49,7 +49,8 @@ static void *own_alloc(gguf_input *gi, size_t n)
 }
 
 /* Add a weight as tensor `name` with PyTorch shape [rows, cols] (or [cols]
- * for a vector): F32/F16/BF16 as stored, anything else dequantized to F32. */
+ * for a vector): F32/F16/BF16 as stored; a quantized matrix as stored when
+ * gi->keep_quant (a plain conversion), else dequantized to F32. */
 static int add_weight(gguf_input *gi, checkpoint *ck, const char *name, const tensor *w, int vector, char *err,
                       size_t errcap)
 {
@@ -57,7 +58,8 @@ static int add_weight(gguf_input *gi, checkpoint *ck, const char *name, const te
     int dtype = (int)w->type;
     const uint8_t *data = w->data;
     if (vector) shape[0] = (uint64_t)w->cols;
-    if (dtype != GGML_F32 && dtype != GGML_F16 && dtype != GGML_BF16) {
+    const int keep = gi->keep_quant && !vector && cv_dtype_is_quant(dtype);
+    if (dtype != GGML_F32 && dtype != GGML_F16 && dtype != GGML_BF16 && !keep) {
         float *f = own_alloc(gi, sizeof(float) * (size_t)(w->rows * w->cols));
         if (!f) return cv_fail(err, errcap, "out of memory");
         for (int64_t r = 0; r < w->rows; r++) k_embed_row(w, (int32_t)r, f + r * w->cols);
@@ -65,7 +67,8 @@ static int add_weight(gguf_input *gi, checkpoint *ck, const char *name, const te
         data = (const uint8_t *)f;
     }
     return ckpt_add(ck, name, strlen(name), dtype, vector ? 1 : 2, shape, data,
-                    (uint64_t)(w->rows * w->cols) * cv_dtype_size(dtype), err, errcap);
+                    keep ? (uint64_t)tensor_row_bytes(w->type, w->cols) * (uint64_t)w->rows
+                         : (uint64_t)(w->rows * w->cols) * cv_dtype_size(dtype), err, errcap);
 }
 
 /* ---- a llama.cpp Llama (general.architecture = "llama") ---- */
@@ -333,12 +336,14 @@ static int map_if_llamacpp(gguf_input *gi, const char *path, int *family, const 
                    (int)(arch.n > 40 ? 40 : arch.n), arch.p);
 }
 
-int gguf_input_open(gguf_input *gi, const char *path, checkpoint *ck, hf_config *cfg, char *err, size_t errcap)
+int gguf_input_open(gguf_input *gi, const char *path, int keep_quant, checkpoint *ck, hf_config *cfg, char *err,
+                    size_t errcap)
 {
     mor_model_params mp;
     mor_model *m;
     char name[128];
     memset(gi, 0, sizeof *gi);
+    gi->keep_quant = keep_quant;
     memset(ck, 0, sizeof *ck);
     memset(cfg, 0, sizeof *cfg);
     cv_arch_llama(&cfg->arch);
