@@ -14,9 +14,14 @@
  *    kernels (exact integer sum per block, then d_w * d_x scaling in block
  *    order, kernels_amx.c); the AVX2, AVX-512 and NEON sets split each
  *    block's sum into lanes and round differently;
- *  - the other quants (Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, Q8_K): every set runs
- *    the reference kernels (an exact integer sum per block or super-block,
- *    then its float scaling in block order), so all give the same bits;
+ *  - Q4_1, Q5_0, Q5_1: the AVX-512 set (and AMX, which takes them from it)
+ *    has them in its Q8_0 / Q4_0 tiles, rounding as those do; the other sets
+ *    run the reference kernels;
+ *  - the k-quants (Q2_K .. Q6_K): every set gives the reference's bits. The
+ *    AVX2 and AVX-512 kernels (k_matmul_kquant_x86, kernels_avx512.c) make
+ *    the reference's exact integer sums per super-block and add them by its
+ *    float step (quant.h, kq_step), super-blocks in order; NEON runs the
+ *    reference kernels; Q8_K weights (never in a file) the reference;
  *  - BF16 weights in the AMX set: bfloat16 tile products of the weights and
  *    the activations split in three bfloat16 parts (ACT_BF16X3), float
  *    sums in the tiles' order: within rounding of the reference, bitwise

@@ -351,6 +351,8 @@ enum { QPAIR_PRE = 128 };   /* precomputed bytes per pair and activation row: 16
 /* The activation side of the pair (b, b+1) of activation row xr (two = 0:
  * block b and zeros): its codes, -offset x its lane sums, its scales;
  * from pre (this row's precomputed pairs) when given. */
+AI int q81(int t) { return t == GGML_Q4_1 || t == GGML_Q5_1; }
+
 AI void qx_get(const char *xr, const char *pre, int64_t K, int t, int64_t b, int two,
                __m512i *xv, __m512i *base, __m512 *xd)
 {
@@ -366,8 +368,15 @@ AI void qx_get(const char *xr, const char *pre, int64_t K, int t, int64_t b, int
         *xv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)q)), _mm256_setzero_si256(), 1);
     }
     const float *d = act_q8_d(xr, K) + b;
-    const __m512i off = _mm512_set1_epi8(t == GGML_Q4_0 ? 8 : (char)0x80);   /* the code offset, as u8 */
     *xd = _mm512_insertf32x8(_mm512_set1_ps(d[0]), _mm256_set1_ps(two ? d[1] : 0.0f), 1);
+    if (q81(t)) {   /* unsigned codes, no offset: the slot carries the activations' block sums s in lanes 0 and 8 */
+        const float *s = act_q8_1_s(xr, K) + b;
+        *base = _mm512_castps_si512(_mm512_maskz_mov_ps(0x0101, _mm512_insertf32x8(_mm512_set1_ps(s[0]),
+                                                                                   _mm256_set1_ps(two ? s[1] : 0.0f), 1)));
+        return;
+    }
+    /* the code offset, as u8 */
+    const __m512i off = _mm512_set1_epi8(t == GGML_Q4_0 ? 8 : t == GGML_Q5_0 ? 16 : (char)0x80);
     *base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), off, *xv));
 }
 
@@ -386,9 +395,32 @@ static void qx_prepare(const char *x, size_t xs, int32_t n, int64_t K, int t, ch
         }
 }
 
+/* Bytes per block of the 4- and 5-bit types (their 16 nibble bytes last) */
+AI size_t qbs(int t) { return t == GGML_Q4_0 ? 18 : t == GGML_Q4_1 ? 20 : t == GGML_Q5_0 ? 22 : 24; }
+
 /* Without VBMI: the unsigned codes of blocks b and b+1 (two = 0: block b only, zeros after). */
 AI __m512i ldq2(const char *row, int64_t b, int t, int two)
 {
+    if (t == GGML_Q4_1 || t == GGML_Q5_0 || t == GGML_Q5_1) {
+        const size_t bs = qbs(t);
+        const char *p = row + (size_t)b * bs;
+        const __m128i v0 = _mm_loadu_si128((const __m128i *)(p + bs - 16));
+        const __m256i y0 = _mm256_set_m128i(_mm_srli_epi16(v0, 4), v0);   /* values 0..15, then 16..31 */
+        __m256i y1 = _mm256_setzero_si256();
+        if (two) {
+            const __m128i v1 = _mm_loadu_si128((const __m128i *)(p + 2 * bs - 16));
+            y1 = _mm256_set_m128i(_mm_srli_epi16(v1, 4), v1);
+        }
+        __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1), _mm512_set1_epi8(15));
+        if (t != GGML_Q4_1) {   /* the fifth bit of value j: bit j of qh, a byte mask as it is */
+            uint32_t h0, h1 = 0;
+            const size_t ho = t == GGML_Q5_0 ? 2 : 4;
+            memcpy(&h0, p + ho, 4);
+            if (two) memcpy(&h1, p + bs + ho, 4);
+            u = _mm512_mask_add_epi8(u, (__mmask64)h0 | (__mmask64)h1 << 32, u, _mm512_set1_epi8(16));
+        }
+        return u;
+    }
     if (t == GGML_Q4_0) {
         const block_q4_0 *q = (const block_q4_0 *)row + b;
         const __m128i v0 = _mm_loadu_si128((const __m128i *)q[0].qs);
@@ -410,9 +442,23 @@ AI __m512i ldq2(const char *row, int64_t b, int t, int two)
 AI __m512 ldd2(const char *row, int64_t b, int t, int two)
 {
     uint16_t d0, d1 = 0;
-    if (t == GGML_Q4_0) { d0 = ((const block_q4_0 *)row)[b].d; if (two) d1 = ((const block_q4_0 *)row)[b + 1].d; }
-    else                { d0 = ((const block_q8_0 *)row)[b].d; if (two) d1 = ((const block_q8_0 *)row)[b + 1].d; }
+    if (t == GGML_Q8_0) { d0 = ((const block_q8_0 *)row)[b].d; if (two) d1 = ((const block_q8_0 *)row)[b + 1].d; }
+    else {   /* d first in every 4- and 5-bit block */
+        const size_t bs = qbs(t);
+        memcpy(&d0, row + (size_t)b * bs, 2);
+        if (two) memcpy(&d1, row + (size_t)(b + 1) * bs, 2);
+    }
     return _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)d1), _mm_set1_epi16((short)d0)));
+}
+
+/* Q4_1 / Q5_1: the mins m of blocks b and b+1 in lanes 0 and 8 (0 for a missing b+1) */
+AI __m512 ldm2(const char *row, int64_t b, int t, int two)
+{
+    uint16_t m0, m1 = 0;
+    const size_t bs = qbs(t);
+    memcpy(&m0, row + (size_t)b * bs + 2, 2);
+    if (two) memcpy(&m1, row + (size_t)(b + 1) * bs + 2, 2);
+    return _mm512_maskz_mov_ps(0x0101, _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16((short)m1), _mm_set1_epi16((short)m0))));
 }
 
 /* Q4_0 with VBMI and GFNI (only inlined into functions compiled for them):
@@ -484,6 +530,17 @@ AI void qpair(__m512 a[4][4], const char *w, size_t rb, int t, const char *x, si
         __m512 wd;
         if (vbmi) ldq2_vbmi(wr, b, two, &wu, &wd);   /* Q4_0 only */
         else { wu = ldq2(wr, b, t, two); wd = ldd2(wr, b, t, two); }
+        if (q81(t)) {   /* Q4_1 / Q5_1: d_w d_x (u . x) in the lanes, m_w s_x added to lanes 0 and 8 */
+            const __m512 wm = ldm2(wr, b, t, two);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++) {
+                const __m512 v = _mm512_fmadd_ps(_mm512_mul_ps(wd, xd[c]),
+                                                 _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wu, xv[c])),
+                                                 a[r][c]);
+                a[r][c] = _mm512_fmadd_ps(wm, _mm512_castsi512_ps(base[c]), v);
+            }
+            continue;
+        }
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++)
             a[r][c] = _mm512_fmadd_ps(_mm512_mul_ps(wd, xd[c]),
@@ -614,13 +671,17 @@ typedef void (*qtile_fn)(const char *w, size_t rb, const char *x, size_t xs, con
 #define QROW(T, R) QTILE(T, R, 1) QTILE(T, R, 2) QTILE(T, R, 3) QTILE(T, R, 4)
 #define QTILES(T) QROW(T, 1) QROW(T, 2) QROW(T, 3) QROW(T, 4)
 #define VROW(R) VTILE(R, 1) VTILE(R, 2) VTILE(R, 3) VTILE(R, 4)
-enum { TQ8 = GGML_Q8_0, TQ4 = GGML_Q4_0 };
+enum { TQ8 = GGML_Q8_0, TQ4 = GGML_Q4_0, TQ41 = GGML_Q4_1, TQ50 = GGML_Q5_0, TQ51 = GGML_Q5_1 };
 QTILES(TQ8)
 QTILES(TQ4)
+QTILES(TQ41)
+QTILES(TQ50)
+QTILES(TQ51)
 VROW(1) VROW(2) VROW(3) VROW(4)
 #define QGROW(P, T, R) { P##tile_##T##_##R##_1, P##tile_##T##_##R##_2, P##tile_##T##_##R##_3, P##tile_##T##_##R##_4 }
 #define QGRID(P, T) { QGROW(P, T, 1), QGROW(P, T, 2), QGROW(P, T, 3), QGROW(P, T, 4) }
 static const qtile_fn grid_q8[4][4] = QGRID(q, TQ8), grid_q4[4][4] = QGRID(q, TQ4);
+static const qtile_fn grid_q41[4][4] = QGRID(q, TQ41), grid_q50[4][4] = QGRID(q, TQ50), grid_q51[4][4] = QGRID(q, TQ51);
 static const qtile_fn vgrid_q4[4][4] = QGRID(v, TQ4);
 
 /* Up to this many activation rows, a matmul streams its weights as a
@@ -636,7 +697,8 @@ static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_
     const char *W = (const char *)w->data, *wend = W + (size_t)w->rows * rb;
     /* Q8_0 codes need no unpacking: its VBMI tiles measured no faster (a little slower from DRAM and in
      * GEMM tiles), so Q8_0 takes the plain ones everywhere */
-    const qtile_fn (*g)[4] = w->type == GGML_Q4_0 ? (vbmi ? vgrid_q4 : grid_q4) : grid_q8;
+    const qtile_fn (*g)[4] = w->type == GGML_Q4_0 ? (vbmi ? vgrid_q4 : grid_q4) : w->type == GGML_Q4_1 ? grid_q41
+                             : w->type == GGML_Q5_0 ? grid_q50 : w->type == GGML_Q5_1 ? grid_q51 : grid_q8;
     if (n <= Q_STREAM_ROWS) {
         /* the scratch holds MM_SCRATCH_FLOATS(K) floats: 32 K bytes, and this needs n x K / 64 x 128 */
         const size_t ps = (size_t)(K / QK / 2) * QPAIR_PRE;
@@ -910,7 +972,7 @@ static void matmul_any(const tensor *w, const void *x, size_t xs, float *y, int6
     switch (w->type) {
     case GGML_F32: case GGML_F16: case GGML_BF16:
         mm_float(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
-    case GGML_Q8_0: case GGML_Q4_0:
+    case GGML_Q8_0: case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1:
         mm_quant(w, x, xs, y, ldy, n, o0, o1, acc, scratch, vbmi); break;
     case GGML_Q2_K: case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_Q8_K:
         mm_kquant(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
