@@ -883,9 +883,38 @@ AI float kqz_dot(const kqz *w, int sh, const int8_t *x, const int16_t *bsum, flo
     return kq_step(s, w->d, w->dmin, xd, _mm_cvtsi128_si32(t), _mm_extract_epi32(t, 1));
 }
 
-AI void kqz_store(const kqz *w, kqz *m) { *m = *w; }
-
 enum { KQZ_STREAM_ROWS = 4, KQZ_TILE = 4 };
+
+/* KQZ_TILE weight rows (w[r]: their super-block b, unpacked) against one activation super-block:
+ * s[r] plus each row's contribution, the four sums reduced together and the float steps four lanes at
+ * once (kq_step's operations lane by lane: the same bits). */
+AI __m128 kqz_dot4(const kqz *const w[KQZ_TILE], __m128 d, __m128 dmin, int sh, const int8_t *x, const int16_t *bsum,
+                   float xd, __m128 s)
+{
+    __m512i xv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) xv[c] = _mm512_loadu_si512((const void *)(x + 64 * c));
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)bsum);
+    __m256i a[KQZ_TILE], m[KQZ_TILE];
+#pragma GCC unroll 4
+    for (int r = 0; r < KQZ_TILE; r++) {
+        __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w[r]->u[c], xv[c]), w[r]->sc[c]);
+        a[r] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+        if (sh) a[r] = _mm256_sub_epi32(a[r], _mm256_slli_epi32(_mm256_madd_epi16(w[r]->sc16, bs), (unsigned)sh));
+        m[r] = _mm256_madd_epi16(w[r]->mn16, bs);
+    }
+    /* [r0 0123, r1 0123, r2 0123, r3 0123 | the same of 4567], halves added */
+    const __m256i ga = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
+    const __m256i gm = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+    const __m128i sumi = _mm_add_epi32(_mm256_castsi256_si128(ga), _mm256_extracti128_si256(ga, 1));
+    const __m128i summ = _mm_add_epi32(_mm256_castsi256_si128(gm), _mm256_extracti128_si256(gm, 1));
+    const __m128 vx = _mm_set1_ps(xd);
+    const __m128 t = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(d, vx), _mm_cvtepi32_ps(sumi)),
+                                _mm_mul_ps(_mm_mul_ps(dmin, vx), _mm_cvtepi32_ps(summ)));
+    return _mm_add_ps(s, t);
+}
 
 AI void mm_kquant_t(uint32_t t, const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                     int64_t o0, int64_t o1, int acc, float *scratch)
@@ -894,30 +923,39 @@ AI void mm_kquant_t(uint32_t t, const tensor *w, const char *x, size_t xs, float
     const int64_t K = w->cols, nb = K / QK_K;
     const size_t rb = tensor_row_bytes(t, K), bs = (size_t)tensor_row_bytes(t, QK_K);
     const uint8_t *W = (const uint8_t *)w->data;
-    /* the scratch holds 64 bytes per value; KQZ_TILE unpacked rows take 640 x 4 bytes per 256 */
+    /* the scratch holds 64 bytes per value; KQZ_TILE unpacked rows take 640 x 4 bytes per 256, their
+     * scales 32 more */
     kqz *buf = scratch && n > KQZ_STREAM_ROWS && ((uintptr_t)scratch & 63) == 0 ? (kqz *)scratch : NULL;
     if (buf) {
+        float *dd = (float *)(buf + (size_t)KQZ_TILE * nb), *dm = dd + KQZ_TILE * nb;   /* [b][r] */
         for (int64_t o = o0; o < o1; o += KQZ_TILE) {
             const int R = o1 - o < KQZ_TILE ? (int)(o1 - o) : KQZ_TILE;
             for (int r = 0; r < R; r++)
                 for (int64_t b = 0; b < nb; b++) {
-                    kqz v;
-                    kqz_load(t, W + (size_t)(o + r) * rb + (size_t)b * bs, &v);
-                    kqz_store(&v, buf + (size_t)r * nb + b);
+                    kqz *v = buf + (size_t)r * nb + b;
+                    kqz_load(t, W + (size_t)(o + r) * rb + (size_t)b * bs, v);
+                    dd[b * KQZ_TILE + r] = v->d;
+                    dm[b * KQZ_TILE + r] = v->dmin;
                 }
+            for (int r = R; r < KQZ_TILE; r++)   /* a short tile repeats its first row (computed, not stored) */
+                for (int64_t b = 0; b < nb; b++) { dd[b * KQZ_TILE + r] = dd[b * KQZ_TILE]; dm[b * KQZ_TILE + r] = dm[b * KQZ_TILE]; }
             for (int32_t i = 0; i < n; i++) {
                 const char *xi = x + (size_t)i * xs;
                 const int8_t *xq = act_q8_qs(xi);
                 const float *xd = act_q8k_d(xi, K);
                 const int16_t *bsum = act_q8k_bsums(xi, K);
-                float s[KQZ_TILE] = { 0 };
-                for (int64_t b = 0; b < nb; b++)
-#pragma GCC unroll 4
-                    for (int r = 0; r < KQZ_TILE; r++)
-                        if (r < R) s[r] = kqz_dot(buf + (size_t)r * nb + b, sh, xq + b * QK_K, bsum + b * 16, xd[b], s[r]);
+                __m128 s = _mm_setzero_ps();
+                for (int64_t b = 0; b < nb; b++) {
+                    const kqz *wr[KQZ_TILE];
+                    for (int r = 0; r < KQZ_TILE; r++) wr[r] = buf + (size_t)(r < R ? r : 0) * nb + b;
+                    s = kqz_dot4(wr, _mm_loadu_ps(dd + b * KQZ_TILE), _mm_loadu_ps(dm + b * KQZ_TILE), sh, xq + b * QK_K,
+                                 bsum + b * 16, xd[b], s);
+                }
+                float sr[KQZ_TILE];
+                _mm_storeu_ps(sr, s);
                 for (int r = 0; r < R; r++) {
                     float *yo = y + (int64_t)i * ldy + o + r;
-                    *yo = acc ? *yo + s[r] : s[r];
+                    *yo = acc ? *yo + sr[r] : sr[r];
                 }
             }
         }
