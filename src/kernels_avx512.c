@@ -744,8 +744,8 @@ static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_
  * the Q8_K block sums, and kq_step adds the super-block as the reference
  * does. The same integers and the same float step: the reference's bits.
  * Matrix-vector products take each super-block apart once for up to 4
- * activation rows; larger products each weight row once into the scratch,
- * then 4 weight rows against each activation row (its codes loaded once). */
+ * activation rows; larger products repack 16 weight rows at a time into the
+ * scratch (below, ktile). */
 
 typedef struct { __m512i u[4], sc[4]; __m256i sc16, mn16; float d, dmin; } kqz;
 
@@ -883,37 +883,143 @@ AI float kqz_dot(const kqz *w, int sh, const int8_t *x, const int16_t *bsum, flo
     return kq_step(s, w->d, w->dmin, xd, _mm_cvtsi128_si32(t), _mm_extract_epi32(t, 1));
 }
 
-enum { KQZ_STREAM_ROWS = 4, KQZ_TILE = 4 };
+enum { KQZ_STREAM_ROWS = 4 };
 
-/* KQZ_TILE weight rows (w[r]: their super-block b, unpacked) against one activation super-block:
- * s[r] plus each row's contribution, the four sums reduced together and the float steps four lanes at
- * once (kq_step's operations lane by lane: the same bits). */
-AI __m128 kqz_dot4(const kqz *const w[KQZ_TILE], __m128 d, __m128 dmin, int sh, const int8_t *x, const int16_t *bsum,
-                   float xd, __m128 s)
+
+/* k-quant GEMM (more than KQZ_STREAM_ROWS activation rows): 16 weight rows
+ * at a time, repacked once into the scratch so that one vpdpbusd lane is one
+ * weight row (ggml's repacked layouts do the same): per super-block, 4 codes
+ * of each of the 16 rows per 64 bytes, and each group's scale and min per
+ * row in int32 lanes. An activation row's 4 codes are broadcast, so a
+ * group's sums land in the rows' lanes with no horizontal sums: a group
+ * (16 or 32 values) accumulates from -bias x its activation sum, is scaled
+ * by the rows' scales (vpmulld) into the super-block's integer sum, the mins
+ * times the group sums into the other, and kq_step's float operations run
+ * 16 rows at once. The reference's integers and float steps: its bits. */
+enum { KT_ROWS = 16, KT_COLS = 4 };
+typedef struct {
+    uint8_t u[QK_K / 4][64];        /* quad q (values 4q .. 4q+3): 4 codes of row r at bytes 4r .. 4r+3 */
+    int32_t sc[16][KT_ROWS];        /* group j's scale per row (groups of 16 values, or of 32: 8 used) */
+    int32_t mn[16][KT_ROWS];        /* group j's min per row (types with mins) */
+    float   d[KT_ROWS], dmin[KT_ROWS];
+} ktile;
+_Static_assert(sizeof(ktile) % 64 == 0 && sizeof(ktile) <= 16 * sizeof(float) * QK_K,
+               "a repacked super-block of 16 rows fits the matmul scratch");
+
+/* Repack rows [o, o + R) (R <= 16; the rest repeat row o) of super-blocks 0 .. nb-1 into kt. */
+AI void ktile_pack(uint32_t t, const uint8_t *W, size_t rb, size_t bs, int64_t o, int R, int64_t nb, ktile *kt)
 {
-    __m512i xv[4];
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) xv[c] = _mm512_loadu_si512((const void *)(x + 64 * c));
-    const __m256i bs = _mm256_loadu_si256((const __m256i *)bsum);
-    __m256i a[KQZ_TILE], m[KQZ_TILE];
-#pragma GCC unroll 4
-    for (int r = 0; r < KQZ_TILE; r++) {
-        __m512i acc = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w[r]->u[c], xv[c]), w[r]->sc[c]);
-        a[r] = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-        if (sh) a[r] = _mm256_sub_epi32(a[r], _mm256_slli_epi32(_mm256_madd_epi16(w[r]->sc16, bs), (unsigned)sh));
-        m[r] = _mm256_madd_epi16(w[r]->mn16, bs);
+    const int sub32 = t == GGML_Q4_K || t == GGML_Q5_K;
+    for (int r = 0; r < KT_ROWS; r++) {
+        const uint8_t *row = W + (size_t)(o + (r < R ? r : 0)) * rb;
+        for (int64_t b = 0; b < nb; b++) {
+            kqz v;
+            kqz_load(t, row + (size_t)b * bs, &v);
+            _Alignas(64) uint8_t u[QK_K];
+            _Alignas(32) int16_t sc[16], mn[16];
+            for (int c = 0; c < 4; c++) _mm512_store_si512((void *)(u + 64 * c), v.u[c]);
+            _mm256_store_si256((__m256i *)sc, v.sc16);
+            _mm256_store_si256((__m256i *)mn, v.mn16);
+            ktile *k = kt + b;
+            for (int q = 0; q < QK_K / 4; q++) memcpy(k->u[q] + 4 * r, u + 4 * q, 4);
+            for (int j = 0; j < 16; j++) {
+                k->sc[j][r] = sc[sub32 ? (2 * j) % 16 : j];
+                k->mn[j][r] = mn[sub32 ? (2 * j) % 16 : j];
+            }
+            k->d[r] = v.d;
+            k->dmin[r] = v.dmin;
+        }
     }
-    /* [r0 0123, r1 0123, r2 0123, r3 0123 | the same of 4567], halves added */
-    const __m256i ga = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
-    const __m256i gm = _mm256_hadd_epi32(_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
-    const __m128i sumi = _mm_add_epi32(_mm256_castsi256_si128(ga), _mm256_extracti128_si256(ga, 1));
-    const __m128i summ = _mm_add_epi32(_mm256_castsi256_si128(gm), _mm256_extracti128_si256(gm, 1));
-    const __m128 vx = _mm_set1_ps(xd);
-    const __m128 t = _mm_sub_ps(_mm_mul_ps(_mm_mul_ps(d, vx), _mm_cvtepi32_ps(sumi)),
-                                _mm_mul_ps(_mm_mul_ps(dmin, vx), _mm_cvtepi32_ps(summ)));
-    return _mm_add_ps(s, t);
+}
+
+/* C activation rows (x[c]: prepared Q8_K rows) against the packed tiles of nb super-blocks: y[c][r] */
+AI void ktile_mul(uint32_t t, const ktile *kt, int64_t nb, const char *const x[KT_COLS], int64_t K, int C, __m512 out[KT_COLS])
+{
+    const int sh = KQZ_SHIFT(t), sub32 = t == GGML_Q4_K || t == GGML_Q5_K, mins = sub32 || t == GGML_Q2_K;
+    const int ng = sub32 ? 8 : 16, qpg = sub32 ? 8 : 4;   /* groups, quads per group */
+    __m512 s[KT_COLS];
+#pragma GCC unroll 4
+    for (int c = 0; c < KT_COLS; c++) s[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const ktile *k = kt + b;
+        __m512i isum[KT_COLS], msum[KT_COLS];
+        const int8_t *xq[KT_COLS];
+        const int16_t *bsum[KT_COLS];
+#pragma GCC unroll 4
+        for (int c = 0; c < KT_COLS; c++) {
+            isum[c] = msum[c] = _mm512_setzero_si512();
+            if (c < C) { xq[c] = act_q8_qs(x[c]) + b * QK_K; bsum[c] = act_q8k_bsums(x[c], K) + b * 16; }
+        }
+        for (int j = 0; j < ng; j++) {
+            __m512i a[KT_COLS];
+            int32_t gs[KT_COLS];
+#pragma GCC unroll 4
+            for (int c = 0; c < KT_COLS; c++) {
+                if (c >= C) break;
+                gs[c] = sub32 ? bsum[c][2 * j] + bsum[c][2 * j + 1] : bsum[c][j];
+                a[c] = _mm512_set1_epi32(sh ? -(gs[c] << sh) : 0);   /* sum (u - bias) x = sum u x - bias sum x */
+            }
+#pragma GCC unroll 8
+            for (int q = 0; q < qpg; q++) {
+                const int qq = j * qpg + q;
+                const __m512i w = _mm512_load_si512((const void *)k->u[qq]);
+#pragma GCC unroll 4
+                for (int c = 0; c < KT_COLS; c++) {
+                    if (c >= C) break;
+                    int32_t x4;
+                    memcpy(&x4, xq[c] + 4 * qq, 4);
+                    a[c] = _mm512_dpbusd_epi32(a[c], w, _mm512_set1_epi32(x4));
+                }
+            }
+            const __m512i scv = _mm512_load_si512((const void *)k->sc[j]);
+            const __m512i mnv = mins ? _mm512_load_si512((const void *)k->mn[j]) : _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int c = 0; c < KT_COLS; c++) {
+                if (c >= C) break;
+                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(a[c], scv));
+                if (mins) msum[c] = _mm512_add_epi32(msum[c], _mm512_mullo_epi32(mnv, _mm512_set1_epi32(gs[c])));
+            }
+        }
+        const __m512 d = _mm512_load_ps(k->d), dmin = _mm512_load_ps(k->dmin);
+#pragma GCC unroll 4
+        for (int c = 0; c < KT_COLS; c++) {
+            if (c >= C) break;
+            const __m512 xd = _mm512_set1_ps(act_q8k_d(x[c], K)[b]);
+            const __m512 tt = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(d, xd), _mm512_cvtepi32_ps(isum[c])),
+                                            _mm512_mul_ps(_mm512_mul_ps(dmin, xd), _mm512_cvtepi32_ps(msum[c])));
+            s[c] = _mm512_add_ps(s[c], tt);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < KT_COLS; c++) out[c] = s[c];
+}
+
+AI void mm_kquant_gemm(uint32_t t, const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                       int64_t o0, int64_t o1, int acc, ktile *kt)
+{
+    const int64_t K = w->cols, nb = K / QK_K;
+    const size_t rb = tensor_row_bytes(t, K), bs = (size_t)tensor_row_bytes(t, QK_K);
+    for (int64_t o = o0; o < o1; o += KT_ROWS) {
+        const int R = o1 - o < KT_ROWS ? (int)(o1 - o) : KT_ROWS;
+        const __mmask16 m = (__mmask16)((1u << R) - 1);
+        ktile_pack(t, (const uint8_t *)w->data, rb, bs, o, R, nb, kt);
+        for (int32_t i = 0; i < n; i += KT_COLS) {
+            const int C = n - i < KT_COLS ? n - i : KT_COLS;
+            const char *xr[KT_COLS];
+            __m512 out[KT_COLS];
+            for (int c = 0; c < KT_COLS; c++) xr[c] = x + (size_t)(i + (c < C ? c : 0)) * xs;
+            if (C == KT_COLS) ktile_mul(t, kt, nb, xr, K, KT_COLS, out);
+            else if (C == 3) ktile_mul(t, kt, nb, xr, K, 3, out);
+            else if (C == 2) ktile_mul(t, kt, nb, xr, K, 2, out);
+            else ktile_mul(t, kt, nb, xr, K, 1, out);
+            for (int c = 0; c < C; c++) {
+                float *yo = y + (int64_t)(i + c) * ldy + o;
+                __m512 v = out[c];
+                if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, yo), v);
+                _mm512_mask_storeu_ps(yo, m, v);
+            }
+        }
+    }
 }
 
 AI void mm_kquant_t(uint32_t t, const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
@@ -923,42 +1029,9 @@ AI void mm_kquant_t(uint32_t t, const tensor *w, const char *x, size_t xs, float
     const int64_t K = w->cols, nb = K / QK_K;
     const size_t rb = tensor_row_bytes(t, K), bs = (size_t)tensor_row_bytes(t, QK_K);
     const uint8_t *W = (const uint8_t *)w->data;
-    /* the scratch holds 64 bytes per value; KQZ_TILE unpacked rows take 640 x 4 bytes per 256, their
-     * scales 32 more */
-    kqz *buf = scratch && n > KQZ_STREAM_ROWS && ((uintptr_t)scratch & 63) == 0 ? (kqz *)scratch : NULL;
-    if (buf) {
-        float *dd = (float *)(buf + (size_t)KQZ_TILE * nb), *dm = dd + KQZ_TILE * nb;   /* [b][r] */
-        for (int64_t o = o0; o < o1; o += KQZ_TILE) {
-            const int R = o1 - o < KQZ_TILE ? (int)(o1 - o) : KQZ_TILE;
-            for (int r = 0; r < R; r++)
-                for (int64_t b = 0; b < nb; b++) {
-                    kqz *v = buf + (size_t)r * nb + b;
-                    kqz_load(t, W + (size_t)(o + r) * rb + (size_t)b * bs, v);
-                    dd[b * KQZ_TILE + r] = v->d;
-                    dm[b * KQZ_TILE + r] = v->dmin;
-                }
-            for (int r = R; r < KQZ_TILE; r++)   /* a short tile repeats its first row (computed, not stored) */
-                for (int64_t b = 0; b < nb; b++) { dd[b * KQZ_TILE + r] = dd[b * KQZ_TILE]; dm[b * KQZ_TILE + r] = dm[b * KQZ_TILE]; }
-            for (int32_t i = 0; i < n; i++) {
-                const char *xi = x + (size_t)i * xs;
-                const int8_t *xq = act_q8_qs(xi);
-                const float *xd = act_q8k_d(xi, K);
-                const int16_t *bsum = act_q8k_bsums(xi, K);
-                __m128 s = _mm_setzero_ps();
-                for (int64_t b = 0; b < nb; b++) {
-                    const kqz *wr[KQZ_TILE];
-                    for (int r = 0; r < KQZ_TILE; r++) wr[r] = buf + (size_t)(r < R ? r : 0) * nb + b;
-                    s = kqz_dot4(wr, _mm_loadu_ps(dd + b * KQZ_TILE), _mm_loadu_ps(dm + b * KQZ_TILE), sh, xq + b * QK_K,
-                                 bsum + b * 16, xd[b], s);
-                }
-                float sr[KQZ_TILE];
-                _mm_storeu_ps(sr, s);
-                for (int r = 0; r < R; r++) {
-                    float *yo = y + (int64_t)i * ldy + o + r;
-                    *yo = acc ? *yo + sr[r] : sr[r];
-                }
-            }
-        }
+    /* the scratch holds 64 bytes per value; a 16-row repacked tile takes 6272 bytes per 256 */
+    if (scratch && n > KQZ_STREAM_ROWS && ((uintptr_t)scratch & 63) == 0) {
+        mm_kquant_gemm(t, w, x, xs, y, ldy, n, o0, o1, acc, (ktile *)scratch);
         return;
     }
     for (int64_t o = o0; o < o1; o++) {
