@@ -97,7 +97,7 @@ int main(void)
     if (!CHECK(ref && got, "buffers")) return check_done();
     for (int wt = 0; wt < 2; wt++) {
         /* d 128, 8 layers (1 + 3 x 2 + 1), heads 2/1 of 64, ffn 256, vocab 512 */
-        synth_spec sp = { 128, 8, 2, 1, 64, 256, V, 256, 3, wtypes[wt], wtypes[wt], 7 };
+        synth_spec sp = { 128, 8, 2, 1, 64, 256, V, 256, 3, wtypes[wt], wtypes[wt], 7, 0 };
         snprintf(path, sizeof path, "%s/cell-order-%s-%ld.gguf", dir, tname(wtypes[wt]), (long)getpid());
         mor_model *m = NULL;
         if (!CHECK(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK,

@@ -566,7 +566,7 @@ static void test_decode_threads(const char *dir)
     static const uint32_t etypes[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0, GGML_Q6_K, GGML_Q5_0 };
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         /* d 256, 6 layers (1 + 2 x 2 + 1), heads 4/2 of 64, ffn 768, vocab 1024 */
-        synth_spec sp = { 256, 6, 4, 2, 64, 768, 1024, 512, 2, types[ti], etypes[ti], 3 };
+        synth_spec sp = { 256, 6, 4, 2, 64, 768, 1024, 512, 2, types[ti], etypes[ti], 3, 0 };
         char path[700];
         /* the pid: other test runs may share the build tree and would rewrite a mapped file */
         snprintf(path, sizeof path, "%s/kernels-synth-%s-%ld.gguf", dir, tname(types[ti]), (long)getpid());

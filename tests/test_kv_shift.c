@@ -313,7 +313,7 @@ int main(void)
     if ((models[nm].m = load(path))) models[nm++].name = "expert-choice KV-sharing fixture";
     /* a model without routers, head_dim 32 (so that Q8_0 applies) */
     snprintf(synth, sizeof synth, "%s/build/tmp/kv_shift_dense.%d.gguf", out && *out ? out : ".", (int)getpid());
-    synth_spec sp = { 64, 3, 4, 2, 32, 128, 512, 512, 1, GGML_F32, GGML_F32, 14 };
+    synth_spec sp = { 64, 3, 4, 2, 32, 128, 512, 512, 1, GGML_F32, GGML_F32, 14, 0 };
     char cmd[700];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/build/tmp'", out && *out ? out : ".");
     if (system(cmd) == 0 && synth_write(&sp, synth) == 0 && (models[nm].m = load(synth))) models[nm++].name = "dense (no routers)";

@@ -116,7 +116,7 @@ static void test_load(const unsigned char *img, size_t n, const char *what)
 /* The synthetic MoR with an untied output matrix, as a file image. */
 static unsigned char *untied_model(const char *path, uint32_t type, size_t *n)
 {
-    synth_spec sp = { 64, 5, 4, 2, 16, 128, 256, 128, 3, type, type, 21 };
+    synth_spec sp = { 64, 5, 4, 2, 16, 128, 256, 128, 3, type, type, 21, 0 };
     if (synth_write(&sp, path)) return NULL;
     size_t sz;
     unsigned char *img = read_all(path, &sz);

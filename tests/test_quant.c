@@ -596,7 +596,7 @@ int main(void)
     snprintf(fix, sizeof fix, "%s/build/fixtures/expert_mc3_fix_perturbed.st.gguf", out ? out : ".");
     test_drift("fixture expert_mc3_fix", fix, 64, bounds_random);
     /* a larger random-weight MoR model: d 256, 6 layers (1 + 2 x 2 + 1), vocab 2048 */
-    synth_spec sp = { 256, 6, 4, 2, 64, 768, 2048, 512, 2, GGML_F32, GGML_F32, 5 };
+    synth_spec sp = { 256, 6, 4, 2, 64, 768, 2048, 512, 2, GGML_F32, GGML_F32, 5, 0 };
     char synth[700];
     snprintf(synth, sizeof synth, "%s/drift-synth-f32-%ld.gguf", outdir, (long)getpid());   /* other runs may share the tree */
     if (CHECK(synth_write(&sp, synth) == 0, "write a random-weight MoR model (d 256, 6 layers, vocab 2048)")) {

@@ -794,7 +794,7 @@ int main(void)
     for (int t = 0; t < 2; t++) {
         /* d 256, 8 layers (1 + 3 x 2 + 1), heads 4/2 of 64, ffn 512, vocab 256; on the code before
          * attention summed in position order, this Q8_0 model gave other tokens */
-        synth_spec sp = { 256, 8, 4, 2, 64, 512, 256, 256, 3, types[t], types[t], 11 };
+        synth_spec sp = { 256, 8, 4, 2, 64, 512, 256, 256, 3, types[t], types[t], 11, 0 };
         char path[760], name[64];
         snprintf(path, sizeof path, "%s/serve-synth-%d-%ld.gguf", dir, t, (long)getpid());
         snprintf(name, sizeof name, "random-weight %s", t ? "Q8_0" : "F32");

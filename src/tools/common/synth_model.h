@@ -14,6 +14,9 @@ typedef struct {
     uint32_t type;           /* the layers' matrices: F32, F16, BF16, Q8_0, Q4_0 */
     uint32_t embd_type;      /* token_embd (tied to the output) */
     uint64_t seed;
+    uint32_t more_type;      /* 0, or attn_v and ffn_down of the first and last eighth of the stored blocks
+                              * and every third between in this type (llama-quantize's Q4_K_M / Q5_K_M
+                              * use_more_bits rule, with Q6_K) */
 } synth_spec;
 
 /* Weights ~ N(0, 0.02) (a sum of 4 uniforms: cheap, and only the shape of
@@ -96,15 +99,17 @@ static inline int synth_write(const synth_spec *sp, const char *path)
     for (int32_t i = 0; i < n_stored && !gguf_writer_failed(b); i++) {
         char name[96];
 #define BLK(role) (snprintf(name, sizeof name, "blk.%d.%s.weight", i, role), name)
+        const int more = sp->more_type && (i < n_stored / 8 || i >= 7 * n_stored / 8 || (i - n_stored / 8) % 3 == 2);
+        const uint32_t vt = more ? sp->more_type : sp->type;
         synth_ones(b, BLK("attn_norm"), d);
         synth_matrix(b, BLK("attn_q"), sp->type, d, qd, &s);
         synth_matrix(b, BLK("attn_k"), sp->type, d, kvd, &s);
-        synth_matrix(b, BLK("attn_v"), sp->type, d, kvd, &s);
+        synth_matrix(b, BLK("attn_v"), vt, d, kvd, &s);
         synth_matrix(b, BLK("attn_output"), sp->type, qd, d, &s);
         synth_ones(b, BLK("ffn_norm"), d);
         synth_matrix(b, BLK("ffn_gate"), sp->type, d, sp->n_ff, &s);
         synth_matrix(b, BLK("ffn_up"), sp->type, d, sp->n_ff, &s);
-        synth_matrix(b, BLK("ffn_down"), sp->type, sp->n_ff, d, &s);
+        synth_matrix(b, BLK("ffn_down"), vt, sp->n_ff, d, &s);
 #undef BLK
     }
     for (int32_t r = 0; mor && r < sp->n_rec; r++) {

@@ -264,7 +264,7 @@ static int bench_serve_main(int argc, char **argv)
     }
     uint32_t wt = !strcmp(type, "f16") ? GGML_F16 : !strcmp(type, "q8_0") ? GGML_Q8_0 : GGML_F32;
     /* SmolLM-135M shape; 29 unrolled layers = 1 + 3 x 9 + 1 (30 does not split into 3 equal cycles) */
-    synth_spec spec = { 576, 29, 9, 3, 64, 1536, 49152, 2048, 3, wt, wt, 1234 };
+    synth_spec spec = { 576, 29, 9, 3, 64, 1536, 49152, 2048, 3, wt, wt, 1234, 0 };
     char path[1024], tmp[1100];
     snprintf(path, sizeof path, "%s/135m-mor3-L29-%s.gguf", dir, type);
     struct stat st;

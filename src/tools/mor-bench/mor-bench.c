@@ -73,6 +73,8 @@ static const struct { const char *name; uint32_t type; } wtypes[] = {
     { "f32", GGML_F32 }, { "f16", GGML_F16 }, { "bf16", GGML_BF16 }, { "q8_0", GGML_Q8_0 }, { "q4_0", GGML_Q4_0 },
     { "q4_1", GGML_Q4_1 }, { "q5_0", GGML_Q5_0 }, { "q5_1", GGML_Q5_1 }, { "q2_k", GGML_Q2_K }, { "q3_k", GGML_Q3_K },
     { "q4_k", GGML_Q4_K }, { "q5_k", GGML_Q5_K }, { "q6_k", GGML_Q6_K },
+    /* llama-quantize's mixes: attn_v and ffn_down in Q6_K in a third of the layers (synth_spec.more_type) */
+    { "q4_k_m", GGML_Q4_K }, { "q5_k_m", GGML_Q5_K },
 };
 enum { ARCH_DENSE, ARCH_DENSE_EQ, ARCH_MOR, N_ARCH };
 static const char *const arch_names[N_ARCH] = { "dense", "dense-eq", "mor" };
@@ -90,9 +92,10 @@ static int model_path(const char *dir, const shape *sh, int arch, int ti, char *
     snprintf(path, cap, "%s/%s-%s-L%d-%s.gguf", dir, sh->name, arch == ARCH_MOR ? "mor3" : "dense", L, wtypes[ti].name);
     if (file_ok(path)) return 0;
     synth_spec sp = { sh->d, L, sh->H, sh->Hkv, sh->hd, sh->F, sh->V, 2048, arch == ARCH_MOR ? 3 : 1,
-                      wtypes[ti].type, wtypes[ti].type, 1234 };
+                      wtypes[ti].type, wtypes[ti].type, 1234, 0 };
     /* as llama.cpp's Q4_0 file: the tied embedding stays Q8_0; as its k-quant files: Q6_K (rows of 576: Q8_0);
      * matrices whose rows are not whole blocks of 256 in llama-quantize's fallback type (synth_matrix) */
+    if (!strcmp(wtypes[ti].name, "q4_k_m") || !strcmp(wtypes[ti].name, "q5_k_m")) sp.more_type = GGML_Q6_K;
     if (sp.type == GGML_Q4_0) sp.embd_type = GGML_Q8_0;
     else if (tensor_block_size(sp.type) > 1 && sp.type != GGML_Q8_0) sp.embd_type = GGML_Q6_K;
     fprintf(stderr, "writing %s ...\n", path);
@@ -350,7 +353,8 @@ static void usage(FILE *f)
         "                 random-weight models written to --dir\n"
         "  -w LIST        weight types          -t LIST   thread counts (each 1..64)\n"
         "                 (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k; the k-quants'\n"
-        "                 matrices with rows of 576 in llama-quantize's fallback type, as in its files)\n"
+        "                 matrices with rows of 576 in llama-quantize's fallback type, as in its files;\n"
+        "                 q4_k_m q5_k_m: its mixes, attn_v and ffn_down Q6_K in a third of the layers)\n"
         "  -a LIST        dense (Llama), dense-eq (the MoR's unrolled depth), mor (N_r = 3)\n"
         "  -p N           prompt tokens (pp)    -n N      generated tokens (tg); p + n <= 2048\n"
         "  -r N           repetitions (1..64), measured interleaved across variants\n"
@@ -400,7 +404,7 @@ int main(int argc, char **argv)
     /* every name of a list must be known: a typo would silently measure nothing */
     static const char *const shape_names[] = { "135m", "360m", "k256", NULL };
     static const char *const type_names[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k",
-                                              "q3_k", "q4_k", "q5_k", "q6_k", NULL };
+                                              "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", NULL };
     static const char *const arch_choice[] = { "dense", "dense-eq", "mor", NULL };
     const char *const lists[3][2] = { { "-s", shape_list }, { "-w", type_list }, { "-a", arch_list } };
     const char *const *names[3] = { shape_names, type_names, arch_choice };
