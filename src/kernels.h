@@ -18,10 +18,10 @@
  *    has them in its Q8_0 / Q4_0 tiles, rounding as those do; the other sets
  *    run the reference kernels;
  *  - the k-quants (Q2_K .. Q6_K): every set gives the reference's bits. The
- *    AVX2 and AVX-512 kernels (k_matmul_kquant_x86, kernels_avx512.c) make
- *    the reference's exact integer sums per super-block and add them by its
- *    float step (quant.h, kq_step), super-blocks in order; NEON runs the
- *    reference kernels; Q8_K weights (never in a file) the reference;
+ *    AVX2, AVX-512 and NEON kernels (k_matmul_kquant_x86, kernels_avx512.c,
+ *    kernels_neon.c) make the reference's exact integer sums per super-block
+ *    and add them by its float step (quant.h, kq_step), super-blocks in
+ *    order; Q8_K weights (never in a file) run the reference kernels;
  *  - BF16 weights in the AMX set: bfloat16 tile products of the weights and
  *    the activations split in three bfloat16 parts (ACT_BF16X3), float
  *    sums in the tiles' order: within rounding of the reference, bitwise

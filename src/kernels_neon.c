@@ -1,5 +1,6 @@
 /* kernels_neon.c - the NEON kernel set (aarch64), with the dot-product
- * extension (SDOT) for quantized weights where the CPU has it.
+ * extension (SDOT) for Q8_0 / Q4_0 weights where the CPU has it, and the
+ * k-quants bitwise the reference kernels (below).
  *
  * Canonical order as in kernels_avx2.c with 4-lane accumulators: each output
  * has one float32x4 accumulator over the columns, 4 at a time (the last 4
@@ -283,6 +284,186 @@ static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_
     }
 }
 
+/* ---- k-quants (Q2_K .. Q6_K) x Q8_K activations: bitwise the reference ----
+ * As the AVX2 set's (kernels_avx2.c): a super-block taken apart into 256
+ * unsigned codes u = q + bias in value order (bias: Q3_K 4, Q6_K 32, else 0)
+ * and a 16-bit scale and min per 16 values; per 16 values vmull_s8 +
+ * vmlal_high_s8 (|u x + u x| <= 2 * 63 * 128 fits 16 bits) and vmlal_n_s16 by
+ * the scale give sum_g sc_g (u . x)_g exactly; the bias and the mins come
+ * from the Q8_K block sums; kq_step adds the super-block as the reference
+ * does. The reference's integers and float step: its bits. */
+typedef struct {
+    uint8_t u[QK_K];
+    int16_t sc16[16], mn16[16];
+    float   d, dmin;
+    int32_t shift;   /* bias = 1 << shift; 0: none */
+} kq_arm;
+
+AI float f16at_arm(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return f16_to_f32(h); }
+/* 1 << sh where byte of v has bit m, else 0 */
+AI uint8x16_t bit_to_arm(uint8x16_t v, int m, int sh)
+{
+    return vandq_u8(vtstq_u8(v, vdupq_n_u8((uint8_t)(1 << m))), vdupq_n_u8((uint8_t)(1 << sh)));
+}
+
+static void kq_unpack_arm(uint32_t type, const uint8_t *p, kq_arm *o)
+{
+    const uint8x16_t m15 = vdupq_n_u8(15), m3 = vdupq_n_u8(3);
+    switch (type) {
+    case GGML_Q4_K: case GGML_Q5_K: {
+        uint32_t t[4];   /* the 8 scales (bytes 0-7) and mins (8-15) of the 12 packed bytes, as kq_scale_min */
+        memcpy(t, p + 4, 12);
+        const uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+        t[3] = ((t[2] >> 4) & k4) | (((t[1] >> 6) & k2) << 4);
+        const uint32_t mn = t[1] & k6;
+        t[1] = (t[2] & k4) | (((t[0] >> 6) & k2) << 4);
+        t[2] = mn;
+        t[0] &= k6;
+        uint8_t sm[16];
+        memcpy(sm, t, 16);
+        o->d = f16at_arm(p); o->dmin = f16at_arm(p + 2); o->shift = 0;
+        const uint8_t *qs = p + (type == GGML_Q4_K ? 16 : 48);
+        for (int g = 0; g < 4; g++)
+            for (int h = 0; h < 2; h++) {
+                const uint8x16_t q = vld1q_u8(qs + 32 * g + 16 * h);
+                uint8x16_t lo = vandq_u8(q, m15), hi = vshrq_n_u8(q, 4);
+                if (type == GGML_Q5_K) {   /* the fifth bit of value 32m + l: bit m of qh[l] */
+                    const uint8x16_t qh = vld1q_u8(p + 16 + 16 * h);
+                    lo = vorrq_u8(lo, bit_to_arm(qh, 2 * g, 4));
+                    hi = vorrq_u8(hi, bit_to_arm(qh, 2 * g + 1, 4));
+                }
+                vst1q_u8(o->u + 64 * g + 16 * h, lo);
+                vst1q_u8(o->u + 64 * g + 32 + 16 * h, hi);
+            }
+        for (int j = 0; j < 8; j++) {
+            o->sc16[2 * j] = o->sc16[2 * j + 1] = sm[j];
+            o->mn16[2 * j] = o->mn16[2 * j + 1] = sm[8 + j];
+        }
+        return;
+    }
+    case GGML_Q6_K: {   /* ql[128], qh[64], int8 scales[16], d */
+        o->d = f16at_arm(p + 208); o->dmin = 0.0f; o->shift = 5;
+        for (int hh = 0; hh < 2; hh++)
+            for (int h = 0; h < 2; h++) {
+                const uint8x16_t a = vld1q_u8(p + 64 * hh + 16 * h), b = vld1q_u8(p + 64 * hh + 32 + 16 * h);
+                const uint8x16_t hb = vld1q_u8(p + 128 + 32 * hh + 16 * h);
+                uint8_t *u = o->u + 128 * hh + 16 * h;
+                vst1q_u8(u, vorrq_u8(vandq_u8(a, m15), vshlq_n_u8(vandq_u8(hb, m3), 4)));
+                vst1q_u8(u + 32, vorrq_u8(vandq_u8(b, m15), vshlq_n_u8(vandq_u8(hb, vdupq_n_u8(0x0C)), 2)));
+                vst1q_u8(u + 64, vorrq_u8(vshrq_n_u8(a, 4), vandq_u8(hb, vdupq_n_u8(0x30))));
+                vst1q_u8(u + 96, vorrq_u8(vshrq_n_u8(b, 4), vshrq_n_u8(vandq_u8(hb, vdupq_n_u8(0xC0)), 2)));
+            }
+        for (int j = 0; j < 16; j++) { o->sc16[j] = (int8_t)p[192 + j]; o->mn16[j] = 0; }
+        return;
+    }
+    case GGML_Q3_K: {   /* hmask[32], qs[64], scales[12], d: u = 2 low bits + 4 x high bit */
+        o->d = f16at_arm(p + 108); o->dmin = 0.0f; o->shift = 2;
+        for (int hh = 0; hh < 2; hh++)
+            for (int h = 0; h < 2; h++) {
+                const uint8x16_t q = vld1q_u8(p + 32 + 32 * hh + 16 * h), hm = vld1q_u8(p + 16 * h);
+                uint8_t *u = o->u + 128 * hh + 16 * h;
+                vst1q_u8(u, vorrq_u8(vandq_u8(q, m3), bit_to_arm(hm, 4 * hh, 2)));
+                vst1q_u8(u + 32, vorrq_u8(vandq_u8(vshrq_n_u8(q, 2), m3), bit_to_arm(hm, 4 * hh + 1, 2)));
+                vst1q_u8(u + 64, vorrq_u8(vandq_u8(vshrq_n_u8(q, 4), m3), bit_to_arm(hm, 4 * hh + 2, 2)));
+                vst1q_u8(u + 96, vorrq_u8(vshrq_n_u8(q, 6), bit_to_arm(hm, 4 * hh + 3, 2)));
+            }
+        for (int j = 0; j < 16; j++) { o->sc16[j] = (int16_t)q3k_scale(p + 96, j); o->mn16[j] = 0; }
+        return;
+    }
+    default: {   /* Q2_K: scales[16] (scale | min << 4), qs[64], d, dmin */
+        o->d = f16at_arm(p + 80); o->dmin = f16at_arm(p + 82); o->shift = 0;
+        for (int hh = 0; hh < 2; hh++)
+            for (int h = 0; h < 2; h++) {
+                const uint8x16_t q = vld1q_u8(p + 16 + 32 * hh + 16 * h);
+                uint8_t *u = o->u + 128 * hh + 16 * h;
+                vst1q_u8(u, vandq_u8(q, m3));
+                vst1q_u8(u + 32, vandq_u8(vshrq_n_u8(q, 2), m3));
+                vst1q_u8(u + 64, vandq_u8(vshrq_n_u8(q, 4), m3));
+                vst1q_u8(u + 96, vshrq_n_u8(q, 6));
+            }
+        for (int j = 0; j < 16; j++) { o->sc16[j] = p[j] & 15; o->mn16[j] = p[j] >> 4; }
+        return;
+    }
+    }
+}
+
+/* One super-block of weights against 256 activation codes x with their 16 block sums: s plus its
+ * contribution, as the reference adds it. */
+AI float kq_dot_arm(const kq_arm *w, const int8_t *x, const int16_t *bsum, float xd, float s)
+{
+    int32x4_t acc = vdupq_n_s32(0);
+    for (int g = 0; g < 16; g++) {
+        const int8x16_t u = vreinterpretq_s8_u8(vld1q_u8(w->u + 16 * g)), xv = vld1q_s8(x + 16 * g);
+        const int16x8_t t = vmlal_high_s8(vmull_s8(vget_low_s8(u), vget_low_s8(xv)), u, xv);
+        acc = vmlal_n_s16(acc, vget_low_s16(t), w->sc16[g]);
+        acc = vmlal_high_n_s16(acc, t, w->sc16[g]);
+    }
+    const int16x8_t b0 = vld1q_s16(bsum), b1 = vld1q_s16(bsum + 8);
+    const int16x8_t s0 = vld1q_s16(w->sc16), s1 = vld1q_s16(w->sc16 + 8);
+    const int16x8_t n0 = vld1q_s16(w->mn16), n1 = vld1q_s16(w->mn16 + 8);
+    int32_t sumi = vaddvq_s32(acc);
+    if (w->shift) {
+        int32x4_t c = vmull_s16(vget_low_s16(s0), vget_low_s16(b0));
+        c = vmlal_high_s16(c, s0, b0);
+        c = vmlal_s16(c, vget_low_s16(s1), vget_low_s16(b1));
+        c = vmlal_high_s16(c, s1, b1);
+        sumi -= vaddvq_s32(c) << w->shift;
+    }
+    int32x4_t m = vmull_s16(vget_low_s16(n0), vget_low_s16(b0));
+    m = vmlal_high_s16(m, n0, b0);
+    m = vmlal_s16(m, vget_low_s16(n1), vget_low_s16(b1));
+    m = vmlal_high_s16(m, n1, b1);
+    return kq_step(s, w->d, w->dmin, xd, sumi, vaddvq_s32(m));
+}
+
+enum { KQ_ARM_STREAM = 4 };
+
+static void mm_kquant_neon(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n, int64_t o0,
+                           int64_t o1, int acc, float *scratch)
+{
+    if (w->type == GGML_Q8_K) {   /* never in a model file: the reference */
+        k_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch);
+        return;
+    }
+    const int64_t K = w->cols, nb = K / QK_K;
+    const size_t rb = tensor_row_bytes(w->type, K), bs = (size_t)tensor_row_bytes(w->type, QK_K);
+    const char *X = x;
+    _Static_assert(sizeof(kq_arm) <= 16 * sizeof(float) * QK_K, "an unpacked row fits the matmul scratch");
+    kq_arm *rowbuf = scratch && n > KQ_ARM_STREAM ? (kq_arm *)scratch : NULL;
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+        if (rowbuf) {   /* each weight row taken apart once for all activation rows */
+            for (int64_t b = 0; b < nb; b++) kq_unpack_arm(w->type, row + (size_t)b * bs, rowbuf + b);
+            for (int32_t i = 0; i < n; i++) {
+                const char *xi = X + (size_t)i * xs;
+                const float *xd = act_q8k_d(xi, K);
+                float s = 0.0f;
+                for (int64_t b = 0; b < nb; b++)
+                    s = kq_dot_arm(rowbuf + b, act_q8_qs(xi) + b * QK_K, act_q8k_bsums(xi, K) + b * 16, xd[b], s);
+                float *yo = y + (int64_t)i * ldy + o;
+                *yo = acc ? *yo + s : s;
+            }
+            continue;
+        }
+        for (int32_t i0 = 0; i0 < n; i0 += KQ_ARM_STREAM) {
+            const int32_t m = n - i0 < KQ_ARM_STREAM ? n - i0 : KQ_ARM_STREAM;
+            float s[KQ_ARM_STREAM] = { 0 };
+            kq_arm one;
+            for (int64_t b = 0; b < nb; b++) {
+                kq_unpack_arm(w->type, row + (size_t)b * bs, &one);
+                for (int32_t c = 0; c < m; c++) {
+                    const char *xi = X + (size_t)(i0 + c) * xs;
+                    s[c] = kq_dot_arm(&one, act_q8_qs(xi) + b * QK_K, act_q8k_bsums(xi, K) + b * 16, act_q8k_d(xi, K)[b], s[c]);
+                }
+            }
+            for (int32_t c = 0; c < m; c++) {
+                float *yo = y + (int64_t)(i0 + c) * ldy + o;
+                *yo = acc ? *yo + s[c] : s[c];
+            }
+        }
+    }
+}
+
 static void matmul_neon(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
                         int64_t o0, int64_t o1, int acc, float *scratch)
 {
@@ -291,6 +472,8 @@ static void matmul_neon(const tensor *w, const void *x, size_t xs, float *y, int
         mm_float(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     case GGML_Q8_0: case GGML_Q4_0:
         mm_quant(w, x, xs, y, ldy, n, o0, o1, acc); break;
+    case GGML_Q2_K: case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_Q8_K:
+        mm_kquant_neon(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     default:
         k_matmul_ref_range(w, x, xs, y, ldy, n, o0, o1, acc, scratch); break;
     }
