@@ -13,12 +13,17 @@
 # part of make test:
 # the emulated suite takes minutes. Shell and Python tests are host tests and
 # are not run here. TEST_FILTER and TEST_TIMEOUT (seconds, default 1800) as
-# in tests/run.sh.
+# in tests/run.sh. MOR_TEST_EMULATED=1 tells the programs they run emulated:
+# qemu-user runs every float operation through softfloat (a float-heavy
+# test is 100-1000x slower than natively), and a program may then cover the
+# same code with fewer repetitions of its arithmetic (test_kv_shift).
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:?set OUT to the cross build}
 QEMU=${QEMU:?set QEMU, e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu"}
 case $OUT in /*) ;; *) OUT=$(pwd)/$OUT ;; esac
 export OUT
+MOR_TEST_EMULATED=1
+export MOR_TEST_EMULATED
 TEST_TIMEOUT=${TEST_TIMEOUT:-1800}
 TEST_FILTER=${TEST_FILTER:-}
 LOGDIR=$OUT/build/test-logs
