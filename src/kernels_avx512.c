@@ -937,6 +937,7 @@ AI void ktile_mul(uint32_t t, const ktile *kt, int64_t nb, const char *const x[K
 {
     const int sh = KQZ_SHIFT(t), sub32 = t == GGML_Q4_K || t == GGML_Q5_K, mins = sub32 || t == GGML_Q2_K;
     const int ng = sub32 ? 8 : 16, qpg = sub32 ? 8 : 4;   /* groups, quads per group */
+    const int32_t bias = sh ? 1 << sh : 0;
     __m512 s[KT_COLS];
 #pragma GCC unroll 4
     for (int c = 0; c < KT_COLS; c++) s[c] = _mm512_setzero_ps();
@@ -957,7 +958,7 @@ AI void ktile_mul(uint32_t t, const ktile *kt, int64_t nb, const char *const x[K
             for (int c = 0; c < KT_COLS; c++) {
                 if (c >= C) break;
                 gs[c] = sub32 ? bsum[c][2 * j] + bsum[c][2 * j + 1] : bsum[c][j];
-                a[c] = _mm512_set1_epi32(sh ? -(gs[c] << sh) : 0);   /* sum (u - bias) x = sum u x - bias sum x */
+                a[c] = _mm512_set1_epi32(-gs[c] * bias);   /* sum (u - bias) x = sum u x - bias sum x */
             }
 #pragma GCC unroll 8
             for (int q = 0; q < qpg; q++) {

@@ -407,7 +407,7 @@ AI float kq_dot_arm(const kq_arm *w, const int8_t *x, const int16_t *bsum, float
         c = vmlal_high_s16(c, s0, b0);
         c = vmlal_s16(c, vget_low_s16(s1), vget_low_s16(b1));
         c = vmlal_high_s16(c, s1, b1);
-        sumi -= vaddvq_s32(c) << w->shift;
+        sumi -= vaddvq_s32(c) * (1 << w->shift);
     }
     int32x4_t m = vmull_s16(vget_low_s16(n0), vget_low_s16(b0));
     m = vmlal_high_s16(m, n0, b0);
