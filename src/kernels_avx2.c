@@ -363,28 +363,12 @@ AI void kq_pairs(kq_x86 *o)
         st(o->sc[c], _mm256_set_m128i(_mm_set1_epi16(o->sc16[2 * c + 1]), _mm_set1_epi16(o->sc16[2 * c])));
 }
 
-/* Q4_K / Q5_K: the 8 scales (bytes 0-7) and mins (8-15) of the 12 packed bytes (kq_scale_min's
- * fields, four at a time: 6 low bits for sub-blocks 0-3, a nibble plus the top 2 bits of bytes 0-7
- * for 4-7) */
-AI void k4_scales(const uint8_t *p, uint8_t out[16])
-{
-    uint32_t t[4];
-    memcpy(t, p, 12);
-    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-    t[3] = ((t[2] >> 4) & m4) | (((t[1] >> 6) & m2) << 4);
-    const uint32_t mn = t[1] & m6;
-    t[1] = (t[2] & m4) | (((t[0] >> 6) & m2) << 4);
-    t[2] = mn;
-    t[0] &= m6;
-    memcpy(out, t, 16);
-}
-
 static void kq_unpack_x86(uint32_t type, const uint8_t *p, kq_x86 *o)
 {
     switch (type) {
     case GGML_Q4_K: case GGML_Q5_K: {
         uint8_t sm[16];
-        k4_scales(p + 4, sm);
+        kq_scales_mins(p + 4, sm);
         o->d = f16at(p); o->dmin = f16at(p + 2); o->shift = 0;
         const uint8_t *qs = p + (type == GGML_Q4_K ? 16 : 48);
         const __m256i qh = type == GGML_Q5_K ? ld(p + 16) : _mm256_setzero_si256();

@@ -775,18 +775,12 @@ AI __mmask64 zbits(__m512i v, int m)
     return _mm512_test_epi8_mask(v, b);
 }
 
-/* Q4_K / Q5_K scales (bytes 0-7) and mins (8-15) of the 12 packed bytes, four at a time (kq_scale_min's fields) */
+/* Q4_K / Q5_K: the 8 scales then the 8 mins (kq_scales_mins) as 16-bit words */
 AI __m256i k4_scale_words(const uint8_t *p)
 {
-    uint32_t t[4];
-    memcpy(t, p, 12);
-    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-    t[3] = ((t[2] >> 4) & m4) | (((t[1] >> 6) & m2) << 4);
-    const uint32_t mn = t[1] & m6;
-    t[1] = (t[2] & m4) | (((t[0] >> 6) & m2) << 4);
-    t[2] = mn;
-    t[0] &= m6;
-    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)t));
+    uint8_t sm[16];
+    kq_scales_mins(p, sm);
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
 }
 
 /* Super-block p of type t (a constant where this is inlined) into registers. */

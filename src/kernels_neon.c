@@ -311,16 +311,8 @@ static void kq_unpack_arm(uint32_t type, const uint8_t *p, kq_arm *o)
     const uint8x16_t m15 = vdupq_n_u8(15), m3 = vdupq_n_u8(3);
     switch (type) {
     case GGML_Q4_K: case GGML_Q5_K: {
-        uint32_t t[4];   /* the 8 scales (bytes 0-7) and mins (8-15) of the 12 packed bytes, as kq_scale_min */
-        memcpy(t, p + 4, 12);
-        const uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-        t[3] = ((t[2] >> 4) & k4) | (((t[1] >> 6) & k2) << 4);
-        const uint32_t mn = t[1] & k6;
-        t[1] = (t[2] & k4) | (((t[0] >> 6) & k2) << 4);
-        t[2] = mn;
-        t[0] &= k6;
         uint8_t sm[16];
-        memcpy(sm, t, 16);
+        kq_scales_mins(p + 4, sm);
         o->d = f16at_arm(p); o->dmin = f16at_arm(p + 2); o->shift = 0;
         const uint8_t *qs = p + (type == GGML_Q4_K ? 16 : 48);
         for (int g = 0; g < 4; g++)

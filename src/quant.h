@@ -7,6 +7,7 @@
 #define MOR_QUANT_H
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "tensor.h"
 
 /* ggml block_q8_0: value j = d * qs[j]. */
@@ -68,6 +69,23 @@ static inline void kq_scale_min(const uint8_t *q, int j, int *sc, int *mn)
     if (j < 4) { *sc = q[j] & 63; *mn = q[j + 4] & 63; return; }
     *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
     *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+}
+/* All 8 scales (out[0..7]) and mins (out[8..15]) of a Q4_K / Q5_K block's 12
+ * packed bytes: kq_scale_min's fields, four at a time in 32-bit words (6 low
+ * bits for sub-blocks 0-3; a nibble plus the top 2 bits of bytes 0-7 for
+ * 4-7). The SIMD sets' (little-endian hosts: the words are the bytes in
+ * order). */
+static inline void kq_scales_mins(const uint8_t *p, uint8_t out[16])
+{
+    uint32_t t[4];
+    memcpy(t, p, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    t[3] = ((t[2] >> 4) & m4) | (((t[1] >> 6) & m2) << 4);
+    const uint32_t mn = t[1] & m6;
+    t[1] = (t[2] & m4) | (((t[0] >> 6) & m2) << 4);
+    t[2] = mn;
+    t[0] &= m6;
+    memcpy(out, t, 16);
 }
 /* A k-quant super-block's float step, as ggml's vec_dot_*_q8_K: the exact
  * integer sums sumi = sum_j sc_j (q . x)_j and summ = sum_j mn_j (sum of x)_j
