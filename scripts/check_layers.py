@@ -46,6 +46,9 @@ PROGRAM_ALLOWED = {PUBLIC, "internal.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
+ROW_STATE = re.compile(r"(?:->|\.)life\b|\bROW_(?:FREE|RUN|KVONLY|DISCARD|EXITED)\b")
+
+
 def module_of(path):
     name = os.path.splitext(os.path.basename(path))[0]
     return ALIASES.get(name, name)
@@ -84,6 +87,18 @@ def main():
             elif layer[m2] >= layer[mod]:
                 problems.append("src/%s (%s, layer %d) includes %s (%s, layer %d): layers point downward only"
                                 % (f, mod, layer[mod], inc, m2, layer[m2]))
+    # the recursion engine owns the rows in flight: no other file reads or
+    # writes a row's state (rec_row.life), nor names its values (ROW_*)
+    for f in lib_files:
+        if f in ("recursion.c",):
+            continue
+        with open(os.path.join(src, f), encoding="utf-8") as fh:
+            text = fh.read()
+        if f == "recursion.h":
+            text = text.replace("uint8_t life,", "")   # the field's declaration
+        for m in ROW_STATE.finditer(text):
+            problems.append("src/%s: '%s': only the recursion engine touches a row's state (recursion.h)"
+                            % (f, m.group(0)))
     tools = os.path.join(src, "tools")
     tool_headers = {f for _, _, fs in os.walk(tools) for f in fs if f.endswith(".h")}
     for dirpath, _, files in os.walk(tools):

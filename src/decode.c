@@ -89,21 +89,16 @@ static mor_status forward(mor_context *c, const mor_batch *b)
     e->capture = c->st_hidden ? capture_gathered : NULL;
     e->capture_ud = &cap;
     e->capture_in_pass = m->router_type == MOR_ROUTER_TYPE_NONE;   /* each layer is a module of its own */
-    for (int32_t i = 0; i < n; i++) {
-        c->idx[i] = i;
-        if ((st = rec_enter(e, i, b->token[i], b->pos[i], b->seq[i], i))) return st;
-    }
+    rec_reset(e);   /* the k-th row entered is row k - 1: rows are batch indices */
+    for (int32_t i = 0; i < n; i++)
+        if ((st = rec_enter(e, b->token[i], b->pos[i], b->seq[i], i, &c->idx[i]))) return st;
     if ((st = rec_layers(e, c->idx, n, 0, m->prelude))) return st;
     if (m->router_type == MOR_ROUTER_TYPE_TOKEN) capture_rows(&cap, n);
     for (int32_t r = 0; r < nr; r++) {
         if (m->router_type == MOR_ROUTER_TYPE_EXPERT) capture_rows(&cap, n);
-        int32_t k = 0;   /* the rows that have not exited, all at recursion r */
-        for (int32_t i = 0; i < n; i++)
-            if (rec_at(e, i)->state != ROW_EXITED) c->pos[k++] = i;
-        rec_decide(e, c->pos, k, c->seq_rows);
-        int32_t np = 0;
-        for (int32_t t = 0; t < k; t++)
-            if (rec_at(e, c->pos[t])->state != ROW_EXITED) c->pos[np++] = c->pos[t];
+        /* the rows that have not exited, all at recursion r, in batch order */
+        rec_decide(e, c->pos, rec_runnable(e, c->pos), c->seq_rows);
+        const int32_t np = rec_runnable(e, c->pos);
         if (!np && e->capture_in_pass)   /* past the depth cap: the points are there all the same */
             for (int32_t j = 0; j < m->base_depth; j++) capture_rows(&cap, n);
         if ((st = rec_pass(e, c->pos, np))) return st;

@@ -8,6 +8,9 @@
 #include "recursion.h"
 #include "status.h"
 
+/* A row's state (recursion.h: the verdicts). */
+enum { ROW_FREE, ROW_RUN, ROW_KVONLY, ROW_DISCARD, ROW_EXITED };
+
 /* ---- the row block ---- */
 
 /* A record: the rec_row, then floats x[d], h[d], hprev[d], cs[head_dim],
@@ -65,19 +68,87 @@ void rec_bind(rec_engine *e, const mor_model *m, mor_kv_cache *kv, mor_router *r
 
 /* ---- rows ---- */
 
-mor_status rec_enter(rec_engine *e, int32_t i, mor_token token, mor_pos pos, mor_seq_id seq, int32_t tag)
+void rec_reset(rec_engine *e)
+{
+    for (int32_t i = 0; i < e->cap; i++) rec_at(e, i)->life = ROW_FREE;
+}
+
+int32_t rec_n_live(const rec_engine *e)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->cap; i++) n += rec_at(e, i)->life != ROW_FREE;
+    return n;
+}
+
+mor_status rec_enter(rec_engine *e, mor_token token, mor_pos pos, mor_seq_id seq, int32_t tag, int32_t *row)
 {
     const mor_model *m = e->m;
+    int32_t i = 0;
+    while (i < e->cap && rec_at(e, i)->life != ROW_FREE) i++;
+    if (i == e->cap) return err_set(MOR_E_INTERNAL, "recursion engine: all %d rows are in flight", e->cap);
     if (kv_append(e->kv, -1, seq, pos) < 0)
         return err_set(MOR_E_KV_FULL, "KV cache full (%d cells)", e->kv->n_ctx);
+    *row = i;
     rec_row *r = rec_at(e, i);
     memset(r, 0, sizeof *r);
-    r->pos = pos; r->seq = seq; r->tag = tag; r->state = ROW_RUN;
+    r->pos = pos; r->seq = seq; r->tag = tag; r->life = ROW_RUN;
     model_embed_row(m, token, rec_x(e, i));
     layer_rope_cs(m, e->ls, &pos, 1, rec_cs(e, i));
     float *z = rec_z(e, i), *pr = rec_p(e, i);
     for (int32_t t = 0; t < m->n_rec; t++) z[t] = pr[t] = NAN;
     return MOR_OK;
+}
+
+int32_t rec_runnable(const rec_engine *e, int32_t *list)
+{
+    int32_t n = 0;
+    for (int32_t rec = 0; rec < e->m->n_rec; rec++)
+        for (int32_t i = 0; i < e->cap; i++) {
+            const rec_row *r = rec_at(e, i);
+            if (r->rec == rec && (r->life == ROW_RUN || r->life == ROW_KVONLY || r->life == ROW_DISCARD))
+                list[n++] = i;
+        }
+    return n;
+}
+
+int32_t rec_exited(const rec_engine *e, const int32_t *list, int32_t n, int32_t *out)
+{
+    int32_t k = 0;
+    for (int32_t t = 0; t < n; t++)
+        if (rec_at(e, list[t])->life == ROW_EXITED) out[k++] = list[t];
+    return k;
+}
+
+int32_t rec_exited_of(const rec_engine *e, int32_t tag, int32_t *out)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->cap; i++)
+        if (rec_at(e, i)->life == ROW_EXITED && rec_at(e, i)->tag == tag) out[n++] = i;
+    for (int32_t a = 1; a < n; a++)   /* insertion sort by position (few rows, mostly in order) */
+        for (int32_t b = a; b > 0 && rec_at(e, out[b])->pos < rec_at(e, out[b - 1])->pos; b--) {
+            const int32_t t = out[b]; out[b] = out[b - 1]; out[b - 1] = t;
+        }
+    return n;
+}
+
+void rec_free(rec_engine *e, const int32_t *list, int32_t n)
+{
+    for (int32_t t = 0; t < n; t++) rec_at(e, list[t])->life = ROW_FREE;
+}
+
+int32_t rec_save(const rec_engine *e, void *buf)
+{
+    int32_t n_hi = 0;
+    for (int32_t i = 0; i < e->cap; i++)
+        if (rec_at(e, i)->life != ROW_FREE) n_hi = i + 1;
+    memcpy(buf, e->rows, rec_span(e, n_hi));
+    return n_hi;
+}
+
+void rec_restore(rec_engine *e, const void *buf, int32_t n_hi)
+{
+    memcpy(e->rows, buf, rec_span(e, n_hi));
+    for (int32_t i = n_hi; i < e->cap; i++) rec_at(e, i)->life = ROW_FREE;
 }
 
 static mor_status poll(const rec_engine *e)
@@ -128,7 +199,7 @@ mor_status rec_layers(rec_engine *e, const int32_t *list, int32_t n, int32_t l0,
 static void not_taken(rec_engine *e, rec_row *r, int every)
 {
     r->dropped = 1;
-    r->state = every ? ROW_KVONLY : e->hooks.lockstep && e->m->router_type != MOR_ROUTER_TYPE_NONE ? ROW_DISCARD
+    r->life = every ? ROW_KVONLY : e->hooks.lockstep && e->m->router_type != MOR_ROUTER_TYPE_NONE ? ROW_DISCARD
                                                                                                    : ROW_EXITED;
 }
 
@@ -139,7 +210,7 @@ static void decide_at(rec_engine *e, int32_t rec, const int32_t *list, int32_t n
     const int32_t cap = router_depth_cap(e->router);
     const int lock = e->hooks.lockstep && m->router_type != MOR_ROUTER_TYPE_NONE;
     if (rec >= m->n_rec || rec >= cap) {   /* past the cap no router is evaluated */
-        for (int32_t t = 0; t < n; t++) rec_at(e, list[t])->state = lock && rec < m->n_rec ? ROW_DISCARD : ROW_EXITED;
+        for (int32_t t = 0; t < n; t++) rec_at(e, list[t])->life = lock && rec < m->n_rec ? ROW_DISCARD : ROW_EXITED;
         return;
     }
     const int every = kv_caches_every_row(e->kv, rec);
@@ -167,7 +238,7 @@ static void decide_at(rec_engine *e, int32_t rec, const int32_t *list, int32_t n
             rec_row *r = rec_at(e, i);
             rec_z(e, i)[rec] = e->zb[t];
             rec_p(e, i)[rec] = r->gate = e->pb[t];
-            if (e->gsel[t]) r->state = ROW_RUN;
+            if (e->gsel[t]) r->life = ROW_RUN;
             else not_taken(e, r, every);
         }
         return;
@@ -179,7 +250,7 @@ static void decide_at(rec_engine *e, int32_t rec, const int32_t *list, int32_t n
             r->tdepth = router_decide_token(e->router, rec_x(e, i), rec_z(e, i), rec_p(e, i), &r->gate, e->tmp);
             memcpy(rec_h(e, i), rec_x(e, i), sizeof(float) * (size_t)m->n_embd);
         }
-        if (m->router_type != MOR_ROUTER_TYPE_TOKEN || rec < r->tdepth) r->state = ROW_RUN;
+        if (m->router_type != MOR_ROUTER_TYPE_TOKEN || rec < r->tdepth) r->life = ROW_RUN;
         else not_taken(e, r, every);
     }
 }
@@ -217,7 +288,7 @@ mor_status rec_pass(rec_engine *e, const int32_t *list, int32_t n)
     for (int32_t t = 0; t < n; t++) {
         const int32_t i = list[t];
         memcpy(rec_hprev(e, i), rec_x(e, i), sizeof(float) * (size_t)d);   /* for the saturation measure */
-        e->gskip[t] = rec_at(e, i)->state == ROW_DISCARD;
+        e->gskip[t] = rec_at(e, i)->life == ROW_DISCARD;
     }
     for (int32_t j = 0; j < m->base_depth; j++) {
         mor_status st = poll(e);
@@ -237,7 +308,7 @@ mor_status rec_pass(rec_engine *e, const int32_t *list, int32_t n)
         rec_row *r = rec_at(e, i);
         const float *y = e->gx + (size_t)t * d;
         const int32_t rec = r->rec++;
-        if (r->state != ROW_RUN) continue;   /* only its K/V were wanted, or nothing */
+        if (r->life != ROW_RUN) continue;   /* only its K/V were wanted, or nothing */
         r->depth = rec + 1;
         if (m->router_type == MOR_ROUTER_TYPE_EXPERT) router_update(m, rec_x(e, i), y, r->gate);
         else if (!tc) memcpy(rec_x(e, i), y, sizeof(float) * (size_t)d);

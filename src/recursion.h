@@ -27,16 +27,18 @@
  *   EXITED   done with the recursions
  * A row not taken once is never taken again ("dropped").
  *
- * Rows live in one block of fixed-size records, so that a caller can save
- * and restore the state of every row in flight with one copy. */
+ * The engine owns the rows' lifecycle: callers enter tokens (each takes the
+ * lowest free row), ask which rows are runnable or have exited, and free
+ * them; no caller reads or writes a row's state. Rows live in one block of
+ * fixed-size records, so that rec_save / rec_restore keep every row in
+ * flight with one copy. */
 #ifndef MOR_RECURSION_H
 #define MOR_RECURSION_H
 #include "layer.h"
 #include "router.h"
 
-enum { ROW_FREE, ROW_RUN, ROW_KVONLY, ROW_DISCARD, ROW_EXITED };
-
-/* One row's record; x, h, hprev, cs, z and p follow it in the block. */
+/* One row's record; x, h, hprev, cs, z and p follow it in the block. The
+ * state's values are private to recursion.c. */
 typedef struct {
     int32_t pos, seq;
     int32_t rec;        /* the recursion it runs next */
@@ -44,7 +46,7 @@ typedef struct {
     int32_t tdepth;     /* token-choice: the depth its router chose */
     int32_t tag;        /* the caller's (serve.c: the slot) */
     float   gate;       /* of its last verdict */
-    uint8_t state, dropped;
+    uint8_t life, dropped;   /* life: ROW_*, private to recursion.c (check-layers) */
 } rec_row;
 
 /* Hooks that only tests and benchmarks set (serve.h): consulted by
@@ -95,13 +97,38 @@ float *rec_x(const rec_engine *e, int32_t i);       /* [n_embd] the residual str
 float *rec_h(const rec_engine *e, int32_t i);       /* [n_embd] token-choice: the trajectory state */
 float *rec_z(const rec_engine *e, int32_t i);       /* [n_rec] router logits (NaN where not evaluated) */
 float *rec_p(const rec_engine *e, int32_t i);       /* [n_rec] router scores (gates) */
-/* Bytes of rows [0, n) in the block: what a save of the rows below n copies. */
+/* Bytes of rows [0, n) in the block: a save buffer for every row holds
+ * rec_span(e, e->cap). */
 static inline size_t rec_span(const rec_engine *e, int32_t n) { return (size_t)n * e->stride; }
 
-/* Row i becomes token `token` at (seq, pos): embedded, RoPE angles, RUN at
- * recursion 0, and its token-log cell appended to the KV cache (inside the
- * caller's KV transaction). MOR_E_KV_FULL if the log is full. */
-mor_status rec_enter(rec_engine *e, int32_t i, mor_token token, mor_pos pos, mor_seq_id seq, int32_t tag);
+/* ---- the rows' lifecycle ---- */
+
+/* Every row free (mor_decode's start: its k-th enter then gets row k - 1). */
+void       rec_reset(rec_engine *e);
+/* Rows in use: entered and not freed. */
+int32_t    rec_n_live(const rec_engine *e);
+/* The lowest free row becomes token `token` at (seq, pos): embedded, RoPE
+ * angles, taken at recursion 0, and its token-log cell appended to the KV
+ * cache (inside the caller's KV transaction); *row is its index. Nothing
+ * changes on failure: MOR_E_KV_FULL if the log is full, MOR_E_INTERNAL if
+ * no row is free. */
+mor_status rec_enter(rec_engine *e, mor_token token, mor_pos pos, mor_seq_id seq, int32_t tag, int32_t *row);
+/* The rows that run the next pass (taken, KV-only or discarded), into list,
+ * ordered by recursion, then by row; returns their number. */
+int32_t    rec_runnable(const rec_engine *e, int32_t *list);
+/* The rows of list that have exited, into out (list order); returns their
+ * number. out may be list. */
+int32_t    rec_exited(const rec_engine *e, const int32_t *list, int32_t n, int32_t *out);
+/* The exited rows with the given tag, into out in position order; returns
+ * their number (serve.c: a slot's group, ready for rec_finish). */
+int32_t    rec_exited_of(const rec_engine *e, int32_t tag, int32_t *out);
+/* The rows of list become free. */
+void       rec_free(rec_engine *e, const int32_t *list, int32_t n);
+/* Copy every row in flight into buf (rec_span(e, e->cap) bytes); returns
+ * what rec_restore needs: one past the highest row in use. */
+int32_t    rec_save(const rec_engine *e, void *buf);
+/* The rows as rec_save found them; rows entered since are free again. */
+void       rec_restore(rec_engine *e, const void *buf, int32_t n_hi);
 /* Unrolled layers [l0, l1) over the rows in list (all at every layer). */
 mor_status rec_layers(rec_engine *e, const int32_t *list, int32_t n, int32_t l0, int32_t l1);
 /* The verdict (ROW_*) of each row in list for its next recursion. Rows may

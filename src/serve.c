@@ -589,10 +589,9 @@ static int32_t n_queued(const mor_server *s)
 /* After a verdict on the rows of list: count the exits of each slot's group. */
 static void count_exits(mor_server *s, const int32_t *list, int32_t n)
 {
-    for (int32_t t = 0; t < n; t++) {
-        const rec_row *r = rec_at(&s->ctx->eng, list[t]);
-        if (r->state == ROW_EXITED) s->slots[r->tag].n_exited++;
-    }
+    const rec_engine *e = &s->ctx->eng;
+    const int32_t k = rec_exited(e, list, n, s->list2);
+    for (int32_t t = 0; t < k; t++) s->slots[rec_at(e, s->list2[t])->tag].n_exited++;
 }
 
 /* 1. Entering rows: a slot's last sampled token, or the next chunk of its
@@ -601,18 +600,15 @@ static mor_status step_enter(mor_server *s)
 {
     rec_engine *e = &s->ctx->eng;
     const int32_t nb = (int32_t)s->p.n_batch;
-    int32_t n_live = 0, ne = 0, fr = 0;
-    for (int32_t i = 0; i < nb; i++) n_live += rec_at(e, i)->state != ROW_FREE;
+    int32_t n_live = rec_n_live(e), ne = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
             serve_slot *S = &s->slots[sl];
             const int32_t n = take_rows(s, sl, pass, nb - n_live);
             for (int32_t t = 0; t < n; t++) {
-                while (rec_at(e, fr)->state != ROW_FREE) fr++;
                 mor_token tok = S->entered ? S->next : S->req->prompt[S->n_pos + t];
-                if (rec_enter(e, fr, tok, S->n_pos + t, sl, sl))
+                if (rec_enter(e, tok, S->n_pos + t, sl, sl, &s->list[ne++]))
                     return err_set(MOR_E_INTERNAL, "server: token log full despite the KV budget");
-                s->list[ne++] = fr++;
             }
             if (!n) continue;
             enter(S, n);
@@ -633,7 +629,6 @@ static mor_status step_enter(mor_server *s)
 static mor_status step_finish(mor_server *s)
 {
     rec_engine *e = &s->ctx->eng;
-    const int32_t nb = (int32_t)s->p.n_batch;
     int32_t nf = 0, nl = 0, n_ready = 0, n_groups = 0;
     for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
         const serve_slot *S = &s->slots[sl];
@@ -646,13 +641,7 @@ static mor_status step_finish(mor_server *s)
     for (int32_t sl = 0; finish && sl < (int32_t)s->p.n_slots; sl++) {
         serve_slot *S = &s->slots[sl];
         if (!S->req || !S->n_rows || S->n_exited < S->n_rows) continue;
-        int32_t first = nf;
-        for (int32_t i = 0; i < nb; i++)
-            if (rec_at(e, i)->state == ROW_EXITED && rec_at(e, i)->tag == sl) s->list[nf++] = i;
-        for (int32_t a = first + 1; a < nf; a++)   /* position order within the group */
-            for (int32_t b = a; b > first && rec_at(e, s->list[b])->pos < rec_at(e, s->list[b - 1])->pos; b--) {
-                int32_t t = s->list[b]; s->list[b] = s->list[b - 1]; s->list[b - 1] = t;
-            }
+        nf += rec_exited_of(e, sl, s->list + nf);   /* in position order */
         if (S->entered) s->list2[nl++] = nf - 1;   /* the group's last row gives the logits */
         /* else a prompt chunk before the last: it only fills the last layers' caches */
     }
@@ -667,10 +656,10 @@ static mor_status step_finish(mor_server *s)
         s->slots[r->tag].n_rows = s->slots[r->tag].n_exited = 0;
         emit(s, r->tag, s->logits + (size_t)g * s->m->n_vocab, r->depth);
     }
+    rec_free(e, s->list, nf);
     for (int32_t t = 0; t < nf; t++) {
-        rec_row *r = rec_at(e, s->list[t]);
+        const rec_row *r = rec_at(e, s->list[t]);
         serve_slot *S = &s->slots[r->tag];
-        r->state = ROW_FREE;
         if (!S->req || S->entered || !S->n_rows) continue;
         S->n_rows = S->n_exited = 0;   /* a prompt chunk done: the next enters at the next step */
         if (S->req->state == MOR_REQ_CANCELLED) slot_release(s, r->tag);
@@ -683,7 +672,6 @@ static mor_status step_depthwise(mor_server *s)
 {
     const mor_model *m = s->m;
     rec_engine *e = &s->ctx->eng;
-    const int32_t nb = (int32_t)s->p.n_batch;
     mor_status st = step_enter(s);
     if (st) return st;
     /* 2. one pass of the shared block over every recursing row, grouped by
@@ -691,12 +679,7 @@ static mor_status step_depthwise(mor_server *s)
      * until every row has exited */
     const int repeat = s->hooks.drain && !n_queued(s);
     for (int32_t pass = 0; pass < m->n_rec; pass++) {
-        int32_t nrun = 0;
-        for (int32_t r = 0; r < m->n_rec; r++)
-            for (int32_t i = 0; i < nb; i++) {
-                const rec_row *row = rec_at(e, i);
-                if ((row->state == ROW_RUN || row->state == ROW_KVONLY) && row->rec == r) s->list[nrun++] = i;
-            }
+        const int32_t nrun = rec_runnable(e, s->list);
         if (!nrun) break;
         if ((st = rec_pass(e, s->list, nrun))) return st;
         rec_decide(e, s->list, nrun, NULL);
@@ -718,12 +701,7 @@ static int32_t pending(const mor_server *s)
  * the queue, the budget. */
 static void save(mor_server *s)
 {
-    const rec_engine *e = &s->ctx->eng;
-    int32_t n_hi = 0;
-    for (int32_t i = 0; i < e->cap; i++)
-        if (rec_at(e, i)->state != ROW_FREE) n_hi = i + 1;
-    s->sv_n_hi = n_hi;
-    memcpy(s->sv_rows, e->rows, rec_span(e, n_hi));
+    s->sv_n_hi = rec_save(&s->ctx->eng, s->sv_rows);
     memcpy(s->sv_slots, s->slots, sizeof(serve_slot) * s->p.n_slots);
     s->sv_q_head = s->q_head; s->sv_q_len = s->q_len; s->sv_reserved = s->reserved; s->sv_n_steps = s->n_steps;
     const mor_router *r = s->ctx->router;
@@ -734,9 +712,7 @@ static void save(mor_server *s)
 
 static void restore(mor_server *s)
 {
-    rec_engine *e = &s->ctx->eng;
-    memcpy(e->rows, s->sv_rows, rec_span(e, s->sv_n_hi));
-    for (int32_t i = s->sv_n_hi; i < e->cap; i++) rec_at(e, i)->state = ROW_FREE;   /* entered by the failed step */
+    rec_restore(&s->ctx->eng, s->sv_rows, s->sv_n_hi);   /* rows entered by the failed step: free */
     /* cells copied for a request admitted by this step: gone with it (its
      * slot keeps nothing: kept_trim emptied it first) */
     char why[512];   /* the step's error: mor_kv_seq_rm, public, clears it */

@@ -2,7 +2,8 @@
 include points to a lower layer, and the programs reach the library only
 through mor.h and internal.h (scripts/check_layers.py, docs/ARCHITECTURE.md).
 Then the checker itself, on altered copies of src/: an upward include, a
-circle between modules and a program reaching past internal.h are caught."""
+circle between modules, a program reaching past internal.h and a caller of
+the recursion engine touching a row's state are caught."""
 import os
 import shutil
 import subprocess
@@ -29,6 +30,9 @@ cases = [
     ("src/kernels_ref.c", '#include "serve.h"\n', "a kernel file including a header of a higher layer"),
     ("src/lora.c", '#include "kv_cache.h"\n', "a module including another of its own layer (a circle in waiting)"),
     ("src/tools/mor-run/mor-run.c", '#include "context.h"\n', "a program including a library header other than internal.h"),
+    ("src/serve.c", 'static void f(rec_row *r) { r->life = 0; }\n', "a caller of the recursion engine writing a row's state"),
+    ("src/decode.c", 'static int f(const rec_engine *e) { return rec_at(e, 0)->life == 4; }\n',
+     "a caller of the recursion engine reading a row's state"),
 ]
 with tempfile.TemporaryDirectory() as tmp:
     for path, line, what in cases:
