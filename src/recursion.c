@@ -37,7 +37,8 @@ float *rec_p(const rec_engine *e, int32_t i) { return rec_z(e, i) + e->m->n_rec;
     X(int32_t, gpos, cap) X(int32_t, gseq, cap) X(int32_t, glayer, cap)    \
     X(int32_t, gseqv, cap) X(int32_t, glist, cap) X(int32_t, tmp_list, cap) \
     X(const float *, gxp, cap) X(router_rank, rank, cap)                   \
-    X(uint8_t, gskip, cap) X(uint8_t, gsel, cap)
+    X(router_cand, cand, cap)                                              \
+    X(uint8_t, gskip, cap) X(uint8_t, gsel, cap) X(uint8_t, gverdict, cap)
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -64,6 +65,13 @@ void rec_bind(rec_engine *e, const mor_model *m, mor_kv_cache *kv, mor_router *r
 #define LAY(T, name, count) e->name = (void *)p; p += align64(sizeof(T) * (count));
     REC_SCRATCH(LAY)
 #undef LAY
+    e->rs = (router_scratch){ e->zb, e->pb, e->tmp, e->vocab, e->gxp, e->gseqv, e->glist, e->gsel, e->rank };
+    e->drop_life = ROW_EXITED;
+}
+
+void rec_set_lockstep(rec_engine *e, int on)
+{
+    e->drop_life = on && e->m->router_type != MOR_ROUTER_TYPE_NONE ? ROW_DISCARD : ROW_EXITED;
 }
 
 /* ---- rows ---- */
@@ -194,64 +202,30 @@ mor_status rec_layers(rec_engine *e, const int32_t *list, int32_t n, int32_t l0,
 
 /* ---- verdicts ---- */
 
-/* A row that is not taken at recursion r: KV-only where r caches every row,
- * computed and discarded under the lockstep hook, else done. */
-static void not_taken(rec_engine *e, rec_row *r, int every)
-{
-    r->dropped = 1;
-    r->life = every ? ROW_KVONLY : e->hooks.lockstep && e->m->router_type != MOR_ROUTER_TYPE_NONE ? ROW_DISCARD
-                                                                                                   : ROW_EXITED;
-}
-
-/* The verdicts of the n rows of list, all at recursion rec. */
+/* The verdicts of the n rows of list, all at recursion rec: the router's
+ * (router_verdicts) turned into row states. */
 static void decide_at(rec_engine *e, int32_t rec, const int32_t *list, int32_t n, const int32_t *seq_rows)
 {
     const mor_model *m = e->m;
-    const int32_t cap = router_depth_cap(e->router);
-    const int lock = e->hooks.lockstep && m->router_type != MOR_ROUTER_TYPE_NONE;
-    if (rec >= m->n_rec || rec >= cap) {   /* past the cap no router is evaluated */
-        for (int32_t t = 0; t < n; t++) rec_at(e, list[t])->life = lock && rec < m->n_rec ? ROW_DISCARD : ROW_EXITED;
-        return;
-    }
-    const int every = kv_caches_every_row(e->kv, rec);
-    int32_t nc = 0;   /* candidates: not dropped, not confident enough to exit */
     for (int32_t t = 0; t < n; t++) {
         const int32_t i = list[t];
         rec_row *r = rec_at(e, i);
-        if (r->dropped) { not_taken(e, r, every); continue; }
-        if (e->exit_mode != MOR_EXIT_NONE && rec >= 1 &&
-            router_confidence(m, &e->ls->exec, e->exit_mode, rec_x(e, i), rec_hprev(e, i), e->tmp, e->vocab) >=
-                e->exit_threshold) {
-            not_taken(e, r, every);
-            continue;
-        }
-        e->glist[nc++] = i;
+        e->cand[t] = (router_cand){ &r->rt, rec_x(e, i), rec_hprev(e, i), rec_z(e, i), rec_p(e, i), r->seq };
     }
-    if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
-        for (int32_t t = 0; t < nc; t++) {
-            e->gxp[t] = rec_x(e, e->glist[t]);
-            e->gseqv[t] = rec_at(e, e->glist[t])->seq;
-        }
-        router_decide_expert(e->router, rec, nc, e->gxp, e->gseqv, seq_rows, e->zb, e->pb, e->gsel, e->tmp, e->rank);
-        for (int32_t t = 0; t < nc; t++) {
-            const int32_t i = e->glist[t];
-            rec_row *r = rec_at(e, i);
-            rec_z(e, i)[rec] = e->zb[t];
-            rec_p(e, i)[rec] = r->gate = e->pb[t];
-            if (e->gsel[t]) r->life = ROW_RUN;
-            else not_taken(e, r, every);
-        }
-        return;
-    }
-    for (int32_t t = 0; t < nc; t++) {
-        const int32_t i = e->glist[t];
+    router_verdicts(e->router, &e->ls->exec, rec, e->cand, n, seq_rows, &e->rs, e->gverdict);
+    const int every = rec < m->n_rec && kv_caches_every_row(e->kv, rec);
+    for (int32_t t = 0; t < n; t++) {
+        const int32_t i = list[t];
         rec_row *r = rec_at(e, i);
-        if (m->router_type == MOR_ROUTER_TYPE_TOKEN && rec == 0) {   /* the depth, once, on H^1 */
-            r->tdepth = router_decide_token(e->router, rec_x(e, i), rec_z(e, i), rec_p(e, i), &r->gate, e->tmp);
-            memcpy(rec_h(e, i), rec_x(e, i), sizeof(float) * (size_t)m->n_embd);
+        switch (e->gverdict[t]) {
+        case ROUTE_TAKEN:
+            r->life = ROW_RUN;
+            if (m->router_type == MOR_ROUTER_TYPE_TOKEN && rec == 0)   /* the trajectory starts at H^1 */
+                memcpy(rec_h(e, i), rec_x(e, i), sizeof(float) * (size_t)m->n_embd);
+            break;
+        case ROUTE_DROPPED: r->life = every ? ROW_KVONLY : e->drop_life; break;
+        default:            r->life = rec < m->n_rec ? e->drop_life : ROW_EXITED; break;
         }
-        if (m->router_type != MOR_ROUTER_TYPE_TOKEN || rec < r->tdepth) r->life = ROW_RUN;
-        else not_taken(e, r, every);
     }
 }
 
@@ -310,9 +284,9 @@ mor_status rec_pass(rec_engine *e, const int32_t *list, int32_t n)
         const int32_t rec = r->rec++;
         if (r->life != ROW_RUN) continue;   /* only its K/V were wanted, or nothing */
         r->depth = rec + 1;
-        if (m->router_type == MOR_ROUTER_TYPE_EXPERT) router_update(m, rec_x(e, i), y, r->gate);
+        if (m->router_type == MOR_ROUTER_TYPE_EXPERT) router_update(m, rec_x(e, i), y, r->rt.gate);
         else if (!tc) memcpy(rec_x(e, i), y, sizeof(float) * (size_t)d);
-        else if (r->tdepth == rec + 1) router_update(m, rec_x(e, i), y, r->gate);   /* H^1 + g f^(r+1)(H^1) */
+        else if (r->rt.tdepth == rec + 1) router_update(m, rec_x(e, i), y, r->rt.gate);   /* H^1 + g f^(r+1)(H^1) */
         else memcpy(rec_h(e, i), y, sizeof(float) * (size_t)d);                    /* goes deeper: ungated */
     }
     return MOR_OK;

@@ -22,10 +22,12 @@
  *            without routers)
  *   KVONLY   not taken, but r caches every row (kv_caches_every_row): the
  *            block runs over it for its K/V, its output is discarded
- *   DISCARD  only in the lockstep benchmark hook (a sequence-level engine that
+ *   DISCARD  only under the lockstep policy (rec_set_lockstep) (a sequence-level engine that
  *            knows nothing of MoR): computed, discarded, nothing stored
  *   EXITED   done with the recursions
- * A row not taken once is never taken again ("dropped").
+ * router.c (router_verdicts) makes every depth decision: taken, dropped (a
+ * row not taken once is never taken again), or done (past the depth cap);
+ * the engine turns them into these states.
  *
  * The engine owns the rows' lifecycle: callers enter tokens (each takes the
  * lowest free row), ask which rows are runnable or have exited, and free
@@ -43,17 +45,10 @@ typedef struct {
     int32_t pos, seq;
     int32_t rec;        /* the recursion it runs next */
     int32_t depth;      /* recursions it was taken by */
-    int32_t tdepth;     /* token-choice: the depth its router chose */
     int32_t tag;        /* the caller's (serve.c: the slot) */
-    float   gate;       /* of its last verdict */
-    uint8_t life, dropped;   /* life: ROW_*, private to recursion.c (check-layers) */
+    router_row rt;      /* the router's record: gate, token-choice depth, dropped */
+    uint8_t life;       /* ROW_*, private to recursion.c (check-layers) */
 } rec_row;
-
-/* Hooks that only tests and benchmarks set (serve.h): consulted by
- * rec_decide, once per verdict, never inside the layers. */
-typedef struct {
-    int lockstep;       /* rows not taken are DISCARD rows to the last recursion */
-} rec_hooks;
 
 /* Called with the hidden states of the rows in list, in the order given
  * (gx: n rows of n_embd), at each capture point inside rec_layers /
@@ -65,25 +60,24 @@ typedef struct {
     mor_kv_cache    *kv;
     mor_router      *router;
     layer_scratch   *ls;
-    rec_hooks        hooks;
+    uint8_t          drop_life;    /* where a row not taken goes when its K/V are not wanted */
     int32_t          cap;          /* rows */
     size_t           stride;       /* bytes per record */
     unsigned char   *rows;         /* cap records */
     /* scratch for up to cap gathered rows */
     float   *gx, *gcs, *tmp, *vocab, *zb, *pb;
     int32_t *gpos, *gseq, *glayer, *gseqv, *glist, *tmp_list;
-    uint8_t *gskip, *gsel;
+    uint8_t *gskip, *gsel, *gverdict;
     const float **gxp;
-    router_rank *rank;
+    router_rank   *rank;
+    router_cand   *cand;
+    router_scratch rs;             /* router_verdicts' view of the scratch above */
     /* abort polling (before each layer) and hidden-state capture */
     int32_t (*abort_cb)(void *);
     void    *abort_ud;
     rec_capture_fn capture;        /* NULL: none */
     void          *capture_ud;
     int            capture_in_pass; /* capture before each block layer too (models without routers) */
-    /* confidence exits (serving): MOR_EXIT_*, threshold */
-    int32_t exit_mode;
-    float   exit_threshold;
 } rec_engine;
 
 /* Bytes of the engine's memory for cap rows (rec_bind lays it out). */
@@ -91,6 +85,11 @@ size_t rec_bytes(const mor_model *m, int32_t cap);
 /* Lay the engine out in mem (rec_bytes(m, cap), 64-byte aligned, zeroed: every row FREE). */
 void   rec_bind(rec_engine *e, const mor_model *m, mor_kv_cache *kv, mor_router *router, layer_scratch *ls,
                 int32_t cap, void *mem);
+/* The verdict policy for rows not taken whose K/V no deeper recursion
+ * wants: done (the default), or, with lockstep on (a benchmark's
+ * sequence-level baseline, serve.h; models with routers), computed to the
+ * last recursion and discarded. Chosen once, before rows are entered. */
+void   rec_set_lockstep(rec_engine *e, int on);
 
 static inline rec_row *rec_at(const rec_engine *e, int32_t i) { return (rec_row *)(e->rows + (size_t)i * e->stride); }
 float *rec_x(const rec_engine *e, int32_t i);       /* [n_embd] the residual stream */

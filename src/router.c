@@ -157,6 +157,49 @@ int32_t router_decide_token(const mor_router *r, const float *x, float *z, float
     return best + 1;
 }
 
+void router_verdicts(const mor_router *r, exec_ctx *ex, int32_t rec, const router_cand *c, int32_t n,
+                     const int32_t *seq_rows, router_scratch *s, uint8_t *verdict)
+{
+    const mor_model *m = r->m;
+    if (rec >= m->n_rec || rec >= router_depth_cap(r)) {   /* past the cap no router is evaluated */
+        for (int32_t t = 0; t < n; t++) verdict[t] = ROUTE_DONE;
+        return;
+    }
+    int32_t nc = 0;   /* candidates: not dropped, not confident enough to exit */
+    for (int32_t t = 0; t < n; t++) {
+        verdict[t] = ROUTE_DROPPED;
+        if (c[t].rr->dropped) continue;
+        if (r->exit_mode != MOR_EXIT_NONE && rec >= 1 &&
+            router_confidence(m, ex, r->exit_mode, c[t].x, c[t].xprev, s->tmp, s->vocab) >= r->exit_threshold) {
+            c[t].rr->dropped = 1;
+            continue;
+        }
+        s->idx[nc++] = t;
+    }
+    if (m->router_type == MOR_ROUTER_TYPE_EXPERT) {
+        for (int32_t k = 0; k < nc; k++) {
+            s->x[k] = c[s->idx[k]].x;
+            s->seq[k] = c[s->idx[k]].seq;
+        }
+        router_decide_expert(r, rec, nc, s->x, s->seq, seq_rows, s->z, s->p, s->sel, s->tmp, s->rank);
+        for (int32_t k = 0; k < nc; k++) {
+            const router_cand *ct = &c[s->idx[k]];
+            ct->z[rec] = s->z[k];
+            ct->p[rec] = ct->rr->gate = s->p[k];
+            if (s->sel[k]) verdict[s->idx[k]] = ROUTE_TAKEN;
+            else ct->rr->dropped = 1;
+        }
+        return;
+    }
+    for (int32_t k = 0; k < nc; k++) {
+        const router_cand *ct = &c[s->idx[k]];
+        if (m->router_type == MOR_ROUTER_TYPE_TOKEN && rec == 0)   /* the depth, once, on H^1 */
+            ct->rr->tdepth = router_decide_token(r, ct->x, ct->z, ct->p, &ct->rr->gate, s->tmp);
+        if (m->router_type != MOR_ROUTER_TYPE_TOKEN || rec < ct->rr->tdepth) verdict[s->idx[k]] = ROUTE_TAKEN;
+        else ct->rr->dropped = 1;
+    }
+}
+
 void router_update(const mor_model *m, float *x, const float *y, float g)
 {
     const float w = m->gating_additive ? 1.0f : g;

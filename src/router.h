@@ -13,6 +13,9 @@ struct mor_router {
     int32_t n_rows, cap_rows;
     int32_t *depth;
     float   *scores, *logits;
+    /* confidence exits (serving): MOR_EXIT_*, threshold */
+    int32_t exit_mode;
+    float   exit_threshold;
     /* statistics since the last reset */
     uint64_t n_tokens, depth_sum, n_at_depth[MOR_MAX_RECURSIONS + 1];
 };
@@ -53,6 +56,52 @@ void    router_update(const mor_model *m, float *x, const float *y, float gate);
  * MOR_EXIT_SATURATION: cos(x, xprev), xprev the state before the last pass. */
 float   router_confidence(const mor_model *m, exec_ctx *e, int32_t mode, const float *x, const float *xprev,
                           float *tmp, float *vocab);
+
+/* ---- verdicts: every depth decision of a row in flight ---- */
+
+/* The router's record of one row in flight (the recursion engine keeps it in
+ * the row's record and hands it back at each verdict). */
+typedef struct {
+    float   gate;       /* of its last verdict */
+    int32_t tdepth;     /* token-choice: the depth chosen at recursion 0 */
+    uint8_t dropped;    /* not taken once: never taken again */
+} router_row;
+
+/* One row before its verdict at a recursion. */
+typedef struct {
+    router_row  *rr;
+    const float *x;       /* its hidden state */
+    const float *xprev;   /* before its last pass (MOR_EXIT_SATURATION) */
+    float       *z, *p;   /* [n_rec]: the router logit and score of the recursion are written */
+    int32_t      seq;
+} router_cand;
+
+/* The verdict of a row before recursion rec. */
+enum {
+    ROUTE_TAKEN,     /* the block's output updates it */
+    ROUTE_DROPPED,   /* not taken (now or before): deeper recursions may still want its K/V */
+    ROUTE_DONE       /* rec is past the depth cap (or N_r): no router ran, nothing deeper */
+};
+
+/* Scratch of router_verdicts for up to n rows. */
+typedef struct {
+    float       *z, *p, *tmp, *vocab;   /* [n], [n], 3 n_embd, n_vocab */
+    const float **x;                    /* [n] */
+    int32_t     *seq, *idx;             /* [n] */
+    uint8_t     *sel;                   /* [n] */
+    router_rank *rank;                  /* [n] */
+} router_scratch;
+
+/* The verdicts (ROUTE_*) of the n rows of c, all before recursion rec, into
+ * verdict[]: past the depth cap every row is DONE; a row dropped before
+ * stays dropped; from recursion 1 on, a row whose exit confidence reaches the
+ * router's exit threshold is dropped; the rest are routed: expert-choice by
+ * the mode (TOPK ranks the rows of one sequence together, T = seq_rows[seq]),
+ * token-choice by the depth its router picks at recursion 0 (written to
+ * rr->tdepth), router-less models all taken. Each routed row's rr->gate is
+ * set. Exit confidences run on ex's threads. */
+void    router_verdicts(const mor_router *r, exec_ctx *ex, int32_t rec, const router_cand *c, int32_t n,
+                        const int32_t *seq_rows, router_scratch *s, uint8_t *verdict);
 
 /* Publish a successful decode's decisions (copied) and add them to the stats. */
 void       router_publish(mor_router *r, int32_t n, const int32_t *depth, const float *scores,

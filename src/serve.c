@@ -196,8 +196,8 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     p.n_ctx = s->ctx->params.n_ctx;
     s->p = p;
     if (m->router_type == MOR_ROUTER_TYPE_EXPERT) mor_router_set_mode(s->ctx->router, MOR_ROUTE_THRESHOLD, 0);
-    s->ctx->eng.exit_mode = p.exit_mode;
-    s->ctx->eng.exit_threshold = p.exit_threshold;
+    s->ctx->router->exit_mode = p.exit_mode;
+    s->ctx->router->exit_threshold = p.exit_threshold;
     const size_t nb = p.n_batch;
     int ok = mor_batch_create((int32_t)nb, &s->batch) == MOR_OK;
     /* The slots, their saved copies and the step's lists in one allocation, planned here. */
@@ -838,7 +838,7 @@ mor_context *serve_context(mor_server *s) { return s ? s->ctx : NULL; }
  * DEPTHWISE rows. */
 void serve_set_lockstep(mor_server *s, int on)
 {
-    if (s) s->ctx->eng.hooks.lockstep = on && s->p.mode != MOR_SERVE_DEPTHWISE;
+    if (s) rec_set_lockstep(&s->ctx->eng, on && s->p.mode != MOR_SERVE_DEPTHWISE);
 }
 
 void serve_set_finish_every(mor_server *s, int32_t k) { if (s) s->hooks.finish_every = k < 1 ? 1 : k; }
