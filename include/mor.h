@@ -155,6 +155,7 @@ typedef struct mor_kv_cache mor_kv_cache;  /* keys/values, per recursion        
 typedef struct mor_router   mor_router;    /* depth-routing policy and read-back  */
 typedef struct mor_batch    mor_batch;     /* tokens to decode                    */
 typedef struct mor_sampler  mor_sampler;   /* picks the next token from logits    */
+typedef struct mor_grammar  mor_grammar;   /* constrains sampling to a grammar    */
 
 /* ------------------------------------------------------------------------ */
 /* Model                                                                     */
@@ -376,6 +377,56 @@ MOR_API mor_status mor_decode(mor_context *ctx, const mor_batch *batch);
  * i did not ask for logits or is out of range. Valid until the next
  * mor_decode or mor_context_free. */
 MOR_API const float *mor_get_logits(mor_context *ctx, int32_t i);
+
+/* Self-speculative decoding by recursion depth: one step of generation for
+ * sequence seq that gives the same tokens as plain decoding, often several
+ * per call. `token` is the next input (the last token sampled, not yet
+ * decoded) at position pos. The step drafts up to n_draft tokens, each the
+ * argmax of logits taken after only the first draft_depth recursions, then
+ * runs the deeper recursions of the input and all drafts together (one
+ * matrix-matrix pass per recursion instead of one matrix-vector pass per
+ * token), and samples each position from its verified logits with the
+ * caller's sampler (and grammar, when not NULL: mask, sample, accept, as in
+ * the grammar's usage below), in order, until a sampled token differs from
+ * the draft. The sampled tokens go to out[0..*n_out): 1 <= *n_out <=
+ * n_max, n_draft + 1 at most; the last one is the next call's input (at
+ * position pos + *n_out). The step also stops after the model's EOS token,
+ * after a token that makes the grammar end (MOR_GRAMMAR_MUST_END), and at
+ * n_max, so that a caller that stops there sees exactly what plain
+ * decoding gives. *n_accepted (may be NULL) counts the drafts taken.
+ *
+ * Exactness: the tokens are those of decoding one token per mor_decode and
+ * sampling each with the same sampler (same seed, same history, same
+ * grammar): every position's logits are plain decoding's, bit for bit
+ * (recursions below draft_depth run as plain decoding runs them, the deeper
+ * ones row by row as the kernels compute any batch, kernels.h), and the
+ * sampler draws once per emitted token, in order. The drafts never touch
+ * the sampler. This holds for every causal routing mode (expert-choice
+ * THRESHOLD and FORCED, token-choice, models without routers, depth caps)
+ * and every KV mode; TOPK routing, which ranks a whole batch, is refused.
+ *
+ * After the call the cache holds the inputs whose outputs were emitted
+ * (positions pos .. pos + *n_out - 1): the cells of rejected drafts are
+ * gone from every recursion's cache, and mor_get_logits(ctx, i), i <
+ * *n_out, gives the logits out[i] was sampled from (the router's read-back
+ * likewise). If the first position cannot be sampled (the sampler or the
+ * grammar refuses its logits), *n_out is 0 and the input stays decoded, as
+ * after mor_decode: sampling mor_get_logits(ctx, 0) then reports why.
+ * n_draft is reduced to fit n_batch - 1, n_outputs - 1, n_max - 1 and the
+ * maximum position; 0 is plain decoding of one token. draft_depth at or
+ * past the depth cap drafts with the whole model (every draft accepted).
+ *
+ * Errors (nothing changes: cache, sampler, grammar, outputs):
+ * MOR_E_INVALID_ARG (NULL ctx, sampler, out or n_out; n_max < 1; n_draft <
+ * 0), MOR_E_OUT_OF_RANGE (token, sequence, draft_depth outside [1, N_r]),
+ * MOR_E_POSITION (pos not after the sequence's cached positions, or past
+ * the maximum context), MOR_E_UNSUPPORTED (TOPK routing, a context with
+ * MOR_CTX_CAPTURE_HIDDEN), MOR_E_KV_FULL, MOR_E_ABORTED.
+ * Allocates nothing. Not thread-safe for one context (as mor_decode). */
+MOR_API mor_status mor_speculate(mor_context *ctx, mor_seq_id seq, mor_token token, mor_pos pos,
+                                 int32_t n_draft, int32_t draft_depth, mor_sampler *sampler,
+                                 mor_grammar *grammar, mor_token *out, int32_t n_max, int32_t *n_out,
+                                 int32_t *n_accepted);
 
 /* Hidden state [n_embd] of row i at capture point b of the last decode, or
  * NULL (no MOR_CTX_CAPTURE_HIDDEN, or out of range). Capture points follow the
@@ -611,8 +662,8 @@ MOR_API mor_status mor_logprobs(const float *logits, int32_t n_vocab, mor_token 
  * grammar refuses; docs/SERVING.md gives measured times. Memory is planned
  * at creation (about 1 MB of matcher state, and the vocabulary's bytes); a
  * prefix that would nest deeper or stay ambiguous beyond that is treated as
- * not allowed. A mor_grammar is used by one thread at a time. */
-typedef struct mor_grammar mor_grammar;
+ * not allowed. A mor_grammar (declared with the other handles above) is used
+ * by one thread at a time. */
 
 /* Parse gbnf[0..len) (UTF-8) for a model's vocabulary, starting at rule
  * `root` (NULL: "root"). end_tokens[0..n_end) end a generation (copied);

@@ -38,7 +38,7 @@ ALIASES = {
     "kernels_neon": "kernels", "kernels_dispatch": "kernels", "kernels_family": "kernels", "kernels_threads": "kernels", "kernels_lora": "kernels",
     "tokenize": "tokenizer", "tokenizer_impl": "tokenizer",
     "grammar_parse": "grammar",
-    "decode": "context", "batch": "context", "embeddings": "context",
+    "decode": "context", "batch": "context", "embeddings": "context", "speculate": "context",
 }
 PUBLIC = "mor.h"
 PROGRAM_ALLOWED = {PUBLIC, "internal.h"}

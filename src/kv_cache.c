@@ -158,6 +158,23 @@ void kv_rollback(mor_kv_cache *kv)
 
 void kv_commit(mor_kv_cache *kv) { kv->n_undo = 0; }
 
+void kv_unappend(mor_kv_cache *kv, int32_t l0, int32_t l1, int with_tokens, mor_seq_id seq, mor_pos p0)
+{
+    int32_t k = 0;
+    for (int32_t i = 0; i < kv->n_undo; i += 2) {
+        const int32_t l = kv->undo[i], c = kv->undo[i + 1];
+        kv_layer *L = layer_at(kv, l);
+        if ((l < 0 ? with_tokens : l >= l0 && l < l1) && L->seq[c] == seq && L->pos[c] >= p0) {
+            L->seq[c] = -1; L->n_used--;
+            if (c < L->hint) L->hint = c;
+            continue;
+        }
+        kv->undo[k++] = l; kv->undo[k++] = c;
+    }
+    kv->n_undo = k;
+    if (with_tokens) recompute_pos_max(kv);
+}
+
 /* ---- public sequence operations ---- */
 
 static int in_range(mor_pos p, mor_pos p0, mor_pos p1)

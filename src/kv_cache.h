@@ -63,5 +63,10 @@ void       kv_begin(mor_kv_cache *kv);
 /* Append one cell to layer (-1: the token log); returns its index, or -1 if full. */
 int32_t    kv_append(mor_kv_cache *kv, int32_t layer, mor_seq_id seq, mor_pos pos);
 void       kv_rollback(mor_kv_cache *kv);
+/* Take back, inside the transaction, the cells it appended to layers
+ * [l0, l1) (and to the token log when with_tokens) for sequence seq at
+ * positions >= p0: freed and forgotten by the undo log, as if never
+ * appended (speculate.c: a draft's last layers, rejected drafts). */
+void       kv_unappend(mor_kv_cache *kv, int32_t l0, int32_t l1, int with_tokens, mor_seq_id seq, mor_pos p0);
 void       kv_commit(mor_kv_cache *kv);
 #endif

@@ -119,6 +119,16 @@ int32_t rec_runnable(const rec_engine *e, int32_t *list)
     return n;
 }
 
+int32_t rec_recursing(const rec_engine *e, const int32_t *list, int32_t n, int32_t *out)
+{
+    int32_t k = 0;
+    for (int32_t t = 0; t < n; t++) {
+        const uint8_t life = rec_at(e, list[t])->life;
+        if (life == ROW_RUN || life == ROW_KVONLY || life == ROW_DISCARD) out[k++] = list[t];
+    }
+    return k;
+}
+
 int32_t rec_exited(const rec_engine *e, const int32_t *list, int32_t n, int32_t *out)
 {
     int32_t k = 0;

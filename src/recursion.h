@@ -115,6 +115,9 @@ mor_status rec_enter(rec_engine *e, mor_token token, mor_pos pos, mor_seq_id seq
 /* The rows that run the next pass (taken, KV-only or discarded), into list,
  * ordered by recursion, then by row; returns their number. */
 int32_t    rec_runnable(const rec_engine *e, int32_t *list);
+/* The rows of list that have not exited, into out (list order); returns
+ * their number. out may be list. */
+int32_t    rec_recursing(const rec_engine *e, const int32_t *list, int32_t n, int32_t *out);
 /* The rows of list that have exited, into out (list order); returns their
  * number. out may be list. */
 int32_t    rec_exited(const rec_engine *e, const int32_t *list, int32_t n, int32_t *out);

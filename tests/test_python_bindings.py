@@ -663,6 +663,37 @@ class Grammars(unittest.TestCase):
                 done.apply([0.0] * m.n_vocab)
             self.assertIn("complete", str(e.exception))
 
+class Speculation(unittest.TestCase):
+    def test_same_tokens_as_plain_decoding(self):
+        with mor.Model(os.path.join(t.ROOT, "models", "brown-mor.gguf")) as m:
+            for seed, temp in ((0, 0.0), (1, 1.0), (2, 0.7)):
+                kw = dict(max_tokens=50, seed=seed, temperature=temp, top_k=0, top_p=1.0, min_p=0.0)
+                want = [(x.id, x.depth) for x in m.generate("The jury said that", **kw)]
+                for n, d in ((1, 1), (4, 1), (6, 2)):
+                    got = [(x.id, x.depth) for x in m.generate("The jury said that", speculate=n, speculate_depth=d,
+                                                               **kw)]
+                    self.assertEqual(got, want, (seed, n, d))
+            # a grammar, sampled: the same output
+            want = [x.id for x in m.generate("The answer is", max_tokens=80, grammar=Grammars.JSONISH, seed=3,
+                                             temperature=1.0)]
+            got = [x.id for x in m.generate("The answer is", max_tokens=80, grammar=Grammars.JSONISH, seed=3,
+                                            temperature=1.0, speculate=4)]
+            self.assertEqual(got, want)
+            # one step by hand: drafts accepted, logits readable, the cache holds the kept inputs
+            with m.context(n_ctx=64, n_batch=8) as c:
+                c.router.set_mode(mor.ROUTE_THRESHOLD)
+                row = c.decode_tokens(m.tokenize("The jury said that", add_bos=True))
+                n_prompt = c.kv.seq_pos_max(0) + 1
+                s = mor.Sampler.greedy()
+                first = s.sample((c, row))
+                toks, acc = c.speculate(first, n_prompt, s, n_draft=6)
+                self.assertTrue(1 <= len(toks) <= 7 and 0 <= acc <= len(toks))
+                self.assertEqual(c.kv.seq_pos_max(0), n_prompt + len(toks) - 1)
+                self.assertEqual(len(c.logits(len(toks) - 1)), m.n_vocab)
+                with self.assertRaises(mor.OutOfRangeError):
+                    c.speculate(first, n_prompt + 10, s, draft_depth=0)
+
+
 class JsonSchema(unittest.TestCase):
     SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
               "required": ["name"]}

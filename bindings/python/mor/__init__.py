@@ -402,7 +402,8 @@ class Model(_Handle):
         _check_count("max_tokens", max_tokens)
         if n_ctx is None and max_pos is not None and max_pos > 0:
             n_ctx = max_pos
-        ctx = Context(self, n_ctx=n_ctx, max_pos=max_pos, n_batch=max(1, min(len(ids), 512)), n_threads=n_threads)
+        rows = max(len(ids), sampling.get("speculate", 0) + 1)   # a speculative step's rows fit one batch
+        ctx = Context(self, n_ctx=n_ctx, max_pos=max_pos, n_batch=max(1, min(rows, 512)), n_threads=n_threads)
         try:
             if routing is None and self.router_type == ROUTER_TYPE_EXPERT:
                 routing = ROUTE_THRESHOLD
@@ -687,6 +688,24 @@ class Context(_Handle):
         n = self.model.n_vocab
         return array.array("f", ctypes.string_at(ptr, 4 * n))
 
+    def speculate(self, token, pos, sampler, n_draft=4, draft_depth=1, grammar=None, n_max=None, seq=0):
+        """One step of self-speculative decoding (mor_speculate): token (sampled,
+        not yet decoded) at pos is decoded with up to n_draft drafts made at
+        draft_depth recursions; returns (tokens, accepted): the tokens plain
+        decoding with this sampler (and Grammar) would give next, at least
+        one; the last is the next input, at pos + len(tokens). logits(i)
+        then gives the logits tokens[i] was drawn from. An empty list means
+        the first position could not be sampled: sampling logits(0) says why."""
+        n_max = n_draft + 1 if n_max is None else n_max
+        _check_count("n_max", n_max)
+        cap = max(1, n_max)
+        out = (ctypes.c_int32 * cap)()
+        n_out, acc = ctypes.c_int32(), ctypes.c_int32()
+        _check(_lib.mor_speculate(self._p, seq, token, pos, n_draft, draft_depth, sampler._p,
+                                  grammar._p if grammar is not None else None, out, n_max,
+                                  ctypes.byref(n_out), ctypes.byref(acc)))
+        return list(out[:n_out.value]), acc.value
+
     def hidden(self, boundary, row):
         """A copy of row's hidden state at a capture point (capture_hidden=True)."""
         ptr = _lib.mor_get_hidden(self._p, boundary, row)
@@ -765,7 +784,7 @@ class Context(_Handle):
         return pos - n_discard
 
     def generate(self, prompt, max_tokens=64, sampler=None, seq=0, stop_at_eos=True, context_shift=True, n_keep=0,
-                 grammar=None, json_schema=None, **sampling):
+                 grammar=None, json_schema=None, speculate=0, speculate_depth=1, **sampling):
         """Stream Token(id, text, depth): decode the prompt (token ids) after
         what seq already holds in the cache, then sample and decode one token
         at a time. sampler: a Sampler (default greedy, or one built from the
@@ -780,7 +799,11 @@ class Context(_Handle):
         (KVCache.seq_add), so generation goes on; a prompt that does not fit
         keeps its first n_keep tokens and its end (a RuntimeWarning says so).
         context_shift=False stops instead when full, and refuses (ValueError)
-        a prompt that does not fit."""
+        a prompt that does not fit.
+
+        speculate=N drafts N tokens per step at speculate_depth recursions
+        and verifies them in one pass (Context.speculate): the same tokens,
+        often several per step."""
         m = self.model
         ids = m.tokenize(prompt, add_bos=True, parse_special=True) if isinstance(prompt, str) else list(prompt)
         _check_count("max_tokens", max_tokens)
@@ -826,6 +849,12 @@ class Context(_Handle):
             row = self.decode_tokens(ids, pos, seq, b)
             pos += len(ids)
             eos = m.token_eos
+            _check_count("speculate", speculate)
+            if speculate:
+                for tok in self._generate_speculative(s, grammar, row, pos, seq, max_tokens, speculate,
+                                                      speculate_depth, stop_at_eos, context_shift, n_keep, b, text):
+                    yield tok
+                return
             for _ in range(max_tokens):
                 if pos >= limit:
                     if not context_shift:
@@ -848,6 +877,46 @@ class Context(_Handle):
             b.close()
             if own:
                 s.close()
+
+
+    def _generate_speculative(self, s, grammar, row, pos, seq, max_tokens, n_draft, depth, stop_at_eos,
+                              context_shift, n_keep, b, text):
+        """generate() with speculate: the same tokens and samples as its
+        plain loop. pending is the token sampled and not yet decoded."""
+        eos, limit, n, pending = self.model.token_eos, self.limit, 0, None
+        while n < max_tokens:
+            if pos >= limit:
+                if not context_shift:
+                    break
+                k = min(n_keep, pos - 2)
+                pos = self._shift(seq, pos, k, max(1, (pos - k) // 2))
+            if pending is None:
+                if grammar is not None and grammar.must_end:
+                    break
+                pending = s.sample((self, row), grammar)
+            room = min(max_tokens - n - 1, limit - pos)   # tokens this step may sample
+            ended = (grammar is not None and grammar.must_end) or (stop_at_eos and eos >= 0 and pending == eos)
+            if room >= 1 and not ended:
+                out, _ = self.speculate(pending, pos, s, n_draft, depth, grammar, room, seq)
+                depths = self.router.depths()
+                if not out:   # the first position cannot be sampled: say why
+                    s.sample((self, 0), grammar)
+                for i, t in enumerate([pending] + out[:-1]):
+                    yield Token(t, text.push(t), depths[i])
+                    n += 1
+                    pos += 1
+                pending = out[-1]
+                continue
+            b.clear()
+            b.add(pending, pos, seq, True)
+            self.decode(b)
+            pos += 1
+            row = 0
+            yield Token(pending, text.push(pending), self.router.depths()[0])
+            n += 1
+            if stop_at_eos and eos >= 0 and pending == eos:
+                break
+            pending = None
 
 
 class _TextStream(object):

@@ -118,6 +118,8 @@ PROTOTYPES = {
     "mor_batch_add": (mor_status, [handle, mor_token, mor_pos, mor_seq_id, c_int32]),
     "mor_decode": (mor_status, [handle, handle]),
     "mor_get_logits": (P_f32, [handle, c_int32]),
+    "mor_speculate": (mor_status, [handle, mor_seq_id, mor_token, mor_pos, c_int32, c_int32, handle, handle,
+                                   P_i32, c_int32, P_i32, P_i32]),
     "mor_get_hidden": (P_f32, [handle, c_int32, c_int32]),
     "mor_embeddings_seq": (mor_status, [handle, mor_seq_id, c_int32, c_uint32, P_f32, c_int32]),
     "mor_context_router": (handle, [handle]),

@@ -90,6 +90,11 @@ pub struct mor_batch {
 pub struct mor_sampler {
     _unused: [u8; 0],
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct mor_grammar {
+    _unused: [u8; 0],
+}
 pub const MOR_MODEL_NO_MMAP: _bindgen_ty_3 = 1;
 pub const MOR_MODEL_VOCAB_ONLY: _bindgen_ty_3 = 2;
 pub const MOR_MODEL_FOLD_LORA: _bindgen_ty_3 = 4;
@@ -551,6 +556,22 @@ extern "C" {
     pub fn mor_get_logits(ctx: *mut mor_context, i: i32) -> *const f32;
 }
 extern "C" {
+    pub fn mor_speculate(
+        ctx: *mut mor_context,
+        seq: mor_seq_id,
+        token: mor_token,
+        pos: mor_pos,
+        n_draft: i32,
+        draft_depth: i32,
+        sampler: *mut mor_sampler,
+        grammar: *mut mor_grammar,
+        out: *mut mor_token,
+        n_max: i32,
+        n_out: *mut i32,
+        n_accepted: *mut i32,
+    ) -> mor_status;
+}
+extern "C" {
     pub fn mor_get_hidden(ctx: *mut mor_context, b: i32, i: i32) -> *const f32;
 }
 pub const MOR_POOL_MEAN: _bindgen_ty_8 = 1;
@@ -949,11 +970,6 @@ extern "C" {
         top_tokens: *mut mor_token,
         top_logprobs: *mut f32,
     ) -> mor_status;
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct mor_grammar {
-    _unused: [u8; 0],
 }
 extern "C" {
     pub fn mor_grammar_create(

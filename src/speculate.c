@@ -1,0 +1,163 @@
+/* speculate.c - mor_speculate: self-speculative decoding by recursion depth,
+ * the recursion engine's third caller (beside mor_decode and depth-wise
+ * serving). One call is one KV transaction:
+ *
+ *   draft   the input token, then each draft, through the unique first
+ *           layers and the recursions below the draft depth D, exactly as
+ *           plain decoding runs them (one row at a time, the router's own
+ *           verdicts); each row's recursion state is kept in the engine.
+ *           The draft's next token is the argmax of logits taken from that
+ *           partial state (the unique last layers run on it, and their K/V
+ *           are taken back before the verify).
+ *   verify  every row resumes at recursion D: the deeper recursions of all
+ *           n_draft + 1 rows in one pass per recursion (matrix-matrix), then
+ *           the last layers and the logits of every row.
+ *   accept  position by position, the caller's sampler (and grammar) picks
+ *           the token from the verified logits, as plain decoding would; the
+ *           first token that differs from the draft ends the step. The cells
+ *           of the inputs after it are taken back.
+ *
+ * Why it is exact: under causal routing a token's recursion-r state depends
+ * only on its own input and on the recursion-r K/V of the tokens before it.
+ * The draft computes recursions 0..D-1 of each input as plain decoding does
+ * (the same rows, the same routers, the same cache cells in the same
+ * order); the verify computes the rest, and the kernels' results do not
+ * depend on how many rows a call has (kernels.h). So a verified row whose
+ * input equals the token plain decoding would have fed gets plain
+ * decoding's logits, bit for bit, and the sampler, fed the same logits in
+ * the same order, draws the same tokens. */
+#include <string.h>
+#include "context.h"
+#include "kernels.h"
+#include "status.h"
+
+static int32_t argmax(const float *v, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;   /* ties: the lowest id, as greedy sampling picks */
+    return best;
+}
+
+/* Recursions [r0, r1) of the rows of list that still recurse, one verdict
+ * and one pass per recursion (as mor_decode runs them). */
+static mor_status recurse(rec_engine *e, const int32_t *list, int32_t n, int32_t r0, int32_t r1, int32_t *tmp)
+{
+    for (int32_t r = r0; r < r1; r++) {
+        int32_t k = rec_recursing(e, list, n, tmp);
+        if (!k) break;
+        rec_decide(e, tmp, k, NULL);
+        k = rec_recursing(e, tmp, k, tmp);
+        mor_status st = rec_pass(e, tmp, k);
+        if (st) return st;
+    }
+    return MOR_OK;
+}
+
+static mor_status check(const mor_context *c, mor_seq_id seq, mor_token token, mor_pos pos, int32_t n_draft,
+                        int32_t depth, const mor_sampler *smpl, const mor_token *out, int32_t n_max,
+                        const int32_t *n_out)
+{
+    const mor_model *m = c->model;
+    const int32_t max_pos = c->params.max_pos > 0 ? c->params.max_pos
+                          : c->params.max_pos < 0 ? INT32_MAX : m->n_ctx_train;
+    if (!smpl || !out || !n_out || n_max < 1 || n_draft < 0)
+        return err_set(MOR_E_INVALID_ARG, "mor_speculate: NULL sampler or output, n_max < 1 or n_draft < 0");
+    if (c->params.flags & MOR_CTX_CAPTURE_HIDDEN)
+        return err_set(MOR_E_UNSUPPORTED, "mor_speculate: the context captures hidden states (use mor_decode)");
+    if (router_mode(c->router) == MOR_ROUTE_TOPK)
+        return err_set(MOR_E_UNSUPPORTED, "mor_speculate: TOPK routing is not causal; use THRESHOLD or FORCED");
+    if (depth < 1 || depth > m->n_rec)
+        return err_set(MOR_E_OUT_OF_RANGE, "mor_speculate: draft depth %d out of range [1, %d]", depth, m->n_rec);
+    if (token < 0 || token >= m->n_vocab)
+        return err_set(MOR_E_OUT_OF_RANGE, "mor_speculate: token %d out of range [0, %d)", token, m->n_vocab);
+    if (seq < 0 || seq >= (int32_t)c->params.n_seq_max)
+        return err_set(MOR_E_OUT_OF_RANGE, "mor_speculate: sequence %d out of range [0, %u)", seq,
+                       c->params.n_seq_max);
+    if (pos < 0 || pos <= c->kv->seq_pos_max[seq])
+        return err_set(MOR_E_POSITION, "mor_speculate: position %d is not after the %d cached for sequence %d",
+                       pos, c->kv->seq_pos_max[seq], seq);
+    if (pos >= max_pos)
+        return err_set(MOR_E_POSITION, "mor_speculate: position %d is past the maximum context %d", pos, max_pos);
+    return MOR_OK;
+}
+
+mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_pos pos, int32_t n_draft,
+                         int32_t draft_depth, mor_sampler *smpl, mor_grammar *g, mor_token *out, int32_t n_max,
+                         int32_t *n_out, int32_t *n_accepted)
+{
+    if (!c) return err_set(MOR_E_INVALID_ARG, "mor_speculate: NULL context");
+    mor_status st = check(c, seq, token, pos, n_draft, draft_depth, smpl, out, n_max, n_out);
+    if (st) return st;
+    const mor_model *m = c->model;
+    rec_engine *e = &c->eng;
+    const int32_t nv = m->n_vocab, nr = m->n_rec;
+    const int32_t max_pos = c->params.max_pos > 0 ? c->params.max_pos
+                          : c->params.max_pos < 0 ? INT32_MAX : m->n_ctx_train;
+    /* the drafts that can be used: n_draft + 1 rows and logits, positions, outputs */
+    int32_t n = n_draft;
+    if (n > (int32_t)c->params.n_batch - 1) n = (int32_t)c->params.n_batch - 1;
+    if (n > (int32_t)c->params.n_outputs - 1) n = (int32_t)c->params.n_outputs - 1;
+    if (n > n_max - 1) n = n_max - 1;
+    if ((int64_t)pos + n >= max_pos) n = max_pos - 1 - pos;
+    const int32_t D = draft_depth < router_depth_cap(c->router) ? draft_depth : nr;
+    int32_t *rows = c->idx, *tmp = c->pos, *out_idx = c->seq;
+    mor_token *drafts = c->depth;   /* (drafts[k] is row k + 1's input) */
+    e->capture = NULL; e->capture_in_pass = 0;
+
+    kv_begin(c->kv);
+    rec_reset(e);
+    mor_token tok = token;
+    for (int32_t k = 0; k <= n && !st; k++) {   /* draft */
+        if ((st = rec_enter(e, tok, pos + k, seq, k, &rows[k]))) break;
+        if ((st = rec_layers(e, &rows[k], 1, 0, m->prelude))) break;
+        if ((st = recurse(e, &rows[k], 1, 0, D, tmp))) break;
+        if (k == n) break;
+        if ((st = rec_finish(e, &rows[k], 1, (const int32_t[]){ 0 }, 1, e->vocab))) break;
+        drafts[k] = tok = argmax(e->vocab, nv);
+    }
+    /* verify: the last layers' draft K/V go; every row to its own depth */
+    if (!st) kv_unappend(c->kv, m->n_layer - m->coda, m->n_layer, 0, seq, pos);
+    if (!st && D < nr) st = recurse(e, rows, n + 1, D, nr, tmp);
+    for (int32_t k = 0; k <= n; k++) out_idx[k] = k;
+    if (!st) st = rec_finish(e, rows, n + 1, out_idx, n + 1, c->logits);
+    if (st) { kv_rollback(c->kv); return st; }
+
+    /* accept: nothing below can fail the call */
+    const mor_token eos = mor_model_token_eos(m);
+    float *masked = e->vocab;
+    int32_t k = 0, acc = 0;
+    for (; k <= n; k++) {
+        const float *from = c->logits + (size_t)k * nv;
+        if (g) {
+            memcpy(masked, from, sizeof(float) * (size_t)nv);
+            if (mor_grammar_apply(g, masked, nv)) break;
+            from = masked;
+        }
+        mor_token t;
+        if (mor_sampler_sample(smpl, from, nv, &t)) break;
+        if (g) mor_grammar_accept(g, t);   /* allowed: the mask let it through */
+        out[k] = t;
+        const int match = k < n && t == drafts[k];
+        acc += match;
+        if (!match || t == eos || (g && (mor_grammar_state(g) & MOR_GRAMMAR_MUST_END))) { k++; break; }
+    }
+    /* keep the inputs whose outputs were taken (at least the first: its
+     * logits stay readable when its token could not be sampled) */
+    const int32_t keep = k ? k : 1;
+    kv_unappend(c->kv, 0, m->n_layer, 1, seq, pos + keep);
+    kv_commit(c->kv);
+    for (int32_t i = 0; i < keep; i++) {   /* published as a decode of the kept inputs */
+        c->logit_row[i] = i;
+        c->row_seq[i] = seq;
+        c->depth[i] = rec_at(e, rows[i])->depth;
+        memcpy(c->z + (size_t)i * nr, rec_z(e, rows[i]), sizeof(float) * (size_t)nr);
+        memcpy(c->st_scores + (size_t)i * nr, rec_p(e, rows[i]), sizeof(float) * (size_t)nr);
+    }
+    c->n_rows = keep;
+    router_publish(c->router, keep, c->depth, c->st_scores, c->z);
+    *n_out = k;
+    if (n_accepted) *n_accepted = acc;
+    err_clear();
+    return MOR_OK;
+}
