@@ -281,6 +281,43 @@ def context_shift():
     t.check(rc == 0 and "--max-pos" in err, "--ctx past the training context says which flag allows positions past it")
 
 
+def speculation(tmp):
+    """mor-run --speculate prints what plain decoding prints: text, depths, ids, step logits, statistics."""
+    cases = [
+        (["-p", "The jury said that", "-n", "120", "--greedy", "--show-depth"], "greedy with depths"),
+        (["-p", "The jury said that", "-n", "120", "--seed", "5", "--show-depth"], "sampled with depths"),
+        (["-p", "In the morning", "-n", "400", "--seed", "1"], "past the context: shifts at the same tokens"),
+        (["--ids", "45,99,308", "-n", "300", "--print-ids", "-q", "--seed", "2", "--kv-type", "q8_0"],
+         "--ids past the end-of-text token, Q8_0 cache"),
+        (["-p", "Data:", "-n", "60", "--seed", "4", "--json-schema",
+          '{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}'], "a JSON schema, sampled"),
+        (["-p", "The jury", "-n", "40", "--seed", "3", "--routing", "forced:2"], "FORCED 2"),
+        (["-p", "The jury", "-n", "40", "--seed", "3", "--max-depth", "2", "--kv", "shared"], "max depth 2, shared KV"),
+    ]
+    for extra, what in cases:
+        base = [tool("mor-run"), "-m", BROWN] + extra
+        rc0, out0, err0 = run(base)
+        for spec in (["--speculate", "3"], ["--speculate", "6", "--speculate-depth", "2"]):
+            rc1, out1, err1 = run(base + spec)
+            gen0 = re.search(r"generated: (\d+) tokens", err0)
+            gen1 = re.search(r"generated: (\d+) tokens", err1)
+            quiet = "-q" in extra   # (no statistics)
+            t.check(rc0 == 0 and rc1 == 0 and out0 == out1 and
+                    (quiet or (gen0 and gen1 and gen0.group(1) == gen1.group(1) and "speculation:" in err1)),
+                    "mor-run %s %s: the same output as without it (%s)" % (what, " ".join(spec),
+                                                                           err1.strip().split("\n")[-1][:100]))
+    a, b = os.path.join(tmp, "plain.f32"), os.path.join(tmp, "spec.f32")
+    args = [tool("mor-run"), "-m", BROWN, "-p", "The jury said", "-n", "30", "--seed", "7", "-q"]
+    rc0, _, _ = run(args + ["--dump-step-logits", a])
+    rc1, _, _ = run(args + ["--dump-step-logits", b, "--speculate", "4"])
+    t.check(rc0 == 0 and rc1 == 0 and open(a, "rb").read() == open(b, "rb").read(),
+            "mor-run --dump-step-logits: byte-identical with --speculate 4")
+    base = [tool("mor-run"), "-m", BROWN, "-p", "The jury", "-n", "4"]
+    refused(base + ["--speculate", "0"], "--speculate", "mor-run --speculate 0")
+    refused(base + ["--speculate", "2", "--no-cache"], "--speculate", "mor-run --speculate with --no-cache")
+    refused(base + ["--speculate-depth", "2"], "--speculate-depth", "mor-run --speculate-depth alone")
+
+
 # ggml type numbers (docs/FORMAT.md)
 F16, Q4_0, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 1, 2, 6, 7, 8, 10, 11, 12, 13, 14
 
@@ -542,6 +579,7 @@ def main():
         overwrites(tmp)
         mor_run_output(tmp)
         context_shift()
+        speculation(tmp)
         embedding_output(tmp)
         grammar_output(tmp)
         quantize_mixes(tmp)

@@ -29,6 +29,7 @@ typedef struct {
     int kv_mode, kv_type, n_ctx, max_pos, n_threads, no_context_shift, n_keep;
     int greedy, temp_set, no_check_tensors;
     int embedding, no_normalize;   /* --embedding: MOR_POOL_* (0: generate) */
+    int speculate, speculate_depth;   /* --speculate N (0: off), --speculate-depth D */
     const char *grammar, *grammar_file;   /* --grammar TEXT, --grammar-file FILE (GBNF) */
     const char *schema, *schema_file;     /* --json-schema TEXT, --json-schema-file FILE */
     char       *grammar_buf;              /* the grammar's bytes when read from a file, owned */
@@ -102,6 +103,11 @@ static void usage(FILE *f)
         "                           with --routing topk, as the official code routes); the same as the\n"
         "                           default for models without KV sharing (docs/PARITY.md)\n"
         "  --kv-type f32|f16|q8_0   how the cache stores keys and values (default f32)\n"
+        "  --speculate N            self-speculative decoding: draft N tokens per step with the first\n"
+        "                           recursions only, verify them in one pass through the deeper ones;\n"
+        "                           prints the same tokens as without it (greedy or seeded sampling,\n"
+        "                           grammars included; docs/SPECULATIVE.md)\n"
+        "  --speculate-depth D      recursions the drafts get (default 1)\n"
         "  --no-cache               recompute the whole sequence from an empty cache at every step\n"
         "                           (top-k routing then ranks the whole sequence each time), with the\n"
         "                           semantics of --kv: the trained ones by default; the official\n"
@@ -188,6 +194,8 @@ static void parse_args(int argc, char **argv, options *o)
         else if (FLAG("--no-check-tensors")) o->no_check_tensors = 1;
         else if (FLAG("-t") || FLAG("--threads")) o->n_threads = (int)cli_int(a, VALUE(), 1, 256);
         else if (FLAG("--no-cache")) o->no_cache = 1;
+        else if (FLAG("--speculate")) o->speculate = (int)cli_int(a, VALUE(), 1, 64);
+        else if (FLAG("--speculate-depth")) o->speculate_depth = (int)cli_int(a, VALUE(), 1, MOR_MAX_RECURSIONS);
         else if (FLAG("--print-ids")) o->print_ids = 1;
         else if (FLAG("--show-depth")) o->show_depth = 1;
         else if (FLAG("-q")) o->quiet = 1;
@@ -221,6 +229,10 @@ static void parse_args(int argc, char **argv, options *o)
     cli_conflict(o->embedding, "--embedding", o->dump_logits || o->dump_routing || o->dump_hidden || o->dump_step_logits,
                  "--dump-*");
     cli_conflict(o->embedding, "--embedding", o->no_cache, "--no-cache");
+    cli_conflict(o->speculate > 0, "--speculate", o->no_cache, "--no-cache");
+    cli_conflict(o->speculate > 0, "--speculate", o->embedding, "--embedding");
+    if (o->speculate_depth && !o->speculate) cli_usage_error("--speculate-depth is for --speculate");
+    if (!o->speculate_depth) o->speculate_depth = 1;
     if (o->no_normalize && !o->embedding) cli_usage_error("--no-normalize is for --embedding");
     {
         const char *given[4] = { o->grammar, o->grammar_file, o->schema, o->schema_file };
@@ -291,6 +303,20 @@ typedef struct {
     float *steps;              /* --dump-step-logits: [n_predict][n_vocab] */
     int at_line_start;         /* stdout ends with a newline (or is empty) */
 } run_state;
+
+/* --speculate: the tokens a step after input t may sample (mor_speculate's
+ * n_max), 0 where plain decoding takes t alone: generation stops after it
+ * (the grammar ends, or the end-of-text token ends a text or grammar run), or
+ * no position is left. The step's tokens never cross the context's end, so
+ * a context shift happens where plain decoding would shift. */
+static int32_t speculate_room(const run_state *r, const options *o, int32_t left, int32_t limit, mor_token t,
+                              mor_token eos)
+{
+    if (r->grammar && (mor_grammar_state(r->grammar) & MOR_GRAMMAR_MUST_END)) return 0;
+    if (eos >= 0 && t == eos && (o->prompt || r->grammar)) return 0;
+    const int32_t room = limit - r->n_seq;
+    return left < room ? left : room;
+}
 
 static void run_free(run_state *r)
 {
@@ -622,10 +648,11 @@ int main(int argc, char **argv)
     cp.n_ctx = (uint32_t)n_ctx;
     cp.max_pos = max_pos;
     cp.n_batch = (uint32_t)(o->no_cache ? limit : R.n_prompt);
+    if (o->speculate && cp.n_batch < (uint32_t)o->speculate + 1) cp.n_batch = (uint32_t)o->speculate + 1;
     cp.kv_mode = o->kv_mode;
     cp.kv_type = o->kv_type;
     cp.n_threads = o->n_threads;
-    cp.n_outputs = dumping ? cp.n_batch : 1;   /* generation reads the last row's logits only */
+    cp.n_outputs = dumping || o->speculate ? cp.n_batch : 1;   /* generation reads the last row's logits only */
     if (o->dump_hidden || o->embedding) cp.flags |= MOR_CTX_CAPTURE_HIDDEN;
     if ((st = mor_context_create(model, &cp, &R.ctx))) { run_free(&R); return lib_error(NULL, "creating the context", st); }
     mor_router *router = mor_context_router(R.ctx);
@@ -679,8 +706,16 @@ int main(int argc, char **argv)
      * first one's is the last prompt token's. */
     int32_t made = 0;
     if (mor_router_get_depths(router, R.depths, R.n_prompt) == R.n_prompt) made = R.depths[R.n_prompt - 1];
+    /* --speculate: the tokens the last mor_speculate step sampled, taken by
+     * the next iterations in order (spec_q[spec_i] next); each but the last
+     * was decoded by that step as its row spec_i + 1 */
+    int32_t spec_n = 0, spec_i = 0;
+    uint64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
+    mor_token *spec_q = o->speculate ? malloc(sizeof *spec_q * (size_t)(o->speculate + 1)) : NULL;
+    if (o->speculate && !spec_q) { run_free(&R); return cli_error("out of memory"); }
     while (n_gen < n_predict) {
-        if (R.n_seq >= limit) {   /* no position left for the next token */
+        const int queued = spec_i < spec_n;
+        if (!queued && R.n_seq >= limit) {   /* no position left for the next token */
             if (!shifting) { stopped_at_limit = 1; break; }
             if ((st = context_shift(&R, n_keep))) { rc = lib_error(&R, "shifting the context", st); break; }
             if (R.n_shifts == 1) {
@@ -694,14 +729,16 @@ int main(int argc, char **argv)
         mor_token t;
         if (R.steps) memcpy(R.steps + (size_t)n_gen * n_vocab, logits, sizeof *R.steps * (size_t)n_vocab);
         const float *from = logits;
-        if (R.grammar) {
+        if (queued) {
+            t = spec_q[spec_i];   /* sampled (and accepted by the grammar) by the step */
+        } else if (R.grammar) {
             if (mor_grammar_state(R.grammar) & MOR_GRAMMAR_MUST_END) { grammar_ended = 1; break; }
             memcpy(R.masked, logits, sizeof *R.masked * (size_t)n_vocab);
             if ((st = mor_grammar_apply(R.grammar, R.masked, n_vocab))) { rc = lib_error(&R, "the grammar", st); break; }
             from = R.masked;
         }
-        if ((st = mor_sampler_sample(R.sampler, from, n_vocab, &t))) { rc = lib_error(&R, "sampling", st); break; }
-        if (R.grammar && (st = mor_grammar_accept(R.grammar, t))) { rc = lib_error(&R, "the grammar", st); break; }
+        if (!queued && (st = mor_sampler_sample(R.sampler, from, n_vocab, &t))) { rc = lib_error(&R, "sampling", st); break; }
+        if (!queued && R.grammar && (st = mor_grammar_accept(R.grammar, t))) { rc = lib_error(&R, "the grammar", st); break; }
         if (!push(&R.seq, &R.n_seq, &R.cap_seq, t) || !push(&R.gen, &R.n_gen, &R.cap_gen, t)) {
             rc = cli_error("out of memory");
             break;
@@ -713,7 +750,24 @@ int main(int argc, char **argv)
             mor_router_get_depths(router, R.depths, R.n_seq);
             depth = R.depths[R.n_seq - 1];
             logits = mor_get_logits(R.ctx, R.n_seq - 1);
+        } else if (spec_i + 1 < spec_n) {   /* decoded by the last speculative step */
+            spec_i++;
+            depth = R.depths[spec_i];
+            logits = mor_get_logits(R.ctx, spec_i);
+        } else if (o->speculate && speculate_room(&R, o, n_predict - n_gen, limit, t, eos) >= 1) {
+            const int32_t room = speculate_room(&R, o, n_predict - n_gen, limit, t, eos);
+            int32_t n_out = 0, acc = 0;
+            if ((st = mor_speculate(R.ctx, 0, t, R.n_seq - 1, o->speculate, o->speculate_depth, R.sampler, R.grammar,
+                                    spec_q, room, &n_out, &acc))) { rc = lib_error(&R, "speculative decoding", st); break; }
+            spec_steps++;
+            spec_drafted += (uint64_t)(o->speculate < room - 1 ? o->speculate : room - 1);
+            spec_accepted += (uint64_t)acc;
+            mor_router_get_depths(router, R.depths, n_out ? n_out : 1);
+            depth = R.depths[0];
+            logits = mor_get_logits(R.ctx, 0);   /* out[0]'s (when n_out is 0, sampling it says why) */
+            spec_n = n_out; spec_i = 0;
         } else {
+            spec_n = spec_i = 0;
             mor_batch_clear(R.batch);
             mor_batch_add(R.batch, t, R.n_seq - 1, 0, 1);
             if ((st = mor_decode(R.ctx, R.batch))) { rc = lib_error(&R, "decoding", st); break; }
@@ -752,6 +806,12 @@ int main(int argc, char **argv)
                 R.n_prompt, t_prompt, R.n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen,
                 n_gen / (t_gen > 0 ? t_gen : 1e-9), ended_at_eos ? "; stopped at the end-of-text token" :
                 grammar_ended ? "; the grammar ended the output" : "");
+        if (o->speculate && spec_steps)
+            fprintf(stderr, "speculation: %d drafts per step at depth %d: %llu steps, %llu drafted, %llu accepted "
+                    "(%.1f%%), %.2f tokens per step\n", o->speculate, o->speculate_depth,
+                    (unsigned long long)spec_steps, (unsigned long long)spec_drafted,
+                    (unsigned long long)spec_accepted, spec_drafted ? 100.0 * (double)spec_accepted / (double)spec_drafted : 0.0,
+                    (double)n_gen / (double)spec_steps);
         if (n_gen) {
             double sum = 0;
             for (int d = 0; d <= 16; d++) sum += (double)d * (double)hist[d];
@@ -774,6 +834,7 @@ int main(int argc, char **argv)
         }
         fprintf(stderr, "\n");
     }
+    free(spec_q);
     run_free(&R);
     return rc;
 }
