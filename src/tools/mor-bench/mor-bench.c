@@ -30,6 +30,7 @@
 #include "mor.h"
 #include "bench_serve.h"
 #include "bench_grammar.h"
+#include "bench_speculate.h"
 #include "cli.h"
 #include "roofline.h"
 #include "synth_model.h"
@@ -349,6 +350,9 @@ static void usage(FILE *f)
         "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--no-probe]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
         "       mor-bench --grammar [--vocab FILE,...] [--tokens N] [--reps N]: what a grammar costs per token\n"
+        "       mor-bench --speculate [--model FILE,...] [--synth FILE | --no-synth] [--drafts 1,2,3,4,6,8]\n"
+        "                 [--depths 1,2] [--prompts 20] [--tokens 200] [--rounds 3] [-t 2]: self-speculative\n"
+        "                 decoding beside plain decoding (bench_speculate.h)\n"
         "  -s LIST        model shapes (SmolLM-135M, -360M; k256: the anchor kit's 768-wide Llama) of\n"
         "                 random-weight models written to --dir\n"
         "  -w LIST        weight types          -t LIST   thread counts (each 1..64)\n"
@@ -381,6 +385,15 @@ int main(int argc, char **argv)
     cli_init(argc > 1 && !strcmp(argv[1], "--serve") ? "mor-bench --serve" : "mor-bench");
     if (argc > 1 && !strcmp(argv[1], "--serve")) return bench_serve_main(argc - 1, argv + 1);   /* bench_serve.h */
     if (argc > 1 && !strcmp(argv[1], "--grammar")) return bench_grammar_main(argc - 1, argv + 1);   /* bench_grammar.h */
+    if (argc > 1 && !strcmp(argv[1], "--speculate")) {   /* bench_speculate.h */
+        char synth[1100];
+        int own = 1;
+        for (int i = 2; i < argc; i++) own &= strcmp(argv[i], "--synth") && strcmp(argv[i], "--no-synth");
+        mkdir("build", 0755);
+        mkdir("build/bench", 0755);
+        if (own && model_path("build/bench", &shapes[0], ARCH_MOR, 0, synth, sizeof synth)) return 1;
+        return bench_speculate_main(argc - 1, argv + 1, own ? synth : NULL);
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
