@@ -421,8 +421,12 @@ MOR_API const float *mor_get_logits(mor_context *ctx, int32_t i);
  * 0), MOR_E_OUT_OF_RANGE (token, sequence, draft_depth outside [1, N_r]),
  * MOR_E_POSITION (pos not after the sequence's cached positions, or past
  * the maximum context), MOR_E_UNSUPPORTED (TOPK routing, a context with
- * MOR_CTX_CAPTURE_HIDDEN), MOR_E_KV_FULL, MOR_E_ABORTED.
- * Allocates nothing. Not thread-safe for one context (as mor_decode). */
+ * MOR_CTX_CAPTURE_HIDDEN), MOR_E_KV_FULL, MOR_E_ABORTED, MOR_E_NOMEM.
+ * Allocates once per context: when the model's output matrix is F32, F16
+ * or BF16, the drafts use a Q8_0 copy of it (n_vocab x n_embd x 34/32
+ * bytes, made on the first call, freed with the context; the verified
+ * logits use the model's own). Not thread-safe for one context (as
+ * mor_decode). */
 MOR_API mor_status mor_speculate(mor_context *ctx, mor_seq_id seq, mor_token token, mor_pos pos,
                                  int32_t n_draft, int32_t draft_depth, mor_sampler *sampler,
                                  mor_grammar *grammar, mor_token *out, int32_t n_max, int32_t *n_out,

@@ -24,6 +24,7 @@ void mor_context_free(mor_context *c)
     router_free(c->router);
     exec_free(&c->ls.exec);
     lora_scratch_free(&c->ls.lora);
+    free(c->draft_mem);
     free(c->mem);
     free(c);
 }

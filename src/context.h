@@ -30,5 +30,7 @@ struct mor_context {
     float   *hidden, *st_hidden;         /* [n_boundaries][n_batch][n_embd] when captured */
     int32_t  n_boundaries;
     void    *mem;                        /* the one block all of the above (and eng) point into */
+    tensor   draft_out;                  /* mor_speculate's drafts' output matrix (speculate.c) */
+    void    *draft_mem;                  /* its Q8_0 copy, made on the first call that needs one */
 };
 #endif

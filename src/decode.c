@@ -107,7 +107,7 @@ static mor_status forward(mor_context *c, const mor_batch *b)
     int32_t n_out = 0;
     for (int32_t i = 0; i < n; i++)
         if (b->want[i]) c->seq[n_out++] = i;
-    if ((st = rec_finish(e, c->idx, n, c->seq, n_out, c->logits))) return st;
+    if ((st = rec_finish(e, c->idx, n, c->seq, n_out, NULL, c->logits))) return st;
     for (int32_t i = 0, o = 0; i < n; i++) {   /* published: nothing failed */
         c->logit_row[i] = b->want[i] ? o++ : -1;
         c->depth[i] = rec_at(e, i)->depth;   /* staged for router_publish */

@@ -18,6 +18,11 @@ void model_output_norm(const mor_model *m, float *out, const float *x)
 
 void model_logits(const mor_model *m, exec_ctx *e, const float *xn, int32_t n, float *logits)
 {
-    exec_matmul(e, &m->output, xn, m->n_embd, logits, m->n_vocab, n, 0);
+    model_logits_with(m, &m->output, e, xn, n, logits);
+}
+
+void model_logits_with(const mor_model *m, const tensor *w, exec_ctx *e, const float *xn, int32_t n, float *logits)
+{
+    exec_matmul(e, w, xn, m->n_embd, logits, m->n_vocab, n, 0);
     if (m->arch.final_softcap > 0) k_softcap(logits, (int64_t)n * m->n_vocab, m->arch.final_softcap);
 }

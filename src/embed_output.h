@@ -17,4 +17,7 @@ void model_output_norm(const mor_model *m, float *out, const float *x);
  * through model_output_norm: the output matrix on e's threads, then the
  * final soft-cap when the model has one (Gemma 2). */
 void model_logits(const mor_model *m, exec_ctx *e, const float *xn, int32_t n, float *logits);
+/* The same through another output matrix w of the same shape (speculate.c:
+ * the drafts' lighter copy). */
+void model_logits_with(const mor_model *m, const tensor *w, exec_ctx *e, const float *xn, int32_t n, float *logits);
 #endif

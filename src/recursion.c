@@ -305,7 +305,7 @@ mor_status rec_pass(rec_engine *e, const int32_t *list, int32_t n)
 /* ---- finishing ---- */
 
 mor_status rec_finish(rec_engine *e, const int32_t *list, int32_t n, const int32_t *out_idx, int32_t n_out,
-                      float *logits)
+                      const tensor *w, float *logits)
 {
     const mor_model *m = e->m;
     const int32_t d = m->n_embd;
@@ -329,6 +329,6 @@ mor_status rec_finish(rec_engine *e, const int32_t *list, int32_t n, const int32
         for (int32_t o = 0; o < n_out; o++)
             model_output_norm(m, e->gx + (size_t)o * d, e->gx + (size_t)out_idx[o] * d);
     }
-    if (n_out) model_logits(m, &e->ls->exec, e->gx, n_out, logits);
+    if (n_out) model_logits_with(m, w ? w : &m->output, &e->ls->exec, e->gx, n_out, logits);
     return MOR_OK;
 }

@@ -142,9 +142,10 @@ void       rec_decide(rec_engine *e, const int32_t *list, int32_t n, const int32
  * DISCARD), ordered by recursion, each then one recursion further. */
 mor_status rec_pass(rec_engine *e, const int32_t *list, int32_t n);
 /* The unique last layers over the rows in list (of one call: a sequence's
- * rows in position order), then the final norm and the output matrix for
- * the n_out rows of list at indices out_idx[] (ascending) into logits
- * [n_out][n_vocab]. With a capture hook every row is normed and captured. */
+ * rows in position order), then the final norm and the output matrix (w,
+ * or the model's when NULL) for the n_out rows of list at indices
+ * out_idx[] (ascending) into logits [n_out][n_vocab]. With a capture hook
+ * every row is normed and captured. */
 mor_status rec_finish(rec_engine *e, const int32_t *list, int32_t n, const int32_t *out_idx, int32_t n_out,
-                      float *logits);
+                      const tensor *w, float *logits);
 #endif

@@ -646,7 +646,7 @@ static mor_status step_finish(mor_server *s)
         /* else a prompt chunk before the last: it only fills the last layers' caches */
     }
     if (!nf) return MOR_OK;
-    mor_status st = rec_finish(e, s->list, nf, s->list2, nl, s->logits);
+    mor_status st = rec_finish(e, s->list, nf, s->list2, nl, NULL, s->logits);
     if (st) return st;
     for (int32_t g = 0; g < nl; g++)   /* before anything is published */
         if ((st = check_logits(s, rec_at(e, s->list[s->list2[g]])->tag, s->logits + (size_t)g * s->m->n_vocab)))

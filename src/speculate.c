@@ -26,8 +26,10 @@
  * input equals the token plain decoding would have fed gets plain
  * decoding's logits, bit for bit, and the sampler, fed the same logits in
  * the same order, draws the same tokens. */
+#include <stdlib.h>
 #include <string.h>
 #include "context.h"
+#include "quant.h"
 #include "kernels.h"
 #include "status.h"
 
@@ -51,6 +53,36 @@ static mor_status recurse(rec_engine *e, const int32_t *list, int32_t n, int32_t
         mor_status st = rec_pass(e, tmp, k);
         if (st) return st;
     }
+    return MOR_OK;
+}
+
+/* The drafts' output matrix: a Q8_0 copy of a float one (a quarter of F32's
+ * bytes, half of F16's: the output matrix is a large share of what a draft
+ * reads, and a draft only proposes), made once per context on the first
+ * call; the model's own when it is already 8-bit or less. */
+static mor_status draft_head(mor_context *c, const tensor **out)
+{
+    const tensor *o = &c->model->output;
+    *out = o;
+    if ((o->type != GGML_F32 && o->type != GGML_F16 && o->type != GGML_BF16) || o->cols % QK) return MOR_OK;
+    if (!c->draft_mem) {
+        const size_t rb = (size_t)tensor_row_bytes(GGML_Q8_0, o->cols), sb = (size_t)tensor_row_bytes(o->type, o->cols);
+        unsigned char *mem = malloc(rb * (size_t)o->rows);
+        float *row = malloc(sizeof(float) * (size_t)o->cols);
+        if (!mem || !row) {
+            free(mem); free(row);
+            return err_set(MOR_E_NOMEM, "mor_speculate: no memory for the drafts' Q8_0 output matrix (%zu bytes)",
+                           rb * (size_t)o->rows);
+        }
+        for (int64_t r = 0; r < o->rows; r++) {
+            dequant_row(o->type, (const unsigned char *)o->data + (size_t)r * sb, row, o->cols);
+            quant_row_q8_0(row, (block_q8_0 *)(mem + (size_t)r * rb), o->cols);
+        }
+        free(row);
+        c->draft_mem = mem;
+        c->draft_out = (tensor){ mem, GGML_Q8_0, o->rows, o->cols };
+    }
+    *out = &c->draft_out;
     return MOR_OK;
 }
 
@@ -89,6 +121,8 @@ mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_po
     if (!c) return err_set(MOR_E_INVALID_ARG, "mor_speculate: NULL context");
     mor_status st = check(c, seq, token, pos, n_draft, draft_depth, smpl, out, n_max, n_out);
     if (st) return st;
+    const tensor *head = NULL;
+    if ((st = draft_head(c, &head))) return st;
     const mor_model *m = c->model;
     rec_engine *e = &c->eng;
     const int32_t nv = m->n_vocab, nr = m->n_rec;
@@ -113,14 +147,14 @@ mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_po
         if ((st = rec_layers(e, &rows[k], 1, 0, m->prelude))) break;
         if ((st = recurse(e, &rows[k], 1, 0, D, tmp))) break;
         if (k == n) break;
-        if ((st = rec_finish(e, &rows[k], 1, (const int32_t[]){ 0 }, 1, e->vocab))) break;
+        if ((st = rec_finish(e, &rows[k], 1, (const int32_t[]){ 0 }, 1, head, e->vocab))) break;
         drafts[k] = tok = argmax(e->vocab, nv);
     }
     /* verify: the last layers' draft K/V go; every row to its own depth */
     if (!st) kv_unappend(c->kv, m->n_layer - m->coda, m->n_layer, 0, seq, pos);
     if (!st && D < nr) st = recurse(e, rows, n + 1, D, nr, tmp);
     for (int32_t k = 0; k <= n; k++) out_idx[k] = k;
-    if (!st) st = rec_finish(e, rows, n + 1, out_idx, n + 1, c->logits);
+    if (!st) st = rec_finish(e, rows, n + 1, out_idx, n + 1, NULL, c->logits);
     if (st) { kv_rollback(c->kv); return st; }
 
     /* accept: nothing below can fail the call */
