@@ -381,8 +381,11 @@ MOR_API const float *mor_get_logits(mor_context *ctx, int32_t i);
 /* Self-speculative decoding by recursion depth: one step of generation for
  * sequence seq that gives the same tokens as plain decoding, often several
  * per call. `token` is the next input (the last token sampled, not yet
- * decoded) at position pos. The step drafts up to n_draft tokens, each the
- * argmax of logits taken after only the first draft_depth recursions, then
+ * decoded) at position pos. The step drafts up to n_draft tokens, each
+ * drawn from logits taken after only the first draft_depth recursions (by
+ * the caller's sampler, whose state is then put back, so that a draft uses
+ * the random number the real draw at its position will use; with a grammar,
+ * the argmax), then
  * runs the deeper recursions of the input and all drafts together (one
  * matrix-matrix pass per recursion instead of one matrix-vector pass per
  * token), and samples each position from its verified logits with the
@@ -400,8 +403,8 @@ MOR_API const float *mor_get_logits(mor_context *ctx, int32_t i);
  * grammar): every position's logits are plain decoding's, bit for bit
  * (recursions below draft_depth run as plain decoding runs them, the deeper
  * ones row by row as the kernels compute any batch, kernels.h), and the
- * sampler draws once per emitted token, in order. The drafts never touch
- * the sampler. This holds for every causal routing mode (expert-choice
+ * sampler draws once per emitted token, in order (the drafts' draws are
+ * taken back). This holds for every causal routing mode (expert-choice
  * THRESHOLD and FORCED, token-choice, models without routers, depth caps)
  * and every KV mode; TOPK routing, which ranks a whole batch, is refused.
  *

@@ -35,7 +35,7 @@ void mor_context_free(mor_context *c)
     X(float, ls.xn, n * d) X(float, ls.q, n * qd) X(float, ls.k, n * kvd) X(float, ls.v, n * kvd)       \
     X(float, ls.att, n * qd) X(float, ls.o, n * d) X(float, ls.gate, n * ff) X(float, ls.up, n * ff)    \
     X(float, ls.inv_freq, hd / 2) X(float, ls.cs_own, n * hd)                                          \
-    X(int32_t, idx, n) X(int32_t, pos, n) X(int32_t, seq, n) X(int32_t, depth, n)                     \
+    X(int32_t, idx, n) X(int32_t, pos, n) X(int32_t, seq, n) X(int32_t, depth, n) X(int32_t, hist, n)  \
     X(int32_t, seq_rows, p.n_seq_max) X(int32_t, logit_row, n) X(int32_t, row_seq, n) X(float, z, n * nr) X(float, st_scores, n * nr) \
     X(float, hidden, hid) X(float, st_hidden, hid) X(float, logits, (size_t)p.n_outputs * (size_t)m->n_vocab)
 

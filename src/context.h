@@ -21,6 +21,7 @@ struct mor_context {
     rec_engine         eng;              /* the rows of a decode (or of a server's steps) */
     /* mor_decode's lists and staged results, [n_batch] unless noted */
     int32_t *idx, *pos, *seq, *depth, *seq_rows /* [n_seq_max] */;
+    int32_t *hist;                       /* mor_speculate: sampler history its drafts overwrite */
     float   *z, *st_scores;              /* router logits and scores, rows x n_rec */
     /* outputs */
     float   *logits;                     /* [n_outputs][n_vocab] */

@@ -320,6 +320,26 @@ MOR_API void mor_sampler_accept(mor_sampler *s, mor_token token)
     if (s->hist_len < s->p.repeat_last_n) s->hist_len++;
 }
 
+void sampler_save(const mor_sampler *s, sampler_state *st, mor_token *hist, int32_t n)
+{
+    memcpy(st->rng, s->rng, sizeof st->rng);
+    st->hist_len = s->hist_len; st->hist_pos = s->hist_pos;
+    for (int32_t i = 0, k = s->hist_pos; i < n && s->p.repeat_last_n > 0; i++) {
+        hist[i] = s->hist[k];
+        k = k + 1 == s->p.repeat_last_n ? 0 : k + 1;
+    }
+}
+
+void sampler_restore(mor_sampler *s, const sampler_state *st, const mor_token *hist, int32_t n)
+{
+    memcpy(s->rng, st->rng, sizeof st->rng);
+    s->hist_len = st->hist_len; s->hist_pos = st->hist_pos;
+    for (int32_t i = 0, k = s->hist_pos; i < n && s->p.repeat_last_n > 0; i++) {
+        s->hist[k] = hist[i];
+        k = k + 1 == s->p.repeat_last_n ? 0 : k + 1;
+    }
+}
+
 MOR_API void mor_sampler_reset(mor_sampler *s)
 {
     if (!s) return;

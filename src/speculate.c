@@ -6,7 +6,7 @@
  *           layers and the recursions below the draft depth D, exactly as
  *           plain decoding runs them (one row at a time, the router's own
  *           verdicts); each row's recursion state is kept in the engine.
- *           The draft's next token is the argmax of logits taken from that
+ *           The draft's next token is drawn from logits taken from that
  *           partial state (the unique last layers run on it, and their K/V
  *           are taken back before the verify).
  *   verify  every row resumes at recursion D: the deeper recursions of all
@@ -30,6 +30,7 @@
 #include <string.h>
 #include "context.h"
 #include "quant.h"
+#include "sampler.h"
 #include "kernels.h"
 #include "status.h"
 
@@ -141,6 +142,15 @@ mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_po
 
     kv_begin(c->kv);
     rec_reset(e);
+    /* Without a grammar the drafts are drawn by the caller's sampler itself,
+     * then taken back: a draft at position k uses the random number the real
+     * draw there will use when the drafts before it were taken, so it lands
+     * on the same token whenever the draft logits are close enough (greedy:
+     * the argmax, as before). With a grammar, the argmax. */
+    sampler_state saved;
+    mor_token *hist = c->hist;   /* [n_batch] >= n: the history entries the draws may overwrite */
+    const int coupled = !g;
+    if (coupled) sampler_save(smpl, &saved, hist, n);
     mor_token tok = token;
     for (int32_t k = 0; k <= n && !st; k++) {   /* draft */
         if ((st = rec_enter(e, tok, pos + k, seq, k, &rows[k]))) break;
@@ -148,8 +158,10 @@ mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_po
         if ((st = recurse(e, &rows[k], 1, 0, D, tmp))) break;
         if (k == n) break;
         if ((st = rec_finish(e, &rows[k], 1, (const int32_t[]){ 0 }, 1, head, e->vocab))) break;
-        drafts[k] = tok = argmax(e->vocab, nv);
+        if (!coupled || mor_sampler_sample(smpl, e->vocab, nv, &tok)) tok = argmax(e->vocab, nv);
+        drafts[k] = tok;
     }
+    if (coupled) sampler_restore(smpl, &saved, hist, n);
     /* verify: the last layers' draft K/V go; every row to its own depth */
     if (!st) kv_unappend(c->kv, m->n_layer - m->coda, m->n_layer, 0, seq, pos);
     if (!st && D < nr) st = recurse(e, rows, n + 1, D, nr, tmp);
