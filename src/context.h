@@ -34,4 +34,10 @@ struct mor_context {
     tensor   draft_out;                  /* mor_speculate's drafts' output matrix (speculate.c) */
     void    *draft_mem;                  /* its Q8_0 copy, made on the first call that needs one */
 };
+/* The first position a context refuses (mor_context_params.max_pos: > 0 as
+ * given, < 0 none, 0 the model's training context). */
+static inline int32_t context_max_pos(const mor_context *c)
+{
+    return c->params.max_pos > 0 ? c->params.max_pos : c->params.max_pos < 0 ? INT32_MAX : c->model->n_ctx_train;
+}
 #endif

@@ -43,8 +43,7 @@ static mor_status validate(mor_context *c, const mor_batch *b)
 {
     const mor_model *m = c->model;
     const int32_t ns = (int32_t)c->params.n_seq_max;
-    const int32_t max_pos = c->params.max_pos > 0 ? c->params.max_pos
-                          : c->params.max_pos < 0 ? INT32_MAX : m->n_ctx_train;
+    const int32_t max_pos = context_max_pos(c);
     if (b->n <= 0) return err_set(MOR_E_INVALID_ARG, "mor_decode: empty batch");
     if (b->n > (int32_t)c->params.n_batch)
         return err_set(MOR_E_INVALID_ARG, "mor_decode: %d tokens exceed n_batch %u", b->n, c->params.n_batch);

@@ -92,8 +92,7 @@ static mor_status check(const mor_context *c, mor_seq_id seq, mor_token token, m
                         const int32_t *n_out)
 {
     const mor_model *m = c->model;
-    const int32_t max_pos = c->params.max_pos > 0 ? c->params.max_pos
-                          : c->params.max_pos < 0 ? INT32_MAX : m->n_ctx_train;
+    const int32_t max_pos = context_max_pos(c);
     if (!smpl || !out || !n_out || n_max < 1 || n_draft < 0)
         return err_set(MOR_E_INVALID_ARG, "mor_speculate: NULL sampler or output, n_max < 1 or n_draft < 0");
     if (c->params.flags & MOR_CTX_CAPTURE_HIDDEN)
@@ -127,8 +126,7 @@ mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_po
     const mor_model *m = c->model;
     rec_engine *e = &c->eng;
     const int32_t nv = m->n_vocab, nr = m->n_rec;
-    const int32_t max_pos = c->params.max_pos > 0 ? c->params.max_pos
-                          : c->params.max_pos < 0 ? INT32_MAX : m->n_ctx_train;
+    const int32_t max_pos = context_max_pos(c);
     /* the drafts that can be used: n_draft + 1 rows and logits, positions, outputs */
     int32_t n = n_draft;
     if (n > (int32_t)c->params.n_batch - 1) n = (int32_t)c->params.n_batch - 1;

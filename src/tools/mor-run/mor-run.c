@@ -744,7 +744,7 @@ int main(int argc, char **argv)
             break;
         }
         n_gen++;
-        int32_t depth = 0;
+        int32_t depth = 0, room = 0;   /* room: what a speculative step may sample (speculate_room) */
         if (o->no_cache) {
             if ((st = forward_all(&R, R.seq, R.n_seq, 0))) { rc = lib_error(&R, "decoding", st); break; }
             mor_router_get_depths(router, R.depths, R.n_seq);
@@ -754,8 +754,7 @@ int main(int argc, char **argv)
             spec_i++;
             depth = R.depths[spec_i];
             logits = mor_get_logits(R.ctx, spec_i);
-        } else if (o->speculate && speculate_room(&R, o, n_predict - n_gen, limit, t, eos) >= 1) {
-            const int32_t room = speculate_room(&R, o, n_predict - n_gen, limit, t, eos);
+        } else if ((room = o->speculate ? speculate_room(&R, o, n_predict - n_gen, limit, t, eos) : 0) >= 1) {
             int32_t n_out = 0, acc = 0;
             if ((st = mor_speculate(R.ctx, 0, t, R.n_seq - 1, o->speculate, o->speculate_depth, R.sampler, R.grammar,
                                     spec_q, room, &n_out, &acc))) { rc = lib_error(&R, "speculative decoding", st); break; }
