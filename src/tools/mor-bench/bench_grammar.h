@@ -23,6 +23,7 @@
 #include <time.h>
 #include "mor.h"
 #include "cli.h"
+#include "bench_util.h"
 
 static const char *const bg_names[3] = { "json_object", "record", "free text" };
 static const char *const bg_grammars[3] = {
@@ -38,25 +39,12 @@ static const char *const bg_grammars[3] = {
     "root ::= [^\\x00]*\n",
 };
 
-static double bg_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int bg_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Seconds per step of one seeded walk of n steps; -1 on error. */
 static double bg_walk(mor_grammar *g, int32_t V, float *l, int n, uint64_t seed)
 {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
     mor_grammar_reset(g);
-    double t0 = bg_now();
+    double t0 = bench_now();
     for (int i = 0; i < n; i++) {
         if (mor_grammar_state(g) & MOR_GRAMMAR_MUST_END) mor_grammar_reset(g);
         for (int32_t t = 0; t < V; t++) l[t] = 0.0f;
@@ -71,7 +59,7 @@ static double bg_walk(mor_grammar *g, int32_t V, float *l, int n, uint64_t seed)
         if (mor_grammar_accept(g, tok)) return -1;
         if (mor_grammar_state(g) & MOR_GRAMMAR_MUST_END) mor_grammar_reset(g);
     }
-    return (bg_now() - t0) / n;
+    return (bench_now() - t0) / n;
 }
 
 /* Seconds per generated token of the model (greedy, one token per decode). */
@@ -92,7 +80,7 @@ static double bg_decode(const char *path, int n, int reps)
         for (int k = 0; k < reps && ok; k++) {
             mor_kv_clear(mor_context_kv(c));
             mor_token t = 1;
-            double t0 = bg_now();
+            double t0 = bench_now();
             for (int i = 0; i < n && ok; i++) {
                 mor_batch_clear(b);
                 mor_batch_add(b, t, i, 0, 1);
@@ -102,9 +90,9 @@ static double bg_decode(const char *path, int n, int reps)
                 for (int32_t j = 1; lg && j < V; j++) if (lg[j] > lg[best]) best = j;
                 t = best;
             }
-            v[k] = (bg_now() - t0) / n;
+            v[k] = (bench_now() - t0) / n;
         }
-        if (ok) { qsort(v, (size_t)reps, sizeof *v, bg_cmp); r = v[reps / 2]; }
+        if (ok) { qsort(v, (size_t)reps, sizeof *v, bench_cmp_d); r = v[reps / 2]; }
     }
     free(v);
     mor_batch_free(b);
@@ -159,7 +147,7 @@ static int bench_grammar_main(int argc, char **argv)
             for (int k = 0; k < reps && !rc; k++)
                 if ((v[k] = bg_walk(g, V, l, n, (uint64_t)k + 1)) < 0) rc = cli_error("walk: %s", mor_last_error());
             if (!rc) {
-                qsort(v, (size_t)reps, sizeof *v, bg_cmp);
+                qsort(v, (size_t)reps, sizeof *v, bench_cmp_d);
                 printf("%-48s %7d  %-12s %12.3f %11.1f%%\n", f, (int)V, bg_names[gi], 1e3 * v[reps / 2],
                        100.0 * v[reps / 2] / dec);
             }

@@ -34,19 +34,13 @@
 #include "mor.h"
 #include "internal.h"
 #include "cli.h"
+#include "bench_util.h"
 #include "synth_model.h"
 
 enum { BS_A, BS_B, BS_B2, BS_C, BS_N = 12 };   /* ways BS_C + 1 ...: (c) finishing every N steps */
 static const char *const bs_way_name[4] = { "a", "b", "b2", "c" };
 
 typedef struct { double tps, depth, secs, cpu; long tokens; uint64_t hash; int ok; } bs_result;
-
-static double bs_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* User CPU seconds of the whole process (every thread): less disturbed than
  * wall time by other jobs on the machine, though it counts spinning too. */
@@ -55,12 +49,6 @@ static double bs_cpu(void)
     struct rusage u;
     getrusage(RUSAGE_SELF, &u);
     return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec;
-}
-
-static int bs_cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 static int bs_cmp_f(const void *a, const void *b)
@@ -170,9 +158,9 @@ static bs_result bs_run(mor_model *m, int way, int finish_every, int conc, int n
         bs_prompt(i, prompt, mor_model_n_vocab(m), pr);
         ok = mor_server_submit(s, pr, prompt, &sp, gen, NULL, 0, &ids[i]) == MOR_OK;
     }
-    double t0 = bs_now(), c0 = bs_cpu();
+    double t0 = bench_now(), c0 = bs_cpu();
     if (ok && mor_server_run(s)) { fprintf(stderr, "run: %s\n", mor_last_error()); ok = 0; }
-    res.secs = bs_now() - t0;
+    res.secs = bench_now() - t0;
     res.cpu = bs_cpu() - c0;
     mor_token *out = malloc(sizeof(mor_token) * (size_t)gen);
     int32_t *dep = malloc(sizeof(int32_t) * (size_t)gen), n = 0;
@@ -313,7 +301,7 @@ static int bench_serve_main(int argc, char **argv)
         for (int w = 0; w < n_way; w++) {
             if (!use[w]) continue;
             int n = w == BS_A && conc * rps * gen > 256 ? 1 : reps;
-            qsort(tps[w], (size_t)n, sizeof(double), bs_cmp_d);
+            qsort(tps[w], (size_t)n, sizeof(double), bench_cmp_d);
             med[w] = n % 2 ? tps[w][n / 2] : 0.5 * (tps[w][n / 2 - 1] + tps[w][n / 2]);
         }
 #define BS_R(x, y) (med[x] > 0 && med[y] > 0 ? med[x] / med[y] : 0)

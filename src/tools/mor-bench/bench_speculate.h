@@ -31,6 +31,7 @@
 #include <time.h>
 #include "mor.h"
 #include "cli.h"
+#include "bench_util.h"
 
 static const char *const bsp_prompts[20] = {
     "The jury said that", "In the morning", "He was not sure whether", "The city of", "It is a question of",
@@ -39,25 +40,6 @@ static const char *const bsp_prompts[20] = {
     "The man who", "This is the first", "They did not know", "The state government", "One of the most",
     "When the time came",
 };
-
-static double bsp_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int bsp_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double bsp_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, bsp_cmp);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 typedef struct {
     double seconds;            /* generation only */
@@ -82,7 +64,7 @@ static int bsp_generate(mor_context *c, mor_batch *b, const mor_token *ids, int3
         mor_sampler_accept(s, ids[i]);
     }
     int rc = mor_decode(c, b) ? -1 : 0;
-    const double t0 = bsp_now();
+    const double t0 = bench_now();
     int32_t k = 0;
     if (!rc) rc = mor_sampler_sample(s, mor_get_logits(c, np - 1), nv, &out[k++]) ? -1 : 0;
     while (!rc && k < n) {
@@ -105,7 +87,7 @@ static int bsp_generate(mor_context *c, mor_batch *b, const mor_token *ids, int3
             r->steps++;
         }
     }
-    r->seconds += bsp_now() - t0;
+    r->seconds += bench_now() - t0;
     r->tokens += k - 1;   /* the first came from the prompt's logits */
     mor_sampler_free(s);
     return rc;
@@ -174,7 +156,7 @@ static int bsp_trained(const char *path, const int32_t *drafts, int nd, const in
                     sum.steps += s.steps; sum.drafted += s.drafted; sum.accepted += s.accepted; sum.tokens += s.tokens;
                 }
                 if (bad) goto done;
-                const double mp = bsp_median(tp, rounds), ms = bsp_median(ts, rounds);
+                const double mp = bench_median(tp, rounds), ms = bench_median(ts, rounds);
                 printf("| %s | %d | %d | %.0f | %.0f | %.2f | %.1f%% | %.2f |\n", smp ? "seeded, T 0.8" : "greedy",
                        drafts[ni], depths[di], mp, ms, ms / mp,
                        sum.drafted ? 100.0 * (double)sum.accepted / (double)sum.drafted : 0.0,
@@ -226,14 +208,14 @@ static int bsp_synth(const char *path, const int32_t *drafts, int nd, const int3
                 if (!bad && mor_sampler_create(&sp, &smp)) bad = 1;
                 mor_token t = ids[15];
                 mor_pos pos = 16;
-                double t0 = bsp_now();
+                double t0 = bench_now();
                 for (int k = 0; k < 16 && !bad; k++) {
                     int32_t n_out = 0;
                     if (mor_speculate(c, 0, t, pos, drafts[ni], depths[di], smp, NULL, out, 64, &n_out, NULL) || !n_out)
                         bad = 1;
                     else { t = out[n_out - 1]; pos += n_out; s.steps++; }
                 }
-                s.seconds = bsp_now() - t0;
+                s.seconds = bench_now() - t0;
                 /* a draft pass alone: N = 1 at D = the draft depth minus a verify of 2 rows is not separable;
                  * measure plain decoding capped at the draft depth instead (what a draft row computes) */
                 mor_kv_clear(mor_context_kv(c));
@@ -246,7 +228,7 @@ static int bsp_synth(const char *path, const int32_t *drafts, int nd, const int3
                 tdr[rd] = d.seconds / (double)d.tokens;
             }
             if (bad) break;
-            const double mp = bsp_median(tp, rounds), ms = bsp_median(ts, rounds), md = bsp_median(tdr, rounds);
+            const double mp = bench_median(tp, rounds), ms = bench_median(ts, rounds), md = bench_median(tdr, rounds);
             printf("| %d | %d | %.2f | %.2f | %.2f |", drafts[ni], depths[di], 1e3 * mp, 1e3 * ms, 1e3 * md);
             for (int q = 0; q < 3; q++) {
                 const double e = (1.0 - pow(accs[q], drafts[ni] + 1)) / (1.0 - accs[q]);

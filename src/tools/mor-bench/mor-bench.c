@@ -32,32 +32,15 @@
 #include "bench_grammar.h"
 #include "bench_speculate.h"
 #include "cli.h"
+#include "bench_util.h"
 #include "roofline.h"
 #include "synth_model.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double cpu_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* ---------------- models ---------------- */
@@ -185,9 +168,9 @@ static double run_batch(variant *v, mor_batch *b, const mor_token *tok, int n)
     mor_kv_clear(mor_context_kv(v->c));
     mor_batch_clear(b);
     for (int i = 0; i < n; i++) mor_batch_add(b, tok[i], i, 0, i == n - 1);
-    double t0 = now(), c0 = cpu_now();
+    double t0 = bench_now(), c0 = cpu_now();
     if (mor_decode(v->c, b) != MOR_OK) { fprintf(stderr, "decode: %s\n", mor_last_error()); v->ok = 0; }
-    double t = now() - t0;
+    double t = bench_now() - t0;
     if (v->n_cpu < 128) v->cpu[v->n_cpu++] = (cpu_now() - c0) / (t * v->nt);
     return n / t;
 }
@@ -197,13 +180,13 @@ static double run_pp(variant *v, mor_batch *b, int np) { return run_batch(v, b, 
 static double run_tg(variant *v, mor_batch *b, int ng)
 {
     mor_kv_clear(mor_context_kv(v->c));
-    double t0 = now(), c0 = cpu_now();
+    double t0 = bench_now(), c0 = cpu_now();
     for (int i = 0; i < ng && v->ok; i++) {
         mor_batch_clear(b);
         mor_batch_add(b, tg_tok[i], i, 0, 1);
         if (mor_decode(v->c, b) != MOR_OK) { fprintf(stderr, "decode: %s\n", mor_last_error()); v->ok = 0; }
     }
-    double t = now() - t0;
+    double t = bench_now() - t0;
     if (v->n_cpu < 128) v->cpu[v->n_cpu++] = (cpu_now() - c0) / (t * v->nt);
     return ng / t;
 }
@@ -262,10 +245,10 @@ static rep_stats summarize(variant *v, int test, int reps)
     double *s = test == 0 ? v->pp : v->tg, cpus[64];
     rep_stats r = { 0, s[0], s[0], 0 };
     for (int i = 0; i < reps; i++) { if (s[i] < r.mn) r.mn = s[i]; if (s[i] > r.mx) r.mx = s[i]; }
-    r.med = median(s, reps);
+    r.med = bench_median(s, reps);
     int nc = 0;
     for (int i = test; i < v->n_cpu && nc < 64; i += 2) cpus[nc++] = v->cpu[i];
-    r.busy = nc ? median(cpus, nc) : 0;
+    r.busy = nc ? bench_median(cpus, nc) : 0;
     return r;
 }
 

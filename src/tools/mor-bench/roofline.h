@@ -33,25 +33,13 @@
 #include <sys/mman.h>
 #include <time.h>
 #include "internal.h"
+#include "bench_util.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 #if defined(__aarch64__)
 #include <arm_neon.h>
 #endif
-
-static double roof_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int roof_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* ---------------- the probe loops (one thread's part) ---------------- */
 
@@ -287,9 +275,9 @@ static double roof_run(int nt, const float *p, size_t n, int passes, int unit, l
         pthread_create(&th[i], NULL, roof_thread, &a[i]);
     }
     pthread_barrier_wait(&bar);
-    double t0 = roof_now();
+    double t0 = bench_now();
     pthread_barrier_wait(&bar);
-    double t = roof_now() - t0;
+    double t = bench_now() - t0;
     *ops = 0;
     for (int i = 0; i < nt; i++) { pthread_join(th[i], NULL); *ops += a[i].ops; }
     pthread_barrier_destroy(&bar);
@@ -313,7 +301,7 @@ static roof_rate roof_summary(double *v, int n)
 {
     roof_rate r = { 0, 0 };
     if (n <= 0) return r;
-    qsort(v, (size_t)n, sizeof *v, roof_cmp);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_d);
     r.best = v[n - 1];
     r.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     return r;
