@@ -993,6 +993,29 @@ MOR_API mor_status mor_server_release(mor_server *srv, mor_request_id id);
  * vocabulary), MOR_E_OUT_OF_RANGE (unknown id), MOR_E_NOMEM. */
 MOR_API mor_status mor_server_set_grammar(mor_server *srv, mor_request_id id, mor_grammar *g);
 
+/* Self-speculative decoding for a queued request (mor_speculate, whose
+ * exactness holds here): once its prompt has entered, each step of the
+ * request drafts up to n_draft tokens with the recursions below
+ * draft_depth, verifies them in one pass, and emits the tokens its sampler
+ * (and grammar) draws position by position up to the first that differs
+ * from its draft: up to n_draft + 1 tokens per step, each with the depth
+ * and the logits (on_token_logits) it gets without speculation, and the
+ * same tokens. Stop tokens, max_tokens and the grammar end it where they
+ * would. Every mode: under DEPTHWISE its steps run beside the depth-wise
+ * rows (its inputs do not take rows between steps); a step where the rows
+ * in flight fill n_batch skips it once. n_draft 0 turns it off. Allocates
+ * the request's buffers ((n_draft + 1) x n_vocab logits). Errors:
+ * MOR_E_INVALID_ARG (NULL server, a request no longer queued, n_draft < 0
+ * or > n_batch - 1), MOR_E_OUT_OF_RANGE (unknown id, draft_depth outside
+ * [1, N_r]), MOR_E_NOMEM; on error the request is as it was. */
+MOR_API mor_status mor_server_set_speculate(mor_server *srv, mor_request_id id, int32_t n_draft,
+                                            int32_t draft_depth);
+/* Tokens a request drafted and those of them its sampler accepted so far
+ * (0 and 0 without speculation). Either pointer may be NULL. Readable until
+ * mor_server_release. Errors: MOR_E_OUT_OF_RANGE (unknown id). */
+MOR_API mor_status mor_server_request_speculation(const mor_server *srv, mor_request_id id, int64_t *drafted,
+                                                  int64_t *accepted);
+
 /* Thread-safety: a mor_server, like a context, is used by one thread at a
  * time; several servers may share one model. */
 

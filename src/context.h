@@ -40,4 +40,24 @@ static inline int32_t context_max_pos(const mor_context *c)
 {
     return c->params.max_pos > 0 ? c->params.max_pos : c->params.max_pos < 0 ? INT32_MAX : c->model->n_ctx_train;
 }
+
+/* speculate.c: the fallible part of one self-speculative step, shared by
+ * mor_speculate and the server's speculating requests. The caller holds a
+ * KV transaction open and n + 1 engine rows free; spec_run enters `token`
+ * at pos, drafts n tokens at depth D (drawn by smpl and put back when
+ * `coupled`, else the argmax), verifies, and leaves: b->rows[k] the row of
+ * input k (still in the engine), b->drafts[k] row k + 1's input, b->logits
+ * row k's verified logits, every input's cells appended (the drafts' last-
+ * layer cells taken back). On failure the caller rolls back and frees the
+ * rows. */
+typedef struct {
+    int32_t   *rows, *tmp;        /* [n + 1]: the inputs' rows; scratch */
+    mor_token *drafts, *hist;     /* [n]: the drafts; the sampler history the draws overwrite */
+    float     *logits;            /* [n + 1][n_vocab] */
+} spec_bufs;
+mor_status spec_run(mor_context *c, mor_seq_id seq, mor_token token, mor_pos pos, int32_t n, int32_t D,
+                    mor_sampler *smpl, int coupled, const spec_bufs *b);
+/* The draft depth in effect: D, or every recursion when D reaches the
+ * router's depth cap (no deeper recursion is left to verify). */
+int32_t    spec_depth(const mor_context *c, int32_t D);
 #endif

@@ -60,6 +60,13 @@ typedef struct {
     mor_sampler *smp;
     mor_grammar *gr;         /* owned, or NULL: the output's grammar */
     uint8_t     *gr_ok;      /* [n_vocab]: the tokens it allows next (check_logits) */
+    /* self-speculative decoding (mor_server_set_speculate): drafts per step
+     * (0: off), their depth, the step's buffers (one allocation), counts */
+    int32_t      spec_n, spec_d;
+    spec_bufs    spec;
+    int32_t     *spec_depth; /* [spec_n + 1]: each verified input's depth */
+    void        *spec_mem;
+    int64_t      drafted, accepted;
 } serve_req;
 
 /* What a free slot keeps for reuse: its cells' tokens (positions 0..n-1),
@@ -80,6 +87,7 @@ typedef struct {
     int32_t    n_rows, n_exited;   /* rows of the group in flight (DEPTHWISE) */
     serve_kept made;         /* the router settings when the request was admitted */
     int32_t    copied;       /* admitted with cells copied from a running slot (this step) */
+    int32_t    spec_rows;    /* inputs verified by this step's speculation (0: none) */
 } serve_slot;
 
 struct mor_server {
@@ -96,6 +104,7 @@ struct mor_server {
     /* DEPTHWISE: the rows are the context's engine rows (recursion.h), a
      * slot's rows tagged with the slot */
     int32_t *list, *list2;                /* [n_batch] */
+    int32_t  spec_used;                   /* rows the step's speculation ran (step_speculate) */
     float   *logits;                      /* [n_slots][n_vocab] */
     float   *masked;                      /* [n_vocab]: logits under a request's grammar */
     /* The state before the step in progress, put back if it fails (a failed
@@ -141,6 +150,7 @@ static void req_free(serve_req *q)
     mor_sampler_free(q->smp);
     mor_grammar_free(q->gr);
     free(q->gr_ok);
+    free(q->spec_mem);
     free(q);
 }
 
@@ -243,6 +253,51 @@ mor_status mor_server_set_grammar(mor_server *s, mor_request_id id, mor_grammar 
     if (!ok) return err_set(MOR_E_NOMEM, "mor_server_set_grammar: out of memory");
     q->gr = g;
     q->gr_ok = ok;
+    err_clear();
+    return MOR_OK;
+}
+
+mor_status mor_server_set_speculate(mor_server *s, mor_request_id id, int32_t n_draft, int32_t draft_depth)
+{
+    if (!s) return err_set(MOR_E_INVALID_ARG, "mor_server_set_speculate: NULL server");
+    serve_req *q = find(s, id);
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_speculate: no request %d", (int)id);
+    if (q->state != MOR_REQ_QUEUED)
+        return err_set(MOR_E_INVALID_ARG, "mor_server_set_speculate: request %d is not queued any more", (int)id);
+    if (n_draft < 0 || n_draft > (int32_t)s->p.n_batch - 1)
+        return err_set(MOR_E_INVALID_ARG, "mor_server_set_speculate: n_draft %d out of range [0, %u] (n_batch - 1)",
+                       (int)n_draft, s->p.n_batch - 1);
+    if (draft_depth < 1 || draft_depth > s->m->n_rec)
+        return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_speculate: draft depth %d out of range [1, %d]",
+                       (int)draft_depth, (int)s->m->n_rec);
+    void *mem = NULL;
+    spec_bufs b = { 0 };
+    int32_t *depth = NULL;
+    if (n_draft) {   /* rows, tmp, drafts, hist, depths [n + 1]; logits [n + 1][n_vocab] */
+        const size_t n1 = (size_t)n_draft + 1, a = up8(sizeof(int32_t) * n1);
+        char *at = mem = malloc(5 * a + sizeof(float) * n1 * (size_t)s->m->n_vocab);
+        if (!mem) return err_set(MOR_E_NOMEM, "mor_server_set_speculate: out of memory");
+        b.rows = (int32_t *)at; at += a;
+        b.tmp = (int32_t *)at; at += a;
+        b.drafts = (mor_token *)at; at += a;
+        b.hist = (mor_token *)at; at += a;
+        depth = (int32_t *)at; at += a;
+        b.logits = (float *)at;
+    }
+    free(q->spec_mem);
+    q->spec_mem = mem; q->spec = b; q->spec_depth = depth;
+    q->spec_n = n_draft; q->spec_d = draft_depth;
+    err_clear();
+    return MOR_OK;
+}
+
+mor_status mor_server_request_speculation(const mor_server *s, mor_request_id id, int64_t *drafted,
+                                          int64_t *accepted)
+{
+    const serve_req *q = find(s, id);
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_request_speculation: unknown request %d", (int)id);
+    if (drafted) *drafted = q->drafted;
+    if (accepted) *accepted = q->accepted;
     err_clear();
     return MOR_OK;
 }
@@ -519,6 +574,7 @@ static int32_t take_rows(const mor_server *s, int32_t sl, int pass, int32_t room
 {
     const serve_slot *S = &s->slots[sl];
     if (!S->req || !S->waiting || S->req->state != MOR_REQ_RUNNING || S->entered != !pass) return 0;
+    if (S->entered && S->req->spec_n) return 0;   /* step_speculate's */
     int32_t n = S->entered ? 1 : S->req->n_prompt - S->n_pos;
     return n < room ? n : room > 0 ? room : 0;
 }
@@ -531,7 +587,92 @@ static void enter(serve_slot *S, int32_t n)
     S->waiting = 0;
 }
 
+/* ---- speculating requests (mor_server_set_speculate), in every mode ---- */
+
+/* The fallible half, inside the step's KV transaction: every speculating
+ * slot whose next token waits drafts and verifies it (spec_run: the
+ * exactness of mor_speculate) with the request's own buffers. Its rows
+ * leave the engine at once (their depths kept), so the depth-wise lists
+ * never see them; its first verified position must be samplable, as a plain
+ * step's. A slot finds no rows when those in flight fill n_batch: it waits
+ * a step. */
+static mor_status step_speculate(mor_server *s)
+{
+    rec_engine *e = &s->ctx->eng;
+    s->spec_used = 0;
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
+        serve_slot *S = &s->slots[sl];
+        serve_req *q = S->req;
+        S->spec_rows = 0;
+        if (!q || !q->spec_n || !S->entered || !S->waiting || q->state != MOR_REQ_RUNNING) continue;
+        /* a step's transaction holds the cells of n_batch rows at most (the
+         * rows in flight, those speculated, those entering) */
+        int32_t n = q->spec_n, room = (int32_t)s->p.n_batch - rec_n_live(e) - s->spec_used - 1;
+        if (room < 0) continue;
+        if (n > room) n = room;
+        if (n > q->max_tokens - q->n_out - 1) n = q->max_tokens - q->n_out - 1;   /* no draft past the last token */
+        mor_status st = spec_run(s->ctx, sl, S->next, S->n_pos, n, q->spec_d, q->smp, !q->gr, &q->spec);
+        if (st) return st;
+        for (int32_t k = 0; k <= n; k++) q->spec_depth[k] = rec_at(e, q->spec.rows[k])->depth;
+        rec_free(e, q->spec.rows, n + 1);
+        s->spec_used += n + 1;
+        if ((st = check_logits(s, sl, q->spec.logits))) return st;
+        S->spec_rows = n + 1;
+        S->waiting = 0;
+    }
+    return MOR_OK;
+}
+
+/* The publishing half, once nothing can fail: position by position the
+ * request samples (emit: its sampler and grammar, the stream, stop tokens,
+ * max_tokens) until a token differs from the draft that was fed after it,
+ * or the request ends; the cells of the inputs past that go before the
+ * transaction ends, so the slot's cells are its positions [0, n_pos) as
+ * after plain steps (prompt reuse keeps them). A later position whose
+ * logits cannot be sampled ends the run there: the next step meets it as
+ * its first and fails naming the request, as plain decoding would. */
+static void spec_publish(mor_server *s)
+{
+    const int32_t nv = s->m->n_vocab;
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
+        serve_slot *S = &s->slots[sl];
+        const int32_t rows = S->spec_rows;
+        if (!rows) continue;
+        serve_req *q = S->req;
+        const mor_pos pos = S->n_pos;
+        S->spec_rows = 0;
+        q->drafted += rows - 1;
+        int32_t k = 0;
+        for (; k < rows; k++) {
+            const float *lg = q->spec.logits + (size_t)k * nv;
+            if (k && check_logits(s, sl, lg)) break;
+            S->n_pos = pos + k + 1;   /* before emit: a request that ends keeps its cells [0, n_pos) */
+            emit(s, sl, lg, q->spec_depth[k]);
+            const int match = k + 1 < rows && q->out[q->n_out - 1] == q->spec.drafts[k];
+            q->accepted += match;
+            if (!match || q->state != MOR_REQ_RUNNING) { k++; break; }
+        }
+        kv_unappend(s->ctx->kv, 0, s->m->n_layer, 1, sl, pos + k);
+    }
+}
+
 /* ---- SERIAL and SEQUENCE: one mor_decode per step ---- */
+
+/* Take back a successful mor_decode of batch b (its cells are each
+ * sequence's positions from its first row on) and return st, keeping the
+ * error message (mor_kv_seq_rm, public, clears it). */
+static mor_status undo_decode(mor_server *s, const mor_batch *b, mor_status st)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", mor_last_error());
+    for (int32_t q = 0; q < (int32_t)s->p.n_slots; q++) {
+        mor_pos first = -1;
+        for (int32_t i = 0; i < b->n; i++)
+            if (b->seq[i] == q && (first < 0 || b->pos[i] < first)) first = b->pos[i];
+        if (first >= 0) mor_kv_seq_rm(s->ctx->kv, q, first, -1);
+    }
+    return err_set(st, "%s", msg);
+}
 
 static mor_status step_decode(mor_server *s)
 {
@@ -551,26 +692,26 @@ static mor_status step_decode(mor_server *s)
             if (S->entered) last[sl] = mor_batch_size(b) - 1;
             else S->waiting = 1;   /* a chunk before the last: the next one at the next step */
         }
-    if (!mor_batch_size(b)) return MOR_OK;
-    mor_status st = mor_decode(s->ctx, b);
+    mor_status st = mor_batch_size(b) ? mor_decode(s->ctx, b) : MOR_OK;
     if (st) return st;
     for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
         if (last[sl] < 0 || !(st = check_logits(s, sl, mor_get_logits(s->ctx, last[sl])))) continue;
-        /* undo the decode: its cells are each sequence's positions from its first row on */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", mor_last_error());
-        for (int32_t q = 0; q < (int32_t)s->p.n_slots; q++) {
-            mor_pos first = -1;
-            for (int32_t i = 0; i < b->n; i++)
-                if (b->seq[i] == q && (first < 0 || b->pos[i] < first)) first = b->pos[i];
-            if (first >= 0) mor_kv_seq_rm(s->ctx->kv, q, first, -1);
-        }
-        return err_set(st, "%s", msg);
+        return undo_decode(s, b, st);
+    }
+    /* the speculating requests: their own transaction, after mor_decode's
+     * (whose outputs stay readable: the drafts use their own buffers) */
+    kv_begin(s->ctx->kv);
+    rec_reset(&s->ctx->eng);
+    if ((st = step_speculate(s))) {
+        kv_rollback(s->ctx->kv);
+        return undo_decode(s, b, st);
     }
     int32_t *depths = s->list;
     mor_router_get_depths(s->ctx->router, depths, mor_batch_size(b));
     for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++)
         if (last[sl] >= 0) emit(s, sl, mor_get_logits(s->ctx, last[sl]), depths[last[sl]]);
+    spec_publish(s);
+    kv_commit(s->ctx->kv);
     return MOR_OK;
 }
 
@@ -600,7 +741,7 @@ static mor_status step_enter(mor_server *s)
 {
     rec_engine *e = &s->ctx->eng;
     const int32_t nb = (int32_t)s->p.n_batch;
-    int32_t n_live = rec_n_live(e), ne = 0;
+    int32_t n_live = rec_n_live(e) + s->spec_used, ne = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
             serve_slot *S = &s->slots[sl];
@@ -672,7 +813,8 @@ static mor_status step_depthwise(mor_server *s)
 {
     const mor_model *m = s->m;
     rec_engine *e = &s->ctx->eng;
-    mor_status st = step_enter(s);
+    mor_status st = step_speculate(s);
+    if (!st) st = step_enter(s);
     if (st) return st;
     /* 2. one pass of the shared block over every recursing row, grouped by
      * recursion; under the drain hook with no request queued, passes repeat
@@ -686,7 +828,9 @@ static mor_status step_depthwise(mor_server *s)
         count_exits(s, s->list, nrun);
         if (!repeat) break;
     }
-    return step_finish(s);
+    if ((st = step_finish(s))) return st;
+    spec_publish(s);
+    return MOR_OK;
 }
 
 static int32_t pending(const mor_server *s)

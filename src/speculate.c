@@ -114,6 +114,48 @@ static mor_status check(const mor_context *c, mor_seq_id seq, mor_token token, m
     return MOR_OK;
 }
 
+int32_t spec_depth(const mor_context *c, int32_t D)
+{
+    return D < router_depth_cap(c->router) ? D : c->model->n_rec;
+}
+
+mor_status spec_run(mor_context *c, mor_seq_id seq, mor_token token, mor_pos pos, int32_t n, int32_t D,
+                    mor_sampler *smpl, int coupled, const spec_bufs *b)
+{
+    const tensor *head = NULL;
+    mor_status st = draft_head(c, &head);
+    if (st) return st;
+    const mor_model *m = c->model;
+    rec_engine *e = &c->eng;
+    const int32_t nv = m->n_vocab, nr = m->n_rec;
+    D = spec_depth(c, D);
+    e->capture = NULL; e->capture_in_pass = 0;
+    /* Coupled drafts are drawn by the caller's sampler itself, then taken
+     * back: a draft at position k uses the random number the real draw there
+     * will use when the drafts before it were taken, so it lands on the same
+     * token whenever the draft logits are close enough (greedy: the argmax).
+     * With a grammar (not coupled), the argmax. */
+    sampler_state saved;
+    if (coupled) sampler_save(smpl, &saved, b->hist, n);
+    mor_token tok = token;
+    for (int32_t k = 0; k <= n && !st; k++) {   /* draft */
+        if ((st = rec_enter(e, tok, pos + k, seq, k, &b->rows[k]))) break;
+        if ((st = rec_layers(e, &b->rows[k], 1, 0, m->prelude))) break;
+        if ((st = recurse(e, &b->rows[k], 1, 0, D, b->tmp))) break;
+        if (k == n) break;
+        if ((st = rec_finish(e, &b->rows[k], 1, (const int32_t[]){ 0 }, 1, head, e->vocab))) break;
+        if (!coupled || mor_sampler_sample(smpl, e->vocab, nv, &tok)) tok = argmax(e->vocab, nv);
+        b->drafts[k] = tok;
+    }
+    if (coupled) sampler_restore(smpl, &saved, b->hist, n);
+    if (st) return st;
+    /* verify: the last layers' draft K/V go; every row to its own depth */
+    kv_unappend(c->kv, m->n_layer - m->coda, m->n_layer, 0, seq, pos);
+    if (D < nr && (st = recurse(e, b->rows, n + 1, D, nr, b->tmp))) return st;
+    for (int32_t k = 0; k <= n; k++) b->tmp[k] = k;
+    return rec_finish(e, b->rows, n + 1, b->tmp, n + 1, NULL, b->logits);
+}
+
 mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_pos pos, int32_t n_draft,
                          int32_t draft_depth, mor_sampler *smpl, mor_grammar *g, mor_token *out, int32_t n_max,
                          int32_t *n_out, int32_t *n_accepted)
@@ -121,8 +163,6 @@ mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_po
     if (!c) return err_set(MOR_E_INVALID_ARG, "mor_speculate: NULL context");
     mor_status st = check(c, seq, token, pos, n_draft, draft_depth, smpl, out, n_max, n_out);
     if (st) return st;
-    const tensor *head = NULL;
-    if ((st = draft_head(c, &head))) return st;
     const mor_model *m = c->model;
     rec_engine *e = &c->eng;
     const int32_t nv = m->n_vocab, nr = m->n_rec;
@@ -133,39 +173,14 @@ mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_po
     if (n > (int32_t)c->params.n_outputs - 1) n = (int32_t)c->params.n_outputs - 1;
     if (n > n_max - 1) n = n_max - 1;
     if ((int64_t)pos + n >= max_pos) n = max_pos - 1 - pos;
-    const int32_t D = draft_depth < router_depth_cap(c->router) ? draft_depth : nr;
-    int32_t *rows = c->idx, *tmp = c->pos, *out_idx = c->seq;
-    mor_token *drafts = c->depth;   /* (drafts[k] is row k + 1's input) */
-    e->capture = NULL; e->capture_in_pass = 0;
+    /* (drafts[k] is row k + 1's input) */
+    const spec_bufs b = { .rows = c->idx, .tmp = c->pos, .drafts = c->depth, .hist = c->hist, .logits = c->logits };
+    const int32_t *rows = b.rows;
+    const mor_token *drafts = b.drafts;
 
     kv_begin(c->kv);
     rec_reset(e);
-    /* Without a grammar the drafts are drawn by the caller's sampler itself,
-     * then taken back: a draft at position k uses the random number the real
-     * draw there will use when the drafts before it were taken, so it lands
-     * on the same token whenever the draft logits are close enough (greedy:
-     * the argmax, as before). With a grammar, the argmax. */
-    sampler_state saved;
-    mor_token *hist = c->hist;   /* [n_batch] >= n: the history entries the draws may overwrite */
-    const int coupled = !g;
-    if (coupled) sampler_save(smpl, &saved, hist, n);
-    mor_token tok = token;
-    for (int32_t k = 0; k <= n && !st; k++) {   /* draft */
-        if ((st = rec_enter(e, tok, pos + k, seq, k, &rows[k]))) break;
-        if ((st = rec_layers(e, &rows[k], 1, 0, m->prelude))) break;
-        if ((st = recurse(e, &rows[k], 1, 0, D, tmp))) break;
-        if (k == n) break;
-        if ((st = rec_finish(e, &rows[k], 1, (const int32_t[]){ 0 }, 1, head, e->vocab))) break;
-        if (!coupled || mor_sampler_sample(smpl, e->vocab, nv, &tok)) tok = argmax(e->vocab, nv);
-        drafts[k] = tok;
-    }
-    if (coupled) sampler_restore(smpl, &saved, hist, n);
-    /* verify: the last layers' draft K/V go; every row to its own depth */
-    if (!st) kv_unappend(c->kv, m->n_layer - m->coda, m->n_layer, 0, seq, pos);
-    if (!st && D < nr) st = recurse(e, rows, n + 1, D, nr, tmp);
-    for (int32_t k = 0; k <= n; k++) out_idx[k] = k;
-    if (!st) st = rec_finish(e, rows, n + 1, out_idx, n + 1, NULL, c->logits);
-    if (st) { kv_rollback(c->kv); return st; }
+    if ((st = spec_run(c, seq, token, pos, n, draft_depth, smpl, !g, &b))) { kv_rollback(c->kv); return st; }
 
     /* accept: nothing below can fail the call */
     const mor_token eos = mor_model_token_eos(m);

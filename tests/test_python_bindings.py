@@ -693,6 +693,26 @@ class Speculation(unittest.TestCase):
                 with self.assertRaises(mor.OutOfRangeError):
                     c.speculate(first, n_prompt + 10, s, draft_depth=0)
 
+    def test_server_requests_speculate_with_the_same_tokens(self):
+        with mor.Model(os.path.join(t.ROOT, "models", "brown-mor.gguf")) as m:
+            prompts = ["The jury said that", "It was the first time", "He went to the"]
+            for mode in (mor.SERVE_SEQUENCE, mor.SERVE_DEPTHWISE):
+                got = {}
+                for n in (0, 3):
+                    with mor.Server(m, mode=mode, n_slots=3, n_ctx=512) as srv:
+                        ids = [srv.submit(p, max_tokens=30, seed=i, temperature=0.8 if i else 0.0, speculate=n,
+                                          speculate_depth=1) for i, p in enumerate(prompts)]
+                        srv.run()
+                        got[n] = ([srv.tokens(i) for i in ids], [srv.speculation(i) for i in ids])
+                self.assertEqual(got[3][0], got[0][0], mode)
+                self.assertEqual(got[0][1], [(0, 0)] * 3)
+                drafted = sum(d for d, _ in got[3][1])
+                accepted = sum(a for _, a in got[3][1])
+                self.assertTrue(0 < accepted <= drafted, got[3][1])
+            with mor.Server(m) as srv:
+                with self.assertRaises(mor.OutOfRangeError):
+                    srv.submit("The", speculate=2, speculate_depth=9)
+
 
 class JsonSchema(unittest.TestCase):
     SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},

@@ -62,6 +62,8 @@ static mor_server *cur;        /* the server serve_and_compare runs */
 static int32_t max_descents;   /* most cells of one sequence out of position order seen by hook */
 static request reqs[NREQ];
 static int32_t n_vocab;
+static int32_t spec_n, spec_d = 1;         /* mor_server_set_speculate of the requests submitted (0: off) */
+static int64_t spec_drafted, spec_accepted; /* what serve_and_compare's requests drafted and accepted */
 /* what the server produced */
 static float *got_logits[NREQ];
 static int32_t got_n[NREQ];
@@ -150,11 +152,20 @@ static mor_server *make_server(mor_model *m, int32_t mode, uint32_t n_slots, uin
     return s;
 }
 
+/* mor_server_submit, then speculation as spec_n and spec_d say. */
+static mor_status sub(mor_server *s, const mor_token *prompt, int32_t n, const mor_sampler_params *sp, int32_t max_tokens,
+                      const mor_token *stop, int32_t n_stop, mor_request_id *id)
+{
+    mor_status st = mor_server_submit(s, prompt, n, sp, max_tokens, stop, n_stop, id);
+    if (!st && spec_n) st = mor_server_set_speculate(s, *id, spec_n, spec_d);
+    return st;
+}
+
 /* Submit request i; ids[i] its id, map[id] = i. */
 static mor_status submit(mor_server *s, int32_t i, mor_request_id *ids, int32_t *map)
 {
     const request *q = &reqs[i];
-    mor_status st = mor_server_submit(s, q->prompt, q->n_prompt, &q->sp, q->max_tokens, q->stop, q->n_stop, &ids[i]);
+    mor_status st = sub(s, q->prompt, q->n_prompt, &q->sp, q->max_tokens, q->stop, q->n_stop, &ids[i]);
     if (!st) map[ids[i]] = i;
     return st;
 }
@@ -184,7 +195,10 @@ static void serve_and_compare(mor_model *m, const char *what, int32_t mode, int3
     double maxd = 0;
     for (int32_t i = 0; i < n; i++) {
         mor_token out[MAXT]; int32_t dep[MAXT], no = -1;
+        int64_t dr = 0, ac = 0;
         mor_server_get_tokens(s, ids[i], out, dep, MAXT, &no);
+        state_ok &= mor_server_request_speculation(s, ids[i], &dr, &ac) == MOR_OK && ac <= dr && (spec_n || !dr);
+        spec_drafted += dr; spec_accepted += ac;
         state_ok &= mor_server_request_state(s, ids[i]) == MOR_REQ_DONE;
         if (no != reqs[i].n_out || got_n[i] != no) { tok_ok = 0; continue; }
         for (int32_t t = 0; t < no; t++) {
@@ -474,7 +488,7 @@ static int run_one(mor_server *s, const mor_token *prompt, int32_t n, const mor_
                    mor_token *out, int32_t *n_out, int32_t *cached)
 {
     mor_request_id id;
-    if (mor_server_submit(s, prompt, n, sp, max_tokens, NULL, 0, &id) || mor_server_run(s)) return 0;
+    if (sub(s, prompt, n, sp, max_tokens, NULL, 0, &id) || mor_server_run(s)) return 0;
     *cached = mor_server_request_cached(s, id);
     return mor_server_get_tokens(s, id, out, NULL, MAXT, n_out) == MOR_OK && mor_server_release(s, id) == MOR_OK;
 }
@@ -486,9 +500,12 @@ static int fresh(mor_model *m, int32_t mode, int32_t max_depth, const mor_token 
     sflags = MOR_SERVE_NO_PROMPT_REUSE;
     mor_server *s = make_server(m, mode, 2, 256, 0, 0);
     sflags = 0;
+    const int32_t sn = spec_n;
+    spec_n = 0;   /* the reference: plain steps */
     int32_t cached = -1;
     int ok = s && (!max_depth || mor_router_set_max_depth(mor_server_router(s), max_depth) == MOR_OK) &&
              run_one(s, prompt, n, sp, max_tokens, out, n_out, &cached) && cached == 0;
+    spec_n = sn;
     mor_server_free(s);
     return ok;
 }
@@ -561,7 +578,7 @@ static void prompt_sharing(mor_model *m, const char *name)
         for (int32_t i = 0; i < 24; i++) p[i] = (mor_token)((13 + 11 * i) % n_vocab);
         mor_request_id id[3];
         int ok = s != NULL;
-        for (int32_t k = 0; ok && k < 3; k++) ok = mor_server_submit(s, p, 24, &reqs[k].sp, 6, NULL, 0, &id[k]) == MOR_OK;
+        for (int32_t k = 0; ok && k < 3; k++) ok = sub(s, p, 24, &reqs[k].sp, 6, NULL, 0, &id[k]) == MOR_OK;
         ok = ok && mor_server_run(s) == MOR_OK;
         int same = ok;
         int32_t cached[3] = { -1, -1, -1 };
@@ -578,6 +595,122 @@ static void prompt_sharing(mor_model *m, const char *name)
               "each bitwise a fresh slot's tokens", name, mode_name[mode], cached[0], cached[1], cached[2]);
         mor_server_free(s);
     }
+}
+
+static int abort_at, abort_polls;
+static int32_t abort_cb(void *ud) { (void)ud; return abort_at > 0 && ++abort_polls == abort_at; }
+
+/* Self-speculative requests (mor_server_set_speculate): in every mode the
+ * tokens, depths and logits of the per-request mor_decode loop, bitwise,
+ * whatever the draft count and depth (a full-depth draft is always taken,
+ * so stop tokens and max_tokens fall inside a run of accepted drafts); the
+ * cells of rejected drafts are gone (none left once every request ended
+ * without prompt reuse; a finished request keeps exactly its positions for
+ * reuse, and reuse, sharing and the small budget give a fresh slot's
+ * tokens); a step aborted anywhere changes nothing. */
+static void speculation(mor_model *m, const char *name)
+{
+    const int32_t nr = mor_model_n_recursion(m);
+    const int32_t cfg[3][2] = { { 3, 1 }, { 2, 0 /* full depth */ }, { 8, 2 } };
+    for (int c = 0; c < 3; c++) {
+        spec_n = cfg[c][0]; spec_d = cfg[c][1] ? cfg[c][1] : nr;
+        spec_drafted = spec_accepted = 0;
+        for (int mode = 0; mode < 3; mode++) {
+            char what[200];
+            snprintf(what, sizeof what, "%s speculating N %d D %d: %s 32 requests in 9 slots", name, spec_n, spec_d,
+                     mode_name[mode]);
+            serve_and_compare(m, what, mode, 32, 9, 0, 0, 0);
+            snprintf(what, sizeof what, "%s speculating N %d D %d: %s 7 requests", name, spec_n, spec_d, mode_name[mode]);
+            serve_and_compare(m, what, mode, 7, 7, 0, 0, 0);
+        }
+        CHECK(spec_drafted > 0 && spec_accepted > 0 && spec_accepted <= spec_drafted,
+              "%s N %d D %d: %lld drafted, %lld accepted", name, spec_n, spec_d, (long long)spec_drafted,
+              (long long)spec_accepted);
+    }
+    spec_n = 3; spec_d = 1;
+    const uint32_t nb = nbatch;
+    nbatch = 4;   /* rows in flight fill the batch: a speculating request waits or drafts fewer */
+    serve_and_compare(m, "speculating N 3 with n_batch 4: DEPTHWISE 32 requests in 9 slots", MOR_SERVE_DEPTHWISE, 32, 9, 0, 0, 0);
+    nbatch = nb;
+    if (mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT) {
+        serve_and_compare(m, "speculating: SATURATION threshold 2 (never)", MOR_SERVE_DEPTHWISE, 7, 7, MOR_EXIT_SATURATION, 2.0f, 0);
+        serve_and_compare(m, "speculating: MARGIN threshold 2 (never)", MOR_SERVE_DEPTHWISE, 7, 7, MOR_EXIT_MARGIN, 2.0f, 0);
+    }
+    char sname[200];
+    snprintf(sname, sizeof sname, "%s speculating N 3 D 1", name);
+    small_budget(m, sname);
+    prompt_reuse(m, sname);
+    prompt_sharing(m, sname);
+    /* the cells: none left without prompt reuse; with it, a request's positions exactly */
+    for (int mode = 0; mode < 3; mode++) {
+        sflags = MOR_SERVE_NO_PROMPT_REUSE;
+        mor_server *s = make_server(m, mode, 7, 512, 0, 0);
+        sflags = 0;
+        mor_request_id id;
+        int ok = s != NULL;
+        for (int32_t i = 0; ok && i < 7; i++)
+            ok = sub(s, reqs[i].prompt, reqs[i].n_prompt, &reqs[i].sp, reqs[i].max_tokens, reqs[i].stop, reqs[i].n_stop, &id) == MOR_OK;
+        ok = ok && mor_server_run(s) == MOR_OK;
+        int64_t used = 0;
+        const mor_kv_cache *kv = s ? mor_context_kv(serve_context(s)) : NULL;
+        if (ok) used = mor_kv_n_cells_used(kv, MOR_KV_ALL);
+        CHECK(ok && used == 0, "%s %s speculating: no cell left after 7 requests without prompt reuse (%lld)", name,
+              mode_name[mode], (long long)used);
+        mor_server_free(s);
+        /* with prompt reuse: what a finished request keeps, recursion by recursion, is what it keeps
+         * after plain steps (its positions, at the depths they ran) */
+        const request *q = &reqs[12];
+        mor_token out[MAXT];
+        int32_t n_out = 0, cached = 0, nr1 = mor_model_n_recursion(m) + 1;
+        int64_t cells[2][MOR_MAX_DEPTHS + 1];
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t sn = spec_n;
+            if (!pass) spec_n = 0;
+            s = make_server(m, mode, 2, 512, 0, 0);
+            ok = s && run_one(s, q->prompt, q->n_prompt, &q->sp, q->max_tokens, out, &n_out, &cached);
+            spec_n = sn;
+            kv = s ? mor_context_kv(serve_context(s)) : NULL;
+            for (int32_t r = 0; r < nr1; r++) cells[pass][r] = ok ? mor_kv_n_cells_used(kv, r < nr1 - 1 ? r : MOR_KV_UNIQUE_LAYERS) : -1 - pass;
+            mor_server_free(s);
+        }
+        CHECK(!memcmp(cells[0], cells[1], sizeof(int64_t) * (size_t)nr1) && cells[1][nr1 - 1] > 0,
+              "%s %s speculating: a finished request keeps the cells of plain steps in every recursion (%lld in the "
+              "unique layers)", name, mode_name[mode], (long long)cells[1][nr1 - 1]);
+    }
+    /* a step aborted at its k-th poll changes nothing: stepping again gives the reference */
+    for (int mode = 0; mode < 3; mode++) {
+        int same = 1, aborted = 0;
+        for (abort_at = 1; abort_at <= 40; abort_at += 3) {
+            mor_server_params p;
+            MOR_SERVER_PARAMS_INIT(&p);
+            p.mode = mode; p.n_slots = 4; p.n_ctx = 512; p.n_batch = nbatch; p.kv_mode = kvmode;
+            p.abort_callback = abort_cb;
+            mor_server *s = NULL;
+            if (mor_server_create(m, &p, &s)) { same = 0; break; }
+            mor_request_id ids[4];
+            for (int32_t i = 0; i < 4; i++)
+                same &= sub(s, reqs[i + 4].prompt, reqs[i + 4].n_prompt, &reqs[i + 4].sp, reqs[i + 4].max_tokens,
+                            reqs[i + 4].stop, reqs[i + 4].n_stop, &ids[i]) == MOR_OK;
+            abort_polls = 0;
+            int32_t pend = 1;
+            for (int guard = 0; pend && guard < 1000 && same; guard++) {
+                mor_status st = mor_server_step(s, &pend);
+                if (st == MOR_E_ABORTED) { aborted++; abort_polls = -1000000; pend = 1; }
+                else same &= st == MOR_OK;
+            }
+            for (int32_t i = 0; i < 4 && same; i++) {
+                const request *q = &reqs[i + 4];
+                mor_token out[MAXT]; int32_t no = 0;
+                same &= mor_server_get_tokens(s, ids[i], out, NULL, MAXT, &no) == MOR_OK && no == q->n_out &&
+                        !memcmp(out, q->out, sizeof(mor_token) * (size_t)no);
+            }
+            mor_server_free(s);
+        }
+        abort_at = 0;
+        CHECK(same && aborted > 5, "%s %s speculating: steps aborted at 14 different points (%d aborts) change nothing",
+              name, mode_name[mode], aborted);
+    }
+    spec_n = 0; spec_d = 1;
 }
 
 /* The requests and their reference outputs on m; 0 if the reference failed. */
@@ -711,6 +844,7 @@ int main(void)
         chunked_prefill(m, variants[v]);
         prompt_reuse(m, variants[v]);
         prompt_sharing(m, variants[v]);
+        speculation(m, variants[v]);
         if (expert) confidence_exits(m, v == 2);   /* (last: it redoes the reference with a depth cap) */
         unprepare();
         mor_model_free(m);

@@ -1134,13 +1134,17 @@ class Server(_Handle):
         return self._router
 
     def submit(self, prompt, max_tokens=64, stop=(), seed=None, temperature=None, top_k=None, top_p=None,
-               min_p=None, repeat_penalty=None, repeat_last_n=None, grammar=None, json_schema=None):
+               min_p=None, repeat_penalty=None, repeat_last_n=None, grammar=None, json_schema=None,
+               speculate=0, speculate_depth=1):
         """Queue a request: prompt (token ids, or text: tokenized with BOS),
         at most max_tokens generated tokens, stop token ids; sampling settings
         as Sampler's (None: libmor's default; the default temperature samples,
         temperature=0 is greedy); grammar: GBNF text, or a Grammar (its text,
         start rule and end tokens: the server gets a grammar of its own);
-        json_schema: a JSON Schema instead (json_schema_to_grammar).
+        json_schema: a JSON Schema instead (json_schema_to_grammar);
+        speculate=N: self-speculative steps drafting N tokens at
+        speculate_depth recursions (mor_server_set_speculate: the same
+        tokens, up to N + 1 per step; speculation(id) counts them).
         Returns the request id."""
         if json_schema is not None:
             if grammar is not None:
@@ -1163,6 +1167,11 @@ class Server(_Handle):
             st = _lib.mor_server_set_grammar(self._p, rid.value, g)
             if st:
                 _lib.mor_grammar_free(g)
+                _lib.mor_server_cancel(self._p, rid.value)
+                _check(st)
+        if speculate:
+            st = _lib.mor_server_set_speculate(self._p, rid.value, speculate, speculate_depth)
+            if st:
                 _lib.mor_server_cancel(self._p, rid.value)
                 _check(st)
         return rid.value
@@ -1198,6 +1207,13 @@ class Server(_Handle):
     def cached(self, rid):
         """Prompt tokens a request reused from a free slot's kept cells (prompt reuse)."""
         return _check(_lib.mor_server_request_cached(self._p, rid))
+
+    def speculation(self, rid):
+        """(drafted, accepted): the tokens a speculating request drafted so far
+        and those its sampler accepted ((0, 0) without speculation)."""
+        d, a = ctypes.c_int64(), ctypes.c_int64()
+        _check(_lib.mor_server_request_speculation(self._p, rid, ctypes.byref(d), ctypes.byref(a)))
+        return d.value, a.value
 
     def tokens(self, rid):
         """(token ids, depths) generated so far for a request."""

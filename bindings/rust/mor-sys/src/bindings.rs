@@ -1432,6 +1432,22 @@ extern "C" {
     ) -> mor_status;
 }
 extern "C" {
+    pub fn mor_server_set_speculate(
+        srv: *mut mor_server,
+        id: mor_request_id,
+        n_draft: i32,
+        draft_depth: i32,
+    ) -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_request_speculation(
+        srv: *const mor_server,
+        id: mor_request_id,
+        drafted: *mut i64,
+        accepted: *mut i64,
+    ) -> mor_status;
+}
+extern "C" {
     pub fn mor_sizeof_model_params() -> usize;
 }
 extern "C" {
