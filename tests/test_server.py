@@ -483,6 +483,69 @@ def test_prompt_reuse(srv):
             "prompt reuse: the responses of a --no-prompt-reuse server, bit for bit (which reuses nothing)")
 
 
+# ---- self-speculative decoding ------------------------------------------------------------
+
+def spec_totals(srv):
+    data = srv.request("GET", "/metrics")[2].decode()
+    return tuple(int(m.group(1)) if m else -1 for m in
+                 (re.search(r"^mor_speculative_%s_total (\d+)$" % k, data, re.M) for k in ("drafted", "accepted")))
+
+
+def test_speculation(srv):
+    """A request's "speculate" (and a server's --speculate default) gives the
+    response of plain decoding, text, token ids and depths, streamed or
+    whole, sampled, greedy or under a grammar; /metrics counts the drafts."""
+    bodies = [{"prompt": "The jury said that", "max_tokens": 40, "seed": 3, "temperature": 0},
+              {"prompt": "In the morning", "max_tokens": 40, "seed": 7, "temperature": 0.8},
+              {"prompt": "The answer is", "max_tokens": 30, "seed": 5, "temperature": 1.0,
+               "response_format": {"type": "json_object"}}]
+    plain = [completion(srv, b) for b in bodies]
+    before = spec_totals(srv)
+    same = True
+    for n, d in ((1, 1), (4, 1), (3, 2)):
+        for b, (st0, r0) in zip(bodies, plain):
+            st, r = completion(srv, dict(b, speculate=n, speculate_depth=d))
+            same &= st == st0 == 200 and r["choices"] == r0["choices"]
+    t.check(same, "speculation: the responses of plain decoding (text, token ids, depths), N 1/4/3, depth 1/1/2, "
+            "greedy, sampled, JSON mode")
+    after = spec_totals(srv)
+    drafted, accepted = after[0] - before[0], after[1] - before[1]
+    t.check(drafted > 0 and 0 < accepted <= drafted,
+            "/metrics: mor_speculative_drafted_total and _accepted_total count them (%d drafted, %d accepted)"
+            % (drafted, accepted))
+    # streamed: the same text and ids; a stop string cuts inside a step's run of tokens
+    st, ev = srv.stream("/v1/completions", dict(bodies[1], speculate=4, stream=True))
+    toks = [e for e in ev[:-1] if e["choices"]] if st == 200 else []
+    ids = sum((e["choices"][0].get("mor", {}).get("token_ids", []) for e in toks), [])
+    t.check(st == 200 and "".join(e["choices"][0]["text"] for e in toks) == plain[1][1]["choices"][0]["text"] and
+            ids == plain[1][1]["choices"][0]["mor"]["token_ids"], "speculation: a stream gives the same text and ids")
+    words = [w for w in plain[0][1]["choices"][0]["text"].split(" ") if len(w) >= 3]
+    if words:
+        stop = dict(bodies[0], stop=[words[len(words) // 2]])
+        r0, r1 = completion(srv, stop), completion(srv, dict(stop, speculate=4))
+        t.check(r0[0] == r1[0] == 200 and r0[1]["choices"] == r1[1]["choices"] and
+                r0[1]["choices"][0]["finish_reason"] == "stop",
+                "speculation: a stop string ends the response where plain decoding's ends (%r)" % stop["stop"][0])
+    st, e = completion(srv, dict(bodies[0], speculate=100000))
+    t.check(st == 400 and e["error"]["param"] == "speculate", "speculate past the range: 400 naming it")
+    st, e = completion(srv, dict(bodies[0], speculate=2, speculate_depth=9))
+    t.check(st == 400 and e["error"]["param"] == "speculate_depth", "speculate_depth past the model's recursions: 400")
+    st, e = completion(srv, dict(bodies[0], speculate="2"))
+    t.check(st == 400 and e["error"]["param"] == "speculate", "speculate not an integer: 400")
+    # a server-wide default, which a request's "speculate": 0 turns off
+    dflt = sl.Server(["--speculate", "3", "-q"])
+    got = [completion(dflt, b) for b in bodies]
+    off = completion(dflt, dict(bodies[1], speculate=0))
+    d = spec_totals(dflt)
+    dflt.stop()
+    t.check([g[1]["choices"] for g in got] == [p[1]["choices"] for p in plain] and off[1]["choices"] == plain[1][1]["choices"]
+            and d[0] > 0, "mor-server --speculate 3: the same responses (%d drafted, %d accepted)" % d)
+    bad = subprocess.run([sl.BIN, "-m", sl.MODEL, "--speculate", "2", "--speculate-depth", "9"],
+                         capture_output=True, text=True, timeout=60)
+    t.check(bad.returncode != 0 and "speculate" in bad.stderr, "mor-server --speculate-depth past the model's "
+            "recursions: exits non-zero, naming it")
+
+
 # ---- n > 1 ------------------------------------------------------------------------------
 
 def test_n_choices(srv):
@@ -1256,7 +1319,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="morsrv.")
     try:
         srv = sl.Server(["--slots", "4", "--max-body", "65536", "--test-hooks"])
-        for f in (test_basics, test_mor_run, test_stream, test_prompt_reuse, test_n_choices, test_grammar, test_errors, test_http, test_llama_endpoints,
+        for f in (test_basics, test_mor_run, test_stream, test_prompt_reuse, test_speculation, test_n_choices, test_grammar, test_errors, test_http, test_llama_endpoints,
                   test_embeddings,
                   test_disconnect,
                   test_curl, test_node):

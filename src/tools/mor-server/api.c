@@ -194,6 +194,7 @@ static const struct { const char *name; char kinds; } fields[] = {
     { "test_hold", 'B' },   /* a test hook: handlers.c refuses it unless mor-server --test-hooks */
     { "logprobs", 'B' }, { "top_logprobs", 'H' }, { "n", 'B' },
     { "grammar", 'B' }, { "json_schema", 'B' }, { "response_format", 'B' },
+    { "speculate", 'B' }, { "speculate_depth", 'B' },
     /* OpenAI's, accepted with their neutral value only */
     { "best_of", 'C' }, { "echo", 'C' },
     { "frequency_penalty", 'B' }, { "presence_penalty", 'B' }, { "logit_bias", 'B' }, { "suffix", 'C' },
@@ -272,6 +273,8 @@ static int field(api_request *r, const char *k, const json *v, api_error *err)
     if (!strcmp(k, "min_p")) { r->min_p_set = 1; return get_num(v, k, 0, 1, 0, &r->min_p, err); }
     if (!strcmp(k, "top_k")) { r->top_k_set = 1; return get_int(v, k, 0, INT32_MAX, &r->top_k, err); }
     if (!strcmp(k, "repeat_penalty")) { r->repeat_penalty_set = 1; return get_num(v, k, 0, 10, 1, &r->repeat_penalty, err); }
+    if (!strcmp(k, "speculate")) { r->speculate_set = 1; return get_int(v, k, 0, 65535, &r->speculate, err); }
+    if (!strcmp(k, "speculate_depth")) { r->speculate_depth_set = 1; return get_int(v, k, 1, 64, &r->speculate_depth, err); }
     if (!strcmp(k, "repeat_last_n")) { r->repeat_last_n_set = 1; return get_int(v, k, 0, 65536, &r->repeat_last_n, err); }
     if (!strcmp(k, "seed")) {
         int64_t s;

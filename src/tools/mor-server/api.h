@@ -10,7 +10,7 @@
  * logprobs (chat: logprobs true and top_logprobs 0..20; completions:
  * logprobs 0..20) asks for each token's log-probability and the most likely
  * tokens'. The server's own extensions (llama.cpp's names): top_k, min_p,
- * repeat_penalty, repeat_last_n. Checks that need the model
+ * repeat_penalty, repeat_last_n; libmor's: speculate, speculate_depth. Checks that need the model
  * (token ids < n_vocab, the context length) are the caller's. */
 #ifndef MORSRV_API_H
 #define MORSRV_API_H
@@ -60,6 +60,10 @@ typedef struct {
     int64_t      top_logprobs;
     int32_t      n_logprobs;              /* -1: none, else how many of the most likely per token */
     int          test_hold;               /* 2 | hold when given: mor-server --test-hooks only (engine.h) */
+    /* self-speculative decoding (mor_server_set_speculate): drafts per step,
+     * their recursion depth; *_set: given (else mor-server's --speculate) */
+    int          speculate_set, speculate_depth_set;
+    int64_t      speculate, speculate_depth;
     int64_t      n;                       /* choices, 1..API_MAX_N (default 1) */
     /* constrained output, at most one: a GBNF grammar (llama.cpp's "grammar"),
      * a JSON Schema ("json_schema", or response_format json_schema), or any

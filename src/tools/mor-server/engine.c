@@ -262,6 +262,17 @@ static void command(engine *e, job *j, int cancel, int quitting)
             return;
         }
         j->grammar = NULL;   /* the server's now */
+        if (j->spec_n && (st = mor_server_set_speculate(e->srv, j->id, j->spec_n, j->spec_d))) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the engine refused speculation: %s (%s)", mor_last_error(), mor_status_str(st));
+            mor_server_cancel(e->srv, j->id);
+            mor_server_release(e->srv, j->id);
+            finish(j, FINISH_ERROR, msg);
+            e->local.requests[FINISH_ERROR]++;
+            j->state = J_GONE;
+            job_unref(j);
+            return;
+        }
         j->touched = 0;
         activate(e, j);
         e->local.prompt_tokens += (uint64_t)j->n_prompt;
@@ -285,6 +296,8 @@ static void publish(engine *e, double step_seconds, int32_t running, int32_t que
     for (int i = 0; i < 5; i++) s->requests[i] += l->requests[i];
     s->prompt_tokens += l->prompt_tokens;
     s->cached_tokens += l->cached_tokens;
+    s->spec_drafted += l->spec_drafted;
+    s->spec_accepted += l->spec_accepted;
     s->gen_tokens += l->gen_tokens;
     s->depth_sum += l->depth_sum;
     for (int d = 0; d < 17; d++) s->at_depth[d] += l->at_depth[d];
@@ -387,6 +400,13 @@ static void *engine_main(void *arg)
                 mor_server_cancel(e->srv, j->id);   /* a stop string */
             else if (j->state == J_ACTIVE && mor_server_request_state(e->srv, j->id) == MOR_REQ_DONE)
                 ended_by_grammar(e, j);
+        for (job *j = e->touched; j; j = j->tnext) {   /* what its speculation drafted and had accepted */
+            int64_t d = 0, a = 0;
+            if (!j->spec_n || mor_server_request_speculation(e->srv, j->id, &d, &a)) continue;
+            e->local.spec_drafted += (uint64_t)(d - j->spec_seen[0]);
+            e->local.spec_accepted += (uint64_t)(a - j->spec_seen[1]);
+            j->spec_seen[0] = d; j->spec_seen[1] = a;
+        }
         for (job *j = e->touched; j; j = j->tnext) {   /* its prompt reuse, known once it has a token */
             int32_t c = j->cached_known ? -1 : mor_server_request_cached(e->srv, j->id);
             if (c < 0) continue;

@@ -42,6 +42,7 @@ struct job {
     textstream         ts;               /* stop strings (then the engine's) */
     mor_grammar       *grammar;          /* constrained output, or NULL: owned until the
                                             engine hands it to the server (set_grammar) */
+    int32_t            spec_n, spec_d;   /* self-speculative decoding: drafts per step (0: off), depth */
     int                hold;             /* a test hook (mor-server --test-hooks): once this
                                             job has its first token the engine parks, stepping
                                             nothing while no other job needs a step (a first
@@ -79,6 +80,7 @@ struct job {
     int        cancel_req, in_cmd, queue_ref;   /* under the engine's lock */
     int        touched;                  /* got something in the current step */
     int        cached_known;             /* n_cached read (once it has a token) */
+    int64_t    spec_seen[2];             /* drafted, accepted: counted in the stats so far */
     job       *cmd_next, *hnext, *anext, *aprev, *tnext;
 };
 
@@ -95,6 +97,7 @@ typedef struct {
     uint64_t requests[5];           /* finished, by FINISH_* */
     uint64_t prompt_tokens, gen_tokens, depth_sum, at_depth[17], steps;
     uint64_t cached_tokens;         /* prompt tokens reused from kept K/V */
+    uint64_t spec_drafted, spec_accepted;   /* self-speculative requests' drafts, those accepted */
     double   busy_seconds;          /* inside mor_server_step */
     int32_t  queued, running;       /* now */
     double   tokens_per_second;     /* over the last 10 s */

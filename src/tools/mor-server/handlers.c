@@ -187,6 +187,10 @@ static void handle_metrics(conn *c, request *rq)
     buf_printf(&b, "mor_slots_busy %d\n", st.running);
     metric(&b, "slots", "gauge", "slots (requests run at once)");
     buf_printf(&b, "mor_slots %d\n", S.o.n_slots);
+    metric(&b, "speculative_drafted_total", "counter", "tokens drafted by self-speculative requests");
+    buf_printf(&b, "mor_speculative_drafted_total %" PRIu64 "\n", st.spec_drafted);
+    metric(&b, "speculative_accepted_total", "counter", "drafted tokens accepted (the sampler drew the same)");
+    buf_printf(&b, "mor_speculative_accepted_total %" PRIu64 "\n", st.spec_accepted);
     metric(&b, "steps_total", "counter", "engine steps");
     buf_printf(&b, "mor_steps_total %" PRIu64 "\n", st.steps);
     metric(&b, "engine_busy_seconds_total", "counter", "seconds the engine spent in steps");
@@ -690,6 +694,8 @@ static job *make_job(const api_request *ar, int kind, const mor_token *prompt, i
     if (ar->repeat_penalty_set) j->sp.repeat_penalty = (float)ar->repeat_penalty;
     if (ar->repeat_last_n_set) j->sp.repeat_last_n = (int32_t)ar->repeat_last_n;
     j->sp.seed = seed;
+    j->spec_n = (int32_t)(ar->speculate_set ? ar->speculate : S.o.speculate);
+    j->spec_d = (int32_t)(ar->speculate_depth_set ? ar->speculate_depth : S.o.speculate_depth);
     return j;
 }
 
@@ -749,6 +755,16 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
                    "(%d in your prompt; %lld for the completion). Please reduce your prompt or completion length.",
                    S.ctx_limit, (long long)(n_prompt + (max_tokens > 0 ? max_tokens : 0)), n_prompt,
                    (long long)(max_tokens > 0 ? max_tokens : 0));
+        goto done;
+    }
+    if (ar.speculate_set && ar.speculate > S.o.n_batch - 1) {
+        conn_error(c, rq, 400, "speculate", NULL, "'speculate' is at most %d here (the server's --batch less one)",
+                   S.o.n_batch - 1);
+        goto done;
+    }
+    if (ar.speculate_depth_set && ar.speculate_depth > mor_model_n_recursion(S.model)) {
+        conn_error(c, rq, 400, "speculate_depth", NULL, "'speculate_depth' is at most the model's %d recursions",
+                   mor_model_n_recursion(S.model));
         goto done;
     }
     /* constrained output: the grammar's text */

@@ -68,6 +68,10 @@ static void usage(FILE *f)
         "  --no-check-tensors      do not check every weight for NaN and infinity at load (the\n"
         "                          norms and routers always are)\n"
         "  --no-prompt-reuse       a request never takes the K/V a finished one left in its slot\n"
+        "  --speculate N           self-speculative decoding: each step of a request drafts N tokens\n"
+        "                          with fewer recursions and verifies them in one pass (the same\n"
+        "                          tokens; default 0: off); a request's \"speculate\" overrides it\n"
+        "  --speculate-depth D     the drafts' recursions (default 1; \"speculate_depth\")\n"
         "                          (by default a prompt reuses the longest cached prefix: the same\n"
         "                          tokens, less to decode; usage.prompt_tokens_details.cached_tokens)\n"
         "  -q, --quiet             no line per request on stderr\n"
@@ -88,6 +92,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->mode = MOR_SERVE_DEPTHWISE;
     o->n_threads = 1;
     o->n_batch = 512;
+    o->speculate_depth = 1;
     o->max_body = 1 << 20;
     o->max_header = 16384;
     o->max_conns = 256;
@@ -113,6 +118,8 @@ static int parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--ctx")) o->n_ctx = (int32_t)cli_int(a, v, 1, 1 << 24);
         else if (!strcmp(a, "--batch")) o->n_batch = (int32_t)cli_int(a, v, 1, 1 << 16);
         else if (!strcmp(a, "--max-depth")) o->max_depth = (int32_t)cli_int(a, v, 1, 64);
+        else if (!strcmp(a, "--speculate")) o->speculate = (int32_t)cli_int(a, v, 0, 65535);
+        else if (!strcmp(a, "--speculate-depth")) o->speculate_depth = (int32_t)cli_int(a, v, 1, 64);
         else if (!strcmp(a, "--max-body")) o->max_body = cli_int(a, v, 1, (long long)1 << 30);
         else if (!strcmp(a, "--max-header")) o->max_header = cli_int(a, v, 256, 1 << 20);
         else if (!strcmp(a, "--max-conns")) o->max_conns = (int32_t)cli_int(a, v, 1, 65536);
@@ -407,6 +414,13 @@ int main(int argc, char **argv)
         return 1;
     }
     inspect_model();
+    if (S.o.speculate > S.o.n_batch - 1 || S.o.speculate_depth > mor_model_n_recursion(S.model)) {
+        fprintf(stderr, "mor-server: --speculate %d / --speculate-depth %d: at most --batch - 1 (%d) drafts at a depth of "
+                "at most the model's %d recursions\n", S.o.speculate, S.o.speculate_depth, S.o.n_batch - 1,
+                mor_model_n_recursion(S.model));
+        mor_model_free(S.model);
+        return 1;
+    }
     engine_params ep;
     memset(&ep, 0, sizeof ep);
     int64_t kv = S.o.n_ctx ? S.o.n_ctx : (int64_t)S.o.n_slots * S.n_ctx_train;
