@@ -503,8 +503,18 @@ MOR_API mor_status mor_sampler_sample(mor_sampler *s, const float *logits, int32
     if (st == MOR_OK) st = sampler_reserve(s, n_vocab);
     if (st != MOR_OK) return st;
 
-    sampler_load_logits(s, logits, n_vocab);
-    tok = sampler_pick(s, n_vocab);
+    if (s->p.temperature <= 0.0f && (s->p.repeat_penalty == 1.0f || s->hist_len == 0)) {
+        /* greedy without a penalty: sampler_pick's first maximum, found on
+         * the floats themselves (widening to double keeps their order), without
+         * loading the candidates: a large share of a small model's step */
+        float best = logits[0];
+        tok = 0;
+        for (int32_t i = 1; i < n_vocab; i++)
+            if (logits[i] > best) { best = logits[i]; tok = i; }
+    } else {
+        sampler_load_logits(s, logits, n_vocab);
+        tok = sampler_pick(s, n_vocab);
+    }
     mor_sampler_accept(s, tok);
     *out = tok;
     return MOR_OK;
