@@ -123,7 +123,7 @@ AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
     int64_t k = 0;
     pf_cursor pc = pf_start(pf, pfn, (K + 15) / 16);
     for (; k + 16 <= K; k += 16) {
-        if (C <= 2) pf_step(&pc);   /* matrix-vector tiles only: GEMM tiles reuse their strip from L1 */
+        if (C <= 2 || pc.n) pf_step(&pc);   /* streaming tiles only: GEMM tiles reuse their strip from L1 */
         __m512 xv[4];
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++) xv[c] = _mm512_loadu_ps((const float *)(x + (size_t)c * xs) + k);
@@ -277,6 +277,15 @@ static void mm_float_kblocked(const tensor *w, const char *x, size_t xs, float *
     }
 }
 
+/* Up to this many activation rows a float matmul streams its weights
+ * (mm_float) instead of running the GEMM tiles: a speculative verify of 4
+ * rows on the 135M MoR shape in F32 took 24-25 ms a step instead of 27 (N 3),
+ * 5 rows 30 instead of 36 (N 4), and the bundled F16 model's speculation
+ * 0.80x plain instead of 0.70x (N 3), in A B runs of mor-bench --speculate
+ * on the Zen 5 machine; past 8 rows the GEMM's strip conversion and L2
+ * blocking win. */
+enum { STREAM_MAX = 8 };
+
 static void mm_float(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc, float *scratch)
 {
@@ -285,15 +294,27 @@ static void mm_float(const tensor *w, const char *x, size_t xs, float *y, int64_
     const size_t rb = tensor_row_bytes(w->type, K);
     const char *W = (const char *)w->data;
     const tile_fn (*grid)[4] = t == TF16 ? grid_f16 : t == TBF16 ? grid_bf16 : grid_f32;
-    if (n <= 2) {
+    if (n <= STREAM_MAX) {
+        /* Few rows (a decode, a speculative verify): the weights stream from
+         * memory once, 4 rows at a time with prefetch, each strip serving
+         * every activation row in groups of up to 4 (the later groups find it
+         * in L1). With 8 rows at a time (more loads in flight per thread) two
+         * threads read less, not more. */
         int64_t o = o0;
-        if (n == 1) {
-            /* 4 rows at a time: with 8 (more loads in flight per thread) two threads read less, not more */
-            for (; o + 4 <= o1; o += 4) { size_t pn; const char *pf = pf_ahead(W, rb, o, 4, o1, &pn); grid[3][0](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
-        } else {
-            for (; o + 4 <= o1; o += 4) { size_t pn; const char *pf = pf_ahead(W, rb, o, 4, o1, &pn); grid[3][1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
+        for (; o + 4 <= o1; o += 4) {
+            size_t pn;
+            const char *pf = pf_ahead(W, rb, o, 4, o1, &pn);
+            for (int32_t i = 0; i < n; i += 4)
+                grid[3][(n - i < 4 ? n - i : 4) - 1](W + (size_t)o * rb, rb, x + (size_t)i * xs, xs, K,
+                                                     y + (int64_t)i * ldy + o, ldy, acc, i ? NULL : pf, i ? 0 : pn);
         }
-        for (; o < o1; o++) { size_t pn; const char *pf = pf_ahead(W, rb, o, 1, o1, &pn); grid[0][n - 1](W + (size_t)o * rb, rb, x, xs, K, y + o, ldy, acc, pf, pn); }
+        for (; o < o1; o++) {
+            size_t pn;
+            const char *pf = pf_ahead(W, rb, o, 1, o1, &pn);
+            for (int32_t i = 0; i < n; i += 4)
+                grid[0][(n - i < 4 ? n - i : 4) - 1](W + (size_t)o * rb, rb, x + (size_t)i * xs, xs, K,
+                                                     y + (int64_t)i * ldy + o, ldy, acc, i ? NULL : pf, i ? 0 : pn);
+        }
         return;
     }
     if (K > KB_MIN && scratch) { mm_float_kblocked(w, x, xs, y, ldy, n, o0, o1, acc, scratch); return; }
