@@ -293,23 +293,28 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
                 run_tg(&var[k], b, ng < 8 ? ng : 8);
                 var[k].n_cpu = 0;
             }
-            for (int r = 0; r < reps; r++)
+            for (int r = 0; r < reps; r++) {
                 for (int k = 0; k < 2; k++) {
                     var[k].pp[r] = run_pp(&var[k], b, np);
                     var[k].tg[r] = run_tg(&var[k], b, ng);
                 }
+                for (int test = 0; rm && test < 2; test++) {   /* the bound's probes, between the rounds */
+                    const roof_work w = test_work(var[0].m, test, test ? ng : np, var[0].m->n_rec);
+                    roof_sample_work(rm, threads[ti], &w);
+                }
+            }
             for (int k = 0; k < 2; k++)
                 for (int test = 0; test < 2; test++) {
                     const rep_stats rs = summarize(&var[k], test, reps);
                     const char *base = strrchr(path, '/');
-                    char roofs[160] = "-";
+                    char roofs[400] = "-";
                     if (rm) {
                         /* the model's default routing: full depth (LoRA deltas not counted) */
                         const mor_model *m = var[k].m;
                         const roof_work w = test_work(m, test, test ? ng : np, m->n_rec);
-                        char what[128];
+                        char what[256];
                         const double bound = roof_bound(rm, threads[ti], ks, m->layers[m->prelude].w[ROLE_FFN_UP].type, &w, what, sizeof what);
-                        if (bound > 0) snprintf(roofs, sizeof roofs, "%.0f%% of %.0f (%s)", 100 * rs.med / bound, bound, what);
+                        roof_column(rs.med, bound, what, roofs, sizeof roofs);
                     }
                     printf("| %s | %s | %.0f | %d | %s%d | %.1f [%.1f-%.1f] | %.0f%% | %s |\n", base ? base + 1 : path,
                            k ? "folded" : "unfolded", (double)mor_model_size_bytes(var[k].m) / 1e6, threads[ti],
@@ -429,8 +434,10 @@ int main(int argc, char **argv)
     roof_machine *rm = do_probe ? &machine : NULL;
     if (rm) {
         for (int i = 0; i < n_threads; i++) roof_print_units(rm, threads[i]);
-        printf("# read bandwidth: probed at each test's working set (2 MiB pages), best of %d; the roofline column\n"
-               "# is the median tok/s as a fraction of the bound, and what bounds it\n", rm->reps);
+        printf("# read bandwidth: probed at each test's working set (2 MiB pages), %d times before the tests and\n"
+               "# once more after each round of them; the bound takes the best probe, and the roofline column\n"
+               "# gives the median tok/s as a fraction of it, what bounds it, and the probes' spread [min-max, count]\n"
+               "# (a test faster than every probe is its own bound: 100%%)\n", rm->reps);
     }
     if (files) return bench_files(files, threads, n_threads, np, ng, reps, ks, rm);
     mkdir("build", 0755);
@@ -520,6 +527,15 @@ int main(int argc, char **argv)
                         var[k].tg[r] = run_tg(&var[k], b, ng);
                         mor_router_get_stats(rt, &st);
                         var[k].depth_tg = st.mean_depth;
+                        if (rm && k == nv - 1)   /* the bounds' probes, between the rounds */
+                            for (int k2 = 0; k2 < nv; k2++)
+                                for (int test = 0; test < 2; test++) {
+                                    const mor_model *m2 = var[k2].m;
+                                    const double d = m2->router_type == MOR_ROUTER_TYPE_NONE ? m2->n_rec
+                                                     : test == 0 ? var[k2].depth_pp : var[k2].depth_tg;
+                                    const roof_work w = test_work(m2, test, test == 0 ? np : ng, d);
+                                    roof_sample_work(rm, nt, &w);
+                                }
                     }
                 for (int k = 0; k < nv; k++) {
                     variant *v = &var[k];
@@ -531,10 +547,10 @@ int main(int argc, char **argv)
                         const int ntok = test == 0 ? np : ng;
                         const roof_work w = test_work(m, test, ntok, depth);
                         double roof = 0, bound = 0;
-                        char roofs[160] = "-", what[128];
+                        char roofs[400] = "-", what[256];
                         if (rm && (bound = roof_bound(rm, nt, ks, wtypes[ti].type, &w, what, sizeof what)) > 0) {
-                            roof = med / bound;
-                            snprintf(roofs, sizeof roofs, "%.0f%% of %.0f (%s)", 100 * roof, bound, what);
+                            roof = roof_column(med, bound, what, roofs, sizeof roofs);
+                            if (med > bound) bound = med;
                         }
                         char name[16];
                         snprintf(name, sizeof name, "%s%d", test == 0 ? "pp" : "tg", ntok);

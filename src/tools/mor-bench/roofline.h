@@ -286,23 +286,30 @@ static double roof_run(int nt, const float *p, size_t n, int passes, int unit, l
 
 /* ---------------- the machine: probes, cached ---------------- */
 
-typedef struct { double best, med; } roof_rate;
+typedef struct { double best, med, min; int n; } roof_rate;
 
-enum { ROOF_MAX_BW = 64 };
+enum { ROOF_MAX_BW = 64, ROOF_MAX_SAMPLES = 64 };
 typedef struct {
     int reps;
     roof_rate unit[8][UNIT_COUNT];            /* [thread-count slot][unit], GOP/s; 0: not probed / absent */
     int unit_nt[8];
-    struct { int nt; size_t mib; roof_rate r; } bw[ROOF_MAX_BW];   /* GB/s at a size */
+    /* GB/s at a size: every probe run so far (the first reps at first use,
+     * then one per round of the tests, roof_bw_sample) and their summary */
+    struct { int nt; size_t mib; roof_rate r; double v[ROOF_MAX_SAMPLES]; int nv; } bw[ROOF_MAX_BW];
     int n_bw;
 } roof_machine;
 
-static roof_rate roof_summary(double *v, int n)
+static roof_rate roof_summary(const double *in, int n)
 {
-    roof_rate r = { 0, 0 };
+    roof_rate r = { 0, 0, 0, 0 };
+    double v[ROOF_MAX_SAMPLES];
     if (n <= 0) return r;
+    if (n > ROOF_MAX_SAMPLES) n = ROOF_MAX_SAMPLES;
+    memcpy(v, in, sizeof(double) * (size_t)n);
     qsort(v, (size_t)n, sizeof *v, bench_cmp_d);
     r.best = v[n - 1];
+    r.min = v[0];
+    r.n = n;
     r.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     return r;
 }
@@ -312,9 +319,10 @@ static roof_rate roof_unit(roof_machine *m, int nt, int u)
 {
     int slot = 0;
     while (slot < 8 && m->unit_nt[slot] && m->unit_nt[slot] != nt) slot++;
-    if (slot == 8 || u < 0 || !roof_has(u)) return (roof_rate){ 0, 0 };
+    if (slot == 8 || u < 0 || !roof_has(u)) return (roof_rate){ 0, 0, 0, 0 };
     m->unit_nt[slot] = nt;
     if (m->unit[slot][u].best > 0) return m->unit[slot][u];
+    if (m->reps < 1) m->reps = 1;
     double v[16];
     const long iters = u == UNIT_AMX_INT8 || u == UNIT_AMX_BF16 ? 200000 : 20000000;
     int n = 0;
@@ -326,32 +334,60 @@ static roof_rate roof_unit(roof_machine *m, int nt, int u)
     return m->unit[slot][u];
 }
 
-/* Read bandwidth (GB/s) on nt threads of an array of about `bytes` read over and over (probed on
- * first use of that size, rounded up to whole MiB). */
-static roof_rate roof_bw(roof_machine *m, int nt, double bytes)
+/* `runs` timed reads on nt threads of an array of mib MiB in 2 MiB pages, read over and over
+ * (each run at least 512 MiB, after a warm-up pass), into v as GB/s; the number done. */
+static int roof_bw_runs(int nt, size_t mib, int runs, double *v)
 {
-    size_t mib = (size_t)((bytes + (1 << 20) - 1) / (1 << 20));
-    if (mib < 1) mib = 1;
-    for (int i = 0; i < m->n_bw; i++) if (m->bw[i].nt == nt && m->bw[i].mib == mib) return m->bw[i].r;
-    roof_rate r = { 0, 0 };
     const size_t n = (mib << 20) / sizeof(float), huge = (size_t)2 << 20;
     char *mem = malloc(n * sizeof(float) + huge);
-    if (!mem) return r;
+    if (!mem) return 0;
     float *p = (float *)(void *)(((uintptr_t)mem + huge - 1) & ~(uintptr_t)(huge - 1));
 #ifdef MADV_HUGEPAGE
     (void)madvise(p, n * sizeof(float), MADV_HUGEPAGE);   /* the weights' page size (mor-bench loads them so) */
 #endif
     for (size_t i = 0; i < n; i++) p[i] = 1.0f;
-    /* each timed run reads at least 512 MiB, after a warm-up pass */
     const int passes = (int)(512 / mib) + 1;
-    double v[16], ops;
-    int k = 0;
+    double ops;
     roof_run(nt, p, n, 1, -1, 0, &ops);
-    for (int i = 0; i < m->reps && i < 16; i++) v[k++] = (double)passes * n * sizeof(float) / roof_run(nt, p, n, passes, -1, 0, &ops) / 1e9;
+    for (int i = 0; i < runs; i++) v[i] = (double)passes * n * sizeof(float) / roof_run(nt, p, n, passes, -1, 0, &ops) / 1e9;
     free(mem);
-    r = roof_summary(v, k);
-    if (m->n_bw < ROOF_MAX_BW) { m->bw[m->n_bw].nt = nt; m->bw[m->n_bw].mib = mib; m->bw[m->n_bw].r = r; m->n_bw++; }
-    return r;
+    return runs;
+}
+
+/* The entry of m->bw for nt threads and about `bytes` (rounded up to whole MiB), probed `reps`
+ * times on first use; -1 when the table or memory ran out. */
+static int roof_bw_entry(roof_machine *m, int nt, double bytes)
+{
+    size_t mib = (size_t)((bytes + (1 << 20) - 1) / (1 << 20));
+    if (mib < 1) mib = 1;
+    for (int i = 0; i < m->n_bw; i++) if (m->bw[i].nt == nt && m->bw[i].mib == mib) return i;
+    if (m->n_bw >= ROOF_MAX_BW) return -1;
+    const int i = m->n_bw, reps = m->reps < 1 ? 1 : m->reps > 16 ? 16 : m->reps;
+    m->bw[i].nt = nt; m->bw[i].mib = mib;
+    m->bw[i].nv = roof_bw_runs(nt, mib, reps, m->bw[i].v);
+    if (!m->bw[i].nv) return -1;
+    m->bw[i].r = roof_summary(m->bw[i].v, m->bw[i].nv);
+    m->n_bw++;
+    return i;
+}
+
+/* Read bandwidth (GB/s) on nt threads of an array of about `bytes`: the summary of every probe of
+ * that size so far (probed on first use). */
+static roof_rate roof_bw(roof_machine *m, int nt, double bytes)
+{
+    const int i = roof_bw_entry(m, nt, bytes);
+    return i < 0 ? (roof_rate){ 0, 0, 0, 0 } : m->bw[i].r;
+}
+
+/* One more probe of that size, run between rounds of the tests it bounds: the machine's bandwidth
+ * drifts (other tenants of the host), so the bound takes the best of probes spread over the
+ * tests' own time, and the roofline column shows their spread. */
+static void roof_bw_sample(roof_machine *m, int nt, double bytes)
+{
+    const int i = roof_bw_entry(m, nt, bytes);
+    if (i < 0 || m->bw[i].nv >= ROOF_MAX_SAMPLES) return;
+    if (roof_bw_runs(nt, m->bw[i].mib, 1, m->bw[i].v + m->bw[i].nv)) m->bw[i].nv++;
+    m->bw[i].r = roof_summary(m->bw[i].v, m->bw[i].nv);
 }
 
 /* The unit kernel set ks uses for the products of weights of type t, and the share of its peak one
@@ -389,7 +425,7 @@ static double roof_bound(roof_machine *m, int nt, const kernel_set *ks, uint32_t
 {
     const double ws = w->once + w->kv, pb = w->per_batch > 1 ? w->per_batch : 1;
     const roof_rate bw = roof_bw(m, nt, ws);
-    roof_rate bb = { 0, 0 };
+    roof_rate bb = { 0, 0, 0, 0 };
     double tm = 0;
     if (bw.best > 0) tm = (w->once / pb + w->kv) / (bw.best * 1e9);
     if (w->block > 0 && w->depth > 1) {
@@ -404,14 +440,37 @@ static double roof_bound(roof_machine *m, int nt, const kernel_set *ks, uint32_t
     if (tmax <= 0) { snprintf(what, cap, "-"); return 0; }
     if (tm >= tc) {
         if (w->block > 0 && w->depth > 1)
-            snprintf(what, cap, "read %.0f MB at %.1f GB/s + %.2f x %.0f MB at %.1f", (w->once / pb + w->kv) / 1e6,
-                     bw.best, w->depth - 1, w->block / pb / 1e6, bb.best);
+            snprintf(what, cap, "read %.0f MB at %.1f GB/s [probes %.1f-%.1f, %d] + %.2f x %.0f MB at %.1f [%.1f-%.1f, %d]",
+                     (w->once / pb + w->kv) / 1e6, bw.best, bw.min, bw.best, bw.n, w->depth - 1, w->block / pb / 1e6,
+                     bb.best, bb.min, bb.best, bb.n);
         else
-            snprintf(what, cap, "read %.0f MB at %.1f GB/s", (w->once / pb + w->kv) / 1e6, bw.best);
+            snprintf(what, cap, "read %.0f MB at %.1f GB/s [probes %.1f-%.1f, %d]", (w->once / pb + w->kv) / 1e6,
+                     bw.best, bw.min, bw.best, bw.n);
     } else {
         snprintf(what, cap, "%s %.0f GOP/s%s: %.0f MFLOP", roof_unit_names[u], pk.best, share < 1 ? " / 3" : "", w->flops / 1e6);
     }
     return 1 / tmax;
+}
+
+/* Probe again the bandwidths work w is bounded by (roof_bw_sample). */
+static void roof_sample_work(roof_machine *m, int nt, const roof_work *w)
+{
+    roof_bw_sample(m, nt, w->once + w->kv);
+    if (w->block > 0 && w->depth > 1) roof_bw_sample(m, nt, w->block);
+}
+
+/* The roofline column: tok/s as a share of the bound. A test cannot run faster than the machine,
+ * so when it outran every probe (they all missed the machine's best moments) the bound is the
+ * test's own rate: the share never passes 100%. */
+static double roof_column(double tok_s, double bound, const char *what, char *out, size_t cap)
+{
+    if (bound <= 0) { snprintf(out, cap, "-"); return 0; }
+    if (tok_s > bound) {
+        snprintf(out, cap, "100%% of %.0f (above the probes' %.0f: %s)", tok_s, bound, what);
+        return 1;
+    }
+    snprintf(out, cap, "%.0f%% of %.0f (%s)", 100 * tok_s / bound, bound, what);
+    return tok_s / bound;
 }
 
 /* One line per unit this machine has, for nt threads. */
