@@ -228,6 +228,22 @@ static void drop(engine *e, job *j)
     job_unref(j);   /* the engine's reference */
 }
 
+/* The server refused a new job's `what` with st: the job ends with an error
+ * naming why (its request, when `submitted`, taken back from the server). */
+static void refuse(engine *e, job *j, mor_status st, const char *what, int submitted)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg, "the engine refused %s: %s (%s)", what, mor_last_error(), mor_status_str(st));
+    if (submitted) {
+        mor_server_cancel(e->srv, j->id);
+        mor_server_release(e->srv, j->id);
+    }
+    finish(j, FINISH_ERROR, msg);
+    e->local.requests[FINISH_ERROR]++;
+    j->state = J_GONE;
+    job_unref(j);
+}
+
 /* A command from a connection: submit, or cancel (or both). */
 static void command(engine *e, job *j, int cancel, int quitting)
 {
@@ -241,36 +257,14 @@ static void command(engine *e, job *j, int cancel, int quitting)
         }
         mor_status st = mor_server_submit(e->srv, j->prompt, j->n_prompt, &j->sp, j->max_tokens, j->stop_tokens,
                                           j->n_stop_tokens, &j->id);
-        if (st) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "the engine refused the request: %s (%s)", mor_last_error(), mor_status_str(st));
-            finish(j, FINISH_ERROR, msg);
-            e->local.requests[FINISH_ERROR]++;
-            j->state = J_GONE;
-            job_unref(j);
-            return;
-        }
+        if (st) { refuse(e, j, st, "the request", 0); return; }
         if (j->grammar && (st = mor_server_set_grammar(e->srv, j->id, j->grammar))) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "the engine refused the grammar: %s (%s)", mor_last_error(), mor_status_str(st));
-            mor_server_cancel(e->srv, j->id);
-            mor_server_release(e->srv, j->id);
-            finish(j, FINISH_ERROR, msg);
-            e->local.requests[FINISH_ERROR]++;
-            j->state = J_GONE;
-            job_unref(j);
+            refuse(e, j, st, "the grammar", 1);
             return;
         }
         j->grammar = NULL;   /* the server's now */
         if (j->spec_n && (st = mor_server_set_speculate(e->srv, j->id, j->spec_n, j->spec_d))) {
-            char msg[200];
-            snprintf(msg, sizeof msg, "the engine refused speculation: %s (%s)", mor_last_error(), mor_status_str(st));
-            mor_server_cancel(e->srv, j->id);
-            mor_server_release(e->srv, j->id);
-            finish(j, FINISH_ERROR, msg);
-            e->local.requests[FINISH_ERROR]++;
-            j->state = J_GONE;
-            job_unref(j);
+            refuse(e, j, st, "speculation", 1);
             return;
         }
         j->touched = 0;
