@@ -113,6 +113,16 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     return MOR_OK;
 }
 
+void context_stage_row(mor_context *c, int32_t i, int32_t row, int32_t logit_slot)
+{
+    const rec_engine *e = &c->eng;
+    const int32_t nr = c->model->n_rec;
+    c->logit_row[i] = logit_slot;
+    c->depth[i] = rec_at(e, row)->depth;
+    memcpy(c->z + (size_t)i * nr, rec_z(e, row), sizeof(float) * (size_t)nr);
+    memcpy(c->st_scores + (size_t)i * nr, rec_p(e, row), sizeof(float) * (size_t)nr);
+}
+
 const mor_model *mor_context_model(const mor_context *c) { return c ? c->model : NULL; }
 mor_kv_cache *mor_context_kv(mor_context *c) { return c ? c->kv : NULL; }
 mor_router *mor_context_router(mor_context *c) { return c ? c->router : NULL; }

@@ -41,6 +41,11 @@ static inline int32_t context_max_pos(const mor_context *c)
     return c->params.max_pos > 0 ? c->params.max_pos : c->params.max_pos < 0 ? INT32_MAX : c->model->n_ctx_train;
 }
 
+/* Stage engine row `row` as output row i of the call being published: its
+ * logits slot (-1: none), and its depth, router logits and scores for
+ * router_publish (context.c; mor_decode and mor_speculate). */
+void       context_stage_row(mor_context *c, int32_t i, int32_t row, int32_t logit_slot);
+
 /* speculate.c: the fallible part of one self-speculative step, shared by
  * mor_speculate and the server's speculating requests. The caller holds a
  * KV transaction open and n + 1 engine rows free; spec_run enters `token`

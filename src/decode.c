@@ -107,12 +107,8 @@ static mor_status forward(mor_context *c, const mor_batch *b)
     for (int32_t i = 0; i < n; i++)
         if (b->want[i]) c->seq[n_out++] = i;
     if ((st = rec_finish(e, c->idx, n, c->seq, n_out, NULL, c->logits))) return st;
-    for (int32_t i = 0, o = 0; i < n; i++) {   /* published: nothing failed */
-        c->logit_row[i] = b->want[i] ? o++ : -1;
-        c->depth[i] = rec_at(e, i)->depth;   /* staged for router_publish */
-        memcpy(c->z + (size_t)i * nr, rec_z(e, i), sizeof(float) * (size_t)nr);
-        memcpy(c->st_scores + (size_t)i * nr, rec_p(e, i), sizeof(float) * (size_t)nr);
-    }
+    for (int32_t i = 0, o = 0; i < n; i++)   /* published: nothing failed */
+        context_stage_row(c, i, i, b->want[i] ? o++ : -1);
     return MOR_OK;
 }
 

@@ -165,7 +165,7 @@ mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_po
     if (st) return st;
     const mor_model *m = c->model;
     rec_engine *e = &c->eng;
-    const int32_t nv = m->n_vocab, nr = m->n_rec;
+    const int32_t nv = m->n_vocab;
     const int32_t max_pos = context_max_pos(c);
     /* the drafts that can be used: n_draft + 1 rows and logits, positions, outputs */
     int32_t n = n_draft;
@@ -207,11 +207,8 @@ mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_po
     kv_unappend(c->kv, 0, m->n_layer, 1, seq, pos + keep);
     kv_commit(c->kv);
     for (int32_t i = 0; i < keep; i++) {   /* published as a decode of the kept inputs */
-        c->logit_row[i] = i;
+        context_stage_row(c, i, rows[i], i);
         c->row_seq[i] = seq;
-        c->depth[i] = rec_at(e, rows[i])->depth;
-        memcpy(c->z + (size_t)i * nr, rec_z(e, rows[i]), sizeof(float) * (size_t)nr);
-        memcpy(c->st_scores + (size_t)i * nr, rec_p(e, rows[i]), sizeof(float) * (size_t)nr);
     }
     c->n_rows = keep;
     router_publish(c->router, keep, c->depth, c->st_scores, c->z);
