@@ -706,9 +706,11 @@ static const qtile_fn grid_q41[4][4] = QGRID(q, TQ41), grid_q50[4][4] = QGRID(q,
 static const qtile_fn vgrid_q4[4][4] = QGRID(v, TQ4);
 
 /* Up to this many activation rows, a matmul streams its weights as a
- * matrix-vector product does (tiles of 4 weight rows x all activation rows,
- * prefetching ahead): decoding one token of a few sequences. */
-enum { Q_STREAM_ROWS = 4 };
+ * matrix-vector product does (tiles of 4 weight rows x up to 4 activation
+ * rows, prefetching ahead; more rows go in groups of 4 over the same strip,
+ * which the later groups find in L1): decoding one token of a few
+ * sequences, a speculative verify. */
+enum { Q_STREAM_ROWS = 8 };
 
 static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                      int64_t o0, int64_t o1, int acc, float *scratch, int vbmi)
@@ -721,20 +723,18 @@ static void mm_quant(const tensor *w, const char *x, size_t xs, float *y, int64_
     const qtile_fn (*g)[4] = w->type == GGML_Q4_0 ? (vbmi ? vgrid_q4 : grid_q4) : w->type == GGML_Q4_1 ? grid_q41
                              : w->type == GGML_Q5_0 ? grid_q50 : w->type == GGML_Q5_1 ? grid_q51 : grid_q8;
     if (n <= Q_STREAM_ROWS) {
-        /* the scratch holds MM_SCRATCH_FLOATS(K) floats: 32 K bytes, and this needs n x K / 64 x 128 */
+        /* the scratch holds MM_SCRATCH_FLOATS(K) floats: 64 K bytes, and this needs n x K / 64 x 128 */
         const size_t ps = (size_t)(K / QK / 2) * QPAIR_PRE;
         char *pre = scratch && ps ? (char *)scratch : NULL;
         if (pre) qx_prepare(x, xs, n, K, (int)w->type, pre, ps);
-        int64_t o = o0;
-        for (; o + 4 <= o1; o += 4) {
+        for (int64_t o = o0; o < o1; o += 4) {
+            const int R = o1 - o < 4 ? (int)(o1 - o) : 4;
             size_t pn;
-            const char *pf = pf_ahead(W, rb, o, 4, o1, &pn);
-            g[3][n - 1](W + (size_t)o * rb, rb, x, xs, pre, ps, K, y + o, ldy, acc, pf, pn, wend);
-        }
-        if (o < o1) {
-            size_t pn;
-            const char *pf = pf_ahead(W, rb, o, o1 - o, o1, &pn);
-            g[o1 - o - 1][n - 1](W + (size_t)o * rb, rb, x, xs, pre, ps, K, y + o, ldy, acc, pf, pn, wend);
+            const char *pf = pf_ahead(W, rb, o, R, o1, &pn);
+            for (int32_t i = 0; i < n; i += 4)
+                g[R - 1][(n - i < 4 ? n - i : 4) - 1](W + (size_t)o * rb, rb, x + (size_t)i * xs, xs,
+                                                      pre ? pre + (size_t)i * ps : NULL, ps, K,
+                                                      y + (int64_t)i * ldy + o, ldy, acc, i ? NULL : pf, i ? 0 : pn, wend);
         }
         return;
     }
