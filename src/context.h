@@ -62,7 +62,4 @@ typedef struct {
 } spec_bufs;
 mor_status spec_run(mor_context *c, mor_seq_id seq, mor_token token, mor_pos pos, int32_t n, int32_t D,
                     mor_sampler *smpl, int coupled, const spec_bufs *b);
-/* The draft depth in effect: D, or every recursion when D reaches the
- * router's depth cap (no deeper recursion is left to verify). */
-int32_t    spec_depth(const mor_context *c, int32_t D);
 #endif

@@ -300,20 +300,13 @@ static void mm_float(const tensor *w, const char *x, size_t xs, float *y, int64_
          * every activation row in groups of up to 4 (the later groups find it
          * in L1). With 8 rows at a time (more loads in flight per thread) two
          * threads read less, not more. */
-        int64_t o = o0;
-        for (; o + 4 <= o1; o += 4) {
+        for (int64_t o = o0; o < o1; o += 4) {
+            const int R = o1 - o < 4 ? (int)(o1 - o) : 4;
             size_t pn;
-            const char *pf = pf_ahead(W, rb, o, 4, o1, &pn);
+            const char *pf = pf_ahead(W, rb, o, R, o1, &pn);
             for (int32_t i = 0; i < n; i += 4)
-                grid[3][(n - i < 4 ? n - i : 4) - 1](W + (size_t)o * rb, rb, x + (size_t)i * xs, xs, K,
-                                                     y + (int64_t)i * ldy + o, ldy, acc, i ? NULL : pf, i ? 0 : pn);
-        }
-        for (; o < o1; o++) {
-            size_t pn;
-            const char *pf = pf_ahead(W, rb, o, 1, o1, &pn);
-            for (int32_t i = 0; i < n; i += 4)
-                grid[0][(n - i < 4 ? n - i : 4) - 1](W + (size_t)o * rb, rb, x + (size_t)i * xs, xs, K,
-                                                     y + (int64_t)i * ldy + o, ldy, acc, i ? NULL : pf, i ? 0 : pn);
+                grid[R - 1][(n - i < 4 ? n - i : 4) - 1](W + (size_t)o * rb, rb, x + (size_t)i * xs, xs, K,
+                                                         y + (int64_t)i * ldy + o, ldy, acc, i ? NULL : pf, i ? 0 : pn);
         }
         return;
     }

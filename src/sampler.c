@@ -386,6 +386,18 @@ mor_status sampler_check_logits(const float *logits, int32_t n)
 }
 
 /* c[id].l = logits[id] (checked: finite or -inf), then the repetition penalty. */
+/* The repetition penalty changes some logits (it is on and there is history). */
+static int sampler_penalizes(const mor_sampler *s) { return s->p.repeat_penalty != 1.0f && s->hist_len != 0; }
+
+int32_t sampler_argmax(const float *v, int32_t n)
+{
+    float best = v[0];
+    int32_t tok = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > best) { best = v[i]; tok = i; }
+    return tok;
+}
+
 static void sampler_load_logits(mor_sampler *s, const float *logits, int32_t n)
 {
     sampler_cand *c = s->cand;
@@ -394,7 +406,7 @@ static void sampler_load_logits(mor_sampler *s, const float *logits, int32_t n)
         c[i].w = 0.0;
         c[i].id = i;
     }
-    if (s->p.repeat_penalty == 1.0f || s->hist_len == 0) return;
+    if (!sampler_penalizes(s)) return;
 
     const double pen = (double)s->p.repeat_penalty;
     const int32_t cap = s->p.repeat_last_n;
@@ -503,14 +515,11 @@ MOR_API mor_status mor_sampler_sample(mor_sampler *s, const float *logits, int32
     if (st == MOR_OK) st = sampler_reserve(s, n_vocab);
     if (st != MOR_OK) return st;
 
-    if (s->p.temperature <= 0.0f && (s->p.repeat_penalty == 1.0f || s->hist_len == 0)) {
+    if (s->p.temperature <= 0.0f && !sampler_penalizes(s)) {
         /* greedy without a penalty: sampler_pick's first maximum, found on
-         * the floats themselves (widening to double keeps their order), without
-         * loading the candidates: a large share of a small model's step */
-        float best = logits[0];
-        tok = 0;
-        for (int32_t i = 1; i < n_vocab; i++)
-            if (logits[i] > best) { best = logits[i]; tok = i; }
+         * the floats themselves, without loading the candidates (a large
+         * share of a small model's step) */
+        tok = sampler_argmax(logits, n_vocab);
     } else {
         sampler_load_logits(s, logits, n_vocab);
         tok = sampler_pick(s, n_vocab);

@@ -11,6 +11,10 @@ mor_status sampler_reserve(mor_sampler *s, int32_t n);
  * +inf, not all -inf; else MOR_E_INVALID_ARG with a message. The server
  * checks every request's logits with it before its step publishes anything. */
 mor_status sampler_check_logits(const float *logits, int32_t n);
+/* The first maximum of v[0..n) (ties: the lowest id): greedy sampling's
+ * token (widening to double, as the sampler's candidates do, keeps the
+ * order). */
+int32_t    sampler_argmax(const float *v, int32_t n);
 
 /* Draws taken back (speculate.c samples its drafts with the caller's
  * sampler, so that a draft uses the random number the real draw at that

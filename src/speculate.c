@@ -34,14 +34,6 @@
 #include "kernels.h"
 #include "status.h"
 
-static int32_t argmax(const float *v, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;   /* ties: the lowest id, as greedy sampling picks */
-    return best;
-}
-
 /* Recursions [r0, r1) of the rows of list that still recurse, one verdict
  * and one pass per recursion (as mor_decode runs them). */
 static mor_status recurse(rec_engine *e, const int32_t *list, int32_t n, int32_t r0, int32_t r1, int32_t *tmp)
@@ -114,7 +106,9 @@ static mor_status check(const mor_context *c, mor_seq_id seq, mor_token token, m
     return MOR_OK;
 }
 
-int32_t spec_depth(const mor_context *c, int32_t D)
+/* The draft depth in effect: D, or every recursion when D reaches the
+ * router's depth cap (no deeper recursion is left to verify). */
+static int32_t spec_depth(const mor_context *c, int32_t D)
 {
     return D < router_depth_cap(c->router) ? D : c->model->n_rec;
 }
@@ -144,7 +138,7 @@ mor_status spec_run(mor_context *c, mor_seq_id seq, mor_token token, mor_pos pos
         if ((st = recurse(e, &b->rows[k], 1, 0, D, b->tmp))) break;
         if (k == n) break;
         if ((st = rec_finish(e, &b->rows[k], 1, (const int32_t[]){ 0 }, 1, head, e->vocab))) break;
-        if (!coupled || mor_sampler_sample(smpl, e->vocab, nv, &tok)) tok = argmax(e->vocab, nv);
+        if (!coupled || mor_sampler_sample(smpl, e->vocab, nv, &tok)) tok = sampler_argmax(e->vocab, nv);
         b->drafts[k] = tok;
     }
     if (coupled) sampler_restore(smpl, &saved, b->hist, n);
