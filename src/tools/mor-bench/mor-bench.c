@@ -240,6 +240,12 @@ static void set_thresholds(variant *v, float t1, float t2)
 /* One test's reps of v (0: pp, 1: tg): median [min-max] tok/s and the median cpu
  * fraction (cpu[] alternates pp, tg per rep). Sorts v's tok/s of that test. */
 typedef struct { double med, mn, mx, busy; } rep_stats;
+/* The mean passes of the block a variant's test ran (a model without routers: all of them). */
+static double variant_depth(const variant *v, int test)
+{
+    return v->m->router_type == MOR_ROUTER_TYPE_NONE ? v->m->n_rec : test == 0 ? v->depth_pp : v->depth_tg;
+}
+
 static rep_stats summarize(variant *v, int test, int reps)
 {
     double *s = test == 0 ? v->pp : v->tg, cpus[64];
@@ -298,7 +304,8 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
                     var[k].pp[r] = run_pp(&var[k], b, np);
                     var[k].tg[r] = run_tg(&var[k], b, ng);
                 }
-                for (int test = 0; rm && test < 2; test++) {   /* the bound's probes, between the rounds */
+                if (rm) rm->round++;   /* the bound's probes, between the rounds */
+                for (int test = 0; rm && test < 2; test++) {
                     const roof_work w = test_work(var[0].m, test, test ? ng : np, var[0].m->n_rec);
                     roof_sample_work(rm, threads[ti], &w);
                 }
@@ -513,7 +520,7 @@ int main(int argc, char **argv)
                     run_tg(&var[k], b, ng < 8 ? ng : 8);
                 }
                 for (int k = 0; k < nv; k++) var[k].n_cpu = 0;
-                for (int r = 0; r < reps; r++)   /* interleaved: rep r of every variant in turn */
+                for (int r = 0; r < reps; r++) {   /* interleaved: rep r of every variant in turn */
                     for (int k = 0; k < nv; k++) {
                         mor_router *rt = mor_context_router(var[k].c);
                         mor_router_stats st = { .size = sizeof st };
@@ -527,23 +534,21 @@ int main(int argc, char **argv)
                         var[k].tg[r] = run_tg(&var[k], b, ng);
                         mor_router_get_stats(rt, &st);
                         var[k].depth_tg = st.mean_depth;
-                        if (rm && k == nv - 1)   /* the bounds' probes, between the rounds */
-                            for (int k2 = 0; k2 < nv; k2++)
-                                for (int test = 0; test < 2; test++) {
-                                    const mor_model *m2 = var[k2].m;
-                                    const double d = m2->router_type == MOR_ROUTER_TYPE_NONE ? m2->n_rec
-                                                     : test == 0 ? var[k2].depth_pp : var[k2].depth_tg;
-                                    const roof_work w = test_work(m2, test, test == 0 ? np : ng, d);
-                                    roof_sample_work(rm, nt, &w);
-                                }
                     }
+                    if (rm) rm->round++;   /* the bounds' probes, between the rounds: once per size */
+                    for (int k = 0; rm && k < nv; k++)
+                        for (int test = 0; test < 2; test++) {
+                            const roof_work w = test_work(var[k].m, test, test == 0 ? np : ng, variant_depth(&var[k], test));
+                            roof_sample_work(rm, nt, &w);
+                        }
+                }
                 for (int k = 0; k < nv; k++) {
                     variant *v = &var[k];
                     const mor_model *m = v->m;
                     for (int test = 0; test < 2; test++) {
                         const rep_stats rs = summarize(v, test, reps);
                         const double med = rs.med;
-                        double depth = m->router_type == MOR_ROUTER_TYPE_NONE ? m->n_rec : test == 0 ? v->depth_pp : v->depth_tg;
+                        const double depth = variant_depth(v, test);
                         const int ntok = test == 0 ? np : ng;
                         const roof_work w = test_work(m, test, ntok, depth);
                         double roof = 0, bound = 0;

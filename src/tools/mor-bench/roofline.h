@@ -295,8 +295,9 @@ typedef struct {
     int unit_nt[8];
     /* GB/s at a size: every probe run so far (the first reps at first use,
      * then one per round of the tests, roof_bw_sample) and their summary */
-    struct { int nt; size_t mib; roof_rate r; double v[ROOF_MAX_SAMPLES]; int nv; } bw[ROOF_MAX_BW];
+    struct { int nt; size_t mib; roof_rate r; double v[ROOF_MAX_SAMPLES]; int nv, round; } bw[ROOF_MAX_BW];
     int n_bw;
+    int round;   /* the round of tests the probes of roof_sample_work belong to (the caller counts them) */
 } roof_machine;
 
 static roof_rate roof_summary(const double *in, int n)
@@ -382,13 +383,15 @@ static roof_rate roof_bw(roof_machine *m, int nt, double bytes)
     return i < 0 ? (roof_rate){ 0, 0, 0, 0 } : m->bw[i].r;
 }
 
-/* One more probe of that size, run between rounds of the tests it bounds: the machine's bandwidth
- * drifts (other tenants of the host), so the bound takes the best of probes spread over the
- * tests' own time, and the roofline column shows their spread. */
+/* One more probe of that size, run between rounds of the tests it bounds (once per m->round
+ * however many tests share the size): the machine's bandwidth drifts (other tenants of the host),
+ * so the bound takes the best of probes spread over the tests' own time, and the roofline column
+ * shows their spread. */
 static void roof_bw_sample(roof_machine *m, int nt, double bytes)
 {
     const int i = roof_bw_entry(m, nt, bytes);
-    if (i < 0 || m->bw[i].nv >= ROOF_MAX_SAMPLES) return;
+    if (i < 0 || m->bw[i].nv >= ROOF_MAX_SAMPLES || m->bw[i].round == m->round) return;
+    m->bw[i].round = m->round;
     if (roof_bw_runs(nt, m->bw[i].mib, 1, m->bw[i].v + m->bw[i].nv)) m->bw[i].nv++;
     m->bw[i].r = roof_summary(m->bw[i].v, m->bw[i].nv);
 }
@@ -455,7 +458,7 @@ static double roof_bound(roof_machine *m, int nt, const kernel_set *ks, uint32_t
     return 1 / tmax;
 }
 
-/* Probe again the bandwidths work w is bounded by (roof_bw_sample). */
+/* Probe again the bandwidths work w is bounded by (roof_bw_sample), in the round m->round. */
 static void roof_sample_work(roof_machine *m, int nt, const roof_work *w)
 {
     roof_bw_sample(m, nt, w->once + w->kv);
