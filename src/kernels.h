@@ -10,12 +10,14 @@
  * falls in or the output range a thread was given, so results do not depend
  * on batch composition or thread count (bitwise). Different kernel sets may
  * round differently; what holds between them:
- *  - quantized weights (Q8_0, Q4_0): the AMX set is bitwise the reference
- *    kernels (exact integer sum per block, then d_w * d_x scaling in block
- *    order, kernels_amx.c); the AVX2, AVX-512 and NEON sets split each
- *    block's sum into lanes and round differently;
+ *  - quantized weights (Q8_0, Q4_0): the AVX-512 and AMX sets are bitwise
+ *    the reference kernels (exact integer sum per block, then d_w * d_x
+ *    scaling in block order, no FMA: kernels_avx512.c, kernels_amx.c), so a
+ *    model gives the same logits on any x86-64 CPU with AVX-512 and on the
+ *    reference set; the AVX2 and NEON sets split each block's sum into lanes
+ *    and round differently;
  *  - Q4_1, Q5_0, Q5_1: the AVX-512 set (and AMX, which takes them from it)
- *    has them in its Q8_0 / Q4_0 tiles, rounding as those do; the other sets
+ *    splits each block's sum into lanes (its own rounding); the other sets
  *    run the reference kernels;
  *  - the k-quants (Q2_K .. Q6_K): every set gives the reference's bits. The
  *    AVX2, AVX-512 and NEON kernels (k_matmul_kquant_x86, kernels_avx512.c,

@@ -20,9 +20,8 @@
  *     s = 0;  for each block b:  s = s + (float)isum_b * (d_w[b] * d_x[b])
  * (a multiply, a multiply and an add, no FMA), so this set's quantized
  * matmuls are bitwise equal to the reference kernels' (kernels_ref.c), for
- * any number of rows, tile or thread split. They are not bitwise equal to the
- * AVX-512 set's, which sums each block in 8 lanes of 4 products and scales
- * the lanes.
+ * any number of rows, tile or thread split, and to the AVX-512 set's, which
+ * sums the same way.
  *
  * GCC 12's _tile_loadconfig intrinsic is miscompiled (it passes an 8-byte
  * operand, so the 64-byte configuration is never stored), so every tile
