@@ -35,7 +35,7 @@ LAYERS = [
 ALIASES = {
     "log": "status", "version": "status",
     "kernels_ref": "kernels", "kernels_avx2": "kernels", "kernels_avx512": "kernels", "kernels_amx": "kernels",
-    "kernels_neon": "kernels", "kernels_dispatch": "kernels", "kernels_family": "kernels", "kernels_threads": "kernels", "kernels_lora": "kernels",
+    "kernels_neon": "kernels", "kernels_dispatch": "kernels", "kernels_family": "kernels", "kernels_threads": "kernels", "kernels_lora": "kernels", "kernels_vnni": "kernels",
     "tokenize": "tokenizer", "tokenizer_impl": "tokenizer",
     "grammar_parse": "grammar",
     "decode": "context", "batch": "context", "embeddings": "context", "speculate": "context",

@@ -26,6 +26,7 @@
 #endif
 
 #define AI static inline __attribute__((always_inline))
+#include "kernels_vnni.h"   /* after the target pragma: compiled for this set */
 /* short names of the types, for the token-pasted kernel names */
 enum { TF32 = GGML_F32, TF16 = GGML_F16, TBF16 = GGML_BF16 };
 
@@ -574,31 +575,6 @@ static const qtile_fn grid_q41[4][4] = QGRID(TQ41), grid_q50[4][4] = QGRID(TQ50)
 enum { QG_PACK = 8 * 64 + 16 * 4 };   /* bytes of a packed block of a strip: 8 code vectors, 16 scales */
 enum { QG_C = 8 };                    /* activation rows per GEMM tile */
 
-/* 16 rows of 8 dwords as 8 rows of 16 dwords: out[k][m] = row m's dword k.
- * z[j] holds rows j (lanes 0-7) and j + 8 (lanes 8-15). */
-AI void tr16x8(const __m512i z[8], __m512i out[8])
-{
-    __m512i t[8], u[8];
-#pragma GCC unroll 4
-    for (int j = 0; j < 8; j += 2) {
-        t[j] = _mm512_unpacklo_epi32(z[j], z[j + 1]);
-        t[j + 1] = _mm512_unpackhi_epi32(z[j], z[j + 1]);
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 8; h += 4) {
-        u[h] = _mm512_unpacklo_epi64(t[h], t[h + 2]);
-        u[h + 1] = _mm512_unpackhi_epi64(t[h], t[h + 2]);
-        u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);
-        u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
-    }
-    const __m512i lo = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), hi = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
-#pragma GCC unroll 4
-    for (int e = 0; e < 4; e++) {
-        out[e] = _mm512_permutex2var_epi64(u[e], lo, u[e + 4]);
-        out[e + 4] = _mm512_permutex2var_epi64(u[e], hi, u[e + 4]);
-    }
-}
-
 /* Block b of a row as 32 unsigned codes in value order (Q4_0: q; Q8_0: q + 128) */
 AI __m256i qg_codes(const char *row, int64_t b, int q4)
 {
@@ -734,28 +710,6 @@ static void qg_gemm(const tensor *w, const char *x, size_t xs, float *y, int64_t
             }
         }
     }
-}
-
-/* Matrix-vector products read each weight once per token, from L3 or DRAM, and neither the hardware
- * prefetchers nor a lead of one strip of 16 rows keep enough of that stream in flight. So a range
- * requests its first STREAM_AHEAD strips at once, and each strip then requests, spread over its loop,
- * the strip STREAM_AHEAD further on, into L2 (the lines are read once, by this core, a few
- * microseconds later). As the AMX set's (kernels_amx.c), where it was measured. */
-enum { STREAM_AHEAD = 2 };
-
-/* The first strips of the rows [o0, o1) (rb bytes each, from row 0 at W), prefetched. */
-AI void stream_start(const char *W, size_t rb, int64_t o0, int64_t o1)
-{
-    const int64_t e = o0 + 16 * STREAM_AHEAD < o1 ? o0 + 16 * STREAM_AHEAD : o1;
-    for (size_t off = (size_t)o0 * rb & ~(size_t)63; off < (size_t)e * rb; off += 64) _mm_prefetch(W + off, _MM_HINT_T1);
-}
-
-/* The bytes strip o (of a range ending at o1) prefetches over its loop: *pfn bytes from the return. */
-AI const char *stream_next(const char *W, size_t rb, int64_t o, int64_t o1, size_t *pfn)
-{
-    const int64_t no = o + 16 * STREAM_AHEAD;
-    *pfn = no < o1 ? (size_t)(o1 - no < 16 ? o1 - no : 16) * rb : 0;
-    return *pfn ? W + (size_t)no * rb : NULL;
 }
 
 /* pf_step into L2 */
