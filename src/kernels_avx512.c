@@ -575,40 +575,107 @@ static const qtile_fn grid_q41[4][4] = QGRID(TQ41), grid_q50[4][4] = QGRID(TQ50)
 enum { QG_PACK = 8 * 64 + 16 * 4 };   /* bytes of a packed block of a strip: 8 code vectors, 16 scales */
 enum { QG_C = 8 };                    /* activation rows per GEMM tile */
 
-/* Block b of a row as 32 unsigned codes in value order (Q4_0: q; Q8_0: q + 128) */
-AI __m256i qg_codes(const char *row, int64_t b, int q4)
+/* The code dwords of block b of R (<= 16) rows, rows in lanes (lanes R..15 zero). Q4_0: d[k] (k < 4)
+ * holds nibble bytes 4k..4k+3, whose low nibbles are codes 4k.. and high nibbles codes 16 + 4k..;
+ * Q8_0: d[k] (k < 8) holds the unsigned codes 4k..4k+3. */
+AI void vt_raw(const char *w, size_t rb, int R, int64_t b, int q4, __m512i d[8])
 {
     if (q4) {
-        const __m128i v = _mm_loadu_si128((const __m128i *)(row + (size_t)b * sizeof(block_q4_0) + 2));
-        return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
+        __m512i v[4];
+        const size_t o = (size_t)b * sizeof(block_q4_0) + 2;
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {   /* v[m], 128-bit lane L: row 4L + m */
+            __m512i t = m < R ? _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(w + (size_t)m * rb + o)))
+                              : _mm512_setzero_si512();
+            if (4 + m < R) t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(w + (size_t)(4 + m) * rb + o)), 1);
+            if (8 + m < R) t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(w + (size_t)(8 + m) * rb + o)), 2);
+            if (12 + m < R) t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(w + (size_t)(12 + m) * rb + o)), 3);
+            v[m] = t;
+        }
+        const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+        d[0] = _mm512_unpacklo_epi64(t0, t2);
+        d[1] = _mm512_unpackhi_epi64(t0, t2);
+        d[2] = _mm512_unpacklo_epi64(t1, t3);
+        d[3] = _mm512_unpackhi_epi64(t1, t3);
+        return;
     }
-    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(row + (size_t)b * sizeof(block_q8_0) + 2)),
-                            _mm256_set1_epi8((char)0x80));
+    __m512i z[8];
+    const size_t o = (size_t)b * sizeof(block_q8_0) + 2;
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const __m256i lo = j < R ? _mm256_loadu_si256((const __m256i *)(w + (size_t)j * rb + o)) : _mm256_setzero_si256();
+        const __m256i hi = j + 8 < R ? _mm256_loadu_si256((const __m256i *)(w + (size_t)(j + 8) * rb + o)) : _mm256_setzero_si256();
+        z[j] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
+    }
+    tr16x8(z, d);
 }
 
-/* d of block b of R rows (rows rb bytes apart) as floats, lanes R..15 zero */
-AI __m512 qg_scales(const char *w, size_t rb, int R, int64_t b, int q4)
+/* The d of blocks b..b+nblk-1 (nblk <= 8) of R (<= 16) rows as floats, rows in lanes (lanes R..15
+ * zero): per row the words at the block starts (bytes b * bs on) by word permutes of at most 256
+ * bytes read (only the blocks' own bytes), then a 16 x 8 transpose. */
+AI void vt_scales8(const char *w, size_t rb, int R, int64_t b, int nblk, int q4, __m512 sc[8])
 {
-    _Alignas(32) uint16_t h[16] = { 0 };
     const size_t bs = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-    for (int r = 0; r < R; r++) memcpy(&h[r], w + (size_t)r * rb + (size_t)b * bs, 2);
-    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)h));
+    const int bytes = nblk * (int)bs, nl = q4 ? 2 : 4;   /* 8 blocks: 144 or 272 bytes, read up to 128 or 256 */
+    __mmask64 m[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        m[i] = bytes >= 64 * (i + 1) ? ~0ull : bytes <= 64 * i ? 0 : (1ull << (bytes - 64 * i)) - 1;
+    /* word 9k (Q4_0) or 17k (Q8_0) of the loaded bytes into word k; Q8_0's blocks 4-7 from the second pair */
+    const __m512i i4 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0, 63, 54, 45, 36, 27, 18, 9, 0);
+    const __m512i i8a = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
+    const __m512i i8b = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 55, 38, 21, 4, 0, 0, 0, 0);
+    __m512i z[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        __m256i h[2];
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; e++) {
+            const int r = j + 8 * e;
+            if (r >= R) { h[e] = _mm256_setzero_si256(); continue; }
+            const char *p = w + (size_t)r * rb + (size_t)b * bs;
+            __m512i l[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) l[i] = i < nl ? _mm512_maskz_loadu_epi8(m[i], p + 64 * i) : _mm512_setzero_si512();
+            __m512i wd = _mm512_permutex2var_epi16(l[0], q4 ? i4 : i8a, l[1]);
+            if (!q4) wd = _mm512_mask_blend_epi16(0xF0, wd, _mm512_permutex2var_epi16(l[2], i8b, l[3]));
+            h[e] = _mm256_castps_si256(_mm256_cvtph_ps(_mm512_castsi512_si128(wd)));
+        }
+        z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1);
+    }
+    __m512i out[8];
+    tr16x8(z, out);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) sc[k] = _mm512_castsi512_ps(out[k]);
 }
 
-/* The R (<= 16) weight rows at w, all nb blocks, packed (QG_PACK bytes per block; rows from R on zero) */
+/* The R (<= 16) weight rows at w, all nb blocks, packed (QG_PACK bytes per block; rows from R on zero):
+ * the code vectors of vt_raw (Q4_0 split into nibbles) and the scales of vt_scales8 */
 static void qg_pack(char *pack, const char *w, size_t rb, int R, int64_t nb, int q4)
 {
-    for (int64_t b = 0; b < nb; b++) {
-        __m512i z[8], out[8];
-        for (int j = 0; j < 8; j++) {
-            const __m256i lo = j < R ? qg_codes(w + (size_t)j * rb, b, q4) : _mm256_setzero_si256();
-            const __m256i hi = j + 8 < R ? qg_codes(w + (size_t)(j + 8) * rb, b, q4) : _mm256_setzero_si256();
-            z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b += 8) {
+        const int nblk = nb - b < 8 ? (int)(nb - b) : 8;
+        __m512 sc[8];
+        vt_scales8(w, rb, R, b, nblk, q4, sc);
+        for (int k = 0; k < nblk; k++) {
+            __m512i d[8];
+            vt_raw(w, rb, R, b + k, q4, d);
+            if (q4)
+#pragma GCC unroll 4
+                for (int j = 3; j >= 0; j--) {   /* codes 4j.. (low nibbles) and 16 + 4j.. (high) */
+                    d[j + 4] = _mm512_and_si512(_mm512_srli_epi16(d[j], 4), m4);
+                    d[j] = _mm512_and_si512(d[j], m4);
+                }
+            char *p = pack + (size_t)(b + k) * QG_PACK;
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) _mm512_store_si512((void *)(p + 64 * j), d[j]);
+            _mm512_store_ps((void *)(p + 512), sc[k]);
         }
-        tr16x8(z, out);
-        char *p = pack + (size_t)b * QG_PACK;
-        for (int k = 0; k < 8; k++) _mm512_store_si512((void *)(p + 64 * k), out[k]);
-        _mm512_store_ps((void *)(p + 512), qg_scales(w, rb, R, b, q4));
     }
 }
 
@@ -729,84 +796,6 @@ AI void pf_step_l2(pf_cursor *c)
  * rows. The scales of 8 blocks of a row come in two loads and a word permute
  * (16-row gathers took 40% of the time) and are transposed the same way. */
 enum { VQ_ROWS = 4 };   /* activation rows per pass over a strip */
-
-/* The code dwords of block b of R (<= 16) rows, rows in lanes (lanes R..15 zero). Q4_0: d[k] (k < 4)
- * holds nibble bytes 4k..4k+3, whose low nibbles are codes 4k.. and high nibbles codes 16 + 4k..;
- * Q8_0: d[k] (k < 8) holds the unsigned codes 4k..4k+3. */
-AI void vt_raw(const char *w, size_t rb, int R, int64_t b, int q4, __m512i d[8])
-{
-    if (q4) {
-        __m512i v[4];
-        const size_t o = (size_t)b * sizeof(block_q4_0) + 2;
-#pragma GCC unroll 4
-        for (int m = 0; m < 4; m++) {   /* v[m], 128-bit lane L: row 4L + m */
-            __m512i t = m < R ? _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(w + (size_t)m * rb + o)))
-                              : _mm512_setzero_si512();
-            if (4 + m < R) t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(w + (size_t)(4 + m) * rb + o)), 1);
-            if (8 + m < R) t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(w + (size_t)(8 + m) * rb + o)), 2);
-            if (12 + m < R) t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(w + (size_t)(12 + m) * rb + o)), 3);
-            v[m] = t;
-        }
-        const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
-        const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
-        d[0] = _mm512_unpacklo_epi64(t0, t2);
-        d[1] = _mm512_unpackhi_epi64(t0, t2);
-        d[2] = _mm512_unpacklo_epi64(t1, t3);
-        d[3] = _mm512_unpackhi_epi64(t1, t3);
-        return;
-    }
-    __m512i z[8];
-    const size_t o = (size_t)b * sizeof(block_q8_0) + 2;
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        const __m256i lo = j < R ? _mm256_loadu_si256((const __m256i *)(w + (size_t)j * rb + o)) : _mm256_setzero_si256();
-        const __m256i hi = j + 8 < R ? _mm256_loadu_si256((const __m256i *)(w + (size_t)(j + 8) * rb + o)) : _mm256_setzero_si256();
-        z[j] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
-    }
-    tr16x8(z, d);
-}
-
-/* The d of blocks b..b+nblk-1 (nblk <= 8) of R (<= 16) rows as floats, rows in lanes (lanes R..15
- * zero): per row the words at the block starts (bytes b * bs on) by word permutes of at most 256
- * bytes read (only the blocks' own bytes), then a 16 x 8 transpose. */
-AI void vt_scales8(const char *w, size_t rb, int R, int64_t b, int nblk, int q4, __m512 sc[8])
-{
-    const size_t bs = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-    const int bytes = nblk * (int)bs, nl = q4 ? 2 : 4;   /* 8 blocks: 144 or 272 bytes, read up to 128 or 256 */
-    __mmask64 m[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-        m[i] = bytes >= 64 * (i + 1) ? ~0ull : bytes <= 64 * i ? 0 : (1ull << (bytes - 64 * i)) - 1;
-    /* word 9k (Q4_0) or 17k (Q8_0) of the loaded bytes into word k; Q8_0's blocks 4-7 from the second pair */
-    const __m512i i4 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                        0, 0, 0, 0, 0, 0, 0, 0, 63, 54, 45, 36, 27, 18, 9, 0);
-    const __m512i i8a = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 34, 17, 0);
-    const __m512i i8b = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                         0, 0, 0, 0, 0, 0, 0, 0, 55, 38, 21, 4, 0, 0, 0, 0);
-    __m512i z[8];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        __m256i h[2];
-#pragma GCC unroll 2
-        for (int e = 0; e < 2; e++) {
-            const int r = j + 8 * e;
-            if (r >= R) { h[e] = _mm256_setzero_si256(); continue; }
-            const char *p = w + (size_t)r * rb + (size_t)b * bs;
-            __m512i l[4];
-#pragma GCC unroll 4
-            for (int i = 0; i < nl; i++) l[i] = _mm512_maskz_loadu_epi8(m[i], p + 64 * i);
-            __m512i wd = _mm512_permutex2var_epi16(l[0], q4 ? i4 : i8a, l[1]);
-            if (!q4) wd = _mm512_mask_blend_epi16(0xF0, wd, _mm512_permutex2var_epi16(l[2], i8b, l[3]));
-            h[e] = _mm256_castps_si256(_mm256_cvtph_ps(_mm512_castsi512_si128(wd)));
-        }
-        z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1);
-    }
-    __m512i out[8];
-    tr16x8(z, out);
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) sc[k] = _mm512_castsi512_ps(out[k]);
-}
 
 /* One block b (d: vt_raw's, dw: its scales) into the accumulators of N activation rows */
 AI void vt_block(__m512 a[VQ_ROWS], const __m512i d[8], __m512 dw, const int8_t *const xq[VQ_ROWS],
