@@ -95,12 +95,18 @@ AI pf_cursor pf_start(const char *pf, size_t pfn, int64_t steps)
     return c;
 }
 
-AI void pf_step(pf_cursor *c)
+AI void pf_step_to(pf_cursor *c, int l2)
 {
     c->done += c->per;
     const size_t end = c->done < c->n ? c->done : c->n;
-    for (; c->next < end; c->next += 64) _mm_prefetch(c->pf + c->next, _MM_HINT_T0);
+    for (; c->next < end; c->next += 64) {
+        if (l2) _mm_prefetch(c->pf + c->next, _MM_HINT_T1);
+        else _mm_prefetch(c->pf + c->next, _MM_HINT_T0);
+    }
 }
+
+/* into L1 */
+AI void pf_step(pf_cursor *c) { pf_step_to(c, 0); }
 
 /* What the tile at rows [o, o+R) of a range ending at o1 prefetches. */
 AI const char *pf_ahead(const char *W, size_t rb, int64_t o, int64_t R, int64_t o1, size_t *pfn)
@@ -621,6 +627,15 @@ AI void vt_raw(const char *w, size_t rb, int R, int64_t b, int q4, __m512i d[8])
     tr16x8(z, d);
 }
 
+/* A Q4_0 dword vector of vt_raw as its two code vectors: low nibbles (codes 4k..) and high (16 + 4k..);
+ * vbmi: the high ones by one affine byte transform */
+AI void q4_nibbles(__m512i d, int vbmi, __m512i *lo, __m512i *hi)
+{
+    const __m512i m4 = _mm512_set1_epi8(15);
+    *hi = vbmi ? q4_hi_gfni(d) : _mm512_and_si512(_mm512_srli_epi16(d, 4), m4);
+    *lo = _mm512_and_si512(d, m4);
+}
+
 /* The d of blocks b..b+nblk-1 (nblk <= 8) of R (<= 16) rows as floats, rows in lanes (lanes R..15
  * zero): per row the words at the block starts (bytes b * bs on) by word permutes of at most 256
  * bytes read (only the blocks' own bytes), then a 16 x 8 transpose. */
@@ -667,7 +682,6 @@ AI void vt_scales8(const char *w, size_t rb, int R, int64_t b, int nblk, int q4,
  * the code vectors of vt_raw (Q4_0 split into nibbles) and the scales of vt_scales8 */
 static void qg_pack(char *pack, const char *w, size_t rb, int R, int64_t nb, int q4)
 {
-    const __m512i m4 = _mm512_set1_epi8(15);
     for (int64_t b = 0; b < nb; b += 8) {
         const int nblk = nb - b < 8 ? (int)(nb - b) : 8;
         __m512 sc[8];
@@ -677,10 +691,7 @@ static void qg_pack(char *pack, const char *w, size_t rb, int R, int64_t nb, int
             vt_raw(w, rb, R, b + k, q4, d);
             if (q4)
 #pragma GCC unroll 4
-                for (int j = 3; j >= 0; j--) {   /* codes 4j.. (low nibbles) and 16 + 4j.. (high) */
-                    d[j + 4] = _mm512_and_si512(_mm512_srli_epi16(d[j], 4), m4);
-                    d[j] = _mm512_and_si512(d[j], m4);
-                }
+                for (int j = 3; j >= 0; j--) q4_nibbles(d[j], 0, &d[j], &d[j + 4]);
             char *p = pack + (size_t)(b + k) * QG_PACK;
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) _mm512_store_si512((void *)(p + 64 * j), d[j]);
@@ -789,14 +800,6 @@ static void qg_gemm(const tensor *w, const char *x, size_t xs, float *y, int64_t
     }
 }
 
-/* pf_step into L2 */
-AI void pf_step_l2(pf_cursor *c)
-{
-    c->done += c->per;
-    const size_t end = c->done < c->n ? c->done : c->n;
-    for (; c->next < end; c->next += 64) _mm_prefetch(c->pf + c->next, _MM_HINT_T1);
-}
-
 /* Matrix-vector products (up to Q_STREAM_ROWS activation rows) take the
  * GEMM's shape without its packing, which would cost more than the product:
  * each block's code vectors (vt_raw) serve up to VQ_ROWS activation rows. */
@@ -806,16 +809,12 @@ enum { VQ_ROWS = 4 };   /* activation rows per pass over a strip */
 AI void vt_block(__m512 a[VQ_ROWS], const __m512i d[8], __m512 dw, const int8_t *const xq[VQ_ROWS],
                  const float *const xd[VQ_ROWS], const int32_t *xo, int64_t nb, int N, int64_t b, int q4, int vbmi)
 {
-    const __m512i m4 = _mm512_set1_epi8(15);
     /* per activation row four chains of two vpdpbusd (one chain of 8 is latency-bound), added exactly */
     __m512i s4[VQ_ROWS][4];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         __m512i lo = d[k], hi = d[k + 4];   /* codes 4k.. and 16 + 4k.. */
-        if (q4) {
-            lo = _mm512_and_si512(d[k], m4);
-            hi = vbmi ? q4_hi_gfni(d[k]) : _mm512_and_si512(_mm512_srli_epi16(d[k], 4), m4);
-        }
+        if (q4) q4_nibbles(d[k], vbmi, &lo, &hi);
 #pragma GCC unroll 4
         for (int j = 0; j < N; j++) {
             int32_t x0, x1;
@@ -854,7 +853,7 @@ AI void vt_strip(const char *w, size_t rb, int R, const char *x, size_t xs, cons
         vt_scales8(w, rb, R, b, nblk, q4, sc);
 #pragma GCC unroll 1
         for (int k = 0; k < nblk; k++) {
-            pf_step_l2(&pc);
+            pf_step_to(&pc, 1);   /* into L2: the stream prefetch (kernels_vnni.h) */
             __m512i d[8];
             vt_raw(w, rb, R, b + k, q4, d);
             vt_block(a, d, sc[k], xq, xd, xo, nb, N, b + k, q4, vbmi);
