@@ -254,7 +254,17 @@ MOR_API mor_status mor_model_meta_str(const mor_model *model, const char *key,
 enum {
     /* Keep the hidden state of every row at every capture point, for
      * mor_get_hidden() (costs n_boundaries * n_batch * n_embd floats). */
-    MOR_CTX_CAPTURE_HIDDEN = 1u << 0
+    MOR_CTX_CAPTURE_HIDDEN = 1u << 0,
+    /* BF16 weights: round each matrix product's activations to bfloat16
+     * and multiply with the CPU's bfloat16 dot products, as llama.cpp does
+     * (x86-64 with AVX512_BF16 and without AMX; elsewhere no effect: the
+     * AMX kernels are exact and fast already). Prefill of a BF16 model
+     * about 1.5x faster on an AMD Zen 5 (docs/PERFORMANCE.md); each
+     * activation moves by up to 2^-8 of itself, so logits differ from the
+     * default's (exact float activations) by about 1e-3 to 1e-2 of their
+     * scale. Results still do not depend on thread count or batching.
+     * Other weight types are unaffected. */
+    MOR_CTX_FAST_BF16      = 1u << 1
 };
 
 /* How keys and values are cached across recursions, and so what a model

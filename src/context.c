@@ -101,6 +101,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
         mor_context_free(c);
         return st;
     }
+    if (p.flags & MOR_CTX_FAST_BF16) s->exec.k = kernels_fast_bf16(s->exec.k);
     if ((st = kv_create(m, mode, (uint32_t)p.kv_type, (int32_t)p.n_ctx, (int32_t)p.n_seq_max, (int32_t)p.n_batch, &c->kv)) ||
         (st = router_create(m, (int32_t)p.n_batch, &c->router))) {
         mor_context_free(c);

@@ -4,5 +4,7 @@
 
 void hook_context_kernels(mor_context *c, const kernel_set *ks)
 {
-    if (c) c->ls.exec.k = ks ? ks : kernels_best();
+    if (!c) return;
+    if (!ks) ks = c->params.flags & MOR_CTX_FAST_BF16 ? kernels_fast_bf16(kernels_best()) : kernels_best();
+    c->ls.exec.k = ks;
 }

@@ -7,6 +7,7 @@
 #include "mor.h"
 
 /* Run ctx's decodes with kernel set ks (a kernels_get() result), not the
- * best one of this CPU; NULL: back to the best. Between decodes only. */
+ * best one of this CPU; NULL: back to the best (with MOR_CTX_FAST_BF16,
+ * kernels_fast_bf16 of it). Between decodes only. */
 void hook_context_kernels(mor_context *ctx, const kernel_set *ks);
 #endif

@@ -27,7 +27,10 @@
  *  - BF16 weights in the AMX set: bfloat16 tile products of the weights and
  *    the activations split in three bfloat16 parts (ACT_BF16X3), float
  *    sums in the tiles' order: within rounding of the reference, bitwise
- *    equal to no other set. */
+ *    equal to no other set;
+ *  - BF16 weights in kernels_avx512_bf16 (the opt-in MOR_CTX_FAST_BF16): the
+ *    activations are rounded to bfloat16 first (ACT_BF16), so results are
+ *    within that rounding (2^-8 of each activation) of the others'. */
 #ifndef MOR_KERNELS_H
 #define MOR_KERNELS_H
 #include <stddef.h>
@@ -95,10 +98,13 @@ void k_attend_capped(const float *q, int32_t group, int32_t hd, const void *k, c
  *   ACT_Q8_1    ggml's Q8_1 rows (quant.h, act_q8_1): Q4_1/Q5_1 weights;
  *   ACT_Q8K     ggml's Q8_K rows (quant.h, act_q8k): the k-quants' weights
  *               (Q2_K .. Q6_K, Q8_K), as ggml's vec_dot_*_q8_K.
+ *   ACT_BF16    each float rounded to bfloat16 (quant.h, act_bf16): the
+ *               weight types in a set's bf16_types (kernels_avx512_bf16's
+ *               BF16 weights, MOR_CTX_FAST_BF16).
  * ACT_Q8_1 and ACT_Q8K rows are made by the reference quantizers in every set.
  * act_kind, act_stride and act_prepare (below) say which, how far apart the
  * rows are and how to make them, for a set and a type. */
-enum { ACT_F32, ACT_Q8, ACT_BF16X3, ACT_Q8_1, ACT_Q8K };
+enum { ACT_F32, ACT_Q8, ACT_BF16X3, ACT_Q8_1, ACT_Q8K, ACT_BF16 };
 /* Weights whose activations are ACT_Q8 rows in every set. */
 int    act_is_q8(uint32_t weight_type);
 /* Weights whose activations are quantized (ACT_Q8, ACT_Q8_1, ACT_Q8K). */
@@ -170,6 +176,9 @@ typedef struct kernel_set {
      * function that makes such a row of k floats (NULL when there are none) */
     uint64_t      bf16x3_types;
     void        (*act_bf16x3)(const float *x, void *row, int64_t k);
+    /* the same for ACT_BF16 rows (bfloat16-rounded activations) */
+    uint64_t      bf16_types;
+    void        (*act_bf16)(const float *x, void *row, int64_t k);
 } kernel_set;
 
 enum { ISA_REF, ISA_AVX2, ISA_AVX512, ISA_AMX, ISA_NEON, ISA_COUNT };
@@ -179,6 +188,10 @@ enum { ISA_REF, ISA_AVX2, ISA_AVX512, ISA_AMX, ISA_NEON, ISA_COUNT };
 const kernel_set *kernels_get(int isa);
 /* The fastest kernel set this CPU runs. */
 const kernel_set *kernels_best(void);
+/* The set MOR_CTX_FAST_BF16 asks for in place of base: kernels_avx512_bf16
+ * where base is an AVX-512 set (not AMX) and the CPU has AVX512_BF16, else
+ * base itself. */
+const kernel_set *kernels_fast_bf16(const kernel_set *base);
 /* Names of the kernel sets compiled in, e.g. "ref,avx2,avx512". */
 const char *kernels_compiled(void);
 
@@ -205,6 +218,12 @@ extern const kernel_set kernels_avx2, kernels_avx512, kernels_amx, kernels_neon;
 /* The AVX-512 set for CPUs without VBMI and GFNI (kernels_get picks it
  * there): the same results as kernels_avx512, bitwise. */
 extern const kernel_set kernels_avx512_novbmi;
+/* The AVX-512 set with BF16 weights' products in bfloat16 (vdpbf16ps) on
+ * activations rounded to bfloat16 (ACT_BF16): within 2^-8 of each activation,
+ * so not the bits of any other set; its other weight types are the AVX-512
+ * set's (kernels_get(ISA_AVX512)), bitwise. Only where the CPU has
+ * AVX512_BF16 (kernels_fast_bf16). */
+extern const kernel_set kernels_avx512_bf16;
 /* AVX2 members the AVX-512 set shares (only to be called where AVX2 runs). */
 void act_q8_avx2(const float *x, void *row, int64_t k);
 void k_swiglu_avx2(float *g, const float *u, int64_t n);

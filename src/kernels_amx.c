@@ -685,6 +685,6 @@ KERNELS_LORA_AXPY(lora_axpy_amx, 16)
 
 const kernel_set kernels_amx = {
     "amx", act_q8_avx2, matmul_amx, k_attend_avx512, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_amx,
-    1ull << GGML_BF16, act_bf16x3_amx
+    1ull << GGML_BF16, act_bf16x3_amx, 0, NULL
 };
 #endif

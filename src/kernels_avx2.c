@@ -705,6 +705,6 @@ KERNELS_LORA_AXPY(lora_axpy_avx2, 8)
 #endif
 
 const kernel_set kernels_avx2 = {
-    "avx2", act_q8_avx2, matmul_avx2, k_attend_avx2, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_avx2, 0, NULL
+    "avx2", act_q8_avx2, matmul_avx2, k_attend_avx2, k_rms_norm_avx2, k_swiglu_avx2, lora_axpy_avx2, 0, NULL, 0, NULL
 };
 #endif

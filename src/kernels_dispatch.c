@@ -40,6 +40,15 @@ const kernel_set *kernels_best(void)
     return &kernels_ref;
 }
 
+const kernel_set *kernels_fast_bf16(const kernel_set *base)
+{
+#if defined(__x86_64__)
+    /* not the AMX set: its BF16 tiles are exact and fast already */
+    if (base && base == kernels_get(ISA_AVX512) && (cpu_features() & CPU_AVX512BF16)) return &kernels_avx512_bf16;
+#endif
+    return base;
+}
+
 const char *kernels_compiled(void)
 {
 #if defined(__x86_64__)

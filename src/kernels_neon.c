@@ -600,6 +600,6 @@ static void attend_neon(const float *q, int32_t group, int32_t hd, const void *k
 KERNELS_LORA_AXPY(lora_axpy_neon, 4)
 
 const kernel_set kernels_neon = {
-    "neon", act_q8_neon, matmul_neon, attend_neon, rms_norm_neon, swiglu_neon, lora_axpy_neon, 0, NULL
+    "neon", act_q8_neon, matmul_neon, attend_neon, rms_norm_neon, swiglu_neon, lora_axpy_neon, 0, NULL, 0, NULL
 };
 #endif

@@ -240,6 +240,7 @@ int act_kind(const kernel_set *ks, uint32_t wtype)
     if (act_is_q8(wtype)) return ACT_Q8;
     if (wtype == GGML_Q4_1 || wtype == GGML_Q5_1) return ACT_Q8_1;
     if (is_kquant(wtype)) return ACT_Q8K;
+    if (wtype < 64 && ((ks->bf16_types >> wtype) & 1)) return ACT_BF16;
     return wtype < 64 && ((ks->bf16x3_types >> wtype) & 1) ? ACT_BF16X3 : ACT_F32;
 }
 
@@ -250,6 +251,7 @@ size_t act_stride(const kernel_set *ks, uint32_t wtype, int64_t k)
     case ACT_BF16X3: return act_bf16x3_stride(k);
     case ACT_Q8_1:   return act_q8_1_stride(k);
     case ACT_Q8K:    return act_q8k_stride(k);
+    case ACT_BF16:   return act_bf16_stride(k);
     default:             return sizeof(float) * (size_t)k;
     }
 }
@@ -257,7 +259,7 @@ size_t act_stride(const kernel_set *ks, uint32_t wtype, int64_t k)
 size_t act_stride_max(int64_t k)
 {
     const size_t s[] = { act_q8_stride(k), act_bf16x3_stride(k), sizeof(float) * (size_t)k, act_q8_1_stride(k),
-                         act_q8k_stride(k) };
+                         act_q8k_stride(k), act_bf16_stride(k) };
     size_t m = 0;
     for (size_t i = 0; i < sizeof s / sizeof *s; i++) m = s[i] > m ? s[i] : m;
     return m;
@@ -270,6 +272,7 @@ void act_prepare(const kernel_set *ks, uint32_t wtype, const float *x, void *out
     case ACT_BF16X3: ks->act_bf16x3(x, out, k); break;
     case ACT_Q8_1:   act_q8_1_ref(x, out, k); break;
     case ACT_Q8K:    act_q8k_ref(x, out, k); break;
+    case ACT_BF16:   ks->act_bf16(x, out, k); break;
     default:             memcpy(out, x, sizeof(float) * (size_t)k); break;
     }
 }
@@ -445,5 +448,5 @@ static void swiglu_ref(float *g, const float *u, int64_t n)
 KERNELS_LORA_AXPY(lora_axpy_ref, 4)
 
 const kernel_set kernels_ref = {
-    "ref", act_q8_ref, k_matmul_ref_range, k_attend_ref, k_rms_norm, swiglu_ref, lora_axpy_ref, 0, NULL
+    "ref", act_q8_ref, k_matmul_ref_range, k_attend_ref, k_rms_norm, swiglu_ref, lora_axpy_ref, 0, NULL, 0, NULL
 };

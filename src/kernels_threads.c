@@ -56,7 +56,7 @@ mor_status exec_init(exec_ctx *e, int32_t n_threads, uint32_t n_batch, int64_t k
     e->k = kernels_best();
     e->nth = n_threads;
     /* One allocation, planned here: the prepared activations (one region per kind, as a job's matrices
-     * may need rows of several kinds at once; the bf16-split region always, as the kernel set can be
+     * may need rows of several kinds at once; the bf16-split and bf16 regions always, as the kernel set can be
      * changed after this by tests and mor-bench), then each thread's matmul scratch, attention weights and
      * visible cells, every piece 64-aligned so that no two threads write one cache line, then the pointer
      * arrays. malloc + manual alignment: the one allocator users and tests can hook. */
@@ -67,10 +67,11 @@ mor_status exec_init(exec_ctx *e, int32_t n_threads, uint32_t n_batch, int64_t k
     static const uint32_t kind_type[] = { [ACT_Q8] = GGML_Q8_0, [ACT_BF16X3] = GGML_BF16, [ACT_Q8_1] = GGML_Q4_1,
                                           [ACT_Q8K] = GGML_Q4_K };
     size_t act_total = 0;
-    for (int kind = ACT_Q8; kind <= ACT_Q8K; kind++) {
+    for (int kind = ACT_Q8; kind <= ACT_BF16; kind++) {
         e->act_off[kind] = act_total;
         act_total += up64((size_t)n_batch * (kind == ACT_BF16X3 ? act_bf16x3_stride(kmax)
-                                                                  : act_stride(&kernels_ref, kind_type[kind], kmax)));
+                                             : kind == ACT_BF16 ? act_bf16_stride(kmax)
+                                                                : act_stride(&kernels_ref, kind_type[kind], kmax)));
     }
     e->mem = malloc(64 + act_total + nt * (mm + pr + vi) + 3 * nt * sizeof(void *));
     if (!e->mem) return err_set(MOR_E_NOMEM, "cannot allocate per-thread scratch for %d threads", n_threads);

@@ -17,9 +17,9 @@ typedef struct {
     float     **probs;          /* [nth]: group * n_ctx attention weights each */
     int32_t   **vis;            /* [nth]: n_ctx visible cells, then n_ctx of sort scratch, each */
     void       *act;            /* prepared activations, 64-aligned: one region per kind (ACT_Q8, ACT_BF16X3,
-                                   ACT_Q8_1, ACT_Q8K), n_batch rows of max_cols each, at act_off[kind] bytes, so
+                                   ACT_Q8_1, ACT_Q8K, ACT_BF16), n_batch rows of max_cols each, at act_off[kind] bytes, so
                                    that matrices of different kinds in one job keep their own rows */
-    size_t      act_off[ACT_Q8K + 1];
+    size_t      act_off[ACT_BF16 + 1];
     void       *mem;            /* the one allocation all of the above point into */
 } exec_ctx;
 

@@ -785,3 +785,14 @@ void act_bf16x3_ref(const float *x, void *row, int64_t k)
         lo[i] = bf16_daz(v - m);
     }
 }
+
+size_t act_bf16_stride(int64_t k)
+{
+    return (size_t)act_bf16_cols(k) * sizeof(uint16_t);   /* 64 bytes per 32 values */
+}
+
+void act_bf16_ref(const float *x, void *row, int64_t k)
+{
+    uint16_t *h = row;
+    for (int64_t i = 0; i < act_bf16_cols(k); i++) h[i] = i < k ? bf16_daz(x[i]) : 0;
+}

@@ -178,4 +178,15 @@ static inline const uint16_t *act_bf16x3_part(const void *row, int64_t k, int pa
 }
 /* The reference splitter. */
 void act_bf16x3_ref(const float *x, void *row, int64_t k);
+
+/* Activations rounded to bfloat16 (MOR_CTX_FAST_BF16: the BF16 weights of the
+ * AVX-512 set that uses the CPU's bfloat16 dot products): each float x as
+ * bf16(x), rounded to nearest even, inputs below FLT_MIN as zero (as the
+ * hardware conversion does), so within 2^-8 of x relatively. A row is the k
+ * values padded with zeros to act_bf16_cols(k); rows are act_bf16_stride(k)
+ * bytes apart. */
+static inline int64_t act_bf16_cols(int64_t k) { return (k + 31) / 32 * 32; }
+size_t act_bf16_stride(int64_t k);
+/* The reference rounding. */
+void act_bf16_ref(const float *x, void *row, int64_t k);
 #endif

@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "context.h"
+#include "hooks.h"
 #include "cpu.h"
 #include "kernels.h"
 #include "mor.h"
@@ -89,6 +90,11 @@ static unsigned char *prepare_rows(const kernel_set *ks, uint32_t t, const float
     if (act_kind(ks, t) != act_kind(&kernels_ref, t)) {
         *ref_rows = aligned_alloc(64, ((size_t)n * rs + 63) & ~(size_t)63);
         for (int32_t i = 0; i < n; i++) act_prepare(&kernels_ref, t, x + i * k, *ref_rows + (size_t)i * rs, k);
+        /* bfloat16-rounded rows: the reference computes on the same rounded values */
+        if (act_kind(ks, t) == ACT_BF16)
+            for (int32_t i = 0; i < n; i++)
+                for (int64_t c = 0; c < k; c++)
+                    ((float *)(*ref_rows + (size_t)i * rs))[c] = bf16_to_f32(((const uint16_t *)(xp + (size_t)i * xs))[c]);
     }
     return xp;
 }
@@ -97,7 +103,8 @@ static unsigned char *prepare_rows(const kernel_set *ks, uint32_t t, const float
 static int exact_quant(const kernel_set *ks)
 {
 #if defined(__x86_64__)
-    if (ks == &kernels_amx || ks == &kernels_avx512 || ks == &kernels_avx512_novbmi) return 1;
+    if (ks == &kernels_amx || ks == &kernels_avx512 || ks == &kernels_avx512_novbmi || ks == &kernels_avx512_bf16)
+        return 1;
 #endif
     return ks == &kernels_ref;
 }
@@ -111,7 +118,7 @@ static int own_rounding(const kernel_set *ks, uint32_t t)
     if (t == GGML_Q8_0 || t == GGML_Q4_0) return !exact_quant(ks);
 #if defined(__x86_64__)
     if (t == GGML_Q4_1 || t == GGML_Q5_0 || t == GGML_Q5_1)
-        return ks == &kernels_avx512 || ks == &kernels_avx512_novbmi || ks == &kernels_amx;
+        return ks == &kernels_avx512 || ks == &kernels_avx512_novbmi || ks == &kernels_amx || ks == &kernels_avx512_bf16;
 #endif
     return 0;
 }
@@ -203,12 +210,12 @@ static void test_matmul_edge(const kernel_set *ks, const kernel_set *twin, uint3
         twin->matmul(&w, xp, xs, y1, rows, n, 0, rows, 0, NULL);
         twin_same &= !memcmp(y, y1, sizeof(float) * ny);
     }
-    const int exact = !exact_quant(ks) || !memcmp(y, ref, sizeof(float) * ny);
+    const int exact = !exact_quant(ks) || !act_is_quantized(t) || !memcmp(y, ref, sizeof(float) * ny);
     CHECK(worst < 1e-5 && same && twin_same && exact,
           "%s matmul %s %lldx%lld ending at a guard page, %d rows: max err %.2g; rows one at a time %s%s%s",
           ks->name, tname(t), (long long)rows, (long long)cols, n, worst, same ? "bitwise" : "DIFFER",
           twin ? (twin_same ? "; the set without VBMI bitwise the same" : "; the set without VBMI DIFFERS") : "",
-          exact_quant(ks) ? (exact ? "; bitwise the reference" : "; NOT bitwise the reference") : "");
+          exact_quant(ks) && act_is_quantized(t) ? (exact ? "; bitwise the reference" : "; NOT bitwise the reference") : "");
     munmap(map, span + pg);
     free(x); free(xp); if (xr != xp) free(xr); free(ref); free(y); free(y1); free(scr);
 }
@@ -260,6 +267,32 @@ static void test_act_bf16x3(const kernel_set *ks)
     }
     CHECK(same && worst < 1.2e-7, "%s bf16 split of %d floats %s the reference (zeros, below FLT_MIN, ties, "
           "infinities); hi + mid + lo within %.2g of x", ks->name, K, same ? "bitwise" : "DIFFERS from", worst);
+    free(a); free(b);
+}
+
+/* The set's bfloat16 rounding (ACT_BF16, where it has one) bitwise the reference: the same cases. */
+static void test_act_bf16(const kernel_set *ks)
+{
+    if (!ks->act_bf16) return;
+    enum { K = 83 };
+    float x[K];
+    for (int i = 0; i < K; i++) x[i] = frand() * (i < 40 ? 3.0f : 1e-30f);
+    x[0] = 0.0f; x[1] = -0.0f; x[2] = 1e-39f; x[3] = -2e-40f; x[4] = INFINITY; x[5] = -INFINITY;
+    x[6] = 1.0f + 1.0f / 256; x[7] = 1.0f + 3.0f / 256; x[8] = 3.4e38f; x[9] = 1.2e-38f;
+    const size_t st = act_bf16_stride(K);
+    unsigned char *a = aligned_alloc(64, st), *b = aligned_alloc(64, st);
+    memset(a, 0x55, st); memset(b, 0xAA, st);
+    act_bf16_ref(x, a, K);
+    ks->act_bf16(x, b, K);
+    int same = !memcmp(a, b, sizeof(uint16_t) * (size_t)act_bf16_cols(K));
+    double worst = 0;   /* round to nearest: within 2^-8 of x */
+    for (int i = 10; i < K; i++) {
+        if (fabsf(x[i]) < 1e-20f) continue;
+        double e = fabs(bf16_to_f32(((const uint16_t *)a)[i]) - x[i]) / fabs(x[i]);
+        if (e > worst) worst = e;
+    }
+    CHECK(same && worst <= 1.0 / 256, "%s bf16 rounding of %d floats %s the reference (zeros, below FLT_MIN, ties, "
+          "infinities, zero padding); within %.2g of x", ks->name, K, same ? "bitwise" : "DIFFERS from", worst);
     free(a); free(b);
 }
 
@@ -365,6 +398,12 @@ static void test_set(const kernel_set *ks)
     for (size_t t = 0; t < 2; t++)
         for (size_t c = 0; c < sizeof ecols / sizeof *ecols; c++)
             test_matmul_edge(ks, twin, qtypes[t], erows[(c + t) % 10], ecols[c], ens[(c + 3 * t) % 8]);
+    /* float weights ending at a guard page, rows of whole and partial 16s and 32s (the AVX-512 sets'
+     * vectors; the bf16 set's tail loads are masked) */
+    static const int64_t fecols[] = { 16, 48, 64, 100, 576, 600 };
+    for (size_t t = 0; t < 3; t++)
+        for (size_t c = 0; c < sizeof fecols / sizeof *fecols; c++)
+            test_matmul_edge(ks, NULL, ftypes[t], erows[(c + t) % 10], fecols[c], ens[(c + 5 * t) % 8]);
     /* the other quants: every set falls back to the reference kernels (bitwise them, test_matmul) */
     static const uint32_t ktypes[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q2_K, GGML_Q3_K, GGML_Q8_K,
                                        GGML_Q4_1, GGML_Q5_0, GGML_Q5_1 };
@@ -375,6 +414,7 @@ static void test_set(const kernel_set *ks)
     }
     test_act_q8(ks);
     test_act_bf16x3(ks);
+    test_act_bf16(ks);
     static const uint32_t kvt[] = { GGML_F32, GGML_F16, GGML_Q8_0 };
     for (size_t t = 0; t < 3; t++) {
         test_attend(ks, kvt[t], 64, 3, 37);
@@ -583,9 +623,14 @@ static void test_decode_threads(const char *dir)
         int32_t dref[ROWS], d1[ROWS], d2[ROWS];
         /* the reference set, forced full depth: the yardstick of the others */
         int ok_ref = run_decode(m, &kernels_ref, 1, MOR_ROUTE_FORCED, ref, dref);
-        for (int isa = 0; isa < ISA_COUNT; isa++) {
-            const kernel_set *ks = kernels_get(isa);
-            if (!ks) continue;
+        /* every set this CPU runs, and the opt-in one of MOR_CTX_FAST_BF16 */
+        const kernel_set *sets[ISA_COUNT + 1];
+        int ns = 0;
+        for (int isa = 0; isa < ISA_COUNT; isa++)
+            if (kernels_get(isa)) sets[ns++] = kernels_get(isa);
+        if (kernels_fast_bf16(kernels_best()) != kernels_best()) sets[ns++] = kernels_fast_bf16(kernels_best());
+        for (int si = 0; si < ns; si++) {
+            const kernel_set *ks = sets[si];
             int ok = run_decode(m, ks, 1, 0, l1, d1), same = ok;
             for (int32_t nt = 2; nt <= 3 && same; nt++)
                 same = run_decode(m, ks, nt, 0, l2, d2) && !memcmp(l1, l2, sizeof(float) * n) && !memcmp(d1, d2, sizeof d1);
@@ -596,9 +641,28 @@ static void test_decode_threads(const char *dir)
             for (size_t i = 0; i < n; i++) if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
             /* quantized weights: the activations are re-quantized at every matmul, so a rounding
              * difference upstream can move a value to the next Q8_0 step (1/127 of its block) */
-            const double tol = act_is_quantized(types[ti]) ? 0.02 * scale : 1e-4;
+            double tol = act_is_quantized(types[ti]) ? 0.02 * scale : 1e-4;
+            /* bfloat16-rounded activations (kernels.h): 2^-8 of each, through every layer */
+            if (act_kind(ks, types[ti]) == ACT_BF16) tol = 0.02 * scale;
             CHECK(e < tol, "%s %s: logits (forced full depth) within %.2g of the reference kernels' (max diff %.2g; "
                   "largest logit %.2g)", ks->name, tname(types[ti]), tol, e, scale);
+        }
+        if (types[ti] == GGML_BF16) {
+            /* the flag picks the opt-in set where there is one (else the default), also after a reset */
+            mor_context_params cp;
+            MOR_CONTEXT_PARAMS_INIT(&cp);
+            cp.flags = MOR_CTX_FAST_BF16;
+            mor_context *c = NULL;
+            const kernel_set *want = kernels_fast_bf16(kernels_best());
+            if (CHECK(mor_context_create(m, &cp, &c) == MOR_OK, "context with MOR_CTX_FAST_BF16")) {
+                int picked = c->ls.exec.k == want;
+                hook_context_kernels(c, &kernels_ref);
+                hook_context_kernels(c, NULL);
+                CHECK(picked && c->ls.exec.k == want, "MOR_CTX_FAST_BF16 runs kernel set %s (%s), also after a "
+                      "reset to the default", want->name, want == kernels_best() ? "no bfloat16 set here: the default"
+                      : "BF16 weights on bfloat16-rounded activations");
+                mor_context_free(c);
+            }
         }
         free(ref); free(l1); free(l2);
         mor_model_free(m);
@@ -778,6 +842,9 @@ int main(void)
 #if defined(__x86_64__)
     /* the AVX-512 set without VBMI, which this CPU would not pick */
     if (kernels_get(ISA_AVX512) == &kernels_avx512) test_set(&kernels_avx512_novbmi);
+    /* the opt-in set of MOR_CTX_FAST_BF16 */
+    if (kernels_fast_bf16(kernels_get(ISA_AVX512)) == &kernels_avx512_bf16) test_set(&kernels_avx512_bf16);
+    else SKIP("kernel set avx512-bf16 (MOR_CTX_FAST_BF16): no AVX-512 with AVX512_BF16 here");
 #endif
     const char *out = getenv("OUT");
     char dir[600], cmd[700];

@@ -310,6 +310,20 @@ class Fixtures(unittest.TestCase):
             self.assertEqual(ctx.kv.mode, mor.KV_RECURSION_WISE)
             self.assertEqual(len(ctx.router.scores(0)), m.n_recursion)
 
+    def test_fast_bf16_changes_nothing_but_bf16_weights(self):
+        # the fixtures hold F32 weights: MOR_CTX_FAST_BF16 must leave their logits bitwise as they are
+        v, ref = [f for f in fixtures() if f[0] == "expert_mc3_fix_perturbed"][0]
+        ids = ref["input_ids"]
+        with mor.Model(os.path.join(FIXTURES, v + ".st.gguf")) as m:
+            out = []
+            for fast in (False, True):
+                with m.context(fast_bf16=fast) as ctx, mor.Batch(len(ids)) as b:
+                    for i, tok in enumerate(ids):
+                        b.add(tok, i, 0, i == len(ids) - 1)
+                    ctx.decode(b)
+                    out.append(list(ctx.logits(len(ids) - 1)))
+            self.assertEqual(out[0], out[1])
+
     def test_embeddings_pool_the_final_hidden_states(self):
         v, ref = [f for f in fixtures() if f[0] == "expert_mc3_fix_perturbed"][0]
         ids = ref["input_ids"]

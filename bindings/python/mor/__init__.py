@@ -42,7 +42,7 @@ OK = 0
 LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
 MODEL_NO_MMAP, MODEL_VOCAB_ONLY, MODEL_FOLD_LORA, MODEL_CHECK_TENSORS = 1, 2, 4, 8
 ROUTER_TYPE_NONE, ROUTER_TYPE_EXPERT, ROUTER_TYPE_TOKEN = 0, 1, 2
-CTX_CAPTURE_HIDDEN = 1
+CTX_CAPTURE_HIDDEN, CTX_FAST_BF16 = 1, 2
 POOL_MEAN, POOL_LAST = 1, 2
 EMBD_NORMALIZE = 1
 GRAMMAR_CAN_END, GRAMMAR_MUST_END = 1, 2
@@ -636,11 +636,12 @@ class Context(_Handle):
     (KV_*), n_threads, max_pos (positions must stay below it; 0: the
     model's training context, < 0: no limit), n_outputs (rows of one
     decode that may ask for logits; default n_batch); capture_hidden keeps
-    hidden states for hidden(); abort() returning true stops a decode."""
+    hidden states for hidden(); fast_bf16 runs BF16 weights on bfloat16-rounded
+    activations (MOR_CTX_FAST_BF16); abort() returning true stops a decode."""
     _kind = "context"
 
     def __init__(self, model, n_ctx=None, n_batch=None, n_seq_max=None, kv_mode=None, n_threads=None,
-                 max_pos=None, capture_hidden=False, abort=None, n_outputs=None):
+                 max_pos=None, capture_hidden=False, abort=None, n_outputs=None, fast_bf16=False):
         cp = _capi.ContextParams()
         _lib.mor_context_params_init(ctypes.byref(cp), ctypes.sizeof(cp))
         _capi.set_fields(cp, (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_seq_max", n_seq_max),
@@ -648,6 +649,8 @@ class Context(_Handle):
                               ("n_outputs", n_outputs)), "Context")
         if capture_hidden:
             cp.flags |= CTX_CAPTURE_HIDDEN
+        if fast_bf16:
+            cp.flags |= CTX_FAST_BF16
         cb = None
         if abort is not None:
             # an exception in the callback stops the decode (MOR_E_ABORTED)

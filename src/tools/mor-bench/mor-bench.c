@@ -12,7 +12,7 @@
  *   mor-bench [-s 135m,360m,k256] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]
  *             [-p 128] [-n 64] [-r 5] [--dir build/bench] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]
  *             [--no-probe] [--quick]
- *   mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--no-probe]
+ *   mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--fast-bf16] [--no-probe]
  *             models from files (a relaxed model's LoRA deltas: each loaded unfolded and folded,
  *             MOR_MODEL_FOLD_LORA, the two measured interleaved); the roofline counts the base
  *             weights at full depth
@@ -258,6 +258,9 @@ static rep_stats summarize(variant *v, int test, int reps)
     return r;
 }
 
+/* --fast-bf16: contexts made with MOR_CTX_FAST_BF16 */
+static int fast_bf16;
+
 static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" : "thr"; }
 
 /* --model: each file loaded twice, LoRA deltas unfolded (the default) and
@@ -291,6 +294,7 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
                 cp.n_ctx = (uint32_t)(np > ng ? np : ng) + 8;
                 cp.n_batch = (uint32_t)np;
                 cp.n_threads = threads[ti];
+                cp.flags = fast_bf16 ? MOR_CTX_FAST_BF16 : 0;
                 var[k].nt = threads[ti];
                 var[k].ok = 1;
                 if (mor_context_create(var[k].m, &cp, &var[k].c)) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }
@@ -342,7 +346,7 @@ static void usage(FILE *f)
         "usage: mor-bench [-s 135m,360m,k256] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]\n"
         "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]\n"
         "                 [--no-probe] [--quick]\n"
-        "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--no-probe]\n"
+        "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--fast-bf16] [--no-probe]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
         "       mor-bench --grammar [--vocab FILE,...] [--tokens N] [--reps N]: what a grammar costs per token\n"
         "       mor-bench --speculate [--model FILE,...] [--synth FILE | --no-synth] [--drafts 1,2,3,4,6,8]\n"
@@ -360,6 +364,7 @@ static void usage(FILE *f)
         "  --dir DIR      where the model files are written (default build/bench)\n"
         "  --json FILE    the results as JSON too\n"
         "  --kernels K    a kernel set instead of the best this CPU has\n"
+        "  --fast-bf16    contexts with MOR_CTX_FAST_BF16 (BF16 weights on bfloat16-rounded activations)\n"
         "  --no-probe     skip the machine probes (read bandwidth at each test's working set, peaks of the\n"
         "                 units the kernels use): no roofline column\n"
         "  --quick        -r 2 -p 32 -n 8\n"
@@ -403,6 +408,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--json")) json = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--kernels")) kern = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--no-probe")) do_probe = 0;
+        else if (!strcmp(a, "--fast-bf16")) fast_bf16 = 1;
         else if (!strcmp(a, "--model")) files = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--quick")) { reps = 2; np = 32; ng = 8; }
         else if (!strcmp(a, "--serve")) cli_usage_error("--serve must come first (mor-bench --serve ...)");
@@ -433,6 +439,7 @@ int main(int argc, char **argv)
         ks = kernels_get(cli_choice("--kernels", kern, isa));
         if (!ks) return cli_error("kernel set '%s' is not available here", kern);
     }
+    if (fast_bf16) ks = kernels_fast_bf16(ks);   /* what MOR_CTX_FAST_BF16 picks (the contexts set it too) */
     int threads[8], n_threads = cli_int_list("-t", thread_list, threads, 8, 1, 64);
     printf("# libmor %s, kernels %s, %s\n", mor_version_string(), ks->name, mor_build_info());
     /* the machine's limits (roofline.h), probed when first needed */
@@ -506,6 +513,7 @@ int main(int argc, char **argv)
                     cp.n_ctx = (uint32_t)(np > ng ? np : ng) + 8;
                     cp.n_batch = (uint32_t)np;
                     cp.n_threads = nt;
+                    cp.flags = fast_bf16 ? MOR_CTX_FAST_BF16 : 0;
                     var[k].ok = mor_context_create(var[k].m, &cp, &var[k].c) == MOR_OK;
                     var[k].nt = nt;
                     if (!var[k].ok) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }

@@ -268,6 +268,7 @@ extern "C" {
     ) -> mor_status;
 }
 pub const MOR_CTX_CAPTURE_HIDDEN: _bindgen_ty_5 = 1;
+pub const MOR_CTX_FAST_BF16: _bindgen_ty_5 = 2;
 pub type _bindgen_ty_5 = u32;
 pub const MOR_KV_MODEL_DEFAULT: _bindgen_ty_6 = 0;
 pub const MOR_KV_RECURSION_WISE: _bindgen_ty_6 = 1;

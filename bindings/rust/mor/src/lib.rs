@@ -562,6 +562,8 @@ pub struct ContextParams {
     pub max_pos: Option<i32>,
     /// Keep hidden states for [`Context::hidden`].
     pub capture_hidden: bool,
+    /// BF16 weights on bfloat16-rounded activations (`MOR_CTX_FAST_BF16`).
+    pub fast_bf16: bool,
 }
 
 /// Scratch, outputs, a KV cache and a router on a model. Borrows the model;
@@ -616,6 +618,9 @@ impl<'m> Context<'m> {
         if let Some(v) = params.max_pos { p.max_pos = v; }
         if params.capture_hidden {
             p.flags |= sys::MOR_CTX_CAPTURE_HIDDEN as u32;
+        }
+        if params.fast_bf16 {
+            p.flags |= sys::MOR_CTX_FAST_BF16 as u32;
         }
         let mut out = ptr::null_mut();
         check(unsafe { sys::mor_context_create(model.ptr.as_ptr(), &p, &mut out) })?;
