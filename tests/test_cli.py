@@ -385,6 +385,39 @@ def quantize_mixes(tmp):
                                   if v != want.get("blk.0.attn_q.weight"))[:150]))
 
 
+def fast_bf16(tmp):
+    """mor-run --fast-bf16: the bundled model in BF16 on bfloat16-rounded activations, logits close to the
+    default's (bitwise them on a CPU without the opt-in kernels); an F32 model bitwise unchanged."""
+    import struct
+    bf = os.path.join(tmp, "bf16.gguf")
+    rc, _, err = run([tool("mor-quantize"), BROWN, bf, "bf16"])
+    if not t.check(rc == 0, "mor-quantize bf16 of the bundled model (%s)" % err.strip()[:120]):
+        return
+    ids = "5,17,300,2,44,9,81,1000"
+
+    def logits(model, extra):
+        out = os.path.join(tmp, "fast-logits.bin")
+        rc, _, err = run([tool("mor-run"), "-m", model, "--ids", ids, "--dump-logits", out] + extra)
+        if rc != 0:
+            return None, err
+        with open(out, "rb") as f:
+            raw = f.read()
+        return struct.unpack("<%df" % (len(raw) // 4), raw), err
+
+    a, e1 = logits(bf, [])
+    b, e2 = logits(bf, ["--fast-bf16"])
+    if not t.check(a is not None and b is not None and len(a) == len(b),
+                   "mor-run --dump-logits of the BF16 model with and without --fast-bf16 (%s)" % (e1 + e2).strip()[:160]):
+        return
+    scale = max(abs(v) for v in a)
+    diff = max(abs(x - y) for x, y in zip(a, b))
+    t.check(diff <= 0.02 * scale, "--fast-bf16 logits within 2%% of the largest logit of the default's (max diff %.3g of %.3g%s)"
+            % (diff, scale, ", bitwise: no bfloat16 kernels on this CPU" if diff == 0 else ""))
+    c, _ = logits(BROWN, [])
+    d, _ = logits(BROWN, ["--fast-bf16"])
+    t.check(c is not None and c == d, "--fast-bf16 leaves a model without BF16 weights bitwise as it was")
+
+
 def embedding_output(tmp):
     """mor-run --embedding: the final norm's outputs of --dump-hidden, pooled and normalized (bitwise)."""
     import struct
@@ -581,6 +614,7 @@ def main():
         context_shift()
         speculation(tmp)
         embedding_output(tmp)
+        fast_bf16(tmp)
         grammar_output(tmp)
         quantize_mixes(tmp)
         help_texts()

@@ -27,7 +27,7 @@ typedef struct {
     size_t      prompt_len;    /* the prompt's bytes (a file's may hold NULs) */
     int n_predict, no_cache, print_ids, show_depth, quiet, max_depth, routing, forced, routing_set;
     int kv_mode, kv_type, n_ctx, max_pos, n_threads, no_context_shift, n_keep;
-    int greedy, temp_set, no_check_tensors;
+    int greedy, temp_set, no_check_tensors, fast_bf16;
     int embedding, no_normalize;   /* --embedding: MOR_POOL_* (0: generate) */
     int speculate, speculate_depth;   /* --speculate N (0: off), --speculate-depth D */
     const char *grammar, *grammar_file;   /* --grammar TEXT, --grammar-file FILE (GBNF) */
@@ -103,6 +103,8 @@ static void usage(FILE *f)
         "                           with --routing topk, as the official code routes); the same as the\n"
         "                           default for models without KV sharing (docs/PARITY.md)\n"
         "  --kv-type f32|f16|q8_0   how the cache stores keys and values (default f32)\n"
+        "  --fast-bf16              BF16 weights on bfloat16-rounded activations (MOR_CTX_FAST_BF16:\n"
+        "                           faster on CPUs with AVX512_BF16 and no AMX; logits move ~1e-2)\n"
         "  --speculate N            self-speculative decoding: draft N tokens per step with the first\n"
         "                           recursions only, verify them in one pass through the deeper ones;\n"
         "                           prints the same tokens as without it (greedy or seeded sampling,\n"
@@ -192,6 +194,7 @@ static void parse_args(int argc, char **argv, options *o)
         else if (FLAG("--keep")) o->n_keep = (int)cli_int(a, VALUE(), -1, INT32_MAX);
         else if (FLAG("--no-context-shift")) o->no_context_shift = 1;
         else if (FLAG("--no-check-tensors")) o->no_check_tensors = 1;
+        else if (FLAG("--fast-bf16")) o->fast_bf16 = 1;
         else if (FLAG("-t") || FLAG("--threads")) o->n_threads = (int)cli_int(a, VALUE(), 1, 256);
         else if (FLAG("--no-cache")) o->no_cache = 1;
         else if (FLAG("--speculate")) o->speculate = (int)cli_int(a, VALUE(), 1, 64);
@@ -654,6 +657,7 @@ int main(int argc, char **argv)
     cp.n_threads = o->n_threads;
     cp.n_outputs = dumping || o->speculate ? cp.n_batch : 1;   /* generation reads the last row's logits only */
     if (o->dump_hidden || o->embedding) cp.flags |= MOR_CTX_CAPTURE_HIDDEN;
+    if (o->fast_bf16) cp.flags |= MOR_CTX_FAST_BF16;
     if ((st = mor_context_create(model, &cp, &R.ctx))) { run_free(&R); return lib_error(NULL, "creating the context", st); }
     mor_router *router = mor_context_router(R.ctx);
     /* Generation with an expert-choice model defaults to its causal mode:
