@@ -88,6 +88,7 @@ def other_tools_flags(tmp):
         ([tool("mor-bench"), "-t", "1,x"], "-t"), ([tool("mor-bench"), "-w", "f33"], "-w"),
         ([tool("mor-bench"), "-s", "135m,7b"], "-s"), ([tool("mor-bench"), "--kernels", "sse9"], "--kernels"),
         ([tool("mor-bench"), "--serve", "--gen", "x"], "--gen"),
+        ([tool("mor-bench"), "--stream", "-w", "q3"], "-w"), ([tool("mor-bench"), "--stream", "--cols", "40"], "--cols"),
         ([tool("mor-bench-serve"), "--reps", "0"], "--reps"), ([tool("mor-bench-serve"), "--conc", "8,,2"], "--conc"),
         ([tool("mor-bench-serve"), "--ways", "a,z"], "--ways"), ([tool("mor-bench-serve"), "--thr", "nan"], "--thr"),
         ([tool("mor-bench-serve"), "--type", "q2"], "--type"), ([tool("mor-bench-serve"), "--threads"], "--threads"),
@@ -457,7 +458,12 @@ def embedding_output(tmp):
 
 def help_texts():
     rc, out, _ = run([tool("mor-bench"), "--help"])
-    t.check(rc == 0 and "--serve" in out, "mor-bench --help lists --serve")
+    t.check(rc == 0 and "--serve" in out and "--stream" in out, "mor-bench --help lists --serve and --stream")
+    # a smoke run of the stream benchmark (a program, not a timed test: only that it runs and reports)
+    rc, out, err = run([tool("mor-bench"), "--stream", "--mib", "4", "-r", "2", "-w", "f32,bf16,q4_0"])
+    rows = [ln for ln in out.splitlines() if ln.startswith("| f32 ") or ln.startswith("| bf16 ") or ln.startswith("| q4_0 ")]
+    t.check(rc == 0 and len(rows) == 3 and all(ln.count("|") == 6 for ln in rows),
+            "mor-bench --stream --mib 4 -r 2: one row per type (%s)" % (out + err).strip()[-200:])
     for args in ([tool("mor-bench-serve"), "--help"], [tool("mor-bench"), "--serve", "--help"]):
         rc, out, err = run(args)
         t.check(rc == 0 and "--conc" in out and "--ways" in out, "%s: prints its options" % " ".join(

@@ -16,6 +16,8 @@
  *             models from files (a relaxed model's LoRA deltas: each loaded unfolded and folded,
  *             MOR_MODEL_FOLD_LORA, the two measured interleaved); the roofline counts the base
  *             weights at full depth
+ *   mor-bench --stream [-w TYPES] [-t 2] [-r 32] [--mib 512]: the matrix-vector products' read rate as
+ *             a share of the bandwidth probe's, measured in pairs at the same moment (bench_stream.h)
  */
 #include <math.h>
 #include <pthread.h>
@@ -34,6 +36,7 @@
 #include "cli.h"
 #include "bench_util.h"
 #include "roofline.h"
+#include "bench_stream.h"
 #include "synth_model.h"
 
 static double cpu_now(void)
@@ -349,6 +352,8 @@ static void usage(FILE *f)
         "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--fast-bf16] [--no-probe]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
         "       mor-bench --grammar [--vocab FILE,...] [--tokens N] [--reps N]: what a grammar costs per token\n"
+        "       mor-bench --stream [-w TYPES] [-t 2] [-r 32] [--mib 512]: the matrix-vector products' read\n"
+        "                 rate as a share of the bandwidth probe's, in pairs at the same moment\n"
         "       mor-bench --speculate [--model FILE,...] [--synth FILE | --no-synth] [--drafts 1,2,3,4,6,8]\n"
         "                 [--depths 1,2] [--prompts 20] [--tokens 200] [--rounds 3] [-t 2]: self-speculative\n"
         "                 decoding beside plain decoding (bench_speculate.h)\n"
@@ -385,6 +390,7 @@ int main(int argc, char **argv)
     cli_init(argc > 1 && !strcmp(argv[1], "--serve") ? "mor-bench --serve" : "mor-bench");
     if (argc > 1 && !strcmp(argv[1], "--serve")) return bench_serve_main(argc - 1, argv + 1);   /* bench_serve.h */
     if (argc > 1 && !strcmp(argv[1], "--grammar")) return bench_grammar_main(argc - 1, argv + 1);   /* bench_grammar.h */
+    if (argc > 1 && !strcmp(argv[1], "--stream")) return bench_stream_main(argc - 1, argv + 1);   /* bench_stream.h */
     if (argc > 1 && !strcmp(argv[1], "--speculate")) {   /* bench_speculate.h */
         char synth[1100];
         int own = 1;
