@@ -294,14 +294,16 @@ static void mm_float_kblocked(const tensor *w, const char *x, size_t xs, float *
  * blocking win. */
 enum { STREAM_MAX = 8 };
 
-static void mm_float(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
-                     int64_t o0, int64_t o1, int acc, float *scratch)
+/* The float matmuls' loops over the tiles of `grid` (weights of w's type against x's rows). scratch
+ * (F16/BF16 weights) lets the GEMM convert each strip to floats once and run the F32 tiles on it, and
+ * long rows go K-blocked; without it the grid's tiles read the weights as they are stored. */
+static void mm_tiles(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                     int64_t o0, int64_t o1, int acc, float *scratch, const tile_fn (*grid)[4])
 {
     const int t = (int)w->type;
     const int64_t K = w->cols;
     const size_t rb = tensor_row_bytes(w->type, K);
     const char *W = (const char *)w->data;
-    const tile_fn (*grid)[4] = t == TF16 ? grid_f16 : t == TBF16 ? grid_bf16 : grid_f32;
     if (n <= STREAM_MAX) {
         /* Few rows (a decode, a speculative verify): the weights stream from
          * memory once, 4 rows at a time with prefetch, each strip serving
@@ -340,6 +342,13 @@ static void mm_float(const tensor *w, const char *x, size_t xs, float *y, int64_
             if (i < i1) g[R - 1][i1 - i - 1](ws, wrb, x + (size_t)i * xs, xs, K, y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
         }
     }
+}
+
+static void mm_float(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
+                     int64_t o0, int64_t o1, int acc, float *scratch)
+{
+    const int t = (int)w->type;
+    mm_tiles(w, x, xs, y, ldy, n, o0, o1, acc, scratch, t == TF16 ? grid_f16 : t == TBF16 ? grid_bf16 : grid_f32);
 }
 
 /* ---- Q4_1, Q5_0, Q5_1 weights x Q8_0 / Q8_1 activations, VNNI ----
@@ -1388,43 +1397,11 @@ BROW(1) BROW(2) BROW(3) BROW(4) BROW(5) BROW(6)
 #define BGROW(R) { btile_##R##_1, btile_##R##_2, btile_##R##_3, btile_##R##_4 }
 static const tile_fn bgrid[6][4] = { BGROW(1), BGROW(2), BGROW(3), BGROW(4), BGROW(5), BGROW(6) };
 
-/* The loops of mm_float without its strip conversion: the bf16 rows are read as they are stored. */
-static void mm_bf16(const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n, int64_t o0,
-                    int64_t o1, int acc)
-{
-    const int64_t K = w->cols;
-    const size_t rb = tensor_row_bytes(w->type, K);
-    const char *W = (const char *)w->data;
-    if (n <= STREAM_MAX) {
-        for (int64_t o = o0; o < o1; o += 4) {
-            const int R = o1 - o < 4 ? (int)(o1 - o) : 4;
-            size_t pn;
-            const char *pf = pf_ahead(W, rb, o, R, o1, &pn);
-            for (int32_t i = 0; i < n; i += 4)
-                bgrid[R - 1][(n - i < 4 ? n - i : 4) - 1](W + (size_t)o * rb, rb, x + (size_t)i * xs, xs, K,
-                                                          y + (int64_t)i * ldy + o, ldy, acc, i ? NULL : pf, i ? 0 : pn);
-        }
-        return;
-    }
-    const int32_t IB = i_block((int64_t)xs);
-    for (int32_t i0 = 0; i0 < n; i0 += IB) {
-        const int32_t i1 = n - i0 < IB ? n : i0 + IB, tiles = (i1 - i0 + GC - 1) / GC;
-        for (int64_t o = o0; o < o1; o += GR) {
-            const int R = o1 - o < GR ? (int)(o1 - o) : GR;
-            const size_t next = o + GR < o1 ? (size_t)(o1 - o - GR < GR ? o1 - o - GR : GR) * rb : 0;
-            for (int32_t i = i0, p = 0; i < i1; i += GC, p++) {
-                if (next) prefetch_slice(W + (size_t)(o + GR) * rb, next, p, tiles);
-                bgrid[R - 1][(i1 - i < GC ? i1 - i : GC) - 1](W + (size_t)o * rb, rb, x + (size_t)i * xs, xs, K,
-                                                              y + (int64_t)i * ldy + o, ldy, acc, NULL, 0);
-            }
-        }
-    }
-}
-
 static void matmul_avx512_bf16(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n,
                                int64_t o0, int64_t o1, int acc, float *scratch)
 {
-    if (w->type == GGML_BF16) mm_bf16(w, (const char *)x, xs, y, ldy, n, o0, o1, acc);
+    /* mm_float's loops without its strip conversion (no scratch): the bf16 rows are read as stored */
+    if (w->type == GGML_BF16) mm_tiles(w, (const char *)x, xs, y, ldy, n, o0, o1, acc, NULL, bgrid);
     else kernels_get(ISA_AVX512)->matmul(w, x, xs, y, ldy, n, o0, o1, acc, scratch);
 }
 
