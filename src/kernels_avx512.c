@@ -117,6 +117,22 @@ AI const char *pf_ahead(const char *W, size_t rb, int64_t o, int64_t R, int64_t 
     return W + start;
 }
 
+/* The R x C accumulators' dot products into y (rows r, activation rows c): each accumulator's 16 lanes
+ * summed by hsum16's tree (hsum16x4 for four at once, the same bits) in every tile shape. */
+AI void tile_finish(__m512 (*a)[4], int R, int C, float *y, int64_t ldy, int acc)
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        float sum[4];
+        if (C == 4) hsum16x4(a[r][0], a[r][1], a[r][2], a[r][3], sum);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            float s = C == 4 ? sum[c] : hsum16(a[r][c]), *p = y + (int64_t)c * ldy + r;
+            *p = acc ? *p + s : s;
+        }
+    }
+}
+
 /* ain: start from these partial sums (16 floats per accumulator, at (r * 4 + c) * 16) instead of 0;
  * aout: store the partial sums there instead of finishing the dot products into y. Both NULL: the
  * whole dot product. */
@@ -161,16 +177,7 @@ AI void tile_f(const char *w, size_t rb, int t, const char *x, size_t xs, int64_
             for (int c = 0; c < C; c++) _mm512_storeu_ps(aout + (r * 4 + c) * 16, a[r][c]);
         return;
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        float sum[4];
-        if (C == 4) hsum16x4(a[r][0], a[r][1], a[r][2], a[r][3], sum);
-#pragma GCC unroll 4
-        for (int c = 0; c < C; c++) {
-            float s = C == 4 ? sum[c] : hsum16(a[r][c]), *p = y + (int64_t)c * ldy + r;
-            *p = acc ? *p + s : s;
-        }
-    }
+    tile_finish(a, R, C, y, ldy, acc);
 }
 
 typedef void (*tile_fn)(const char *w, size_t rb, const char *x, size_t xs, int64_t K, float *y,
@@ -1376,16 +1383,7 @@ tile_b(const char *w, size_t rb, const char *x, size_t xs, int64_t K, int R, int
             for (int c = 0; c < C; c++) a[r][c] = _mm512_dpbf16_ps(a[r][c], (__m512bh)wv, (__m512bh)xv[c]);
         }
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++) {
-        float sum[4];
-        if (C == 4) hsum16x4(a[r][0], a[r][1], a[r][2], a[r][3], sum);
-#pragma GCC unroll 4
-        for (int c = 0; c < C; c++) {
-            float s = C == 4 ? sum[c] : hsum16(a[r][c]), *p = y + (int64_t)c * ldy + r;
-            *p = acc ? *p + s : s;
-        }
-    }
+    tile_finish(a, R, C, y, ldy, acc);
 }
 
 #define BTILE(R, C) \
