@@ -929,8 +929,10 @@ typedef struct mor_server_params {
  * only the rest; while those cells are still being decoded it waits in
  * the queue for them (a step or a few). The outputs stay bitwise those of
  * a fresh slot. mor_server_request_cached says how many prompt tokens a
- * request reused or copied. */
-enum { MOR_SERVE_NO_PROMPT_REUSE = 1u << 0 };
+ * request reused or copied.
+ * MOR_SERVE_FAST_BF16: the server's context runs with MOR_CTX_FAST_BF16
+ * (BF16 weights on bfloat16-rounded activations; see there). */
+enum { MOR_SERVE_NO_PROMPT_REUSE = 1u << 0, MOR_SERVE_FAST_BF16 = 1u << 1 };
 
 MOR_API void mor_server_params_init(mor_server_params *p, size_t size);
 #define MOR_SERVER_PARAMS_INIT(p) mor_server_params_init((p), sizeof(*(p)))

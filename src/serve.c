@@ -184,13 +184,14 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
         return err_set(MOR_E_UNSUPPORTED, "mor_server_create: confidence exits need MOR_SERVE_DEPTHWISE and a "
                        "model with expert-choice routers or none");
     if (p.mode == MOR_SERVE_SERIAL) p.n_slots = 1;
-    if (p.flags & ~(uint32_t)MOR_SERVE_NO_PROMPT_REUSE)
+    if (p.flags & ~(uint32_t)(MOR_SERVE_NO_PROMPT_REUSE | MOR_SERVE_FAST_BF16))
         return err_set(MOR_E_INVALID_ARG, "mor_server_create: unknown flags 0x%x", p.flags);
 
     mor_context_params cp;
     MOR_CONTEXT_PARAMS_INIT(&cp);
     cp.n_ctx = p.n_ctx; cp.n_batch = p.n_batch; cp.n_seq_max = p.n_slots;
     cp.kv_mode = p.kv_mode; cp.n_threads = p.n_threads;
+    cp.flags = p.flags & MOR_SERVE_FAST_BF16 ? MOR_CTX_FAST_BF16 : 0;
     cp.abort_callback = p.abort_callback; cp.abort_user_data = p.abort_user_data;   /* mor_decode polls it too */
     mor_server *s = calloc(1, sizeof *s);
     if (!s) return err_set(MOR_E_NOMEM, "out of memory");

@@ -233,6 +233,9 @@ static void misuse(mor_model *m)
     CHECK(mor_server_create(m, &p, &s) == MOR_E_INVALID_ARG, "create: unknown mode");
     p.mode = MOR_SERVE_SEQUENCE; p.exit_mode = MOR_EXIT_MARGIN;
     CHECK(mor_server_create(m, &p, &s) == MOR_E_UNSUPPORTED, "create: confidence exits need DEPTHWISE");
+    MOR_SERVER_PARAMS_INIT(&p);
+    p.flags = 1u << 5;
+    CHECK(mor_server_create(m, &p, &s) == MOR_E_INVALID_ARG && !s, "create: unknown flags");
     s = make_server(m, MOR_SERVE_DEPTHWISE, 2, 64, 0, 0);
     if (!s) return;
     mor_token pr[3] = { 1, 2, 3 }, bad = n_vocab;
@@ -834,6 +837,10 @@ int main(void)
                 serve_and_compare(m, what, mode, ns[k], ns[k], 0, 0, 0);
             }
         serve_and_compare(m, "DEPTHWISE 32 requests in 5 slots", MOR_SERVE_DEPTHWISE, 32, 5, 0, 0, 0);
+        sflags = MOR_SERVE_FAST_BF16;   /* the fixtures' weights are F32: the flag changes nothing */
+        serve_and_compare(m, "DEPTHWISE with MOR_SERVE_FAST_BF16 (F32 weights: unchanged), 7 requests",
+                          MOR_SERVE_DEPTHWISE, 7, 7, 0, 0, 0);
+        sflags = 0;
         lockstep = 1;   /* the benchmark's baseline: dropped rows computed and discarded, same outputs */
         serve_and_compare(m, "SEQUENCE lockstep (every row every recursion) 32 requests", MOR_SERVE_SEQUENCE, 32, 32, 0, 0, 0);
         serve_and_compare(m, "SEQUENCE lockstep 7 requests in 3 slots", MOR_SERVE_SEQUENCE, 7, 3, 0, 0, 0);

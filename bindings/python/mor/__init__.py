@@ -55,7 +55,7 @@ KV_UNIQUE_LAYERS, KV_ALL = -1, -2
 SERVE_SERIAL, SERVE_SEQUENCE, SERVE_DEPTHWISE = 0, 1, 2
 EXIT_NONE, EXIT_MARGIN, EXIT_SATURATION = 0, 1, 2
 REQ_QUEUED, REQ_RUNNING, REQ_DONE, REQ_CANCELLED = 0, 1, 2, 3
-SERVE_NO_PROMPT_REUSE = 1
+SERVE_NO_PROMPT_REUSE, SERVE_FAST_BF16 = 1, 2
 
 
 # ---------------------------------------------------------------------------
@@ -1083,12 +1083,13 @@ class Server(_Handle):
     true stops a step, which then changes nothing. An exception raised in
     either is re-raised by the step that called it. prompt_reuse=False: a
     request never takes the K/V a finished one left in its slot (the tokens
-    are bitwise the same either way)."""
+    are bitwise the same either way). fast_bf16=True: BF16 weights on
+    bfloat16-rounded activations (SERVE_FAST_BF16)."""
     _kind = "server"
 
     def __init__(self, model, mode=None, n_slots=None, n_ctx=None, n_batch=None, n_threads=None, kv_mode=None,
                  exit_mode=None, exit_threshold=None, on_token=None, abort=None, prompt_reuse=True,
-                 on_token_logits=None):
+                 on_token_logits=None, fast_bf16=False):
         sp = _capi.ServerParams()
         _lib.mor_server_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
         _capi.set_fields(sp, (("mode", mode), ("n_slots", n_slots), ("n_ctx", n_ctx), ("n_batch", n_batch),
@@ -1096,6 +1097,8 @@ class Server(_Handle):
                               ("exit_threshold", exit_threshold)), "Server")
         if not prompt_reuse:
             sp.flags |= SERVE_NO_PROMPT_REUSE
+        if fast_bf16:
+            sp.flags |= SERVE_FAST_BF16
         self._exc = None
         keep = []
         if on_token is not None:

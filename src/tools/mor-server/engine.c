@@ -452,6 +452,7 @@ engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t
     sp.n_threads = p->n_threads;
     sp.kv_mode = p->kv_mode;
     if (p->no_prompt_reuse) sp.flags |= MOR_SERVE_NO_PROMPT_REUSE;
+    if (p->fast_bf16) sp.flags |= MOR_SERVE_FAST_BF16;
     sp.on_token_logits = on_token;
     sp.user_data = e;
     mor_status st = mor_server_create(model, &sp, &e->srv);

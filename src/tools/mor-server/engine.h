@@ -90,6 +90,7 @@ typedef struct {
     float    thresholds[16];
     int32_t  n_thresholds;
     int      no_prompt_reuse;
+    int      fast_bf16;   /* MOR_SERVE_FAST_BF16 */
 } engine_params;
 
 /* Counters for /metrics (engine_stats copies them under the lock). */

@@ -68,6 +68,8 @@ static void usage(FILE *f)
         "  --no-check-tensors      do not check every weight for NaN and infinity at load (the\n"
         "                          norms and routers always are)\n"
         "  --no-prompt-reuse       a request never takes the K/V a finished one left in its slot\n"
+        "  --fast-bf16             BF16 weights on bfloat16-rounded activations (MOR_SERVE_FAST_BF16: faster\n"
+        "                          on CPUs with AVX512_BF16 and no AMX; logits move ~1e-2)\n"
         "  --speculate N           self-speculative decoding: each step of a request drafts N tokens\n"
         "                          with fewer recursions and verifies them in one pass (the same\n"
         "                          tokens; default 0: off); a request's \"speculate\" overrides it\n"
@@ -107,6 +109,7 @@ static int parse_args(int argc, char **argv, options *o)
         if (!strcmp(a, "--no-check-tensors")) { o->no_check_tensors = 1; continue; }
         if (!strcmp(a, "--test-hooks")) { o->test_hooks = 1; continue; }
         if (!strcmp(a, "--no-prompt-reuse")) { o->no_prompt_reuse = 1; continue; }
+        if (!strcmp(a, "--fast-bf16")) { o->fast_bf16 = 1; continue; }
         if (a[0] != '-') cli_usage_error("unexpected argument '%s'", a);
         const char *v = cli_value(argc, argv, &i);
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
@@ -436,6 +439,7 @@ int main(int argc, char **argv)
     memcpy(ep.thresholds, S.o.thresholds, sizeof ep.thresholds);
     ep.n_thresholds = S.o.n_thresholds;
     ep.no_prompt_reuse = S.o.no_prompt_reuse;
+    ep.fast_bf16 = S.o.fast_bf16;
     char err[256];
     S.eng = engine_start(S.model, &ep, err, sizeof err);
     if (!S.eng) { fprintf(stderr, "mor-server: %s\n", err); mor_model_free(S.model); return 1; }

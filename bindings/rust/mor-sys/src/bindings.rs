@@ -1368,6 +1368,7 @@ fn bindgen_test_layout_mor_server_params() {
     test_field_on_token_logits();
 }
 pub const MOR_SERVE_NO_PROMPT_REUSE: _bindgen_ty_16 = 1;
+pub const MOR_SERVE_FAST_BF16: _bindgen_ty_16 = 2;
 pub type _bindgen_ty_16 = u32;
 extern "C" {
     pub fn mor_server_params_init(p: *mut mor_server_params, size: usize);
