@@ -101,7 +101,7 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
         mor_context_free(c);
         return st;
     }
-    if (p.flags & MOR_CTX_FAST_BF16) s->exec.k = kernels_fast_bf16(s->exec.k);
+    s->exec.k = context_kernels(p.flags);
     if ((st = kv_create(m, mode, (uint32_t)p.kv_type, (int32_t)p.n_ctx, (int32_t)p.n_seq_max, (int32_t)p.n_batch, &c->kv)) ||
         (st = router_create(m, (int32_t)p.n_batch, &c->router))) {
         mor_context_free(c);
@@ -112,6 +112,11 @@ mor_status mor_context_create(mor_model *m, const mor_context_params *params, mo
     c->eng.abort_ud = p.abort_user_data;
     *out = c;
     return MOR_OK;
+}
+
+const kernel_set *context_kernels(uint32_t flags)
+{
+    return flags & MOR_CTX_FAST_BF16 ? kernels_fast_bf16(kernels_best()) : kernels_best();
 }
 
 void context_stage_row(mor_context *c, int32_t i, int32_t row, int32_t logit_slot)

@@ -45,6 +45,9 @@ static inline int32_t context_max_pos(const mor_context *c)
  * logits slot (-1: none), and its depth, router logits and scores for
  * router_publish (context.c; mor_decode and mor_speculate). */
 void       context_stage_row(mor_context *c, int32_t i, int32_t row, int32_t logit_slot);
+/* The kernel set a context with these MOR_CTX_* flags runs: the CPU's best, or with MOR_CTX_FAST_BF16
+ * kernels_fast_bf16 of it. */
+const kernel_set *context_kernels(uint32_t flags);
 
 /* speculate.c: the fallible part of one self-speculative step, shared by
  * mor_speculate and the server's speculating requests. The caller holds a

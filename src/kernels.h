@@ -199,6 +199,8 @@ const char *kernels_compiled(void);
 int    act_kind(const kernel_set *ks, uint32_t wtype);
 /* Bytes between prepared activation rows of k values for weights of type wtype in set ks. */
 size_t act_stride(const kernel_set *ks, uint32_t wtype, int64_t k);
+/* Bytes between rows of k values of activation kind `kind` (ACT_*; the same in every set). */
+size_t act_kind_stride(int kind, int64_t k);
 /* The largest of those for any set and type (a buffer that holds rows of every kind). */
 size_t act_stride_max(int64_t k);
 /* Prepare row x (k floats) for weights of type wtype in set ks into out. */

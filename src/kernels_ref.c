@@ -244,9 +244,11 @@ int act_kind(const kernel_set *ks, uint32_t wtype)
     return wtype < 64 && ((ks->bf16x3_types >> wtype) & 1) ? ACT_BF16X3 : ACT_F32;
 }
 
-size_t act_stride(const kernel_set *ks, uint32_t wtype, int64_t k)
+size_t act_stride(const kernel_set *ks, uint32_t wtype, int64_t k) { return act_kind_stride(act_kind(ks, wtype), k); }
+
+size_t act_kind_stride(int kind, int64_t k)
 {
-    switch (act_kind(ks, wtype)) {
+    switch (kind) {
     case ACT_Q8:     return act_q8_stride(k);
     case ACT_BF16X3: return act_bf16x3_stride(k);
     case ACT_Q8_1:   return act_q8_1_stride(k);
@@ -258,10 +260,8 @@ size_t act_stride(const kernel_set *ks, uint32_t wtype, int64_t k)
 
 size_t act_stride_max(int64_t k)
 {
-    const size_t s[] = { act_q8_stride(k), act_bf16x3_stride(k), sizeof(float) * (size_t)k, act_q8_1_stride(k),
-                         act_q8k_stride(k), act_bf16_stride(k) };
     size_t m = 0;
-    for (size_t i = 0; i < sizeof s / sizeof *s; i++) m = s[i] > m ? s[i] : m;
+    for (int kind = ACT_F32; kind <= ACT_BF16; kind++) m = act_kind_stride(kind, k) > m ? act_kind_stride(kind, k) : m;
     return m;
 }
 

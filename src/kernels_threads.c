@@ -63,15 +63,10 @@ mor_status exec_init(exec_ctx *e, int32_t n_threads, uint32_t n_batch, int64_t k
     const size_t nt = (size_t)n_threads, nc = n_ctx ? n_ctx : 1;
     const size_t mm = up64(sizeof(float) * MM_SCRATCH_FLOATS(kmax)), pr = up64(sizeof(float) * (size_t)group * nc),
                  vi = up64(sizeof(int32_t) * 2 * nc);   /* the visible list, then sort scratch */
-    /* each kind's rows, sized from the reference set's strides (every set's are the same per kind) */
-    static const uint32_t kind_type[] = { [ACT_Q8] = GGML_Q8_0, [ACT_BF16X3] = GGML_BF16, [ACT_Q8_1] = GGML_Q4_1,
-                                          [ACT_Q8K] = GGML_Q4_K };
-    size_t act_total = 0;
+    size_t act_total = 0;   /* each kind's rows */
     for (int kind = ACT_Q8; kind <= ACT_BF16; kind++) {
         e->act_off[kind] = act_total;
-        act_total += up64((size_t)n_batch * (kind == ACT_BF16X3 ? act_bf16x3_stride(kmax)
-                                             : kind == ACT_BF16 ? act_bf16_stride(kmax)
-                                                                : act_stride(&kernels_ref, kind_type[kind], kmax)));
+        act_total += up64((size_t)n_batch * act_kind_stride(kind, kmax));
     }
     e->mem = malloc(64 + act_total + nt * (mm + pr + vi) + 3 * nt * sizeof(void *));
     if (!e->mem) return err_set(MOR_E_NOMEM, "cannot allocate per-thread scratch for %d threads", n_threads);
