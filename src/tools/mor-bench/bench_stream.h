@@ -120,26 +120,13 @@ static int bench_stream_main(int argc, char **argv)
         else cli_usage_error("unknown option '%s'", a);
     }
     if (cols % 32) cli_usage_error("--cols %lld: a multiple of 32 (whole quant blocks)", (long long)cols);
-    const kernel_set *ks = kernels_best();
-    if (strcmp(kern, "auto")) {
-        static const char *const isa[] = { "ref", "avx2", "avx512", "amx", "neon", NULL };
-        ks = kernels_get(cli_choice("--kernels", kern, isa));
-        if (!ks) return cli_error("kernel set '%s' is not available here", kern);
-    }
+    const kernel_set *ks = bench_kernels(kern);
+    if (!ks) return 1;
     if (fast) ks = kernels_fast_bf16(ks);
     static const char *const names[] = { "f32", "f16", "bf16", "q8_0", "q4_0", NULL };
     static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_BF16, GGML_Q8_0, GGML_Q4_0 };
-    int pick[5], np = 0;
-    for (const char *c = type_list;;) {
-        char item[16];
-        const size_t len = strcspn(c, ",");
-        if (len == 0 || len >= sizeof item) cli_usage_error("-w: bad list '%s'", type_list);
-        memcpy(item, c, len);
-        item[len] = 0;
-        if (np < 5) pick[np++] = cli_choice("-w", item, names);
-        if (!c[len]) break;
-        c += len + 1;
-    }
+    int pick[5], np = bench_choice_list("-w", type_list, names, pick, 5);
+    if (np > 5) np = 5;
     const size_t bytes = (size_t)mib << 20;
     void *praw = NULL, *wraw = NULL;
     float *probe = bs_alloc(bytes, &praw);

@@ -428,23 +428,9 @@ int main(int argc, char **argv)
     static const char *const arch_choice[] = { "dense", "dense-eq", "mor", NULL };
     const char *const lists[3][2] = { { "-s", shape_list }, { "-w", type_list }, { "-a", arch_list } };
     const char *const *names[3] = { shape_names, type_names, arch_choice };
-    for (int l = 0; l < 3; l++)
-        for (const char *c = lists[l][1]; ; ) {
-            char item[32];
-            size_t len = strcspn(c, ",");
-            if (len == 0 || len >= sizeof item) cli_usage_error("%s: bad list '%s'", lists[l][0], lists[l][1]);
-            memcpy(item, c, len);
-            item[len] = 0;
-            cli_choice(lists[l][0], item, names[l]);
-            if (!c[len]) break;
-            c += len + 1;
-        }
-    const kernel_set *ks = kernels_best();
-    if (strcmp(kern, "auto")) {
-        static const char *const isa[] = { "ref", "avx2", "avx512", "amx", "neon", NULL };
-        ks = kernels_get(cli_choice("--kernels", kern, isa));
-        if (!ks) return cli_error("kernel set '%s' is not available here", kern);
-    }
+    for (int l = 0; l < 3; l++) bench_choice_list(lists[l][0], lists[l][1], names[l], NULL, 0);
+    const kernel_set *ks = bench_kernels(kern);
+    if (!ks) return 1;
     if (fast_bf16) ks = kernels_fast_bf16(ks);   /* what MOR_CTX_FAST_BF16 picks (the contexts set it too) */
     int threads[8], n_threads = cli_int_list("-t", thread_list, threads, 8, 1, 64);
     printf("# libmor %s, kernels %s, %s\n", mor_version_string(), ks->name, mor_build_info());
