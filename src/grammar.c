@@ -42,6 +42,8 @@
 #define GM_SCRATCH (1 << 15)   /* ids of the sets of one masking walk    */
 #define GM_SET     (1 << 12)   /* stacks of one set, the same bound everywhere */
 #define GM_SETTLE  (1 << 20)   /* settle steps per code point: ambiguity bound */
+#define GM_WORK    (1 << 24)   /* settle steps per mask or token: time bound */
+#define GM_VISIT   (1 << 14)   /* (pos, parent) pairs settled in one advance */
 #define GM_DEPTH   4096        /* nested expansions within one settle     */
 #define GM_MAX_PIECE 1024      /* longer tokens are never allowed         */
 #define GM_MEMO    8           /* advances shared by siblings, per trie node */
@@ -49,6 +51,7 @@
 #define GM_KEY     256         /* int32s of a state's key at most         */
 
 typedef struct { int32_t pos, parent, next; } gnode;
+typedef struct { int32_t pos, parent; uint32_t gen; } gvisit;
 
 /* The matching state over a grammar, without a vocabulary. */
 typedef struct {
@@ -60,7 +63,11 @@ typedef struct {
     uint32_t *mark;       /* [GM_NODES] set membership, by generation */
     uint32_t  gen;
     int64_t   steps;      /* settle steps of the current code point */
+    int64_t   work;       /* settle steps of the current mask or token */
     int       overflow;   /* a bound was hit: the prefix is treated as dead */
+    int       exhausted;  /* GM_WORK was hit: the answer is incomplete */
+    gvisit   *visit;      /* [GM_VISIT] pairs settled in this advance, */
+    uint32_t  vgen;       /* by generation                             */
     int32_t  *cur;        /* the stacks now (top node ids) */
     int32_t   n_cur;
     int       can_end;    /* the output so far is a whole string of the grammar */
@@ -172,6 +179,28 @@ static void set_add(gm *m, gset *out, int32_t id)
     out->v[out->n++] = id;
 }
 
+/* A new set of settled pairs (for one advance or reset). */
+static void next_visit(gm *m)
+{
+    if (++m->vgen == 0) { memset(m->visit, 0, sizeof *m->visit * GM_VISIT); m->vgen = 1; }
+}
+
+/* Settling depends on (pos, parent) alone, and adds to the one set of an
+ * advance: a pair met again adds nothing. 1 if (pos, parent) was settled
+ * already, else records it. Without this, nested nullable rules (x{0,50}
+ * with x nullable) settle every stack through each level below it: work
+ * quadratic per character. A crowded table forgets (slower, still right). */
+static int visited(gm *m, int32_t pos, int32_t parent)
+{
+    uint32_t h = node_hash(pos, parent) & (GM_VISIT - 1);
+    for (int k = 0; k < 8; k++, h = (h + 1) & (GM_VISIT - 1)) {
+        gvisit *v = &m->visit[h];
+        if (v->gen != m->vgen) { *v = (gvisit){ pos, parent, m->vgen }; return 0; }
+        if (v->pos == pos && v->parent == parent) return 1;
+    }
+    return 0;
+}
+
 /* Continue a stack at element pos with the frames below it at `parent`
  * until it has a character class on top (added to out), or is empty. */
 static void settle(gm *m, int32_t pos, int32_t parent, gset *out, int depth)
@@ -179,7 +208,9 @@ static void settle(gm *m, int32_t pos, int32_t parent, gset *out, int depth)
     const grammar_rules *g = m->g;
     for (;;) {
         if (m->overflow) return;
+        if (++m->work > GM_WORK) { m->overflow = m->exhausted = 1; return; }
         if (++m->steps > GM_SETTLE || depth > GM_DEPTH) { m->overflow = 1; return; }
+        if (visited(m, pos, parent)) return;
         const gel *e = &g->el[pos];
         if (e->type == GEL_END) {   /* the rule is matched: pop its frame */
             if (parent < 0) { out->can_end = 1; return; }
@@ -208,9 +239,11 @@ static void settle(gm *m, int32_t pos, int32_t parent, gset *out, int depth)
 static void advance(gm *m, const int32_t *in, int32_t n, uint32_t c, gset *out)
 {
     next_gen(m);
+    next_visit(m);
     m->steps = 0;
     out->n = 0;
     out->can_end = 0;
+    if ((m->work += n) > GM_WORK) { m->overflow = m->exhausted = 1; return; }   /* a class test per stack */
     for (int32_t i = 0; i < n && !m->overflow; i++) {
         const gnode *d = &m->node[in[i]];
         if (chars_match(m->g, &m->g->el[d->pos], c)) settle(m, d->pos + 1, d->parent, out, 0);
@@ -267,6 +300,8 @@ static void gm_free(gm *m)
     free(m->cur);
     free(m->scratch);
     free(m->remap);
+    free(m->visit);
+    memset(m, 0, sizeof *m);   /* a second gm_free (mor_grammar_free after a failed gm_init) frees nothing */
 }
 
 /* Empty the hash chains of the nodes in use (not the whole table: a reset
@@ -281,9 +316,10 @@ static void gm_reset(gm *m)
 {
     clear_buckets(m);
     m->n_node = 0;
-    m->overflow = 0;
-    m->steps = 0;
+    m->overflow = m->exhausted = 0;
+    m->steps = m->work = 0;
     next_gen(m);
+    next_visit(m);
     gset out = { m->cur, 0, GM_SET, 0 };
     const grammar_rules *g = m->g;
     for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++) settle(m, g->alt[a], -1, &out, 0);
@@ -304,10 +340,15 @@ static mor_status gm_init(gm *m, const grammar_rules *g)
     m->cur = malloc(sizeof *m->cur * GM_SET);
     m->scratch = malloc(sizeof *m->scratch * GM_SCRATCH);
     m->remap = malloc(sizeof *m->remap * GM_NODES);
-    if (!m->node || !m->bucket || !m->mark || !m->cur || !m->scratch || !m->remap) { gm_free(m); return MOR_E_NOMEM; }
+    m->visit = calloc(GM_VISIT, sizeof *m->visit);
+    if (!m->node || !m->bucket || !m->mark || !m->cur || !m->scratch || !m->remap || !m->visit) {
+        gm_free(m);
+        return MOR_E_NOMEM;
+    }
     memset(m->bucket, 0xFF, sizeof *m->bucket * GM_BUCKETS);   /* once: afterwards only used chains are cleared */
     m->n_node = 0;
     gm_reset(m);
+    if (m->overflow) { gm_free(m); return MOR_E_UNSUPPORTED; }   /* no start state within the bounds */
     return MOR_OK;
 }
 
@@ -351,7 +392,8 @@ static int gm_feed(gm *m, const unsigned char *b, size_t n)
     int can_end = m->can_end;
     int32_t *buf[2] = { m->scratch, m->scratch + GM_SCRATCH / 2 };
     int which = 0;
-    m->overflow = 0;
+    m->overflow = m->exhausted = 0;
+    m->work = 0;
     for (size_t i = 0; i < n; i++) {
         int r = utf8_step(&cp, &need, &len, b[i]);
         if (r < 0) goto dead;
@@ -377,7 +419,8 @@ dead:
 int grammar_match(const grammar_rules *g, const char *bytes, size_t n)
 {
     gm m;
-    if (gm_init(&m, g)) return MOR_E_NOMEM;
+    mor_status st = gm_init(&m, g);
+    if (st) return st;
     int ok = gm_feed(&m, (const unsigned char *)bytes, n) && !m.u_need && m.can_end;
     gm_free(&m);
     return ok;
@@ -467,9 +510,23 @@ static void state_key(mor_grammar *G)
     G->n_key = n <= GM_KEY ? n : -1;
 }
 
+/* The bound on one mask's or token's work was hit (a grammar ambiguous
+ * enough to take seconds per token over a large vocabulary): an error, not
+ * a mask that would silently drop tokens the grammar allows. */
+static mor_status too_complex(const mor_grammar *G, const char *doing)
+{
+    return err_set(MOR_E_UNSUPPORTED,
+                   "%s after %lld bytes of output took more than %d matcher steps: the grammar keeps too many "
+                   "ways of matching open at once (such as many alternatives that share a long prefix, or "
+                   "repetitions of groups that can match nothing)",
+                   doing, (long long)G->n_out, GM_WORK);
+}
+
 int32_t grammar_allowed(mor_grammar *G, uint8_t *ok, int32_t n_vocab)
 {
     gm *m = &G->m;
+    m->work = 0;
+    m->exhausted = 0;
     state_key(G);
     int hit = -1, lru = 0;
     for (int c = 0; c < GM_CACHE && hit < 0; c++) {
@@ -492,6 +549,7 @@ int32_t grammar_allowed(mor_grammar *G, uint8_t *ok, int32_t n_vocab)
             for (int32_t i = 0; i < G->n_end; i++) ok[G->end[i]] = 1;
     }
     G->ok = save;
+    if (m->exhausted) return too_complex(G, "masking the vocabulary");
     int32_t k = 0;
     for (int32_t t = 0; t < n_vocab; t++) k += ok[t];
     if (G->n_key >= 0) {   /* keep it, in place of the least recently used */
@@ -521,6 +579,32 @@ static void describe_expected(const mor_grammar *G, char *buf, size_t cap)
                                   r[0], r[1], e->n > 1 ? ",..." : "");
     }
     if (m->n_cur > 4 && n + 8 < cap) snprintf(buf + n, cap - n, ", ...");
+}
+
+/* Sort the text tokens G->ord by their bytes (a prefix first). qsort has no
+ * context argument, and insertion sort would be quadratic: a merge sort.
+ * 0, or -1 when out of memory. */
+static int sort_pieces(mor_grammar *G)
+{
+    int32_t *tmp = malloc(sizeof *tmp * ((size_t)G->n_ord + 1));
+    if (!tmp) return -1;
+    for (int32_t w = 1; w < G->n_ord; w *= 2) {
+        for (int32_t a = 0; a < G->n_ord; a += 2 * w) {
+            int32_t mid = a + w < G->n_ord ? a + w : G->n_ord, b = a + 2 * w < G->n_ord ? a + 2 * w : G->n_ord;
+            int32_t i = a, j = mid, k = a;
+            while (i < mid && j < b) {
+                int32_t x = G->ord[i], y = G->ord[j];
+                uint32_t lx = piece_len(G, x), ly = piece_len(G, y);
+                int c = memcmp(G->bytes + G->off[x], G->bytes + G->off[y], lx < ly ? lx : ly);
+                tmp[k++] = (c < 0 || (c == 0 && lx <= ly)) ? G->ord[i++] : G->ord[j++];
+            }
+            while (i < mid) tmp[k++] = G->ord[i++];
+            while (j < b) tmp[k++] = G->ord[j++];
+        }
+        memcpy(G->ord, tmp, sizeof *tmp * (size_t)G->n_ord);
+    }
+    free(tmp);
+    return 0;
 }
 
 /* ---- the public API ---- */
@@ -553,7 +637,14 @@ MOR_API mor_status mor_grammar_create(const mor_model *model, const char *gbnf, 
     G->off = malloc(sizeof *G->off * ((size_t)V + 1));
     G->ord = malloc(sizeof *G->ord * ((size_t)V + 1));
     G->ok = malloc((size_t)V + 1);
-    if (!G->end || !G->off || !G->ord || !G->ok || gm_init(&G->m, rules)) goto nomem;
+    if (!G->end || !G->off || !G->ord || !G->ok) goto nomem;
+    if ((st = gm_init(&G->m, rules)) == MOR_E_UNSUPPORTED) {
+        mor_grammar_free(G);
+        return err_set(st, "mor_grammar_create: the grammar's start nests or branches beyond the matcher's "
+                       "bounds (%d stacks, %d nested rules): it keeps too many ways of matching open at once",
+                       GM_SET, GM_DEPTH);
+    }
+    if (st) goto nomem;
     for (int c = 0; c < GM_CACHE; c++)
         if (!(G->cache[c].bits = malloc(((size_t)V + 7) / 8))) goto nomem;
     G->n_end = ne;
@@ -577,29 +668,7 @@ MOR_API mor_status mor_grammar_create(const mor_model *model, const char *gbnf, 
             G->ord[G->n_ord++] = t;
     }
     err_clear();
-    /* sort by bytes (a prefix first): insertion sort would be quadratic */
-    {
-        const mor_grammar *S = G;
-        /* qsort has no context argument: a merge sort with G in scope */
-        int32_t *tmp = malloc(sizeof *tmp * ((size_t)G->n_ord + 1));
-        if (!tmp) goto nomem;
-        for (int32_t w = 1; w < G->n_ord; w *= 2) {
-            for (int32_t a = 0; a < G->n_ord; a += 2 * w) {
-                int32_t mid = a + w < G->n_ord ? a + w : G->n_ord, b = a + 2 * w < G->n_ord ? a + 2 * w : G->n_ord;
-                int32_t i = a, j = mid, k = a;
-                while (i < mid && j < b) {
-                    int32_t x = G->ord[i], y = G->ord[j];
-                    uint32_t lx = piece_len(S, x), ly = piece_len(S, y);
-                    int c = memcmp(S->bytes + S->off[x], S->bytes + S->off[y], lx < ly ? lx : ly);
-                    tmp[k++] = (c < 0 || (c == 0 && lx <= ly)) ? G->ord[i++] : G->ord[j++];
-                }
-                while (i < mid) tmp[k++] = G->ord[i++];
-                while (j < b) tmp[k++] = G->ord[j++];
-            }
-            memcpy(G->ord, tmp, sizeof *tmp * (size_t)G->n_ord);
-        }
-        free(tmp);
-    }
+    if (sort_pieces(G)) goto nomem;
     *out = G;
     return MOR_OK;
 nomem:
@@ -647,6 +716,7 @@ MOR_API mor_status mor_grammar_apply(mor_grammar *G, float *logits, int32_t n_vo
         return err_set(MOR_E_INVALID_ARG, "mor_grammar_apply: n_vocab is %d, the model's is %d", (int)n_vocab,
                        (int)G->n_vocab);
     int32_t k = grammar_allowed(G, G->ok, n_vocab);
+    if (k < 0) return k;
     if (k == 0) {
         char what[200];
         describe_expected(G, what, sizeof what);
@@ -662,6 +732,7 @@ MOR_API mor_status mor_grammar_apply(mor_grammar *G, float *logits, int32_t n_vo
 }
 
 int32_t grammar_n_vocab(const mor_grammar *G) { return G->n_vocab; }
+int64_t grammar_work(const mor_grammar *G) { return G->m.work; }
 
 void grammar_accept_allowed(mor_grammar *G, mor_token t)
 {
@@ -685,8 +756,10 @@ MOR_API mor_status mor_grammar_accept(mor_grammar *G, mor_token t)
     }
     uint32_t n = piece_len(G, t);
     if (!n) return err_set(MOR_E_INVALID_ARG, "mor_grammar_accept: token %d is not text (a control or unused token)", (int)t);
-    if (!gm_feed(&G->m, (const unsigned char *)G->bytes + G->off[t], n))
+    if (!gm_feed(&G->m, (const unsigned char *)G->bytes + G->off[t], n)) {
+        if (G->m.exhausted) return too_complex(G, "mor_grammar_accept: reading a token");
         return err_set(MOR_E_INVALID_ARG, "mor_grammar_accept: token %d cannot continue the grammar here", (int)t);
+    }
     G->n_out += n;
     return MOR_OK;
 }

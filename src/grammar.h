@@ -58,6 +58,9 @@ int grammar_match(const grammar_rules *g, const char *bytes, size_t n);
  * output may end) and returns how many, or a negative mor_status;
  * grammar_accept_allowed takes a token it marked, which cannot fail. */
 int32_t grammar_allowed(mor_grammar *g, uint8_t *ok, int32_t n_vocab);
+/* The matcher steps of the last mask or accepted token (at most GM_WORK,
+ * 2^24: beyond it the call fails with MOR_E_UNSUPPORTED). For tests. */
+int64_t grammar_work(const mor_grammar *g);
 void    grammar_accept_allowed(mor_grammar *g, mor_token t);
 int32_t grammar_n_vocab(const mor_grammar *g);
 #endif

@@ -101,19 +101,44 @@ static int32_t rule_id(gp *s, const char *name, size_t len)
     return r;
 }
 
-/* A new rule for a group or repetition inside rule `parent`: "parent-N". */
+/* A name "base-N" that no rule has yet, into name[300]. */
+static void free_name(const gp *s, const char *base, char *name)
+{
+    for (int i = s->n_rules;; i++) {
+        snprintf(name, 300, "%.200s-%d", base, i);
+        int taken = 0;
+        for (int32_t r = 0; r < s->n_rules && !taken; r++) taken = !strcmp(s->names[r], name);
+        if (!taken) return;
+    }
+}
+
+/* A new rule for a group or repetition inside rule `parent`: "parent-N"
+ * (defined[] 2: made by the parser, not named in the text). */
 static int32_t rule_new(gp *s, int32_t parent)
 {
     char name[300];
-    for (int i = s->n_rules;; i++) {
-        snprintf(name, sizeof name, "%.200s-%d", parent >= 0 ? s->names[parent] : "g", i);
-        int taken = 0;
-        for (int32_t r = 0; r < s->n_rules && !taken; r++) taken = !strcmp(s->names[r], name);
-        if (!taken) break;
-    }
+    free_name(s, parent >= 0 ? s->names[parent] : "g", name);
     int32_t r = rule_id(s, name, strlen(name));
-    if (r >= 0) s->defined[r] = 1;
+    if (r >= 0) s->defined[r] = 2;
     return r;
+}
+
+/* The rule a name in the text means. A group's rule may have taken that
+ * name already (groups are named as they are met, before the rules defined
+ * further down: "root-8" for a group in root, then "root-8 ::= ..."): the
+ * group's rule then takes another name, and the name is the text's. */
+static int32_t text_rule(gp *s, const char *name, size_t len)
+{
+    int32_t r = rule_id(s, name, len);
+    if (r < 0 || s->defined[r] != 2) return r;
+    char fresh[300];
+    free_name(s, s->names[r], fresh);
+    char *copy = malloc(strlen(fresh) + 1);
+    if (!copy) { nomem(s); return -1; }
+    strcpy(copy, fresh);
+    free(s->names[r]);
+    s->names[r] = copy;
+    return rule_id(s, name, len);
 }
 
 static int32_t range_add(gp *s, uint32_t lo, uint32_t hi)
@@ -315,7 +340,7 @@ static void parse_sequence(gp *s, int32_t rule, int nested)
             const char *r = q;
             while (r < s->end && (*r == ' ' || *r == '\t')) r++;
             if (!nested && s->end - r >= 3 && !memcmp(r, "::=", 3)) return;
-            int32_t id = rule_id(s, s->p, (size_t)(q - s->p));
+            int32_t id = text_rule(s, s->p, (size_t)(q - s->p));
             s->p = q;
             last = s->body[rule].n;
             vec_push(s, &s->body[rule], (gel){ GEL_REF, 0, id, 0 });
@@ -380,7 +405,7 @@ static void parse_rules(gp *s)
         const char *at = s->p, *q = s->p;
         while (q < s->end && is_name_char(*q)) q++;
         if (q == s->p) { fail(s, at, "expected a rule name, found '%c'", *s->p); return; }
-        int32_t r = rule_id(s, s->p, (size_t)(q - s->p));
+        int32_t r = text_rule(s, s->p, (size_t)(q - s->p));
         if (r < 0) return;
         if (s->defined[r]) { fail(s, at, "rule '%s' is defined twice", s->names[r]); return; }
         s->defined[r] = 1;

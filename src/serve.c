@@ -557,7 +557,9 @@ static mor_status check_logits(const mor_server *s, int32_t sl, const float *log
          * allows whose logits are not -inf */
         int32_t k = grammar_allowed(q->gr, q->gr_ok, s->m->n_vocab), finite = 0;
         for (int32_t i = 0; k > 0 && i < s->m->n_vocab && !finite; i++) finite = q->gr_ok[i] && logits[i] > -HUGE_VALF;
-        if (k < 0) st = err_set(k, "out of memory for the grammar");
+        /* the grammar's work bound: this request's failure, as unsamplable
+         * logits are (mor.h), so that cancelling it lets the others go on */
+        if (k < 0) st = err_set(MOR_E_INVALID_ARG, "%s", mor_last_error());
         else if (!finite) st = err_set(MOR_E_INVALID_ARG, "no token can continue the grammar (%s)",
                                        k ? "the tokens it allows all have logit -inf" : "the vocabulary cannot write what it expects next");
     }
