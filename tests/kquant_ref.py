@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
 """kquant_ref.py - an independent reading of ggml's block formats, for test_quant.c.
 
-For each quantized type, makes NB blocks of pseudo-random bytes (the LCG below, the
-same in test_quant.c's kq_bytes), with every F16 scale field overwritten by a finite
-value, dequantizes them from the published layouts (written here from ggml's
-format description, not from libmor's code: bit fields read with shifts and masks
-of the whole block as one integer where that is simpler) in float32 arithmetic,
-and prints sum_i value_i * (i % 7 + 1) accumulated in float64, in value order.
-test_quant.c compares its dequant_row against these numbers exactly.
+For each quantized type, makes NB blocks (NB_RANDOM of pseudo-random bytes from the
+LCG below, the same as test_quant.c's kq_bytes, then one of all 0x00, one of all
+0xFF and one of 0x5A 0xA5 repeated: every code and scale bit at both values), with
+every F16 scale field overwritten by a finite value, dequantizes them from the
+published layouts (written here from ggml's format description, not from libmor's
+code: bit fields read with shifts and masks of the whole block as one integer where
+that is simpler) in float32 arithmetic, and prints for each block the FNV-1a hash of
+its values' float32 bit patterns (little-endian, in value order). test_quant.c
+compares its dequant_row block by block against these hashes: a wrong value in any
+block names that block. tests/test_kquant_table.py checks that test_quant.c holds
+this output.
 Run: python3 tests/kquant_ref.py"""
 import struct
 
-NB = 3
+NB_RANDOM = 5
+PATTERNS = (b"\x00", b"\xff", b"\x5a\xa5")
+NB = NB_RANDOM + len(PATTERNS)
 M64 = (1 << 64) - 1
 
 
@@ -156,21 +162,30 @@ DEQ = {"Q4_1": deq_q4_1, "Q5_0": deq_q5_0, "Q5_1": deq_q5_1, "Q2_K": deq_q2_k, "
        "Q8_K": deq_q8_k}
 
 
-def checksum(name):
+def blocks(name):
+    """The NB blocks of a type, scale fields fixed (as test_quant.c's kq_bytes)."""
     num, nv, nbytes, offs = TYPES[name]
-    raw, x = lcg_bytes(1000 + num, NB * nbytes)
-    s, k = 0.0, 0
-    for blk in range(NB):
-        b = bytearray(raw[blk * nbytes:(blk + 1) * nbytes])
+    raw, x = lcg_bytes(1000 + num, NB_RANDOM * nbytes)
+    out = [bytearray(raw[i * nbytes:(i + 1) * nbytes]) for i in range(NB_RANDOM)]
+    out += [bytearray(p * (nbytes // len(p))) for p in PATTERNS]
+    for blk, b in enumerate(out):
         x = fix_scales(b, offs, x)
         if name == "Q8_K":
             struct.pack_into("<f", b, 0, f32(0.01 * (blk + 1)))
-        for v in DEQ[name](bytes(b)):
-            s += v * (k % 7 + 1)
-            k += 1
-    return s
+    return out
+
+
+def fnv1a(data):
+    h = 14695981039346656037
+    for byte in data:
+        h = ((h ^ byte) * 1099511628211) & M64
+    return h
+
+
+def block_hashes(name):
+    return [fnv1a(b"".join(struct.pack("<f", v) for v in DEQ[name](bytes(b)))) for b in blocks(name)]
 
 
 if __name__ == "__main__":
     for name in TYPES:
-        print("    { GGML_%s, %r }," % (name, checksum(name)))
+        print("    { GGML_%s, { %s } }," % (name, ", ".join("0x%016xull" % h for h in block_hashes(name))))

@@ -203,20 +203,24 @@ static void test_kq_hand(void)
           "row bytes of the new types: 20, 22, 24 per 32, 84, 110, 144, 176, 210, 292 per 256; partial blocks refused");
 }
 
-/* The bytes tests/kquant_ref.py makes (the same LCG), and its checksums of their values. */
-static void kq_bytes(uint32_t type, unsigned char *buf, int nb)
+/* The blocks tests/kquant_ref.py makes: KQ_RANDOM of the same LCG's bytes,
+ * then all 0x00, all 0xFF, 0x5A 0xA5 repeated; F16 scale fields fixed. */
+enum { KQ_RANDOM = 5, KQ_NB = KQ_RANDOM + 3 };
+static void kq_bytes(uint32_t type, unsigned char *buf)
 {
     const size_t bs = (size_t)tensor_row_bytes(type, tensor_block_size(type));
     uint64_t x = 1000 + type;
-    for (size_t i = 0; i < bs * (size_t)nb; i++) {
+    for (size_t i = 0; i < bs * KQ_RANDOM; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         buf[i] = (unsigned char)(x >> 56);
     }
+    static const unsigned char pattern[3][2] = { { 0x00, 0x00 }, { 0xFF, 0xFF }, { 0x5A, 0xA5 } };
+    for (size_t i = 0; i < bs * 3; i++) buf[bs * KQ_RANDOM + i] = pattern[i / bs][i % bs % 2];
     static const struct { uint32_t t; int off[2], n; } f16s[] = {
         { GGML_Q4_1, { 0, 2 }, 2 }, { GGML_Q5_0, { 0 }, 1 }, { GGML_Q5_1, { 0, 2 }, 2 }, { GGML_Q2_K, { 80, 82 }, 2 },
         { GGML_Q3_K, { 108 }, 1 }, { GGML_Q4_K, { 0, 2 }, 2 }, { GGML_Q5_K, { 0, 2 }, 2 }, { GGML_Q6_K, { 208 }, 1 },
     };
-    for (int b = 0; b < nb; b++) {
+    for (int b = 0; b < KQ_NB; b++) {
         unsigned char *blk = buf + (size_t)b * bs;
         for (size_t i = 0; i < sizeof f16s / sizeof *f16s; i++)
             for (int f = 0; f16s[i].t == type && f < f16s[i].n; f++) {
@@ -229,32 +233,50 @@ static void kq_bytes(uint32_t type, unsigned char *buf, int nb)
     }
 }
 
+/* FNV-1a over the float32 bit patterns of v[0..n) (kquant_ref.py's fnv1a) */
+static uint64_t kq_hash(const float *v, int64_t n)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        for (int k = 0; k < 4; k++) h = (h ^ ((u >> (8 * k)) & 0xFF)) * 1099511628211ull;
+    }
+    return h;
+}
+
 static void test_kq_python(void)
 {
-    /* python3 tests/kquant_ref.py */
-    static const struct { uint32_t t; double sum; } want[] = {
-        { GGML_Q4_1, 238.2307891845703 },
-        { GGML_Q5_0, -8.090011596679688 },
-        { GGML_Q5_1, 1392.2719116210938 },
-        { GGML_Q2_K, -8675.692817687988 },
-        { GGML_Q3_K, -849.530029296875 },
-        { GGML_Q4_K, -243163.10806274414 },
-        { GGML_Q5_K, -216206.62384033203 },
-        { GGML_Q6_K, -2620.592803955078 },
-        { GGML_Q8_K, 55.99000381678343 },
+    /* python3 tests/kquant_ref.py (tests/test_kquant_table.py checks this table is its output) */
+    static const struct { uint32_t t; uint64_t hash[KQ_NB]; } want[] = {
+    { GGML_Q4_1, { 0xac2a7e4ccecb246eull, 0xa8fabed5d88dc26aull, 0xbbb7c3272aa219ecull, 0x23d48f0ee41277a3ull, 0xe9c89ac884051199ull, 0x62952c241bbce125ull, 0x0bfc449f6eb86325ull, 0x59c26a1c8bd6bcc5ull } },
+    { GGML_Q5_0, { 0xa856a7cf1263c018ull, 0x9059680747d68809ull, 0x9c5a571c38a5de98ull, 0x3dde2acf9248da75ull, 0x83a929d081f28411ull, 0x502b7245927aed25ull, 0x0001a2dcd69aca65ull, 0x75a7327aec98e565ull } },
+    { GGML_Q5_1, { 0xbee19118cda6ff15ull, 0xd558e43d68b227adull, 0x8aa22e3df1d8dfe1ull, 0xef740d6374f824e5ull, 0x05943f302183d4ffull, 0x610aab2f95f001e5ull, 0xf55be0876e52d625ull, 0x58d0d83e7dae7ff5ull } },
+    { GGML_Q2_K, { 0x33ed7efaf41bd61aull, 0x68a908e45f231fb7ull, 0xf557985ae878126eull, 0xf5cfa3d140eaef2cull, 0x8c92dbefbe48c79dull, 0x51d88627df287325ull, 0x8ccc39213e74fb25ull, 0x97bfc385ef8fcda5ull } },
+    { GGML_Q3_K, { 0x4e7ab65edc1e0f1aull, 0x9dd66812361253d6ull, 0xf2cc6554f8a5131cull, 0x66e3a2fadd0e6892ull, 0x9ebf0a978616234full, 0xdc4fb22d341edd25ull, 0xfe8dbc8c39d08b25ull, 0x783b159cf6b01e65ull } },
+    { GGML_Q4_K, { 0x5a340de890856831ull, 0x62a060e47b467b8aull, 0xd13fce1b493cddeeull, 0x704a898fd0c29b8bull, 0xca47fc2ed418445full, 0x51d88627df287325ull, 0x321919e68b1cb925ull, 0x392ed4ee6360a7e5ull } },
+    { GGML_Q5_K, { 0xdd86487d14198f3cull, 0xdaddb50c15a47e69ull, 0xd88e150b8b8fc036ull, 0xa76dca39f8b6e056ull, 0x48061d3e73b3ba6cull, 0x151ff59c7f287325ull, 0xdecf702fd25bdf25ull, 0x877ab79c1f8bb4a5ull } },
+    { GGML_Q6_K, { 0x2060173089592eeeull, 0x23635a6ba65dc547ull, 0xceca4655e35efc77ull, 0x7baddf0b3029701bull, 0xada7bb5d21f99a25ull, 0x151ff59c7f287325ull, 0xb8837fbd45d63b25ull, 0xe866396f83082325ull } },
+    { GGML_Q8_K, { 0xa4b0a9df330146daull, 0x7a8267475c25a4f0ull, 0x5da14f67ae6677c1ull, 0x27f288442f6c01acull, 0x084b7217829167eaull, 0x51d88627df287325ull, 0x3d941bac90d65d25ull, 0x40444771daa11625ull } },
     };
-    enum { NB = 3 };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         const uint32_t t = want[i].t;
-        const int64_t k = NB * tensor_block_size(t);
-        unsigned char buf[NB * 292];
-        float out[NB * 256];
-        kq_bytes(t, buf, NB);
-        dequant_row(t, buf, out, k);
-        double s = 0;
-        for (int64_t j = 0; j < k; j++) s += (double)out[j] * (double)(j % 7 + 1);
-        CHECK(s == want[i].sum, "%s: %d random blocks dequantize to the values of an independent Python reading "
-              "of the layout (checksum %.17g, want %.17g)", tensor_type_name(t), NB, s, want[i].sum);
+        const int64_t bk = tensor_block_size(t);
+        const size_t bs = (size_t)tensor_row_bytes(t, bk);
+        unsigned char buf[KQ_NB * 292];
+        float out[KQ_NB * 256];
+        kq_bytes(t, buf);
+        dequant_row(t, buf, out, KQ_NB * bk);   /* the row at once, */
+        int bad = -1, bad1 = -1;
+        for (int b = 0; b < KQ_NB; b++) {
+            if (bad < 0 && kq_hash(out + b * bk, bk) != want[i].hash[b]) bad = b;
+            float one[256];
+            dequant_row(t, buf + (size_t)b * bs, one, bk);   /* and each block alone */
+            if (bad1 < 0 && memcmp(one, out + b * bk, sizeof *one * (size_t)bk)) bad1 = b;
+        }
+        CHECK(bad < 0 && bad1 < 0, "%s: %d blocks (%d random, zeros, ones, 0x5A/0xA5) dequantize bit for bit to the "
+              "values of an independent Python reading of the layout (first block that differs: %d; alone: %d)",
+              tensor_type_name(t), KQ_NB, KQ_RANDOM, bad, bad1);
     }
 }
 
