@@ -181,7 +181,7 @@ static void test_matmul_edge(const kernel_set *ks, const kernel_set *twin, uint3
     const size_t rb = tensor_row_bytes(t, cols), bytes = rb * (size_t)rows, pg = (size_t)sysconf(_SC_PAGESIZE);
     const size_t span = (bytes + pg - 1) / pg * pg;
     unsigned char *map = mmap(NULL, span + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (!CHECK(map != MAP_FAILED && mprotect(map + span, pg, PROT_NONE) == 0, "guard page for a %s matrix", tname(t)))
+    if (!REQUIRE(map != MAP_FAILED && mprotect(map + span, pg, PROT_NONE) == 0, "guard page for a %s matrix", tname(t)))
         return;
     tensor w;
     void *tmp = make_weight(t, rows, cols, &w);
@@ -354,6 +354,7 @@ static void test_norm_swiglu(const kernel_set *ks, int32_t n)
 
 static void test_set(const kernel_set *ks)
 {
+    SCENARIO("kernel set %s against the reference", ks->name);
     static const uint32_t ftypes[] = { GGML_F32, GGML_F16, GGML_BF16 };
     static const int64_t fcols[] = { 1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 576 };
     static const int64_t frows[] = { 1, 2, 3, 5, 8, 9, 13, 17, 40 };
@@ -648,8 +649,9 @@ static void test_decode_threads(const char *dir)
         /* the pid: other test runs may share the build tree and would rewrite a mapped file */
         snprintf(path, sizeof path, "%s/kernels-synth-%s-%ld.gguf", dir, tname(types[ti]), (long)getpid());
         mor_model *m = NULL;
-        if (!CHECK(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK,
-                   "random-weight MoR model in %s (embedding and output %s)", tname(types[ti]), tname(etypes[ti])))
+        SCENARIO("whole-model decode, %s weights", tname(types[ti]));
+        if (!REQUIRE(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK,
+                     "random-weight MoR model in %s (embedding and output %s)", tname(types[ti]), tname(etypes[ti])))
             continue;
         const size_t V = 1024, n = (size_t)ROWS * V;
         float *ref = malloc(sizeof(float) * n), *l1 = malloc(sizeof(float) * n), *l2 = malloc(sizeof(float) * n);
@@ -710,7 +712,7 @@ static void test_decode_threads(const char *dir)
             cp.flags = MOR_CTX_FAST_BF16;
             mor_context *c = NULL;
             const kernel_set *want = kernels_fast_bf16(kernels_best());
-            if (CHECK(mor_context_create(m, &cp, &c) == MOR_OK, "context with MOR_CTX_FAST_BF16")) {
+            if (REQUIRE(mor_context_create(m, &cp, &c) == MOR_OK, "context with MOR_CTX_FAST_BF16")) {
                 int picked = c->ls.exec.k == want;
                 hook_context_kernels(c, &kernels_ref);
                 hook_context_kernels(c, NULL);
@@ -889,7 +891,8 @@ int main(void)
     test_cpu();
     static const char *const names[ISA_COUNT] = { "ref", "avx2", "avx512", "amx", "neon" };
     const kernel_set *best = kernels_best();
-    CHECK(best != NULL, "best kernel set here: %s (compiled in: %s)", best ? best->name : "none", kernels_compiled());
+    if (!REQUIRE(best != NULL, "a best kernel set (compiled in: %s)", kernels_compiled())) return check_done();
+    printf("# best kernel set here: %s (compiled in: %s)\n", best->name, kernels_compiled());
     for (int isa = ISA_REF + 1; isa < ISA_COUNT; isa++) {
         const kernel_set *ks = kernels_get(isa);
         if (!ks) { SKIP("kernel set %s: not compiled in or not supported by this CPU", names[isa]); continue; }
@@ -906,7 +909,7 @@ int main(void)
     char dir[600], cmd[700];
     snprintf(dir, sizeof dir, "%s/build/tmp", out ? out : ".");
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    if (CHECK(system(cmd) == 0, "scratch directory %s", dir)) test_decode_threads(dir);
+    if (REQUIRE(system(cmd) == 0, "scratch directory %s", dir)) test_decode_threads(dir);
     test_family_kernels();
     test_kquants();
     return check_done();
