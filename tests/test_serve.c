@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "context.h"
+#include "kernels.h"
 #include "mor.h"
 #include "serve.h"
 #include "synth_model.h"
@@ -58,6 +59,7 @@ static uint32_t budget = 1024; /* mor_server_params.n_ctx of serve_and_compare's
 static uint32_t nbatch = 128;  /* mor_server_params.n_batch of the next servers */
 static uint32_t sflags;        /* mor_server_params.flags of the next servers */
 static int32_t kvmode;         /* kv_mode of the reference contexts and the next servers */
+static uint32_t cflags;        /* mor_context_params.flags of the reference contexts */
 static mor_server *cur;        /* the server serve_and_compare runs */
 static int32_t max_descents;   /* most cells of one sequence out of position order seen by hook */
 static request reqs[NREQ];
@@ -105,7 +107,7 @@ static int reference(mor_model *m, int32_t mode, int32_t max_depth)
 {
     mor_context_params cp;
     MOR_CONTEXT_PARAMS_INIT(&cp);
-    cp.n_ctx = 64; cp.n_batch = 32; cp.kv_mode = kvmode;
+    cp.n_ctx = 64; cp.n_batch = 32; cp.kv_mode = kvmode; cp.flags = cflags;
     for (int32_t i = 0; i < NREQ; i++) {
         request *q = &reqs[i];
         mor_context *c = NULL; mor_batch *b = NULL; mor_sampler *s = NULL;
@@ -762,6 +764,62 @@ static void unprepare(void)
     for (int32_t i = 0; i < NREQ; i++) { free(reqs[i].logits); free(got_logits[i]); reqs[i].logits = got_logits[i] = NULL; }
 }
 
+/* MOR_SERVE_FAST_BF16 on BF16 weights: every request is, bitwise, the
+ * per-request loop on a context created with MOR_CTX_FAST_BF16. Where that
+ * flag picks another kernel set (avx512-bf16: bfloat16-rounded activations)
+ * its outputs differ from the default context's, so a server that dropped
+ * the flag would fail the equality; elsewhere (this flag then picks the
+ * default set) the equality holds either way and the difference is a SKIP. */
+static void fast_bf16_serving(const char *dir)
+{
+    /* d 256, 8 layers (1 + 3 x 2 + 1), heads 4/2 of 64, ffn 512, vocab 256, BF16 throughout */
+    synth_spec sp = { 256, 8, 4, 2, 64, 512, 256, 256, 3, GGML_BF16, GGML_BF16, 11, 0 };
+    char path[760];
+    snprintf(path, sizeof path, "%s/serve-synth-bf16-%ld.gguf", dir, (long)getpid());
+    mor_model *m = NULL;
+    SCENARIO("BF16 weights served with MOR_SERVE_FAST_BF16");
+    const int loaded = REQUIRE(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK,
+                               "random-weight BF16 model");
+    remove(path);
+    if (!loaded) return;
+    const size_t per = sizeof(float) * MAXT * (size_t)mor_model_n_vocab(m);
+    float *plain = malloc(per * NREQ);
+    int32_t plain_n[NREQ];
+    if (REQUIRE(plain != NULL, "memory for the BF16 reference logits") && prepare(m, "random-weight BF16")) {
+        for (int32_t i = 0; i < NREQ; i++) { memcpy((char *)plain + per * (size_t)i, reqs[i].logits, per); plain_n[i] = reqs[i].n_out; }
+        cflags = MOR_CTX_FAST_BF16;
+        const int expert = mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT;
+        if (REQUIRE(reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "BF16 reference with MOR_CTX_FAST_BF16")) {
+            sflags = MOR_SERVE_FAST_BF16;
+            for (int mode = 0; mode < 3; mode++) {
+                char what[160];
+                snprintf(what, sizeof what, "BF16 weights, MOR_SERVE_FAST_BF16 = MOR_CTX_FAST_BF16: %s 32 requests in 9 slots",
+                         mode_name[mode]);
+                serve_and_compare(m, what, mode, 32, 9, 0, 0, 0);
+            }
+            sflags = 0;
+            const kernel_set *def = kernels_best(), *fast = kernels_fast_bf16(def);
+            if (fast != def) {
+                int differ = 0;
+                for (int32_t i = 0; i < NREQ; i++)
+                    differ |= plain_n[i] != reqs[i].n_out ||
+                              memcmp((char *)plain + per * (size_t)i, reqs[i].logits,
+                                     sizeof(float) * (size_t)n_vocab * (size_t)reqs[i].n_out);
+                CHECK(differ, "BF16 weights: MOR_CTX_FAST_BF16 (kernel set %s) gives other logits than the default "
+                      "(%s), so the served equality above needs the flag", fast->name, def->name);
+            } else {
+                SKIP("BF16 weights: MOR_CTX_FAST_BF16 differing from the default: needs the avx512-bf16 kernel set "
+                     "(a CPU with AVX-512 and AVX512_BF16, without AMX); here the flag picks the default set %s",
+                     def->name);
+            }
+        }
+        cflags = 0;
+    }
+    free(plain);
+    unprepare();
+    mor_model_free(m);
+}
+
 /* The fixture at `in` with random LoRA deltas (ranks 1-4, scale 0.5) on
  * every projection of every looped layer, written to `out` (format version 2). */
 static int write_relaxed(const char *in, const char *out)
@@ -851,7 +909,7 @@ int main(void)
                 serve_and_compare(m, what, mode, ns[k], ns[k], 0, 0, 0);
             }
         serve_and_compare(m, "DEPTHWISE 32 requests in 5 slots", MOR_SERVE_DEPTHWISE, 32, 5, 0, 0, 0);
-        sflags = MOR_SERVE_FAST_BF16;   /* the fixtures' weights are F32: the flag changes nothing */
+        sflags = MOR_SERVE_FAST_BF16;   /* the fixtures' weights are F32: the flag changes nothing (BF16: fast_bf16_serving) */
         serve_and_compare(m, "DEPTHWISE with MOR_SERVE_FAST_BF16 (F32 weights: unchanged), 7 requests",
                           MOR_SERVE_DEPTHWISE, 7, 7, 0, 0, 0);
         sflags = 0;
@@ -968,5 +1026,6 @@ int main(void)
         mor_model_free(m);
         remove(path);
     }
+    fast_bf16_serving(dir);
     return check_done();
 }
