@@ -115,7 +115,7 @@ static mor_model *load(const char *path)
 {
     mor_model *m = NULL;
     mor_status st = mor_model_load_file(path, NULL, &m);
-    CHECK(st == MOR_OK, "load %s: %s", path, mor_last_error());
+    REQUIRE(st == MOR_OK, "load %s: %s", path, mor_last_error());
     return m;
 }
 

@@ -138,7 +138,8 @@ static int32_t compare(mor_model *m, const char *name, const setup *u, const cha
     for (int32_t i = 0; i < 6; i++) prompt[i] = (7 + 31 * i) % nv;
     mor_token ref[GEN], got[GEN];
     uint64_t rc[20] = { 0 }, gc[20] = { 0 };
-    if (!CHECK(plain(m, u, prompt, 6, ref, rc), "%s %s: plain decoding", name, what)) return 0;
+    SCENARIO("%s %s", name, what);
+    if (!REQUIRE(plain(m, u, prompt, 6, ref, rc), "%s %s: plain decoding", name, what)) return 0;
     int32_t acc_all = 0;
     static const int32_t drafts[3] = { 3, 1, 8 };
     /* under an emulator (tests/cross-test.sh) one draft count per depth: the same paths, a third the time */
@@ -182,13 +183,13 @@ static void models(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, cases[i].file);
         mor_model *m = NULL;
-        if (!CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK, "load %s", cases[i].file)) continue;
+        if (!REQUIRE(mor_model_load_file(path, NULL, &m) == MOR_OK, "load %s", cases[i].file)) continue;
         compare(m, cases[i].file, &cases[i].u, cases[i].what);
         mor_model_free(m);
     }
     /* the bundled trained model: the drafts are accepted often */
     mor_model *m = NULL;
-    if (CHECK(mor_model_load_file("models/brown-mor.gguf", NULL, &m) == MOR_OK, "load models/brown-mor.gguf")) {
+    if (REQUIRE(mor_model_load_file("models/brown-mor.gguf", NULL, &m) == MOR_OK, "load models/brown-mor.gguf")) {
         const setup g = { 0, MOR_ROUTE_THRESHOLD, 0, 0, 1 }, s = { 0, MOR_ROUTE_THRESHOLD, 0, 0, 0 };
         const int32_t ag = compare(m, "brown-mor", &g, "THRESHOLD greedy");
         const int32_t as = compare(m, "brown-mor", &s, "THRESHOLD sampled");
@@ -214,7 +215,7 @@ static void penalties(void)
     const char *files[2] = { "models/brown-mor.gguf", path };
     for (int f = 0; f < 2; f++) {
         mor_model *m = NULL;
-        if (!CHECK(mor_model_load_file(files[f], NULL, &m) == MOR_OK, "load %s", files[f])) continue;
+        if (!REQUIRE(mor_model_load_file(files[f], NULL, &m) == MOR_OK, "load %s", files[f])) continue;
         const char *name = f ? "expert_mc3_fix" : "brown-mor";
         int32_t acc = 0;
         for (size_t p = 0; p < sizeof pen / sizeof *pen; p++)
@@ -243,7 +244,7 @@ static void failures(void)
     char path[800];
     snprintf(path, sizeof path, "%s/build/fixtures/expert_mc3_fix_perturbed.st.gguf", out && *out ? out : ".");
     mor_model *m = NULL;
-    if (!CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the expert fixture")) return;
+    if (!REQUIRE(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the expert fixture")) return;
     const int32_t nv = mor_model_n_vocab(m), nr = mor_model_n_recursion(m);
     const setup u = { 0, MOR_ROUTE_THRESHOLD, 0, 0, 0 };
     const mor_token prompt[4] = { 3, 9, 27, 81 % nv };
