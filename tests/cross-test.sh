@@ -53,13 +53,13 @@ for prog in "$OUT"/build/tests/*; do
     $TIMEOUT $QEMU "$prog" </dev/null >"$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
-    line=$(grep -E '^# checks: [0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" | tail -n 1)
+    line=$(grep -E '^# checks: [0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?( \([0-9]+ scenarios\))?$' "$log" | tail -n 1)
     note=
     k=0
     if [ -n "$line" ]; then
         p=$(echo "$line" | sed 's/^# checks: \([0-9]*\) passed.*/\1/')
         f=$(echo "$line" | sed 's/.*passed, \([0-9]*\) failed.*$/\1/')
-        case $line in *skipped) k=$(echo "$line" | sed 's/^.* failed, \([0-9]*\) skipped$/\1/') ;; esac
+        case $line in *skipped*) k=$(echo "$line" | sed 's/^.* failed, \([0-9]*\) skipped.*$/\1/') ;; esac
         if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; note=" (exit status $rc after its checks)"; fi
     else
         p=0

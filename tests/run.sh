@@ -6,7 +6,9 @@
 #   - every tests/test_*.sh (with sh) and tests/test_*.py (with python3).
 # Each prints "ok - ..." / "FAIL - ..." / "skip - ..." lines and, last, one
 # line "# checks: P passed, F failed" or "# checks: P passed, F failed, S
-# skipped" (tests/check.h, tests/testlib.sh, tests/testlib.py). A skip is a
+# skipped", either maybe followed by " (N scenarios)" (tests/check.h,
+# tests/testlib.sh, tests/testlib.py; scenarios are shown, not summed; a
+# failed setup step, check.h's REQUIRE, is one of the F). A skip is a
 # check that cannot run on this machine (an optional tool such as valgrind,
 # bindgen or cargo is missing; the line says which Debian package to
 # install): it is counted and shown, never a failure. A program that exits
@@ -73,13 +75,15 @@ run_one() {
     $TIMEOUT "$@" </dev/null >"$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
-    line=$(grep -E '^# checks: [0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" | tail -n 1)
+    line=$(grep -E '^# checks: [0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?( \([0-9]+ scenarios\))?$' "$log" | tail -n 1)
     note=
     k=0
+    sc=
     if [ -n "$line" ]; then
+        case $line in *scenarios*) sc=" $(echo "$line" | sed 's/^.*(\([0-9]*\) scenarios)$/\1/') scenarios" ;; esac
         p=$(echo "$line" | sed 's/^# checks: \([0-9]*\) passed, .*$/\1/')
         f=$(echo "$line" | sed 's/^# checks: [0-9]* passed, \([0-9]*\) failed.*$/\1/')
-        case $line in *skipped) k=$(echo "$line" | sed 's/^.* failed, \([0-9]*\) skipped$/\1/') ;; esac
+        case $line in *skipped*) k=$(echo "$line" | sed 's/^.* failed, \([0-9]*\) skipped.*$/\1/') ;; esac
         if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
             f=1
             note=" (exit status $rc after its checks)"
@@ -100,7 +104,7 @@ run_one() {
     total_skip=$((total_skip + k))
     if [ "$f" -eq 0 ]; then status=PASS; else status=FAIL; n_bad=$((n_bad + 1)); fi
     if [ "$k" -gt 0 ]; then skipped=" $k skipped"; else skipped=; fi
-    printf '%-4s %-28s %5d passed %4d failed %5ss%s%s\n' "$status" "$name" "$p" "$f" "$secs" "$skipped" "$note"
+    printf '%-4s %-28s %5d passed %4d failed %5ss%s%s%s\n' "$status" "$name" "$p" "$f" "$secs" "$skipped" "$sc" "$note"
     # what was skipped, and why, is always shown
     [ "$TEST_VERBOSE" = 1 ] || grep -E '^skip - ' "$log" | head -n 20 | sed 's/^/    /'
     if [ "$TEST_VERBOSE" = 1 ]; then

@@ -146,11 +146,11 @@ def parse_sse(text):
     return events
 
 
-def mor_run(prompt, n, seed, extra=()):
+def mor_run(prompt, n, seed, extra=(), model=MODEL):
     """bin/mor-run's generated ids, text and show-depth output for a text
     prompt: the flags are named in full so that the comparison does not
     depend on mor-run's defaults."""
-    flags = ["-m", MODEL, "-p", prompt, "-n", str(n), "--seed", str(seed), "--routing", "threshold",
+    flags = ["-m", model, "-p", prompt, "-n", str(n), "--seed", str(seed), "--routing", "threshold",
              "--temp", "0.8", "--top-k", "40", "--top-p", "0.95", "--min-p", "0.05", "-q"] + list(extra)
     ids = subprocess.run([RUN] + flags + ["--print-ids"], capture_output=True, check=True).stdout.split()
     shown = subprocess.run([RUN] + flags + ["--show-depth"], capture_output=True, check=True).stdout

@@ -38,6 +38,24 @@
 
 #define FIX "tests/data/fixtures"
 
+/* What checkpoint.h promises of a loaded checkpoint read from buf[0..n):
+ * names sorted and unique, shapes that multiply to numel, nbytes numel
+ * elements of a float type, and every tensor's bytes inside the buffer. */
+static int ckpt_sound(const checkpoint *c, const uint8_t *buf, size_t n)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        const ckpt_tensor *t = &c->t[i];
+        uint64_t numel = 1;
+        if (!t->name || t->ndim < 0 || t->ndim > CKPT_MAX_DIMS) return 0;
+        for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
+        const uint64_t es = t->dtype == GGML_F32 ? 4 : t->dtype == GGML_F16 || t->dtype == GGML_BF16 ? 2 : 0;
+        if (!es || numel != t->numel || t->nbytes != numel * es) return 0;
+        if (t->nbytes && (t->data < buf || t->nbytes > n || (size_t)(t->data - buf) > n - t->nbytes)) return 0;
+        if (i && strcmp(c->t[i - 1].name, t->name) >= 0) return 0;
+    }
+    return 1;
+}
+
 static const char *const variants[] = {
     "expert_cycle2_alpha1_perturbed", "expert_mc3_bf16_perturbed", "expert_mc3_fix_perturbed",
     "expert_mc3_kvshare_fix_perturbed", "expert_mc3_perturbed", "token_mc3_perturbed",
@@ -364,19 +382,21 @@ static void test_json(void)
     }
 }
 
-/* Parse every truncation and many corrupted copies of a JSON/YAML text: must
- * not crash; returns how many were accepted. */
+/* Parse every truncation and many corrupted copies of a JSON/YAML text;
+ * returns how many were rejected without a message (0 when every rejection
+ * says why, as the converter's errors need). */
 static int fuzz_text(const char *text, size_t n, int yaml, int flips)
 {
     static const char specials[] = " -:\n\"'[]{},#\\u0123456789e.tfn\t";
     char err[256];
     char *buf = malloc(n + 1);
-    int accepted = 0;
+    int unexplained = 0;
     for (size_t cut = 0; cut < n; cut++) {
         json *v;
         memcpy(buf, text, cut);
+        err[0] = '\0';
         v = yaml ? yaml_parse(buf, cut, err, sizeof err) : json_parse(buf, cut, err, sizeof err);
-        accepted += v != NULL;
+        unexplained += !v && !err[0];
         json_free(v);
     }
     for (int i = 0; i < flips; i++) {
@@ -387,12 +407,13 @@ static int fuzz_text(const char *text, size_t n, int yaml, int flips)
             size_t at = rnd() % n;
             buf[at] = (rnd() & 1) ? (char)rnd() : specials[rnd() % (sizeof specials - 1)];
         }
+        err[0] = '\0';
         v = yaml ? yaml_parse(buf, n, err, sizeof err) : json_parse(buf, n, err, sizeof err);
-        accepted += v != NULL;
+        unexplained += !v && !err[0];
         json_free(v);
     }
     free(buf);
-    return accepted;
+    return unexplained;
 }
 
 /* ---- YAML ------------------------------------------------------------------------- */
@@ -437,7 +458,7 @@ static void test_yaml(void)
         CHECK(x && x->type == JSON_STRING && strstr(x->str, "hellaswag,piqa"), "yaml: a plain scalar with commas is a string");
     }
     json_free(v);
-    CHECK(fuzz_text((const char *)text, n, 1, 3000) >= 0, "yaml: every truncation and 3000 corrupted copies parse or fail cleanly");
+    CHECK(fuzz_text((const char *)text, n, 1, 3000) == 0, "yaml: every truncation and 3000 corrupted copies parse or are rejected with a reason");
     free(text);
 
     v = yp("# comment\n---\na: 'it''s' # c\nb: \"x\\ty \\u00e9\"\nc: [1, two, 'three', [4]]\nd: {k: v, n: null}\n"
@@ -631,15 +652,20 @@ static void test_readers(void)
             if (ckpt_parse(&c, buf, cut, err, sizeof err) == 0) { all_rejected = 0; ckpt_free(&c); }
         }
         CHECK(orig && all_rejected, "safetensors: every truncation (each byte of the header, then every 997th) is rejected");
+        /* each corrupted copy is rejected with a reason or read into tensors that keep checkpoint.h's promises */
+        int unexplained = 0, broken = 0;
         for (int k = 0; orig && k < 1500; k++) {
             memcpy(buf, orig, n);
             for (int f = 1 + (int)(rnd() % 3); f--;) {
                 size_t at = k < 1200 ? rnd() % hlen : rnd() % n;
                 buf[at] = (uint8_t)rnd();
             }
-            if (ckpt_parse(&c, buf, n, err, sizeof err) == 0) { accepted++; ckpt_free(&c); }
+            err[0] = '\0';
+            if (ckpt_parse(&c, buf, n, err, sizeof err) == 0) { accepted++; broken += !ckpt_sound(&c, buf, n); ckpt_free(&c); }
+            else unexplained += err[0] == '\0';
         }
-        CHECK(orig != NULL, "safetensors: 1500 corrupted copies read or rejected without a crash (%d read)", accepted);
+        CHECK(orig && !unexplained && !broken, "safetensors: 1500 corrupted copies: %d read, all sound (%d not), the rest "
+              "rejected with a reason (%d without)", accepted, broken, unexplained);
         {
             /* a dtype the converter does not take */
             const char *h = "{\"x\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}";
@@ -659,7 +685,7 @@ static void test_readers(void)
             memcpy(f + 8, h, hl);
             CHECK(ckpt_parse(&c, f, 8 + hl + 8, err, sizeof err) != 0 && strstr(err, "twice"), "safetensors: duplicate names rejected");
         }
-        if (orig) CHECK(fuzz_text((const char *)orig + 8, hlen - 8, 0, 2000) >= 0, "json: every truncation and 2000 corruptions of a safetensors header");
+        if (orig) CHECK(fuzz_text((const char *)orig + 8, hlen - 8, 0, 2000) == 0, "json: every truncation and 2000 corruptions of a safetensors header parse or are rejected with a reason");
         free(buf);
         free(orig);
     }
@@ -675,15 +701,19 @@ static void test_readers(void)
             if (ckpt_parse(&c, buf, cut, err, sizeof err) == 0) { all_rejected = 0; ckpt_free(&c); }
         }
         CHECK(orig && all_rejected, "torch zip: every truncation (every 613th byte, then each of the last 2000) is rejected");
+        int unexplained = 0, broken = 0;
         for (int k = 0; orig && k < 400; k++) {
             memcpy(buf, orig, n);
             for (int f = 1 + (int)(rnd() % 3); f--;) {
                 size_t at = k < 200 ? n - 1 - rnd() % 8000 : rnd() % n;   /* the directory, or anywhere */
                 buf[at] = (uint8_t)rnd();
             }
-            if (ckpt_parse(&c, buf, n, err, sizeof err) == 0) { accepted++; ckpt_free(&c); }
+            err[0] = '\0';
+            if (ckpt_parse(&c, buf, n, err, sizeof err) == 0) { accepted++; broken += !ckpt_sound(&c, buf, n); ckpt_free(&c); }
+            else unexplained += err[0] == '\0';
         }
-        CHECK(orig != NULL, "torch zip: 400 corrupted copies read or rejected without a crash (%d read)", accepted);
+        CHECK(orig && !unexplained && !broken, "torch zip: 400 corrupted copies: %d read, all sound (%d not), the rest "
+              "rejected with a reason (%d without)", accepted, broken, unexplained);
         if (orig) {
             /* a flipped data byte is caught by the CRC */
             memcpy(buf, orig, n);
@@ -700,13 +730,32 @@ static void test_readers(void)
             for (size_t cut = 0; cut < plen; cut++)
                 if (pickle_load_state_dict(orig + pstart, cut, &sd, err, sizeof err) == 0) { accepted++; pk_state_dict_free(&sd); }
             CHECK(accepted == 0, "pickle: every truncation is rejected");
-            accepted = 0;
+            /* A corrupted pickle is either rejected with a reason or read
+             * into tensors that keep pickle.h's promises (the converter
+             * trusts them to index the storages). */
+            unexplained = broken = accepted = 0;
             for (int k = 0; k < 5000; k++) {
                 memcpy(buf, orig + pstart, plen);
                 for (int f = 1 + (int)(rnd() % 3); f--;) buf[rnd() % plen] = (uint8_t)rnd();
-                if (pickle_load_state_dict(buf, plen, &sd, err, sizeof err) == 0) { accepted++; pk_state_dict_free(&sd); }
+                err[0] = '\0';
+                if (pickle_load_state_dict(buf, plen, &sd, err, sizeof err) != 0) {
+                    unexplained += strncmp(err, "pickle: ", 8) != 0;
+                    continue;
+                }
+                accepted++;
+                for (size_t i = 0; i < sd.n; i++) {
+                    const pk_tensor *t = &sd.t[i];
+                    uint64_t numel = 1;
+                    for (int d = 0; d < t->ndim && d < CKPT_MAX_DIMS; d++) numel *= t->shape[d];
+                    broken += !t->name || !t->storage_key || t->ndim < 0 || t->ndim > CKPT_MAX_DIMS ||
+                              numel != t->numel || (t->numel && t->offset + t->numel > t->storage_numel) ||
+                              (t->dtype != GGML_F32 && t->dtype != GGML_F16 && t->dtype != GGML_BF16);
+                }
+                pk_state_dict_free(&sd);
             }
-            CHECK(1, "pickle: 5000 corrupted pickles read or rejected without a crash (%d read)", accepted);
+            CHECK(unexplained == 0 && broken == 0,
+                  "pickle: 5000 corrupted pickles: %d read, all with sound tensors (%d not), the rest rejected with a reason (%d without)",
+                  accepted, broken, unexplained);
         }
         free(buf);
         free(orig);
@@ -1428,7 +1477,7 @@ static void test_tokenizer(void)
     {
         size_t n;
         uint8_t *text = read_all("tests/data/convert/tok_smollm/tokenizer.json", &n);
-        if (text) CHECK(fuzz_text((const char *)text, n, 0, 1000) >= 0, "json: every truncation and 1000 corruptions of tokenizer.json");
+        if (text) CHECK(fuzz_text((const char *)text, n, 0, 1000) == 0, "json: every truncation and 1000 corruptions of tokenizer.json parse or are rejected with a reason");
         free(text);
     }
 

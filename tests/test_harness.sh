@@ -20,14 +20,22 @@ cat > "$TMP/a/build/tests/fake_harness_plain" <<'EOF'
 echo "ok - three"
 echo "# checks: 1 passed, 0 failed"
 EOF
+cat > "$TMP/a/build/tests/fake_harness_scenarios" <<'EOF'
+#!/bin/sh
+echo "ok - four"
+echo "skip - five: no frobnicator"
+echo "# checks: 1 passed, 0 failed, 1 skipped (3 scenarios)"
+EOF
 cp "$TMP/a/build/tests/fake_harness_plain" "$TMP/b/build/tests/fake_harness_plain"
 chmod +x "$TMP/a/build/tests/"* "$TMP/b/build/tests/"*
 
 out=$(OUT="$TMP/a" TEST_FILTER=fake_harness_ sh "$ROOT/tests/run.sh" 2>&1)
 rc=$?
 check_eq "run.sh with a skip exits 0" "$rc" 0
-check_eq "run.sh ends with N passed, N failed, N skipped" "$(printf '%s\n' "$out" | tail -n 1)" \
-    "3 passed, 0 failed, 1 skipped"
+check_eq "run.sh ends with N passed, N failed, N skipped (a scenario count read, not summed)" \
+    "$(printf '%s\n' "$out" | tail -n 1)" "4 passed, 0 failed, 2 skipped"
+check "run.sh shows a program's scenarios" sh -c "printf '%s\n' \"\$1\" | grep -q '^PASS fake_harness_scenarios .* 1 skipped 3 scenarios\$'" \
+    sh "$out"
 case $out in
     *"    skip - a check that needs frobnicator: frobnicator not found (Debian: apt-get install frobnicator)"*)
         ok "run.sh shows the skip line with its reason" ;;
@@ -60,5 +68,24 @@ if $CC -I"$ROOT/tests" "$TMP/c.c" -lm -o "$TMP/c" 2>"$TMP/c.err"; then
         "# checks: 1 passed, 0 failed, 1 skipped 0"
 else
     fail "check.h test program builds: $(head -n 3 "$TMP/c.err")"
+fi
+# REQUIRE: nothing counted when it holds, one failure when it does not; SCENARIO counted apart
+cat > "$TMP/r.c" <<'EOF'
+#include "check.h"
+int main(void)
+{
+    SCENARIO("a"); if (REQUIRE(1 + 1 == 2, "setup a")) CHECK(2 > 1, "claim a");
+    SCENARIO("b"); if (REQUIRE(1 + 1 == 3, "setup b")) CHECK(2 > 1, "claim b");
+    return check_done();
+}
+EOF
+if $CC -I"$ROOT/tests" "$TMP/r.c" -lm -o "$TMP/r" 2>"$TMP/r.err"; then
+    "$TMP/r" > "$TMP/r.out"
+    rrc=$?
+    check_eq "check.h: REQUIRE counts only its failure, which fails the program; scenarios counted" \
+        "$(grep -c '^FAIL - setup: setup b (' "$TMP/r.out") $(tail -n 1 "$TMP/r.out") $rrc" \
+        "1 # checks: 1 passed, 1 failed (2 scenarios) 1"
+else
+    fail "check.h REQUIRE program builds: $(head -n 3 "$TMP/r.err")"
 fi
 finish

@@ -203,12 +203,12 @@ static void test_struct_sizes(void)
 
 static void test_free_null(void)
 {
-    /* Free functions accept NULL. */
+    /* Free functions accept NULL (nothing to assert: a crash here ends the
+     * program without its checks line, which tests/run.sh counts as a failure). */
     mor_model_free(NULL);
     mor_context_free(NULL);
     mor_batch_free(NULL);
     mor_sampler_free(NULL);
-    CHECK(1, "every _free accepts NULL");
     CHECK(check_maxdiff(NULL, NULL, 0) == 0.0, "check.h helpers usable from C99 and C++");
 }
 

@@ -585,6 +585,54 @@ class Logprobs(unittest.TestCase):
         with self.assertRaises(ValueError):
             mor.logprobs([])
 
+    def bf16_model(self, d):
+        """The fixture with its matrices in BF16 (mor-quantize), in directory d."""
+        bf = os.path.join(d, "bf16.gguf")
+        p = subprocess.run([os.path.join(t.OUT, "bin", "mor-quantize"), Serving.PATH, bf, "bf16"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        self.assertEqual(p.returncode, 0, "mor-quantize bf16: " + p.stderr[:200])
+        return bf
+
+    def alone(self, m, prompt, toks, fast):
+        """The logits of prompt, then toks but the last, one mor_decode each, on a context alone."""
+        with m.context(n_ctx=64, fast_bf16=fast) as ctx:
+            ctx.router.set_mode(mor.ROUTE_THRESHOLD)
+            ref = [ctx.logits(ctx.decode_tokens(prompt))]
+            for k, tok in enumerate(toks[:-1]):
+                ref.append(ctx.logits(ctx.decode_tokens([tok], pos=len(prompt) + k)))
+        return ref
+
+    def test_fast_bf16_server_is_a_fast_bf16_context(self):
+        # BF16 weights: Server(fast_bf16=True) gives, bitwise, the logits of context(fast_bf16=True); where that
+        # flag runs other kernels (test_fast_bf16_differs_where_bf16_kernels_run) a server ignoring it fails here
+        import tempfile
+        with tempfile.TemporaryDirectory() as d, mor.Model(self.bf16_model(d)) as m:
+            prompt, seen = [3, 17, 40, 2], []
+            with mor.Server(m, n_slots=2, fast_bf16=True,
+                            on_token_logits=lambda rid, tok, dp, lg: seen.append((rid, tok, lg))) as srv:
+                rid = srv.submit(prompt, max_tokens=5, temperature=0)
+                srv.submit([9, 8], max_tokens=3, temperature=0)
+                srv.run()
+                toks = srv.tokens(rid)[0]
+            self.assertEqual(len(toks), 5)
+            self.assertEqual([lg for r, _, lg in seen if r == rid], self.alone(m, prompt, toks, True))   # bitwise
+
+    def test_fast_bf16_differs_where_bf16_kernels_run(self):
+        # MOR_CTX_FAST_BF16 picks the avx512-bf16 set on AVX-512 CPUs with AVX512_BF16 and without AMX
+        # (kernels_fast_bf16); there BF16 weights give other logits than the default set's
+        try:
+            with open("/proc/cpuinfo") as f:
+                flags = set(next((ln for ln in f if ln.startswith("flags")), "").split())
+        except OSError:
+            flags = set()
+        if not ({"avx512f", "avx512_bf16"} <= flags) or "amx_tile" in flags:
+            self.skipTest("needs the avx512-bf16 kernel set: a CPU with AVX-512 and AVX512_BF16, without AMX "
+                          "(no avx512_bf16, or amx_tile, in /proc/cpuinfo here)")
+        import tempfile
+        with tempfile.TemporaryDirectory() as d, mor.Model(self.bf16_model(d)) as m:
+            prompt = [3, 17, 40, 2]
+            self.assertNotEqual(self.alone(m, prompt, [5], True), self.alone(m, prompt, [5], False))
+
     def test_server_logits_are_those_of_a_decode_alone(self):
         with mor.Model(Serving.PATH) as m:
             prompt = [3, 17, 40, 2]
@@ -820,6 +868,9 @@ class Checks(unittest.TestResult):
 
     def addError(self, test, err):
         self.addFailure(test, err)
+
+    def addSkip(self, test, reason):   # counted, with why (unittest would drop it)
+        t.skip("%s: %s" % (test.id(), reason))
 
     def addSubTest(self, test, sub, err):
         if err is not None:

@@ -79,8 +79,7 @@ static void test_params(void)
     untouched = 1;
     for (size_t i = sizeof(mor_sampler_params); i < sizeof(buf); i++) untouched &= buf[i] == 0;
     CHECK(untouched, "params_init(longer) zeroes the unknown tail");
-    mor_sampler_params_init(NULL, sizeof(p));
-    CHECK(1, "params_init(NULL) does not crash");
+    mor_sampler_params_init(NULL, sizeof(p));   /* no-op; a crash fails the program */
 }
 
 static void expect_status(const mor_sampler_params *p, mor_status want, const char *what)
@@ -149,10 +148,10 @@ static void test_validation(void)
     CHECK(mor_sampler_sample(s, l, -3, &t) == MOR_E_INVALID_ARG, "sample(n_vocab -3) -> MOR_E_INVALID_ARG");
     CHECK(t == 77, "failed sample leaves *out alone");
     mor_sampler_free(s);
+    /* no-ops with nothing to observe; a crash fails the program */
     mor_sampler_free(NULL);
     mor_sampler_accept(NULL, 3);
     mor_sampler_reset(NULL);
-    CHECK(1, "free/accept/reset accept NULL");
 }
 
 static void test_greedy(void)

@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "context.h"
+#include "kernels.h"
 #include "mor.h"
 #include "serve.h"
 #include "synth_model.h"
@@ -58,6 +59,7 @@ static uint32_t budget = 1024; /* mor_server_params.n_ctx of serve_and_compare's
 static uint32_t nbatch = 128;  /* mor_server_params.n_batch of the next servers */
 static uint32_t sflags;        /* mor_server_params.flags of the next servers */
 static int32_t kvmode;         /* kv_mode of the reference contexts and the next servers */
+static uint32_t cflags;        /* mor_context_params.flags of the reference contexts */
 static mor_server *cur;        /* the server serve_and_compare runs */
 static int32_t max_descents;   /* most cells of one sequence out of position order seen by hook */
 static request reqs[NREQ];
@@ -105,7 +107,7 @@ static int reference(mor_model *m, int32_t mode, int32_t max_depth)
 {
     mor_context_params cp;
     MOR_CONTEXT_PARAMS_INIT(&cp);
-    cp.n_ctx = 64; cp.n_batch = 32; cp.kv_mode = kvmode;
+    cp.n_ctx = 64; cp.n_batch = 32; cp.kv_mode = kvmode; cp.flags = cflags;
     for (int32_t i = 0; i < NREQ; i++) {
         request *q = &reqs[i];
         mor_context *c = NULL; mor_batch *b = NULL; mor_sampler *s = NULL;
@@ -145,7 +147,7 @@ static mor_server *make_server(mor_model *m, int32_t mode, uint32_t n_slots, uin
     p.exit_mode = exit_mode; p.exit_threshold = thr; p.kv_mode = kvmode; p.flags = sflags;
     mor_server *s = NULL;
     mor_status st = mor_server_create(m, &p, &s);
-    CHECK(st == MOR_OK, "server create: %s %s", mor_status_str(st), mor_last_error());
+    REQUIRE(st == MOR_OK, "server create: %s %s", mor_status_str(st), mor_last_error());
     serve_set_lockstep(s, lockstep);
     serve_set_finish_every(s, finish_every);
     serve_set_drain(s, drain);
@@ -175,6 +177,7 @@ static mor_status submit(mor_server *s, int32_t i, mor_request_id *ids, int32_t 
 static void serve_and_compare(mor_model *m, const char *what, int32_t mode, int32_t n, int32_t n_slots,
                               int32_t exit_mode, float thr, int32_t max_depth)
 {
+    SCENARIO("%s", what);
     mor_server *s = make_server(m, mode, (uint32_t)n_slots, budget, exit_mode, thr);
     if (!s) return;
     cur = s;
@@ -189,8 +192,9 @@ static void serve_and_compare(mor_model *m, const char *what, int32_t mode, int3
         st = mor_server_step(s, &pend);
         steps++;
     }
-    CHECK(st == MOR_OK, "%s: submits and steps ok (%s %s)", what, mor_status_str(st), mor_last_error());
-    if (st) { cur = NULL; mor_server_free(s); return; }
+    if (!REQUIRE(st == MOR_OK, "%s: submits and steps (%s %s)", what, mor_status_str(st), mor_last_error())) {
+        cur = NULL; mor_server_free(s); return;
+    }
     int tok_ok = 1, dep_ok = 1, state_ok = 1, same = 1;
     double maxd = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -210,10 +214,11 @@ static void serve_and_compare(mor_model *m, const char *what, int32_t mode, int3
                             sizeof(float) * (size_t)n_vocab);
         }
     }
-    CHECK(state_ok, "%s: every request done", what);
-    CHECK(tok_ok, "%s: tokens equal the per-request mor_decode loop", what);
-    CHECK(dep_ok, "%s: depths equal", what);
-    CHECK(same, "%s: logits bitwise equal (max diff %.3g)", what, maxd);
+    /* the scenario's one claim: served, each request is the per-request loop */
+    CHECK(state_ok && tok_ok && dep_ok && same, "%s: every request done with the per-request mor_decode loop's "
+          "tokens, depths and logits, bitwise (requests done%s: %s, tokens: %s, depths: %s, logits: max diff %.3g)",
+          what, spec_n ? " and drafts counted" : "", state_ok ? "yes" : "NO", tok_ok ? "equal" : "DIFFER",
+          dep_ok ? "equal" : "DIFFER", maxd);
     cur = NULL;
     mor_server_free(s);
 }
@@ -222,6 +227,7 @@ static const char *mode_name[] = { "SERIAL", "SEQUENCE", "DEPTHWISE" };
 
 static void misuse(mor_model *m)
 {
+    SCENARIO("misuse");
     mor_server *s = NULL;
     mor_server_params p;
     MOR_SERVER_PARAMS_INIT(&p);
@@ -274,6 +280,7 @@ static void misuse(mor_model *m)
 static void cancel_and_budget(mor_model *m, int32_t mode)
 {
     /* requests 0..5 need n_prompt + max_tokens cells: 4 slots but 30 cells */
+    SCENARIO("%s: cancel and the KV budget", mode_name[mode]);
     mor_server *s = make_server(m, mode, 4, 30, 0, 0);
     if (!s) return;
     int32_t map[NREQ], ids[6];
@@ -318,7 +325,7 @@ static void confidence_exits(mor_model *m, int32_t kvshared)
     /* one every token reaches before recursion 1: a depth cap of 1 */
     for (int32_t i = 0; i < NREQ; i++) reqs[i].logits = reqs[i].logits;
     if (!reference(m, mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT ? MOR_ROUTE_THRESHOLD : 0, 1)) {
-        CHECK(0, "reference with max depth 1");
+        REQUIRE(0, "reference with max depth 1");
         return;
     }
     serve_and_compare(m, "SATURATION threshold -2 (always) = depth cap 1", MOR_SERVE_DEPTHWISE, 7, 7,
@@ -326,6 +333,7 @@ static void confidence_exits(mor_model *m, int32_t kvshared)
     serve_and_compare(m, "MARGIN threshold -1 (always) = depth cap 1", MOR_SERVE_DEPTHWISE, 7, 7,
                       MOR_EXIT_MARGIN, -1.0f, 0);
     /* missing KV: the recursions a token skipped hold nothing of it */
+    SCENARIO("missing KV (%s)", kvshared ? "shared" : "recursion-wise");
     mor_server *s = make_server(m, MOR_SERVE_DEPTHWISE, 4, 256, MOR_EXIT_SATURATION, -2.0f);
     if (!s) return;
     mor_request_id id;
@@ -340,12 +348,15 @@ static void confidence_exits(mor_model *m, int32_t kvshared)
     float thr = 0.9f;
     int32_t depth1[MAXT], n1 = 0, depth7[MAXT], n7 = 0, ids7[7];
     mor_token out1[MAXT], out7[MAXT];
+    SCENARIO("saturation exits alone and among 7");
     s = make_server(m, MOR_SERVE_DEPTHWISE, 1, 512, MOR_EXIT_SATURATION, thr);
+    if (!s) return;
     mor_server_submit(s, reqs[6].prompt, reqs[6].n_prompt, &reqs[6].sp, reqs[6].max_tokens, NULL, 0, &id);
     mor_server_run(s);
     mor_server_get_tokens(s, id, out1, depth1, MAXT, &n1);
     mor_server_free(s);
     s = make_server(m, MOR_SERVE_DEPTHWISE, 7, 512, MOR_EXIT_SATURATION, thr);
+    if (!s) return;
     for (int32_t i = 0; i < 7; i++)
         mor_server_submit(s, reqs[i].prompt, reqs[i].n_prompt, &reqs[i].sp, reqs[i].max_tokens, NULL, 0, &ids7[i]);
     mor_server_run(s);
@@ -371,7 +382,7 @@ static void dense_serving(mor_model *m, const char *name)
     const int32_t n1 = reqs[1].n_out;
     const int expert = mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT;
     kvmode = MOR_KV_DENSE;
-    if (CHECK(trained && reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "%s: dense reference decode", name)) {
+    if (REQUIRE(trained && reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "%s: dense reference decode", name)) {
         double dd = check_maxdiff(trained, reqs[1].logits, n_vocab * (n1 < reqs[1].n_out ? n1 : reqs[1].n_out));
         CHECK(dd > 1e-3, "%s: MOR_KV_DENSE changes the logits (by up to %.3g)", name, dd);
         for (int mode = 0; mode < 3; mode++) {
@@ -398,7 +409,7 @@ static void dense_serving(mor_model *m, const char *name)
         }
     }
     kvmode = 0;
-    CHECK(reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "%s: trained reference again", name);
+    REQUIRE(reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "%s: trained reference again", name);
     free(trained);
 }
 
@@ -457,6 +468,7 @@ static void chunked_prefill(mor_model *m, const char *name)
     sflags = MOR_SERVE_NO_PROMPT_REUSE;   /* no cell kept for reuse: none may be left */
     for (int mode = 1; mode < 3; mode++) {
         int ok = 1;
+        SCENARIO("%s %s: a chunked prompt cancelled", name, mode_name[mode]);
         for (int32_t at = 0; at <= 4; at++) {
             mor_server *s = make_server(m, mode, 4, 256, 0, 0);
             if (!s) return;
@@ -525,6 +537,7 @@ static void prompt_reuse(mor_model *m, const char *name)
         int32_t na = a->n_prompt, nb = 0, n_oa = 0, n_ob = 0, n_oc = 0, n_od = 0, n_oe = 0, n_ref = 0;
         int32_t ca = -1, cb = -1, cc = -1, cd = -1, ce = -1;
         memcpy(pa, a->prompt, sizeof(mor_token) * (size_t)na);
+        SCENARIO("%s %s: prompt reuse", name, mode_name[mode]);
         mor_server *s = make_server(m, mode, 2, 256, 0, 0);
         int ok = s && run_one(s, pa, na, &a->sp, 6, oa, &n_oa, &ca) && ca == 0 && n_oa == 6;
         /* B: A's prompt, A's tokens that entered the cache (all but the last), three more */
@@ -576,6 +589,7 @@ static void prompt_reuse(mor_model *m, const char *name)
 static void prompt_sharing(mor_model *m, const char *name)
 {
     for (int32_t mode = MOR_SERVE_SEQUENCE; mode <= MOR_SERVE_DEPTHWISE; mode++) {
+        SCENARIO("%s %s: prompt sharing", name, mode_name[mode]);
         mor_server *s = make_server(m, mode, 4, 256, 0, 0);
         mor_token p[24];
         for (int32_t i = 0; i < 24; i++) p[i] = (mor_token)((13 + 11 * i) % n_vocab);
@@ -653,6 +667,7 @@ static void speculation(mor_model *m, const char *name)
     }
     /* the cells: none left without prompt reuse; with it, a request's positions exactly */
     for (int mode = 0; mode < 3; mode++) {
+        SCENARIO("%s %s speculating: the cells", name, mode_name[mode]);
         sflags = MOR_SERVE_NO_PROMPT_REUSE;
         mor_server *s = make_server(m, mode, 7, 512, 0, 0);
         sflags = 0;
@@ -690,6 +705,7 @@ static void speculation(mor_model *m, const char *name)
     /* a step aborted at its k-th poll changes nothing: stepping again gives the reference */
     for (int mode = 0; mode < (emulated ? 0 : 3); mode++) {
         int same = 1, aborted = 0;
+        SCENARIO("%s %s speculating: aborted steps", name, mode_name[mode]);
         for (abort_at = 1; abort_at <= 40; abort_at += 3) {
             mor_server_params p;
             MOR_SERVER_PARAMS_INIT(&p);
@@ -734,7 +750,7 @@ static int prepare(mor_model *m, const char *name)
         if (!reqs[i].logits || !got_logits[i]) return 0;
     }
     const int expert = mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT;
-    if (!CHECK(reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "%s: reference decode", name)) return 0;
+    if (!REQUIRE(reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "%s: reference decode", name)) return 0;
     int32_t seen[MOR_MAX_DEPTHS] = { 0 }, kinds = 0;
     for (int32_t i = 0; i < NREQ; i++)
         for (int32_t t = 0; t < reqs[i].n_out; t++) seen[reqs[i].depth[t]] = 1;
@@ -746,6 +762,62 @@ static int prepare(mor_model *m, const char *name)
 static void unprepare(void)
 {
     for (int32_t i = 0; i < NREQ; i++) { free(reqs[i].logits); free(got_logits[i]); reqs[i].logits = got_logits[i] = NULL; }
+}
+
+/* MOR_SERVE_FAST_BF16 on BF16 weights: every request is, bitwise, the
+ * per-request loop on a context created with MOR_CTX_FAST_BF16. Where that
+ * flag picks another kernel set (avx512-bf16: bfloat16-rounded activations)
+ * its outputs differ from the default context's, so a server that dropped
+ * the flag would fail the equality; elsewhere (this flag then picks the
+ * default set) the equality holds either way and the difference is a SKIP. */
+static void fast_bf16_serving(const char *dir)
+{
+    /* d 256, 8 layers (1 + 3 x 2 + 1), heads 4/2 of 64, ffn 512, vocab 256, BF16 throughout */
+    synth_spec sp = { 256, 8, 4, 2, 64, 512, 256, 256, 3, GGML_BF16, GGML_BF16, 11, 0 };
+    char path[760];
+    snprintf(path, sizeof path, "%s/serve-synth-bf16-%ld.gguf", dir, (long)getpid());
+    mor_model *m = NULL;
+    SCENARIO("BF16 weights served with MOR_SERVE_FAST_BF16");
+    const int loaded = REQUIRE(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK,
+                               "random-weight BF16 model");
+    remove(path);
+    if (!loaded) return;
+    const size_t per = sizeof(float) * MAXT * (size_t)mor_model_n_vocab(m);
+    float *plain = malloc(per * NREQ);
+    int32_t plain_n[NREQ];
+    if (REQUIRE(plain != NULL, "memory for the BF16 reference logits") && prepare(m, "random-weight BF16")) {
+        for (int32_t i = 0; i < NREQ; i++) { memcpy((char *)plain + per * (size_t)i, reqs[i].logits, per); plain_n[i] = reqs[i].n_out; }
+        cflags = MOR_CTX_FAST_BF16;
+        const int expert = mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT;
+        if (REQUIRE(reference(m, expert ? MOR_ROUTE_THRESHOLD : 0, 0), "BF16 reference with MOR_CTX_FAST_BF16")) {
+            sflags = MOR_SERVE_FAST_BF16;
+            for (int mode = 0; mode < 3; mode++) {
+                char what[160];
+                snprintf(what, sizeof what, "BF16 weights, MOR_SERVE_FAST_BF16 = MOR_CTX_FAST_BF16: %s 32 requests in 9 slots",
+                         mode_name[mode]);
+                serve_and_compare(m, what, mode, 32, 9, 0, 0, 0);
+            }
+            sflags = 0;
+            const kernel_set *def = kernels_best(), *fast = kernels_fast_bf16(def);
+            if (fast != def) {
+                int differ = 0;
+                for (int32_t i = 0; i < NREQ; i++)
+                    differ |= plain_n[i] != reqs[i].n_out ||
+                              memcmp((char *)plain + per * (size_t)i, reqs[i].logits,
+                                     sizeof(float) * (size_t)n_vocab * (size_t)reqs[i].n_out);
+                CHECK(differ, "BF16 weights: MOR_CTX_FAST_BF16 (kernel set %s) gives other logits than the default "
+                      "(%s), so the served equality above needs the flag", fast->name, def->name);
+            } else {
+                SKIP("BF16 weights: MOR_CTX_FAST_BF16 differing from the default: needs the avx512-bf16 kernel set "
+                     "(a CPU with AVX-512 and AVX512_BF16, without AMX); here the flag picks the default set %s",
+                     def->name);
+            }
+        }
+        cflags = 0;
+    }
+    free(plain);
+    unprepare();
+    mor_model_free(m);
 }
 
 /* The fixture at `in` with random LoRA deltas (ranks 1-4, scale 0.5) on
@@ -810,12 +882,12 @@ int main(void)
         snprintf(path, sizeof path, "%s/%s.st.gguf", fixture_dir, variants[v]);
         if (v >= 3) {
             snprintf(lpath, sizeof lpath, "%s/%s-lora-%ld.gguf", fixture_dir, variants[v], (long)getpid());
-            CHECK(write_relaxed(path, lpath), "%s with LoRA deltas written", variants[v]);
+            REQUIRE(write_relaxed(path, lpath), "%s with LoRA deltas written", variants[v]);
             snprintf(path, sizeof path, "%s", lpath);
         }
         mor_model *m = NULL;
         mor_status st = mor_model_load_file(path, NULL, &m);
-        CHECK(st == MOR_OK, "load %s%s: %s", variants[v], v >= 3 ? " (LoRA)" : "", mor_last_error());
+        REQUIRE(st == MOR_OK, "load %s%s: %s", variants[v], v >= 3 ? " (LoRA)" : "", mor_last_error());
         if (v >= 3) remove(path);
         if (!m) continue;
         CHECK((v >= 3) == (m->lora != NULL && !m->lora->folded), "%s: unfolded deltas %s", variants[v],
@@ -837,7 +909,7 @@ int main(void)
                 serve_and_compare(m, what, mode, ns[k], ns[k], 0, 0, 0);
             }
         serve_and_compare(m, "DEPTHWISE 32 requests in 5 slots", MOR_SERVE_DEPTHWISE, 32, 5, 0, 0, 0);
-        sflags = MOR_SERVE_FAST_BF16;   /* the fixtures' weights are F32: the flag changes nothing */
+        sflags = MOR_SERVE_FAST_BF16;   /* the fixtures' weights are F32: the flag changes nothing (BF16: fast_bf16_serving) */
         serve_and_compare(m, "DEPTHWISE with MOR_SERVE_FAST_BF16 (F32 weights: unchanged), 7 requests",
                           MOR_SERVE_DEPTHWISE, 7, 7, 0, 0, 0);
         sflags = 0;
@@ -872,7 +944,7 @@ int main(void)
         char path[800];
         snprintf(path, sizeof path, "%s/expert_mc3_kvshare_c0half.gguf", fixture_dir);
         mor_model *m = NULL;
-        if (CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the KV-sharing model with capacity 0.5 first") &&
+        if (REQUIRE(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the KV-sharing model with capacity 0.5 first") &&
             prepare(m, "KV sharing, first capacity 0.5")) {
             int zero = 0;
             for (int32_t i = 0; i < NREQ; i++)
@@ -896,7 +968,7 @@ int main(void)
         mor_model_free(m);
         snprintf(path, sizeof path, "%s/token_mc3_kvshare.gguf", fixture_dir);
         m = NULL;
-        if (CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the token-choice model with KV sharing") &&
+        if (REQUIRE(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the token-choice model with KV sharing") &&
             prepare(m, "token-choice, KV sharing"))
             dense_serving(m, "token-choice, KV sharing");
         unprepare();
@@ -909,7 +981,7 @@ int main(void)
         char path[800];
         snprintf(path, sizeof path, "%s/%s.gguf", fixture_dir, fams[f]);
         mor_model *m = NULL;
-        if (!CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK && m->arch.family != FAMILY_LLAMA && m->lora,
+        if (!REQUIRE(mor_model_load_file(path, NULL, &m) == MOR_OK && m->arch.family != FAMILY_LLAMA && m->lora,
                    "load %s (a relaxed model of another family): %s", fams[f], mor_last_error())) {
             mor_model_free(m);
             continue;
@@ -922,7 +994,7 @@ int main(void)
             got_logits[i] = malloc(sizeof(float) * MAXT * (size_t)n_vocab);
             ok &= reqs[i].logits && got_logits[i];
         }
-        if (CHECK(ok && reference(m, 0, 0), "%s: reference decode", fams[f]))
+        if (REQUIRE(ok && reference(m, 0, 0), "%s: reference decode", fams[f]))
             for (int mode = 0; mode < 3; mode++)
                 for (int k = 0; k < 2; k++) {   /* 32 slots: requests enter at every step, so a DEPTHWISE
                                                  * layer call has rows of several recursions */
@@ -937,7 +1009,7 @@ int main(void)
     char dir[600], cmd[700];
     snprintf(dir, sizeof dir, "%s/build/tmp", out && *out ? out : ".");
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    CHECK(system(cmd) == 0, "scratch directory %s", dir);
+    REQUIRE(system(cmd) == 0, "scratch directory %s", dir);
     static const uint32_t types[2] = { GGML_F32, GGML_Q8_0 };
     for (int t = 0; t < 2; t++) {
         /* d 256, 8 layers (1 + 3 x 2 + 1), heads 4/2 of 64, ffn 512, vocab 256; on the code before
@@ -947,12 +1019,13 @@ int main(void)
         snprintf(path, sizeof path, "%s/serve-synth-%d-%ld.gguf", dir, t, (long)getpid());
         snprintf(name, sizeof name, "random-weight %s", t ? "Q8_0" : "F32");
         mor_model *m = NULL;
-        if (!CHECK(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK, "%s model", name))
+        if (!REQUIRE(synth_write(&sp, path) == 0 && mor_model_load_file(path, NULL, &m) == MOR_OK, "%s model", name))
             continue;
         if (prepare(m, name)) { small_budget(m, name); chunked_prefill(m, name); }
         unprepare();
         mor_model_free(m);
         remove(path);
     }
+    fast_bf16_serving(dir);
     return check_done();
 }

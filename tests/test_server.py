@@ -102,6 +102,30 @@ def test_mor_run(srv):
             "greedy: the prompt as text or as token ids gives `mor-run --ids ... -n 12 --greedy --routing threshold`")
 
 
+def test_fast_bf16(tmp):
+    """mor-server --fast-bf16 serving the bundled model in BF16 gives the tokens of `mor-run --fast-bf16` (a
+    context with MOR_CTX_FAST_BF16). Where that flag picks the avx512-bf16 kernels a server that ignored it would
+    give the default kernels' other tokens (test_serve checks that they differ); elsewhere both are the default's."""
+    bf = os.path.join(tmp, "bf16.gguf")
+    q = subprocess.run([os.path.join(t.OUT, "bin", "mor-quantize"), sl.MODEL, bf, "bf16"], capture_output=True)
+    if q.returncode != 0:   # setup: only its failure counts
+        t.check(False, "mor-quantize bf16 of the bundled model: %s" % q.stderr.decode()[-160:])
+        return
+    srv = sl.Server(["--fast-bf16", "-q"], model=bf)
+    try:
+        bad = []
+        for prompt, n, seed in CASES:
+            ids = sl.mor_run(prompt, n, seed, ["--fast-bf16"], model=bf)[0]
+            st, r = completion(srv, {"prompt": prompt, "max_tokens": n, "seed": seed, "temperature": 0.8,
+                                     "top_k": 40, "top_p": 0.95, "min_p": 0.05})
+            if st != 200 or r["choices"][0]["mor"]["token_ids"] != ids:
+                bad.append(prompt)
+        t.check(not bad, "mor-server --fast-bf16 on BF16 weights: the tokens of `mor-run --fast-bf16` for %d prompts "
+                "(differ: %s)" % (len(CASES), bad or "none"))
+    finally:
+        srv.stop()
+
+
 # ---- streaming, stop strings -------------------------------------------------------
 
 def test_stream(srv):
@@ -1332,6 +1356,7 @@ def main():
         test_limits()
         test_chat(tmp)
         test_nonfinite(tmp)
+        test_fast_bf16(tmp)
         test_drain()
         dw = load_test("depthwise")
         sq = load_test("sequence")

@@ -7,6 +7,10 @@
  *    GPT-NeoX models without routers, and on the bundled trained model,
  *    greedy and sampled, for n_draft 1, 3, 8 (3 alone under MOR_TEST_EMULATED)
  *    and draft depths 1 and 2;
+ *  - the same with a repetition penalty (above and below 1, windows of 1, 2,
+ *    5 and 64 tokens, shorter than the drafts too), greedy and three seeds
+ *    sampled, on the trained model and a fixture: the drafts' draws must
+ *    leave the sampler's history as it was;
  *  - rejected drafts leave nothing: afterwards every recursion's cache holds
  *    as many cells and bytes as plain decoding's, and the sequence's last
  *    position is the same;
@@ -29,6 +33,9 @@ typedef struct {
     int greedy;
 } setup;
 
+/* The sampler's penalty and seed for penalties(); zero: off, 64, 1234. */
+static struct { float penalty; int32_t last_n; uint64_t seed; } pen_now;
+
 static mor_context *make_ctx(mor_model *m, const setup *u, uint32_t n_ctx, uint32_t flags)
 {
     mor_context_params cp;
@@ -45,7 +52,9 @@ static mor_sampler *make_sampler(const setup *u, const mor_token *prompt, int32_
 {
     mor_sampler_params sp;
     MOR_SAMPLER_PARAMS_INIT(&sp);
-    sp.seed = 1234; sp.temperature = u->greedy ? 0.0f : 0.9f; sp.top_k = 0; sp.top_p = 1.0f; sp.min_p = 0;
+    sp.seed = pen_now.seed ? pen_now.seed : 1234; sp.temperature = u->greedy ? 0.0f : 0.9f; sp.top_k = 0; sp.top_p = 1.0f; sp.min_p = 0;
+    if (pen_now.penalty) sp.repeat_penalty = pen_now.penalty;
+    if (pen_now.last_n) sp.repeat_last_n = pen_now.last_n;
     mor_sampler *s = NULL;
     if (mor_sampler_create(&sp, &s)) return NULL;
     for (int32_t i = 0; i < np; i++) mor_sampler_accept(s, prompt[i]);
@@ -129,7 +138,8 @@ static int32_t compare(mor_model *m, const char *name, const setup *u, const cha
     for (int32_t i = 0; i < 6; i++) prompt[i] = (7 + 31 * i) % nv;
     mor_token ref[GEN], got[GEN];
     uint64_t rc[20] = { 0 }, gc[20] = { 0 };
-    if (!CHECK(plain(m, u, prompt, 6, ref, rc), "%s %s: plain decoding", name, what)) return 0;
+    SCENARIO("%s %s", name, what);
+    if (!REQUIRE(plain(m, u, prompt, 6, ref, rc), "%s %s: plain decoding", name, what)) return 0;
     int32_t acc_all = 0;
     static const int32_t drafts[3] = { 3, 1, 8 };
     /* under an emulator (tests/cross-test.sh) one draft count per depth: the same paths, a third the time */
@@ -173,13 +183,13 @@ static void models(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, cases[i].file);
         mor_model *m = NULL;
-        if (!CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK, "load %s", cases[i].file)) continue;
+        if (!REQUIRE(mor_model_load_file(path, NULL, &m) == MOR_OK, "load %s", cases[i].file)) continue;
         compare(m, cases[i].file, &cases[i].u, cases[i].what);
         mor_model_free(m);
     }
     /* the bundled trained model: the drafts are accepted often */
     mor_model *m = NULL;
-    if (CHECK(mor_model_load_file("models/brown-mor.gguf", NULL, &m) == MOR_OK, "load models/brown-mor.gguf")) {
+    if (REQUIRE(mor_model_load_file("models/brown-mor.gguf", NULL, &m) == MOR_OK, "load models/brown-mor.gguf")) {
         const setup g = { 0, MOR_ROUTE_THRESHOLD, 0, 0, 1 }, s = { 0, MOR_ROUTE_THRESHOLD, 0, 0, 0 };
         const int32_t ag = compare(m, "brown-mor", &g, "THRESHOLD greedy");
         const int32_t as = compare(m, "brown-mor", &s, "THRESHOLD sampled");
@@ -187,6 +197,42 @@ static void models(void)
               ag, as, GEN);
         mor_model_free(m);
     }
+}
+
+/* The drafts' draws push tokens into the sampler's history and speculate
+ * takes them back (sampler_save/restore): only a repetition penalty reads
+ * that history, so only with one on does a wrong restore change tokens.
+ * A window shorter than the drafts (last_n 1, 2 < n_draft 3, 8) wraps the
+ * ring within one call. brown-mor accepts drafts (so the history that must
+ * survive holds accepted drafts too); the fixture rejects more. */
+static void penalties(void)
+{
+    const char *out = getenv("OUT");
+    char path[800];
+    snprintf(path, sizeof path, "%s/build/fixtures/expert_mc3_fix_perturbed.st.gguf", out && *out ? out : ".");
+    static const struct { float penalty; int32_t last_n; } pen[] = { { 1.3f, 64 }, { 1.5f, 2 }, { 0.7f, 1 }, { 2.0f, 5 } };
+    static const uint64_t seeds[] = { 1234, 7, 987654321 };
+    const char *files[2] = { "models/brown-mor.gguf", path };
+    for (int f = 0; f < 2; f++) {
+        mor_model *m = NULL;
+        if (!REQUIRE(mor_model_load_file(files[f], NULL, &m) == MOR_OK, "load %s", files[f])) continue;
+        const char *name = f ? "expert_mc3_fix" : "brown-mor";
+        int32_t acc = 0;
+        for (size_t p = 0; p < sizeof pen / sizeof *pen; p++)
+            for (int greedy = 1; greedy >= 0; greedy--)
+                for (size_t k = 0; k < (greedy ? 1 : sizeof seeds / sizeof *seeds); k++) {
+                    const setup u = { 0, MOR_ROUTE_THRESHOLD, 0, 0, greedy };
+                    pen_now.penalty = pen[p].penalty; pen_now.last_n = pen[p].last_n; pen_now.seed = seeds[k];
+                    char what[160];
+                    snprintf(what, sizeof what, "%s, repeat_penalty %.1f, last_n %d, seed %llu",
+                             greedy ? "greedy" : "sampled", (double)pen[p].penalty, (int)pen[p].last_n,
+                             (unsigned long long)seeds[k]);
+                    acc += compare(m, name, &u, what);
+                }
+        if (!f) CHECK(acc > 0, "%s with penalties: drafts accepted (%d), so restored histories were used", name, acc);
+        mor_model_free(m);
+    }
+    memset(&pen_now, 0, sizeof pen_now);
 }
 
 static int abort_now(void *ud) { return *(int *)ud; }
@@ -198,7 +244,7 @@ static void failures(void)
     char path[800];
     snprintf(path, sizeof path, "%s/build/fixtures/expert_mc3_fix_perturbed.st.gguf", out && *out ? out : ".");
     mor_model *m = NULL;
-    if (!CHECK(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the expert fixture")) return;
+    if (!REQUIRE(mor_model_load_file(path, NULL, &m) == MOR_OK, "load the expert fixture")) return;
     const int32_t nv = mor_model_n_vocab(m), nr = mor_model_n_recursion(m);
     const setup u = { 0, MOR_ROUTE_THRESHOLD, 0, 0, 0 };
     const mor_token prompt[4] = { 3, 9, 27, 81 % nv };
@@ -268,6 +314,7 @@ int main(void)
     ref_logits = malloc(sizeof(float) * (size_t)GEN * MAXV);
     if (!ref_logits) return 1;
     models();
+    penalties();
     failures();
     free(ref_logits);
     return check_done();
