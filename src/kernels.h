@@ -12,10 +12,12 @@
  * round differently; what holds between them:
  *  - quantized weights (Q8_0, Q4_0): the AVX-512 and AMX sets are bitwise
  *    the reference kernels (exact integer sum per block, then d_w * d_x
- *    scaling in block order, no FMA: kernels_avx512.c, kernels_amx.c), so a
- *    model gives the same logits on any x86-64 CPU with AVX-512 and on the
- *    reference set; the AVX2 and NEON sets split each block's sum into lanes
- *    and round differently;
+ *    scaling in block order, no FMA: kernels_avx512.c, kernels_amx.c), so
+ *    those matmuls give the same outputs on any x86-64 CPU with AVX-512 and
+ *    on the reference set (a whole model's logits only within rounding: each
+ *    set's RMSNorm and attention are its own; test_kernels checks the
+ *    matmuls' bits inside the reference set); the AVX2 and NEON sets split
+ *    each block's sum into lanes and round differently;
  *  - Q4_1, Q5_0, Q5_1: the AVX-512 set (and AMX, which takes them from it)
  *    splits each block's sum into lanes (its own rounding); the other sets
  *    run the reference kernels;

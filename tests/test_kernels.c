@@ -123,6 +123,11 @@ static int own_rounding(const kernel_set *ks, uint32_t t)
     return 0;
 }
 
+/* Does kernels.h's determinism contract promise set ks's matmul the
+ * reference's bits for weights of type t? Every quantized type it does not
+ * round its own way; the floating-point types are promised nothing. */
+static int bits_promised(const kernel_set *ks, uint32_t t) { return act_is_quantized(t) && !own_rounding(ks, t); }
+
 static void test_matmul(const kernel_set *ks, uint32_t t, int64_t rows, int64_t cols, int32_t n)
 {
     tensor w;
@@ -165,7 +170,7 @@ static void test_matmul(const kernel_set *ks, uint32_t t, int64_t rows, int64_t 
           "%s matmul %s %lldx%lld, %d rows: max err %.2g (of sum |w x|); rows one at a time %s, split ranges %s, acc %s",
           ks->name, tname(t), (long long)rows, (long long)cols, n, worst, same1 ? "bitwise" : "DIFFER",
           same2 ? "bitwise" : "DIFFER", acc_ok ? "ok" : "WRONG");
-    if (act_is_quantized(t) && !own_rounding(ks, t))
+    if (bits_promised(ks, t))
         CHECK(!memcmp(y, ref, sizeof(float) * ny), "%s matmul %s %lldx%lld, %d rows: bitwise the reference kernels",
               ks->name, tname(t), (long long)rows, (long long)cols, n);
     free(wd); free(x); free(xp); if (xr != xp) free(xr); free(ref); free(y); free(y1); free(y2); free(scr);
@@ -210,12 +215,12 @@ static void test_matmul_edge(const kernel_set *ks, const kernel_set *twin, uint3
         twin->matmul(&w, xp, xs, y1, rows, n, 0, rows, 0, NULL);
         twin_same &= !memcmp(y, y1, sizeof(float) * ny);
     }
-    const int exact = !exact_quant(ks) || !act_is_quantized(t) || !memcmp(y, ref, sizeof(float) * ny);
+    const int exact = !bits_promised(ks, t) || !memcmp(y, ref, sizeof(float) * ny);
     CHECK(worst < 1e-5 && same && twin_same && exact,
           "%s matmul %s %lldx%lld ending at a guard page, %d rows: max err %.2g; rows one at a time %s%s%s",
           ks->name, tname(t), (long long)rows, (long long)cols, n, worst, same ? "bitwise" : "DIFFER",
           twin ? (twin_same ? "; the set without VBMI bitwise the same" : "; the set without VBMI DIFFERS") : "",
-          exact_quant(ks) && act_is_quantized(t) ? (exact ? "; bitwise the reference" : "; NOT bitwise the reference") : "");
+          bits_promised(ks, t) ? (exact ? "; bitwise the reference" : "; NOT bitwise the reference") : "");
     munmap(map, span + pg);
     free(x); free(xp); if (xr != xp) free(xr); free(ref); free(y); free(y1); free(scr);
 }
@@ -413,6 +418,14 @@ static void test_set(const kernel_set *ks)
         test_matmul(ks, ktypes[t], 13, legacy ? 96 : 512, 5);
         test_matmul(ks, ktypes[t], 40, legacy ? 608 : 768, 33);
     }
+    /* and ending at a guard page: 1 to 9 super-blocks (or 1 to 19 blocks) per row, rows and
+     * activation rows with and without tails, as the Q8_0/Q4_0 edges above */
+    static const int64_t kecols[] = { 256, 512, 768, 1024, 1280, 2304 }, lecols[] = { 32, 64, 96, 160, 288, 608 };
+    for (size_t t = 0; t < sizeof ktypes / sizeof *ktypes; t++) {
+        const int legacy = ktypes[t] == GGML_Q4_1 || ktypes[t] == GGML_Q5_0 || ktypes[t] == GGML_Q5_1;
+        for (size_t c = 0; c < 6; c++)
+            test_matmul_edge(ks, NULL, ktypes[t], erows[(c + t) % 10], legacy ? lecols[c] : kecols[c], ens[(c + 2 * t) % 8]);
+    }
     test_act_q8(ks);
     test_act_bf16x3(ks);
     test_act_bf16(ks);
@@ -604,19 +617,6 @@ static int run_decode(mor_model *m, const kernel_set *ks, int32_t nt, int32_t mo
     return ok;
 }
 
-/* Does kernels.h's determinism contract promise set ks's matmul the
- * reference's bits for weights of type t? k-quants in every set; Q8_0 and
- * Q4_0 in the AVX-512 sets (avx512, avx512-novbmi, avx512-bf16 for its
- * non-BF16 types) and AMX; Q4_1, Q5_0, Q5_1 where they run the reference
- * kernels (AVX2, NEON). The floating-point types are promised nothing. */
-static int matmul_bits_promised(const kernel_set *ks, uint32_t t)
-{
-    const int avx512 = !strncmp(ks->name, "avx512", 6) || !strcmp(ks->name, "amx");
-    if (ks == &kernels_ref || (t >= GGML_Q2_K && t <= GGML_Q6_K)) return 1;
-    if (t == GGML_Q8_0 || t == GGML_Q4_0) return avx512;
-    if (t == GGML_Q4_1 || t == GGML_Q5_0 || t == GGML_Q5_1) return !strcmp(ks->name, "avx2") || !strcmp(ks->name, "neon");
-    return 0;
-}
 
 /* The reference set with one set's matmul (and its Q8_0 activation rows,
  * bitwise the reference's: test_act_q8) for the weight types whose bits the
@@ -629,7 +629,7 @@ static long hybrid_calls;
 static void hybrid_matmul(const tensor *w, const void *x, size_t xs, float *y, int64_t ldy, int32_t n, int64_t o0,
                           int64_t o1, int acc, float *scratch)
 {
-    if (matmul_bits_promised(hybrid_base, w->type)) {
+    if (bits_promised(hybrid_base, w->type)) {
         hybrid_calls++;
         hybrid_base->matmul(w, x, xs, y, ldy, n, o0, o1, acc, scratch);
     } else {
@@ -692,7 +692,7 @@ static void test_decode_threads(const char *dir)
             /* What the contract does promise: this set's matmuls for the model's
              * types where it promises bits, in the reference set, give the
              * reference's logits and depths bitwise. */
-            if (!matmul_bits_promised(ks, types[ti]) && !matmul_bits_promised(ks, etypes[ti])) continue;
+            if (!bits_promised(ks, types[ti]) && !bits_promised(ks, etypes[ti])) continue;
             kernel_set hybrid = kernels_ref;
             hybrid.name = "hybrid";
             hybrid.act_q8 = ks->act_q8;
