@@ -28,7 +28,7 @@
 #define GBO_MAX_NT    1024
 #define GBO_MAX_CLS   512
 #define GBO_MAX_RNG   2048
-#define GBO_MAX_ITEMS (1 << 20)   /* Earley items of a chart */
+#define GBO_MAX_ITEMS (1 << 18)   /* Earley items of a chart */
 #define GBO_MAX_SETS  4096        /* code points a chart reads */
 #define GBO_HASH      (1 << 14)   /* dedup of the set being built */
 
