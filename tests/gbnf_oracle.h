@@ -71,7 +71,10 @@ static inline void gbo_skip(gbo_parser *P)
     }
 }
 
-static inline int gbo_is_name(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_'; }
+static inline int gbo_is_name(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
 
 /* One UTF-8 character of the grammar's text (its own decoder, not the library's). */
 static inline long gbo_utf8(gbo_parser *P)
@@ -97,7 +100,8 @@ static inline long gbo_char(gbo_parser *P)
         long v = 0;
         for (int i = 0; i < digits; i++, P->p++) {
             char h = P->p < P->end ? *P->p : 0;
-            int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                  : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
             if (d < 0) return gbo_fail(P, "bad hex escape");
             v = v * 16 + d;
         }
@@ -153,7 +157,8 @@ static inline int gbo_repeat(gbo_parser *P, int x, int m, int n)
         int t = gbo_new_nt(g, "", 0), tx[2] = { t, x };
         if (t < 0) return gbo_fail(P, "grammar too large");
         rhs[m] = t;
-        if (gbo_add_prod(g, r, rhs, m + 1) || gbo_add_prod(g, t, tx, 2) || gbo_add_prod(g, t, NULL, 0)) return gbo_fail(P, "grammar too large");
+        if (gbo_add_prod(g, r, rhs, m + 1) || gbo_add_prod(g, t, tx, 2) || gbo_add_prod(g, t, NULL, 0))
+            return gbo_fail(P, "grammar too large");
         return r;
     }
     for (int k = m; k <= n; k++) {
@@ -277,7 +282,10 @@ static inline int gbo_parse(gbo_grammar *g, const char *text, const char *root)
         changed = 0;
         for (int i = 0; i < g->n_prod; i++) {
             int all = 1;
-            for (int k = 0; k < g->prod[i].n && all; k++) all = g->sym[g->prod[i].first + k] >= 0 && g->nullable[g->sym[g->prod[i].first + k]];
+            for (int k = 0; k < g->prod[i].n && all; k++) {
+                int x = g->sym[g->prod[i].first + k];
+                all = x >= 0 && g->nullable[x];
+            }
             if (all && !g->nullable[g->prod[i].lhs]) g->nullable[g->prod[i].lhs] = 1, changed = 1;
         }
     }
@@ -390,7 +398,8 @@ static inline int gbo_step(gbo_chart *c, uint32_t cp)
     c->stamp++;
     for (int i = from; i < to; i++) {
         int s = gbo_next(c, &c->it[i]);
-        if (s < 0 && s != INT32_MIN && gbo_meets(c->g, -1 - s, cp, cp)) gbo_add(c, c->it[i].prod, c->it[i].dot + 1, c->it[i].origin);
+        if (s < 0 && s != INT32_MIN && gbo_meets(c->g, -1 - s, cp, cp))
+            gbo_add(c, c->it[i].prod, c->it[i].dot + 1, c->it[i].origin);
     }
     gbo_closure(c);
     return c->n_it > c->set_at[c->n_sets - 1];

@@ -182,13 +182,14 @@ static void oracle_vs_match(void)
             int a = gbo_match(o, s, len), b = grammar_match(r, s, len);
             agree += a == b;
             yes += a == 1;
-            if (a != b && n + 1 - agree <= 3) printf("# grammar %zu: \"%.*s\": oracle %d, grammar_match %d\n", k, (int)len, s, a, b);
+            if (a != b && n + 1 - agree <= 3)
+                printf("# grammar %zu: \"%.*s\": oracle %d, grammar_match %d\n", k, (int)len, s, a, b);
         }
         grammar_rules_free(r);
         free(o);
     }
-    CHECK(agree == n && yes > n / 50 && yes < n - n / 50, "the oracle and grammar_match agree on %d of %d random strings (%d in the grammars)",
-          agree, n, yes);
+    CHECK(agree == n && yes > n / 50 && yes < n - n / 50,
+          "the oracle and grammar_match agree on %d of %d random strings (%d in the grammars)", agree, n, yes);
 }
 
 typedef struct { const char *gbnf, *s; int prefix, whole; } pcase;
@@ -717,8 +718,9 @@ static void test_model(void)
         if (end && m == 1) m = grammar_match(rules, text, (size_t)len);
         ended += len >= 0 && end;
         good += m == 1;
-        if (m != 1) printf("# seed %d (%s): not %s of the grammar: %.300s %s\n", seed, end ? "ended" : "cut", end ? "a string" : "a prefix",
-                           len >= 0 ? text : "", len >= 0 ? "" : mor_last_error());
+        if (m != 1)
+            printf("# seed %d (%s): not %s of the grammar: %.300s %s\n", seed, end ? "ended" : "cut",
+                   end ? "a string" : "a prefix", len >= 0 ? text : "", len >= 0 ? "" : mor_last_error());
         mor_sampler_free(s);
         mor_grammar_free(g);
     }
