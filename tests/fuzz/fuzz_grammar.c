@@ -4,15 +4,43 @@
  * then after another NUL the choices of a walk: at each step the mask of
  * mor_grammar_apply, and the token the next byte picks among the allowed
  * ones, accepted. Checks: a refused grammar has a message; matching ends;
- * every token the mask allows is accepted, and a refusal changes nothing;
- * a MUST_END grammar allows only end tokens; a grammar beyond the matcher's
- * bounds is refused (create) or fails a mask (apply) with its reason. */
+ * every token the mask allows is accepted; tokens it refuses (a sample of
+ * up to 8 per step) are refused by accept too, changing nothing; a MUST_END
+ * grammar allows only end tokens; a grammar beyond the matcher's bounds is
+ * refused (create) or fails a mask (apply) with its reason. */
 #include "fuzz_vocab.h"
 #include "grammar.h"
+#include "../gbnf_oracle.h"
 
 FUZZ_TARGET(grammar)
 
 static mor_model *models[FUZZ_N_VOCABS];
+
+/* Token t, refused by the mask, was accepted after out[0..n). The mask may
+ * miss a token only where its bounded walk ran out of room (grammar.c's GM_*
+ * limits; accepting one token alone needs less), so t must really continue
+ * the grammar: the independent oracle (tests/gbnf_oracle.h) must say that
+ * out + t is a prefix of a string of it. The oracle judges only a grammar
+ * it reads as the library does on the input's string (r: grammar_match). */
+static void check_refused_taken(const char *g, size_t glen, const char *str, size_t slen, int r, const mor_model *m,
+                                mor_token t, const char *out, size_t n)
+{
+    FUZZ_ASSERT(t != mor_model_token_eos(m), "accept took the end token the mask refused");
+    char *text = malloc(glen + 1), *buf = malloc(n + 1024);
+    gbo_grammar *o = malloc(sizeof *o);
+    size_t k = 0;
+    if (text && buf && o && !mor_token_to_piece(m, t, buf + n, 1024, &k)) {
+        memcpy(text, g, glen);
+        text[glen] = 0;
+        memcpy(buf, out, n);
+        if (strlen(text) == glen && !gbo_parse(o, text, "root") && gbo_match(o, str, slen) == r)
+            FUZZ_ASSERT(gbo_prefix(o, buf, n + k) != 0, "accept took token %d, which the mask refused and no string of the "
+                        "grammar continues with", (int)t);
+    }
+    free(text);
+    free(buf);
+    free(o);
+}
 
 static int fuzz_run(const uint8_t *data, size_t size)
 {
@@ -45,7 +73,11 @@ static int fuzz_run(const uint8_t *data, size_t size)
     FUZZ_ASSERT(st == MOR_OK, "the parser took it, mor_grammar_create did not: %s", mor_last_error());
     const int32_t V = mor_model_n_vocab(m);
     float *l = malloc(sizeof *l * (size_t)V);
-    for (int step = 0; l && walk < end && step < 16; step++, walk++) {
+    char *out = malloc(16 * 1024 + 1);   /* the output: 16 tokens of at most 1024 bytes (longer ones are never allowed) */
+    size_t n_out = 0;
+    uint32_t x = 2166136261u;   /* the sample of refused tokens: seeded by the walk */
+    int64_t work = 0;   /* matcher steps of the walk's masks (grammar_work) */
+    for (int step = 0; l && out && walk < end && step < 16; step++, walk++) {
         for (int32_t t = 0; t < V; t++) l[t] = 0.0f;
         int32_t state = mor_grammar_state(gr);
         st = mor_grammar_apply(gr, l, V);
@@ -55,24 +87,36 @@ static int fuzz_run(const uint8_t *data, size_t size)
                         mor_status_str(st));
             break;
         }
-        int32_t n_ok = 0, pick = -1, refused = -1;
-        for (int32_t t = 0; t < V; t++) {
-            if (l[t] == 0.0f) n_ok++;
-            else if (refused < 0 && (unsigned char)*walk % 2) refused = t;
-        }
+        /* a walk of masks near the work bound (2^24 steps each) would pass the
+         * fuzzer's 10 s time-out under sanitizers: half of one bound per input */
+        if ((work += grammar_work(gr)) > (1 << 23)) break;
+        int32_t n_ok = 0, pick = -1;
+        for (int32_t t = 0; t < V; t++) n_ok += l[t] == 0.0f;
         FUZZ_ASSERT(n_ok > 0, "apply succeeded with no token allowed");
         if (state & MOR_GRAMMAR_MUST_END) FUZZ_ASSERT(n_ok <= 1, "MUST_END with %d tokens allowed", (int)n_ok);
         for (int32_t t = 0, k = (unsigned char)*walk % n_ok; t < V && pick < 0; t++)
             if (l[t] == 0.0f && k-- == 0) pick = t;
-        if (refused >= 0) {
-            st = mor_grammar_accept(gr, refused);
-            /* refused: unless the mask's walk ran out of room where one token alone would not */
-            if (st == MOR_OK) { mor_grammar_free(gr); free(l); return 1; }
+        /* accept => mask: up to 8 refused tokens, anywhere in the vocabulary */
+        x = (x ^ (unsigned char)*walk) * 16777619u;
+        for (int tries = 0, n_refused = 0; tries < 32 && n_refused < 8 && n_ok < V; tries++) {
+            x = x * 1103515245u + 12345u;
+            mor_token t = (mor_token)((x >> 8) % (uint32_t)V);
+            if (l[t] == 0.0f) continue;
+            n_refused++;
+            st = mor_grammar_accept(gr, t);
+            if (st == MOR_OK) {   /* the state moved on: the walk ends here */
+                check_refused_taken(g, glen, str, slen, r, m, t, out, n_out);
+                free(out); free(l); mor_grammar_free(gr);
+                return 1;
+            }
             FUZZ_ASSERT(st == MOR_E_INVALID_ARG && mor_grammar_state(gr) == state, "a refusal changed the state");
         }
         st = mor_grammar_accept(gr, pick);
         FUZZ_ASSERT(st == MOR_OK, "an allowed token %d was refused: %s", (int)pick, mor_last_error());
+        size_t k = 0;
+        if (pick != mor_model_token_eos(m) && !mor_token_to_piece(m, pick, out + n_out, 1024, &k)) n_out += k;
     }
+    free(out);
     free(l);
     mor_grammar_free(gr);
     return 1;
