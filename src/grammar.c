@@ -284,9 +284,15 @@ static int partial_ok(const gm *m, const int32_t *set, int32_t n, uint32_t cp, i
     uint32_t lo = cp << (6 * need), hi = lo | ((1u << (6 * need)) - 1);
     if (lo < utf8_min[len]) lo = utf8_min[len];
     if (hi > 0x10FFFF) hi = 0x10FFFF;
-    if (lo > hi || (lo >= 0xD800 && hi <= 0xDFFF)) return 0;
-    for (int32_t i = 0; i < n; i++)
-        if (chars_meet(m->g, &m->g->el[m->node[set[i]].pos], lo, hi)) return 1;
+    if (lo > hi) return 0;
+    /* the characters it can become, without the surrogates (not UTF-8):
+     * [lo, hi] below U+D800 and above U+DFFF, tested apart (0xED begins both
+     * U+D000..U+D7FF and surrogates: a class of neither must refuse it) */
+    const uint32_t lo2 = lo > 0xE000 ? lo : 0xE000, hi1 = hi < 0xD7FF ? hi : 0xD7FF;
+    for (int32_t i = 0; i < n; i++) {
+        const gel *e = &m->g->el[m->node[set[i]].pos];
+        if ((lo <= hi1 && chars_meet(m->g, e, lo, hi1)) || (lo2 <= hi && chars_meet(m->g, e, lo2, hi))) return 1;
+    }
     return 0;
 }
 

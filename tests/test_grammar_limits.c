@@ -210,6 +210,40 @@ static void test_server(mor_model *m)
     free(gb);
 }
 
+/* A token ending inside a character is allowed only if a character the
+ * class takes begins with its bytes: 0xED begins U+D000..U+D7FF and the
+ * surrogates (not UTF-8), so under [^\x00-\uD7FF] nothing can finish it
+ * (it was allowed, and the next mask was empty). */
+static void test_partial_surrogates(const mor_model *m)
+{
+    int32_t V = mor_model_n_vocab(m);
+    mor_token ed = -1, ee = -1;
+    for (mor_token t = 0; t < V; t++) {
+        char b[8];
+        size_t n = 0;
+        if (mor_token_to_piece(m, t, b, sizeof b, &n) || n != 1) continue;
+        if ((unsigned char)b[0] == 0xED) ed = t;
+        if ((unsigned char)b[0] == 0xEE) ee = t;
+    }
+    if (ed < 0 || ee < 0) { SKIP("the bundled vocabulary has no byte tokens 0xED and 0xEE"); return; }
+    static const struct { const char *g; int ed_ok; } cases[] = {
+        { "root ::= [^\\x00-\\uD7FF]+", 0 },   /* only U+E000 and up: 0xED cannot begin one */
+        { "root ::= [\\uD000-\\uD7FF]", 1 },  /* 0xED 0x80..0x9F begins these */
+    };
+    float *l = malloc(sizeof *l * (size_t)V);
+    int ok = l != NULL;
+    for (int c = 0; c < 2 && ok; c++) {
+        mor_grammar *g = NULL;
+        for (int32_t t = 0; t < V; t++) l[t] = 0.0f;
+        ok = !mor_grammar_create(m, cases[c].g, strlen(cases[c].g), NULL, NULL, 0, &g) && !mor_grammar_apply(g, l, V) &&
+             (l[ed] == 0.0f) == cases[c].ed_ok && (l[ee] == 0.0f) == !cases[c].ed_ok &&
+             (mor_grammar_accept(g, ed) == MOR_OK) == cases[c].ed_ok;
+        mor_grammar_free(g);
+    }
+    CHECK(ok, "a byte token 0xED: refused by mask and accept under [^\\x00-\\uD7FF], allowed under [\\uD000-\\uD7FF]");
+    free(l);
+}
+
 int main(void)
 {
     test_names();
@@ -221,6 +255,7 @@ int main(void)
     test_nullable_repetition(m);
     test_budget(m);
     test_server(m);
+    test_partial_surrogates(m);
     mor_model_free(m);
     return check_done();
 }
