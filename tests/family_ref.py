@@ -328,6 +328,9 @@ SHAPES = {
     # rotary_pct 0.5 of head_dim 16
     "gptneox": dict(d=64, H=4, Hkv=4, hd=16, F=128, L=2, V=128),
 }
+# the llama model with every matrix 256 wide or a multiple (k-quant super-blocks
+# of 256): llama.cpp quantizes it to real k-quants (tests/peer/run.sh)
+K256 = dict(d=256, H=4, Hkv=2, hd=64, F=512, L=1, V=256)
 IDS = [1, 17, 42, 99, 5, 63, 120, 7]
 
 

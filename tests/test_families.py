@@ -17,6 +17,9 @@ and bin/mor-run's logits for fixed token ids must be, from both inputs,
   - the same bits from the two inputs.
 Each feature matters: the oracle with it computed wrongly (family_ref's
 `off`) differs from the right logits by more than 100 times the tolerance.
+llama.cpp's k-quant files (Q2_K .. Q6_K, llama-quantize of the llama model at
+family_ref.K256, kept in tests/data/families/ with llama.cpp's logits) convert
+with their blocks kept and give llama.cpp's logits within 1e-4.
 Decoding one token at a time through the KV cache (sliding window, partial
 rotary) gives the oracle's logits at every step, also across context shifts
 (1-layer models); results do not depend on the thread count. Relaxed recursive conversion of each family: full-rank
@@ -41,7 +44,7 @@ import testlib as t
 CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
 DATA = os.path.join(t.ROOT, "tests", "data", "families")
-TOL, PEER_TOL = 1e-4, 1e-3
+TOL, PEER_TOL, KQ_TOL = 1e-4, 1e-3, 1e-4
 # the features of each family, as family_ref can switch them off
 FEATURES = {
     "llama": ["rope_layout"],
@@ -408,8 +411,54 @@ def check_refusals(tmp):
     t.check(a is not None and a == b, "(a file read and written back unchanged by the test's GGUF writer loads the same)")
 
 
+# ------------------------------------------------------------ llama.cpp's k-quants
+
+KQUANTS = ("q2_k", "q3_k_m", "q4_k_m", "q5_k_m", "q6_k")
+KQ_NAMES = {10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K"}
+
+
+def check_kquants(tmp):
+    """llama-quantize's files of the llama model at family_ref.K256 (real
+    k-quants: every matrix a multiple of 256 wide): mor-convert keeps their
+    blocks, and libmor's logits are llama.cpp's (both quantize activations to
+    Q8_K, so only float summation order differs), while the quantization moves
+    them far more than that from the float64 oracle of the F32 weights."""
+    cfg, w = F.make_model("llama", **F.K256)
+    d = F.write_model(os.path.join(tmp, "k256"), cfg, w)
+    exact = flat(F.Ref(d).forward(F.IDS))
+    for q in KQUANTS:
+        src = os.path.join(DATA, "llama-k256.%s.lcpp.gguf" % q)
+        g = gguf_py.read(src)
+        mats = [x for x in g.tensors if len(x.dims) == 2]
+        kinds = sorted({KQ_NAMES.get(x.type, "type %d" % x.type) for x in mats})
+        t.check(mats and all(x.type in KQ_NAMES for x in mats),
+                "%s: llama.cpp's file holds k-quants only in its %d matrices (%s)" % (q, len(mats), ", ".join(kinds)))
+        out = os.path.join(tmp, "k256.%s.gguf" % q)
+        ok, msg = convert(src, out)
+        a, err = run_logits(out, F.IDS, tmp) if ok else (None, msg)
+        if not t.check(a is not None, "%s: converts and runs (%s)" % (q, err[-200:])):
+            continue
+        # the blocks kept: each matrix holds the same rows of bytes (Q and K in
+        # another order: libmor undoes llama.cpp's RoPE permutation by rows)
+        conv = gguf_py.read(out)
+        def rows(x):
+            n = len(x.data) // x.dims[1]
+            return sorted(x.data[i * n:(i + 1) * n] for i in range(x.dims[1]))
+        same = [x.name for x in mats if conv.tensor(x.name) is not None and conv.tensor(x.name).type == x.type and
+                rows(conv.tensor(x.name)) == rows(x)]
+        t.check(len(same) == len(mats), "%s: mor-convert keeps every matrix's blocks (%d of %d the same rows of bytes)" %
+                (q, len(same), len(mats)))
+        with open(os.path.join(DATA, "llama-k256.%s.lcpp.logits" % q)) as f:
+            peer = [float(x) for line in f if not line.startswith("#") for x in line.split()]
+        dp, dq = maxdiff(a, peer), maxdiff(a, exact)
+        t.check(dp <= KQ_TOL and dq > 20 * KQ_TOL,
+                "%s: logits within %.0e of llama.cpp's (%.2g), while the quantization moves them %.3g from the "
+                "F32 weights' oracle" % (q, KQ_TOL, dp, dq))
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
+        check_kquants(tmp)
         for fam in F.FAMILIES:
             check_family(fam, tmp)
         check_variants(tmp)

@@ -15,6 +15,10 @@ with numpy in the same way:
 No tokenizer: tokenizer.ggml.model = "no_vocab" with {arch}.vocab_size.
 
     python3 make_gguf.py FAMILY OUT.gguf
+    python3 make_gguf.py llama-k256 OUT.gguf
+
+llama-k256 is the llama model at family_ref.K256 (every matrix a multiple of
+256 wide), which llama-quantize makes into real k-quants (run.sh).
 """
 import os
 import sys
@@ -39,7 +43,10 @@ def permute(w, n_head, n_head_kv):
 
 def main():
     fam, out = sys.argv[1], sys.argv[2]
-    cfg, w = family_ref.make_model(fam)
+    over = {}
+    if fam == "llama-k256":
+        fam, over = "llama", family_ref.K256
+    cfg, w = family_ref.make_model(fam, **over)
     arch = {"llama": "llama", "gemma": "gemma", "gemma2": "gemma2", "gptneox": "gptneox"}[fam]
     g = gguf.GGUFWriter(out, arch)
     d, H, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]

@@ -32,3 +32,16 @@ for f in llama gemma gemma2 gptneox; do
     } > "$OUT/$f.lcpp.logits"
     echo "wrote $OUT/$f.lcpp.gguf and $OUT/$f.lcpp.logits"
 done
+# k-quants: the llama model at family_ref.K256 quantized by llama-quantize
+# (its defaults for each type), and llama.cpp's logits of each file
+PYTHONPATH="$LLAMA_CPP/gguf-py" "$PYTHON" tests/peer/make_gguf.py llama-k256 "$TMP/k256.f32.gguf"
+for q in Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K; do
+    l=$(echo "$q" | tr 'A-Z' 'a-z')
+    "$LIB/llama-quantize" "$TMP/k256.f32.gguf" "$OUT/llama-k256.$l.lcpp.gguf" "$q" >"$TMP/quantize.log" 2>&1 ||
+        { cat "$TMP/quantize.log"; exit 1; }
+    {
+        echo "# llama.cpp $COMMIT logits of llama-k256.$l.lcpp.gguf for ids $IDS (F32 KV cache, 1 thread): one row per position"
+        "$TMP/llama_logits" "$OUT/llama-k256.$l.lcpp.gguf" "$IDS"
+    } > "$OUT/llama-k256.$l.lcpp.logits"
+    echo "wrote $OUT/llama-k256.$l.lcpp.gguf and $OUT/llama-k256.$l.lcpp.logits"
+done
