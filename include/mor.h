@@ -678,7 +678,7 @@ MOR_API mor_status mor_logprobs(const float *logits, int32_t n_vocab, mor_token 
  * Cost: masking walks the vocabulary's tokens sorted by their bytes and
  * reads each distinct prefix once, dropping every token under a prefix the
  * grammar refuses; docs/SERVING.md gives measured times. Memory is planned
- * at creation (about 1 MB of matcher state, and the vocabulary's bytes); a
+ * at creation (about 1.2 MB of matcher state, and the vocabulary's bytes); a
  * prefix that would nest deeper or stay ambiguous beyond that is treated as
  * not allowed. Time is bounded too: a mask or token takes at most 2^24
  * matcher steps (about 0.15 s on one AMD EPYC Zen 2 core; a JSON grammar's
