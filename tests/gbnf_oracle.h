@@ -131,7 +131,7 @@ static inline int gbo_add_prod(gbo_grammar *g, int lhs, const int *rhs, int n)
 {
     if (g->n_prod == GBO_MAX_PRODS || g->n_sym + n > GBO_MAX_SYMS) return -1;
     g->prod[g->n_prod++] = (gbo_prod){ lhs, g->n_sym, n };
-    memcpy(g->sym + g->n_sym, rhs, sizeof *rhs * (size_t)n);
+    if (n) memcpy(g->sym + g->n_sym, rhs, sizeof *rhs * (size_t)n);   /* rhs may be NULL for "" */
     g->n_sym += n;
     return 0;
 }
