@@ -29,7 +29,7 @@ typedef struct {
     /* rules being built: body[r] holds the alternatives, each ending with GEL_END */
     gvec     *body;
     char    **names;
-    uint8_t  *defined;
+    uint8_t  *defined;       /* 0: only referenced so far, 1: defined in the text, 2: a group's rule (rule_new) */
     int32_t   n_rules, cap_rules;
     uint32_t *ranges;
     int32_t   n_ranges, cap_ranges;
