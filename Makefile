@@ -426,14 +426,17 @@ clean:
 #   make rust-bindings    regenerate bindings/rust/mor-sys/src/bindings.rs
 #                         (Debian: bindgen)
 #   make rust-test        cargo test --offline of bindings/rust
-#   make python-test      the Python bindings' tests (bindings/python)
+#   make python-test      the Python bindings' tests (bindings/python), the
+#                         installed package's too (tests/test_python_package.py)
+#   make python-wheel     the Python package's wheel and sdist (which carries
+#                         the C sources) in $(OUT)/build/python/dist
 #   make cross-test ARCH=aarch64|armv7
 #                         cross-compile the library and the C tests (Debian:
 #                         gcc-aarch64-linux-gnu / gcc-arm-linux-gnueabihf) into
 #                         build/cross/ARCH and run them under qemu-user
 # make test runs tests/test_abi.sh, tests/test_rust.sh and
-# tests/test_python_bindings.py.
-.PHONY: check-abi update-abi api-doc rust-bindings rust-test python-test cross-test check-layers
+# tests/test_python_*.py.
+.PHONY: check-abi update-abi api-doc rust-bindings rust-test python-test python-wheel cross-test check-layers
 # docs/ARCHITECTURE.md; make test runs it too (tests/test_layers.py)
 check-layers:
 	python3 scripts/check_layers.py
@@ -456,6 +459,16 @@ rust-test: lib fixtures
 
 python-test: lib fixtures
 	@OUT="$(OUT)" CC="$(CC)" TEST_FILTER=test_python sh tests/run.sh
+
+# pip's in-tree backend (bindings/python/_build/mor_build.py) runs make for
+# the library itself, into $(OUT)/build/python; pip works offline here.
+PYDIST := $(OUT)/build/python/dist
+python-wheel:
+	rm -rf $(PYDIST)
+	mkdir -p $(PYDIST)
+	MOR_BUILD_OUT="$(abspath $(OUT))/build/python" python3 -m pip wheel --no-deps --no-index -w $(PYDIST) ./bindings/python
+	python3 -c 'import sys; sys.path.insert(0, "bindings/python/_build"); import mor_build; mor_build.build_sdist(sys.argv[1])' $(PYDIST)
+	@ls -l $(PYDIST)
 
 # Cross builds: another OUT, the cross compiler's own binutils, no OpenMP.
 # The fixtures are the host's (GGUF is little-endian on every target).

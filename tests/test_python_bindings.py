@@ -32,7 +32,6 @@ import unittest
 
 import testlib as t
 
-sys.path.insert(0, os.path.join(t.ROOT, "bindings", "python"))
 sys.path.insert(0, os.path.join(t.ROOT, "docs", "tools"))
 import mor_api  # noqa: E402
 
@@ -46,7 +45,7 @@ FIXDATA = os.path.join(t.ROOT, "tests", "data", "fixtures")
 
 
 t.reexec_under_asan()
-os.environ["MOR_LIB_PATH"] = LIB
+t.use_bindings()
 import mor  # noqa: E402
 from mor import _capi  # noqa: E402
 
@@ -855,6 +854,71 @@ class Tokenizer(unittest.TestCase):
     def test_out_of_range_id(self):
         with self.assertRaises(mor.OutOfRangeError):
             self.m.detokenize([100000])
+
+
+class NumPy(unittest.TestCase):
+    """numpy=True: ndarrays over the library's memory (or written by it),
+    array('f') copies without NumPy; float32 arrays taken without a copy."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.m = mor.Model(os.path.join(t.ROOT, "models", "brown-mor.gguf"))
+        cls.ctx = cls.m.context(n_ctx=64, capture_hidden=True)
+        cls.row = cls.ctx.decode_tokens(cls.m.tokenize("The jury said", add_bos=True))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ctx.close()
+        cls.m.close()
+
+    def need_numpy(self, what):
+        try:
+            import numpy
+        except ImportError:
+            self.skipTest("%s: NumPy is not installed for %s (Debian: apt-get install python3-numpy)" % (what, sys.executable))
+        return numpy
+
+    def test_without_numpy_arrays(self):
+        saved = list(mor._numpy_mod)
+        mor._numpy_mod[:] = [None]   # as without NumPy (MOR_TEST_NO_NUMPY=1 runs hide it for real)
+        try:
+            self.assertFalse(mor.have_numpy())
+            a = self.ctx.logits(self.row, numpy=True)
+            self.assertIsInstance(a, __import__("array").array)
+            self.assertEqual(list(a), list(self.ctx.logits(self.row)))
+            e = self.ctx.embeddings(0, numpy=True)
+            self.assertEqual((e.typecode, len(e)), ("f", self.m.n_embd))
+            self.assertEqual(list(e), list(self.ctx.embeddings(0)))
+        finally:
+            mor._numpy_mod[:] = saved
+
+    def test_views(self):
+        np = self.need_numpy("NumPy views of logits and hidden states")
+        a = self.ctx.logits(self.row, numpy=True)
+        self.assertIsInstance(a, np.ndarray)
+        self.assertEqual((a.dtype, a.shape), (np.float32, (self.m.n_vocab,)))
+        self.assertEqual(a.tolist(), list(self.ctx.logits(self.row)))
+        # no copy: the array's data is the context's own logits row
+        ptr = mor._lib.mor_get_logits(self.ctx._p, self.row)
+        self.assertEqual(a.ctypes.data, ctypes.cast(ptr, ctypes.c_void_p).value)
+        self.assertFalse(a.flags.writeable)
+        h = self.ctx.hidden(0, self.row, numpy=True)
+        self.assertEqual(h.tolist(), list(self.ctx.hidden(0, self.row)))
+        e = self.ctx.embeddings(0, numpy=True)
+        self.assertIsInstance(e, np.ndarray)
+        self.assertEqual(e.tolist(), list(self.ctx.embeddings(0)))
+        self.assertTrue(e.flags.writeable)
+
+    def test_arrays_in(self):
+        np = self.need_numpy("float32 arrays given to Sampler.sample and logprobs")
+        logits = self.ctx.logits(self.row, numpy=True)
+        ref = list(self.ctx.logits(self.row))
+        with mor.Sampler(seed=3, temperature=1.0) as a, mor.Sampler(seed=3, temperature=1.0) as b:
+            self.assertEqual([a.sample(logits) for _ in range(5)], [b.sample(ref) for _ in range(5)])
+        self.assertEqual(mor.logprobs(logits, 5, 3), mor.logprobs(ref, 5, 3))
+        self.assertEqual(mor.logprobs(logits.astype(np.float64), 5, 3), mor.logprobs(ref, 5, 3))   # converted
+        with self.assertRaises(ValueError):
+            mor.logprobs(np.zeros(0, dtype=np.float32))
 
 
 class Checks(unittest.TestResult):

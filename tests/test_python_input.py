@@ -17,9 +17,8 @@ import warnings
 
 import testlib as t
 
-sys.path.insert(0, os.path.join(t.ROOT, "bindings", "python"))
 t.reexec_under_asan()   # under SANITIZE=1 the library is an ASan build
-os.environ.setdefault("MOR_LIB_PATH", os.path.join(t.OUT, "lib"))
+t.use_bindings()
 import mor  # noqa: E402
 
 BROWN = os.path.join(t.ROOT, "models", "brown-mor.gguf")

@@ -97,13 +97,31 @@ def libmor_path():
     return os.path.join(OUT, "lib", "libmor.so." + ".".join(v))
 
 
-def import_mor():
-    """The Python bindings (bindings/python/mor) on the libmor.so make built."""
-    reexec_under_asan()
+# MOR_TEST_INSTALLED=1 (tests/test_python_package.py): the tests run on the
+# package pip installed into this interpreter's environment, not on the source.
+INSTALLED = os.environ.get("MOR_TEST_INSTALLED") == "1"
+
+
+def use_bindings():
+    """Make `import mor` find the package under test: bindings/python on the
+    libmor.so make built, or under INSTALLED the installed package with the
+    library inside it. MOR_TEST_NO_NUMPY=1 hides NumPy, as if not installed."""
+    if os.environ.get("MOR_TEST_NO_NUMPY") == "1":
+        sys.modules["numpy"] = None   # import numpy now raises ImportError
+    if INSTALLED:
+        os.environ.pop("MOR_LIB_PATH", None)
+        return
     os.environ["MOR_LIB_PATH"] = libmor_path()
     sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+
+
+def import_mor():
+    """The Python bindings (see use_bindings)."""
+    reexec_under_asan()
+    use_bindings()
     import mor
     return mor
+
 
 
 def finish():

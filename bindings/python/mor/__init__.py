@@ -33,6 +33,7 @@ __all__ = [
     "Model", "Context", "Batch", "Sampler", "Router", "KVCache", "Token", "RouterStats", "Server",
     "logprobs", "Logprobs", "json_schema_to_grammar",
     "MorError", "LibraryError", "version", "build_info", "set_log", "max_recursions", "ABI_VERSION",
+    "have_numpy", "Llama", "LlamaGrammar",
 ]
 
 # ---------------------------------------------------------------------------
@@ -100,6 +101,40 @@ def _check(status):
     if status < 0:
         raise _error(status)
     return status
+
+
+_numpy_mod = []
+
+
+def _numpy():
+    """NumPy, imported on first use, or None when it is not installed."""
+    if not _numpy_mod:
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+        _numpy_mod.append(numpy)
+    return _numpy_mod[0]
+
+
+def have_numpy():
+    """True when NumPy can be imported: the numpy=True methods then return
+    numpy.ndarray (float32) instead of array('f')."""
+    return _numpy() is not None
+
+
+def _floats(ptr, n, numpy, owner):
+    """n floats at ptr: a read-only float32 ndarray over that memory (no
+    copy; it keeps owner alive) when numpy and NumPy is installed, else a
+    copy as array('f')."""
+    np = _numpy() if numpy else None
+    if np is None:
+        return array.array("f", ctypes.string_at(ptr, 4 * n))
+    buf = (ctypes.c_float * n).from_address(ctypes.cast(ptr, ctypes.c_void_p).value)
+    buf._mor_owner = owner   # the context must outlive the view
+    a = np.frombuffer(buf, dtype=np.float32)
+    a.flags.writeable = False
+    return a
 
 
 class ClosedError(ValueError):
@@ -472,21 +507,7 @@ class Sampler(_Handle):
             _check(_lib.mor_sampler_sample(self._p, masked, n, ctypes.byref(t)))
             grammar.accept(t.value)
             return t.value
-        if isinstance(logits, tuple):
-            ctx, row = logits
-            ptr = _lib.mor_get_logits(ctx._p, row)
-            if not ptr:
-                raise InvalidArgError(-1, "row %d of the last decode has no logits" % row)
-            n = ctx.model.n_vocab
-        else:
-            try:
-                a = array.array("f", logits)
-            except TypeError as e:
-                raise TypeError("Sampler.sample: logits must be a sequence of numbers (%s)" % e)
-            n = len(a)
-            if n == 0:
-                raise ValueError("Sampler.sample: no logits")
-            ptr = (ctypes.c_float * n).from_buffer(a)
+        ptr, n, _keep = _logits_ptr(logits, "Sampler.sample")
         t = ctypes.c_int32()
         _check(_lib.mor_sampler_sample(self._p, ptr, n, ctypes.byref(t)))
         return t.value
@@ -553,6 +574,24 @@ class Grammar(_Handle):
         _lib.mor_grammar_reset(self._p)
 
 
+def _float_buffer(obj):
+    """(pointer, n, keep) over a 1-D C-contiguous float32 buffer (array('f'),
+    a numpy.float32 array, ...) without copying it; None for anything else."""
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        return None
+    if mv.format != "f" or mv.ndim != 1 or not mv.c_contiguous:
+        return None
+    n = mv.shape[0]
+    if not mv.readonly:
+        return (ctypes.c_float * n).from_buffer(mv), n, mv
+    np = _numpy()
+    if np is not None and isinstance(obj, np.ndarray):   # a read-only view: its address, kept alive
+        return ctypes.cast(obj.ctypes.data, ctypes.POINTER(ctypes.c_float)), n, obj
+    return None
+
+
 def _logits_ptr(logits, what):
     """(pointer, n_vocab, keep) of logits: a sequence of floats or (context, row)."""
     if isinstance(logits, tuple):
@@ -561,6 +600,11 @@ def _logits_ptr(logits, what):
         if not ptr:
             raise InvalidArgError(-1, "row %d of the last decode has no logits" % row)
         return ptr, ctx.model.n_vocab, None
+    direct = _float_buffer(logits)
+    if direct is not None:
+        if direct[1] == 0:
+            raise ValueError("%s: no logits" % what)
+        return direct
     try:
         a = array.array("f", logits)
     except TypeError as e:
@@ -635,18 +679,19 @@ class Context(_Handle):
     n_ctx (KV cells), n_batch (tokens per decode), n_seq_max, kv_mode
     (KV_*), n_threads, max_pos (positions must stay below it; 0: the
     model's training context, < 0: no limit), n_outputs (rows of one
-    decode that may ask for logits; default n_batch); capture_hidden keeps
+    decode that may ask for logits; default n_batch), kv_type (KV_TYPE_F32,
+    KV_TYPE_F16 or KV_TYPE_Q8_0; default F32); capture_hidden keeps
     hidden states for hidden(); fast_bf16 runs BF16 weights on bfloat16-rounded
     activations (MOR_CTX_FAST_BF16); abort() returning true stops a decode."""
     _kind = "context"
 
     def __init__(self, model, n_ctx=None, n_batch=None, n_seq_max=None, kv_mode=None, n_threads=None,
-                 max_pos=None, capture_hidden=False, abort=None, n_outputs=None, fast_bf16=False):
+                 max_pos=None, capture_hidden=False, abort=None, n_outputs=None, fast_bf16=False, kv_type=None):
         cp = _capi.ContextParams()
         _lib.mor_context_params_init(ctypes.byref(cp), ctypes.sizeof(cp))
         _capi.set_fields(cp, (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_seq_max", n_seq_max),
                               ("kv_mode", kv_mode), ("n_threads", n_threads), ("max_pos", max_pos),
-                              ("n_outputs", n_outputs)), "Context")
+                              ("n_outputs", n_outputs), ("kv_type", kv_type)), "Context")
         if capture_hidden:
             cp.flags |= CTX_CAPTURE_HIDDEN
         if fast_bf16:
@@ -683,13 +728,15 @@ class Context(_Handle):
         """Run the model over a Batch, appending to the KV cache."""
         _check(_lib.mor_decode(self._p, batch._p))
 
-    def logits(self, row):
-        """A copy (array of float32) of row's logits from the last decode."""
+    def logits(self, row, numpy=False):
+        """Row's logits from the last decode: a copy as array('f'); with
+        numpy=True (and NumPy installed) a read-only numpy.ndarray over the
+        context's own memory, no copy, valid until the next decode on this
+        context or its close() (copy it to keep it longer)."""
         ptr = _lib.mor_get_logits(self._p, row)
         if not ptr:
             raise OutOfRangeError(-9, "row %d of the last decode has no logits" % row)
-        n = self.model.n_vocab
-        return array.array("f", ctypes.string_at(ptr, 4 * n))
+        return _floats(ptr, self.model.n_vocab, numpy, self)
 
     def speculate(self, token, pos, sampler, n_draft=4, draft_depth=1, grammar=None, n_max=None, seq=0):
         """One step of self-speculative decoding (mor_speculate): token (sampled,
@@ -709,28 +756,32 @@ class Context(_Handle):
                                   ctypes.byref(n_out), ctypes.byref(acc)))
         return list(out[:n_out.value]), acc.value
 
-    def hidden(self, boundary, row):
-        """A copy of row's hidden state at a capture point (capture_hidden=True)."""
+    def hidden(self, boundary, row, numpy=False):
+        """Row's hidden state at a capture point (capture_hidden=True): a copy
+        as array('f'), or with numpy=True a read-only ndarray view valid as
+        logits(numpy=True)'s."""
         ptr = _lib.mor_get_hidden(self._p, boundary, row)
         if not ptr:
             raise OutOfRangeError(-9, "no hidden state for boundary %d row %d" % (boundary, row))
-        return array.array("f", ctypes.string_at(ptr, 4 * self.model.n_embd))
+        return _floats(ptr, self.model.n_embd, numpy, self)
 
-    def embeddings(self, seq=0, pooling="mean", normalize=True):
-        """Sequence seq's embedding (array of float32, n_embd) from the last
-        decode: its rows' final hidden states pooled ("mean" or "last"),
-        scaled to unit length when normalize (capture_hidden=True)."""
+    def embeddings(self, seq=0, pooling="mean", normalize=True, numpy=False):
+        """Sequence seq's embedding (n_embd float32) from the last decode: its
+        rows' final hidden states pooled ("mean" or "last"), scaled to unit
+        length when normalize (capture_hidden=True). array('f'), or with
+        numpy=True (and NumPy installed) a new ndarray the library wrote."""
         pools = {"mean": POOL_MEAN, "last": POOL_LAST}
         if pooling not in pools:
             raise ValueError("pooling must be 'mean' or 'last', not %r" % (pooling,))
         _capi.check_value(ctypes.c_int32, seq, "seq")
         n = self.model.n_embd
-        out = (ctypes.c_float * n)()
-        _check(_lib.mor_embeddings_seq(self._p, seq, pools[pooling],
-                                       EMBD_NORMALIZE if normalize else 0, out, n))
-        return array.array("f", bytes(out))
+        np = _numpy() if numpy else None
+        out = np.empty(n, dtype=np.float32) if np is not None else array.array("f", bytes(4 * n))
+        _check(_lib.mor_embeddings_seq(self._p, seq, pools[pooling], EMBD_NORMALIZE if normalize else 0,
+                                       (ctypes.c_float * n).from_buffer(out), n))
+        return out
 
-    def embed(self, tokens, seq=0, pooling="mean", normalize=True):
+    def embed(self, tokens, seq=0, pooling="mean", normalize=True, numpy=False):
         """The embedding of token ids: decoded in one batch under seq (which
         must be empty and is emptied again), then pooled as embeddings()."""
         tokens = list(tokens)
@@ -746,7 +797,7 @@ class Context(_Handle):
                 b.add(t, i, seq, False)
             self.decode(b)   # a failed decode leaves the cache as it was: seq empty
             try:
-                return self.embeddings(seq, pooling, normalize)
+                return self.embeddings(seq, pooling, normalize, numpy)
             finally:
                 self.kv.seq_rm(seq, -1, -1)
         finally:
@@ -1235,3 +1286,7 @@ class Server(_Handle):
     def release(self, rid):
         """Forget a finished or cancelled request."""
         _check(_lib.mor_server_release(self._p, rid))
+
+
+# llama-cpp-python's API (mor.llama), built on the classes above
+from .llama import Llama, LlamaGrammar, LLAMA_DEFAULT_SEED  # noqa: E402
