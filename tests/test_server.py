@@ -845,10 +845,12 @@ def drip(srv, head, pieces, every=0.25):
 
 def test_connection_limits():
     """Slow or idle clients cannot lock others out (each bounded, on
-    loopback): a head or body has --timeout in all, not per read; one address
-    has at most --max-conns-per-client; a full server closes its oldest
-    connection without a whole request for a new one; 503 only when every
-    connection holds a request in progress (held by the test hook)."""
+    loopback): a head or body has --timeout in all, not per read; at
+    --max-conns-per-client (one address) or --max-conns (all) the oldest
+    connection there without a whole request is closed for a new one (408
+    if it had begun one); 503 only when every such connection holds a
+    request in progress (held by the test hook), and GET /health is answered
+    even then."""
     srv = sl.Server(["--timeout", "2", "-q"])
     out, secs = drip(srv, b"GET /health HTTP/1.1\r\nHost: a\r\n", lambda k: b"X-Drip-%d: 1\r\n" % k)
     t.check(out.startswith(b"HTTP/1.1 408") and secs < 30,
@@ -872,11 +874,44 @@ def test_connection_limits():
     srv.stop()
 
     srv = sl.Server(["--max-conns", "8", "--max-conns-per-client", "2", "-q"])
-    mine = [socket.create_connection((srv.host, srv.port)) for _ in range(2)]
-    out = srv.raw(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
+    idle = socket.create_connection((srv.host, srv.port))
+    slow = socket.create_connection((srv.host, srv.port))
+    slow.sendall(b"GET /v1/models HTTP/1.1\r\nHost: a\r\n")   # a head begun, never finished
+    # the accept thread takes connections in order: both are registered before the third
+    third = socket.create_connection((srv.host, srv.port), timeout=60 * sl.SLOW)
+    third.sendall(b"GET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n")   # answered, then kept alive
+    out = b""
+    while b"\r\n\r\n" not in out:
+        out += third.recv(65536)
+    t.check(out.startswith(b"HTTP/1.1 200") and closed_by_server(idle),
+            "--max-conns-per-client 2 held by an idle and a slow connection: a third from the same address is "
+            "served, the oldest (idle) one closed for it")
+    # now the slow one is the oldest of the two without a request in hand
+    out = srv.raw(b"GET /v1/models HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    late = b""
+    slow.settimeout(60 * sl.SLOW)
+    try:
+        while True:
+            b = slow.recv(65536)
+            if not b:
+                break
+            late += b
+    except OSError:
+        pass
+    t.check(out.startswith(b"HTTP/1.1 200") and late.startswith(b"HTTP/1.1 408") and
+            b"--max-conns-per-client" in late,
+            "... and a fourth too, the slow one closed with 408 naming --max-conns-per-client (%r)" % late[-200:])
+    for s in (idle, slow, third):
+        s.close()
+    srv.stop()
+
+    srv = sl.Server(["--max-conns", "8", "--max-conns-per-client", "2", "--slots", "4", "-q", "--test-hooks"])
+    busy = [open_stream(srv, dict(HELD, stream=True, seed=3 + k))[0] for k in range(2)]
+    out = srv.raw(b"GET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n")
+    health = srv.raw(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
     try:
         other = socket.create_connection((srv.host, srv.port), timeout=60 * sl.SLOW, source_address=("127.0.0.2", 0))
-        other.sendall(b"GET /health HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        other.sendall(b"GET /v1/models HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
         got = b""
         while True:
             b = other.recv(65536)
@@ -886,20 +921,25 @@ def test_connection_limits():
         other.close()
     except OSError as e:
         got = repr(e).encode()
-    for s in mine:
+    for s in busy:
         s.close()
     t.check(out.startswith(b"HTTP/1.1 503") and b"--max-conns-per-client" in out,
-            "--max-conns-per-client 2: a third connection from 127.0.0.1 gets 503 naming it")
-    t.check(got.startswith(b"HTTP/1.1 200"), "... while a client from 127.0.0.2 is served (%r)" % got[:40])
+            "--max-conns-per-client 2, both with a request in progress: a third from 127.0.0.1 gets 503 naming it")
+    t.check(health.startswith(b"HTTP/1.1 200") and b'"slots_processing":2' in health,
+            "... while its GET /health is answered all the same (%r)" % health[-80:])
+    t.check(got.startswith(b"HTTP/1.1 200"), "... and a client from 127.0.0.2 is served (%r)" % got[:40])
     srv.stop()
 
     srv = sl.Server(["--max-conns", "3", "--max-conns-per-client", "0", "--slots", "4", "-q", "--test-hooks"])
     busy = [open_stream(srv, dict(HELD, stream=True, seed=3 + k))[0] for k in range(3)]
-    out = srv.raw(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
+    out = srv.raw(b"GET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n")
+    health = srv.raw(b"GET /health HTTP/1.1\r\nHost: a\r\n\r\n")
     t.check(out.startswith(b"HTTP/1.1 503") and b"server_busy" in out and b"in progress" in out,
             "--max-conns 3, each with a request in progress: a 4th connection gets 503 server_busy")
+    t.check(health.startswith(b"HTTP/1.1 200") and b'"status":"ok"' in health,
+            "... but GET /health on it is answered: a busy server is alive")
     busy[0].close()
-    back = wait_for(lambda: srv.request("GET", "/health")[0] == 200)
+    back = wait_for(lambda: srv.request("GET", "/v1/models")[0] == 200)
     for s in busy[1:]:
         s.close()
     t.check(back, "and once one closes a new connection is served again")

@@ -142,6 +142,23 @@ static void reject(conn *c, request *rq, int status, const char *msg)
     conn_error(c, rq, status, NULL, NULL, "%s", msg);
 }
 
+/* fill() gave up (r, not 1) in the middle of a request: 408 when the time
+ * ran out, or when the accept thread closed our input to make room for a
+ * new connection (the client is told why); nothing when the peer closed. */
+static void cut_short(conn *c, request *rq, int r, const char *timed_out)
+{
+    pthread_mutex_lock(&S.mu);
+    int why = c->evicted;
+    pthread_mutex_unlock(&S.mu);
+    if (!rq->t_start) rq->t_start = engine_now();
+    if (why == EVICT_CLIENT_CAP)
+        reject(c, rq, 408, "closed to make room for a new connection from this address (--max-conns-per-client)");
+    else if (why == EVICT_SERVER_CAP)
+        reject(c, rq, 408, "closed to make room for a new connection (--max-conns)");
+    else if (r == -1)
+        reject(c, rq, 408, timed_out);
+}
+
 /* Serve one request. 0 to go on with the next one, -1 to close. */
 static int one_request(conn *c)
 {
@@ -163,7 +180,7 @@ static int one_request(conn *c)
         int r = fill(c, idle, deadline);
         if (r == 1 && idle) deadline = (rq.t_start = engine_now()) + S.o.timeout_s;
         if (r == 1) continue;
-        if (r == -1 && !idle) { rq.t_start = engine_now(); reject(c, &rq, 408, "timed out reading the request"); }
+        if (!idle) cut_short(c, &rq, r, "timed out reading the request");
         return -1;
     }
     if (!rq.t_start) rq.t_start = engine_now();
@@ -211,7 +228,7 @@ static int one_request(conn *c)
             int f = fill(c, 0, body_deadline);
             if (f != 1) {
                 buf_free(&body);
-                if (f == -1) reject(c, &rq, 408, "timed out reading the request body");
+                cut_short(c, &rq, f, "timed out reading the request body");
                 return -1;
             }
         }
@@ -226,7 +243,7 @@ static int one_request(conn *c)
         while (c->in.len < need) {
             int f = fill(c, 0, body_deadline);
             if (f != 1) {
-                if (f == -1) reject(c, &rq, 408, "timed out reading the request body");
+                cut_short(c, &rq, f, "timed out reading the request body");
                 return -1;
             }
         }

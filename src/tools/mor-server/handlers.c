@@ -124,20 +124,27 @@ static void handle_models(conn *c, request *rq)
     buf_free(&b);
 }
 
-static void handle_health(conn *c, request *rq)
+int health_json(buf *b)
 {
     engine_stats st;
     engine_get_stats(S.eng, &st);
-    buf b = { 0 };
+    int draining = atomic_load(&S.draining);
     jsonw w;
-    jw_init(&w, &b);
+    jw_init(&w, b);
     jw_obj(&w);
-    jw_key(&w, "status"); jw_str(&w, atomic_load(&S.draining) ? "draining" : "ok");
+    jw_key(&w, "status"); jw_str(&w, draining ? "draining" : "ok");
     jw_key(&w, "slots_processing"); jw_int(&w, st.running);
     jw_key(&w, "slots_idle"); jw_int(&w, S.o.n_slots - st.running > 0 ? S.o.n_slots - st.running : 0);
     jw_key(&w, "queued"); jw_int(&w, st.queued);
     jw_obj_end(&w);
-    send_json(c, rq, atomic_load(&S.draining) ? 503 : 200, &b);
+    return draining ? 503 : 200;
+}
+
+static void handle_health(conn *c, request *rq)
+{
+    buf b = { 0 };
+    int status = health_json(&b);
+    send_json(c, rq, status, &b);
     buf_free(&b);
 }
 

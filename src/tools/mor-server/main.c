@@ -60,7 +60,7 @@ static void usage(FILE *f)
         "                          oldest without a whole request (idle, or slow to send one) is\n"
         "                          closed for a new one; if every one holds a request: 503\n"
         "  --max-conns-per-client N  open connections from one address at most (default: half of\n"
-        "                          --max-conns; 0: no cap); more get 503\n"
+        "                          --max-conns; 0: no cap); at it, the same within the address\n"
         "  --max-queue N           requests waiting for a slot at most (default 256; more get 503)\n"
         "  --timeout S             seconds an idle keep-alive connection waits for a request, and\n"
         "                          a request's head, then its body, may take in all (default 30)\n"
@@ -238,14 +238,23 @@ static int inspect_model(void)
     return 0;
 }
 
-/* Connections refused for --max-conns: answered with 503 at once, then
- * closed once the client has read it and closed too (or after a second),
- * so that the answer is not lost to a reset; polled by the accept loop. */
+/* Connections refused (--max-conns, --max-conns-per-client): kept for up to
+ * a second while their request line comes. GET /health is answered as
+ * always (a load balancer must see a busy server as alive, not down), any
+ * other request gets 503; then each is closed once the client has read the
+ * answer and closed too (or after a second), so that the answer is not lost
+ * to a reset. Polled by the accept loop. */
 enum { MAX_CLOSING = 64 };
-static struct { int fd; double until; } closing[MAX_CLOSING];
+static struct {
+    int         fd, answered;
+    double      until;
+    size_t      n;
+    char        line[24];   /* the start of the request line, enough to see "GET /health " */
+    const char *why;
+} closing[MAX_CLOSING];
 static int n_closing;
 
-static void refuse(int fd, const char *why)
+static void send_busy(int fd, const char *why)
 {
     char body[200], busy[512];
     int nb = snprintf(body, sizeof body, "{\"error\":{\"message\":\"%s\",\"type\":\"server_busy\",\"param\":null,"
@@ -254,24 +263,68 @@ static void refuse(int fd, const char *why)
                      "Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", nb, body);
     if (send(fd, busy, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {}
     count_request(EP_OTHER, 503);
-    shutdown(fd, SHUT_WR);
-    if (n_closing == MAX_CLOSING) { close(fd); return; }
+}
+
+static void send_health(int fd)
+{
+    buf b = { 0 }, out = { 0 };
+    int status = health_json(&b);
+    buf_puts(&b, "\n");
+    buf_printf(&out, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\n"
+               "Content-Length: %zu\r\n\r\n", status, status == 200 ? "OK" : "Service Unavailable", b.len);
+    buf_put(&out, b.p, b.len);
+    if (buf_ok(&out) && send(fd, out.p, out.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {}
+    count_request(EP_HEALTH, status);
+    buf_free(&b);
+    buf_free(&out);
+}
+
+static void refuse(int fd, const char *why)
+{
+    if (n_closing == MAX_CLOSING) { send_busy(fd, why); close(fd); return; }
     closing[n_closing].fd = fd;
+    closing[n_closing].answered = 0;
+    closing[n_closing].n = 0;
+    closing[n_closing].why = why;
     closing[n_closing].until = engine_now() + 1.0;
     n_closing++;
 }
 
-/* Read and drop what refused clients send; close them at EOF or time.
- * Backwards, so that moving the last entry into a freed place never moves
- * one not yet looked at (p[i] is closing[i] as polled). */
+/* A refused connection's answer, once its request line (or its end, or the
+ * second) has come. */
+static void answer_refused(int i)
+{
+    static const char health[] = "GET /health ";
+    size_t k = sizeof health - 1;
+    if (closing[i].n >= k && !memcmp(closing[i].line, health, k)) send_health(closing[i].fd);
+    else send_busy(closing[i].fd, closing[i].why);
+    shutdown(closing[i].fd, SHUT_WR);
+    closing[i].answered = 1;
+    closing[i].until = engine_now() + 1.0;
+}
+
+/* Read what refused clients send: the request line, then (answered) drop
+ * the rest; close them at EOF or time. Backwards, so that moving the last
+ * entry into a freed place never moves one not yet looked at (p[i] is
+ * closing[i] as polled). */
 static void reap_closing(const struct pollfd *p)
 {
     double now = engine_now();
     for (int i = n_closing - 1; i >= 0; i--) {
-        char junk[4096];
-        int done = now > closing[i].until;
-        if (!done && (p[i].revents & (POLLIN | POLLHUP | POLLERR)))
-            done = recv(closing[i].fd, junk, sizeof junk, MSG_DONTWAIT) <= 0;
+        int ready = (p[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0, done = 0;
+        if (!closing[i].answered) {
+            ssize_t r = 0;
+            size_t room = sizeof closing[i].line - closing[i].n;
+            if (ready) r = recv(closing[i].fd, closing[i].line + closing[i].n, room, MSG_DONTWAIT);
+            if (r > 0) closing[i].n += (size_t)r;
+            if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) done = 1;
+            else if ((ready && r == 0) || closing[i].n == sizeof closing[i].line ||
+                     memchr(closing[i].line, '\n', closing[i].n) || now > closing[i].until)
+                answer_refused(i);
+        } else {
+            char junk[4096];
+            done = now > closing[i].until || (ready && recv(closing[i].fd, junk, sizeof junk, MSG_DONTWAIT) <= 0);
+        }
         if (done) {
             close(closing[i].fd);
             closing[i] = closing[--n_closing];
@@ -279,27 +332,43 @@ static void reap_closing(const struct pollfd *p)
     }
 }
 
+/* Close c to make room for a new connection (under S.mu): its thread sees
+ * the end of its input, answers a request it had begun with 408 and ends. */
+static void evict(conn *c, int why)
+{
+    c->evicted = why;
+    S.n_evicted++;
+    shutdown(c->fd, SHUT_RD);
+}
+
 /* Under S.mu: may a connection from `host` be taken? NULL yes, else why
- * not: the client has --max-conns-per-client open, or every connection holds
- * a whole request. When the server is full, the oldest connection without a
- * whole request in hand (idle, or a slow head or body) is shut down to make
- * room, as nginx does, so that slow clients cannot lock everyone out. */
+ * not. At a cap (the client's --max-conns-per-client, or the server's
+ * --max-conns) the oldest connection there without a whole request in
+ * hand (idle, or a slow head or body) is closed to make room, as nginx
+ * does, so that slow clients can lock out neither others nor their own
+ * address; only when every such connection holds a request is the new one
+ * refused. */
 static const char *admit(const char *host)
 {
     int32_t mine = 0;
-    conn *oldest = NULL;
+    conn *oldest = NULL, *oldest_mine = NULL;
     for (conn *c = S.conns; c; c = c->next) {
         if (c->evicted) continue;
-        mine += !strcmp(c->host, host);
-        if (!c->in_request && (!oldest || c->since <= oldest->since)) oldest = c;
+        int same = !strcmp(c->host, host);
+        mine += same;
+        if (c->in_request) continue;
+        if (!oldest || c->since <= oldest->since) oldest = c;
+        if (same && (!oldest_mine || c->since <= oldest_mine->since)) oldest_mine = c;
     }
-    if (S.o.max_conns_per_client && mine >= S.o.max_conns_per_client)
-        return "too many connections from this address (--max-conns-per-client)";
+    if (S.o.max_conns_per_client && mine >= S.o.max_conns_per_client) {
+        if (!oldest_mine) return "too many connections from this address, each with a request in progress "
+                                 "(--max-conns-per-client)";
+        evict(oldest_mine, EVICT_CLIENT_CAP);
+        return NULL;
+    }
     if (S.n_conns - S.n_evicted < S.o.max_conns) return NULL;
     if (!oldest) return "too many connections, each with a request in progress (--max-conns)";
-    oldest->evicted = 1;
-    S.n_evicted++;
-    shutdown(oldest->fd, SHUT_RDWR);   /* its thread sees the end, unregisters and closes */
+    evict(oldest, EVICT_SERVER_CAP);
     return NULL;
 }
 

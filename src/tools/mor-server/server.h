@@ -32,6 +32,9 @@ typedef struct {
     int32_t     test_hooks;   /* --test-hooks: the request field "test_hold" (tests only) */
 } options;
 
+/* Why the accept thread closed a connection (conn.evicted). */
+enum { EVICT_NONE, EVICT_SERVER_CAP, EVICT_CLIENT_CAP };
+
 /* The HTTP counters of /metrics: requests by endpoint and status. */
 enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS, EP_EMBEDDINGS, EP_OTHER,
        EP_N };
@@ -70,7 +73,7 @@ typedef struct conn {
      * a head or body), so slow or idle clients cannot lock others out. */
     int          in_request;   /* a whole request received, not yet answered */
     double       since;        /* when it began waiting for its current request */
-    int          evicted;      /* shut down by the accept thread */
+    int          evicted;      /* closed by the accept thread to make room: an EVICT_* */
     buf          in;           /* bytes received, not yet consumed */
     buf          out;          /* a response being built */
     int          gone;         /* the peer closed or an I/O error */
@@ -101,6 +104,8 @@ void  count_request(int ep, int status);
 /* handlers.c */
 int   endpoint_of(const char *path);
 void  handle(conn *c, request *rq, const char *body, size_t n);
+/* GET /health's JSON into b; its status (200, or 503 while draining). */
+int   health_json(buf *b);
 /* The body as a JSON object whose keys are all in `allowed` (NULL-ended);
  * NULL after answering 400. */
 struct json;
