@@ -325,7 +325,6 @@ BAD = [
     ('{"max_tokens": 4}', 400, "prompt"),
     ('{"prompt": "x", "max_tokens": 256}', 400, "prompt"),
     ('{"prompt": "x", "stream_options": {"include_usage": true}}', 400, "stream_options"),
-    ('{"prompt": "x", "model": "gpt-4"}', 404, "model"),
     ('{"prompt": "x" "y"}', 400, None),
     ('{"prompt": "x",}', 400, None),
     ('[1, 2]', 400, None),
@@ -1234,8 +1233,11 @@ def test_embeddings(srv):
         st, r = srv.json("POST", "/v1/embeddings", body)
         t.check(st == 400 and r["error"]["param"] == param, "POST /v1/embeddings %s: 400 naming %s (%s)" %
                 (json.dumps(body)[:40], param, r["error"]["message"][:60] if st == 400 else st))
+    st, r = srv.json("POST", "/v1/embeddings", {"input": list(range(2, 2 + 300))})
+    t.check(st == 400 and "the context" in r["error"]["message"] and "--batch" not in r["error"]["message"],
+            "an input longer than the context (256 < --batch 512): the error names the context, not --batch")
     st, r = srv.json("POST", "/v1/embeddings", {"input": "x", "model": "gpt-4"})
-    t.check(st == 404 and r["error"]["code"] == "model_not_found", "POST /v1/embeddings of another model: 404")
+    t.check(st == 200 and r["model"] == "brown-mor", "POST /v1/embeddings naming another model: served (as llama-server)")
     st, _ = srv.json("GET", "/v1/embeddings")
     t.check(st == 405, "GET /v1/embeddings: 405")
     st, r = srv.json("POST", "/v1/embeddings", {"input": texts[0]})
@@ -1373,6 +1375,54 @@ def test_drain():
     t.check(rc == 0 and "stopped" in srv.log_text(), "SIGTERM: exit status 0 once drained")
 
 
+def test_llama_server_conventions(srv):
+    """What llama-server's users rely on: any model name, CORS, its metric
+    names (the default server); its option spellings, --reject-unknown-model,
+    --cors-origins lists and a preflight without the API key (servers of
+    their own)."""
+    st, r = srv.json("POST", "/v1/completions", {"prompt": "The jury", "max_tokens": 2, "model": "gpt-3.5-turbo"})
+    t.check(st == 200 and r["model"] == "brown-mor", "a request naming gpt-3.5-turbo is served by the one model")
+    st, h, _ = srv.request("GET", "/v1/models", headers={"Origin": "https://app.example"})
+    t.check(st == 200 and h.get("access-control-allow-origin") == "*", "--cors-origins * (default): Allow-Origin *")
+    st, h, data = srv.request("OPTIONS", "/v1/chat/completions",
+                              headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                                       "Access-Control-Request-Headers": "authorization, content-type"})
+    t.check(st == 204 and data == b"" and "POST" in h.get("access-control-allow-methods", "") and
+            h.get("access-control-allow-headers") == "authorization, content-type" and
+            h.get("access-control-allow-origin") == "*", "OPTIONS preflight: 204, methods, the asked headers")
+    st, h, data = srv.request("GET", "/metrics")
+    text = data.decode()
+    names = ("prompt_tokens_total", "tokens_predicted_total", "n_decode_total", "requests_processing",
+             "requests_deferred", "n_busy_slots_per_decode", "predicted_tokens_seconds")
+    missing = [n for n in names if "\nllamacpp:%s " % n not in text]
+    gen = re.search(r"\nllamacpp:tokens_predicted_total (\S+)", text)
+    mine = re.search(r"\nmor_tokens_generated_total (\S+)", text)
+    t.check(not missing and gen and mine and float(gen.group(1)) == float(mine.group(1)),
+            "/metrics: llama-server's llamacpp:* names beside mor_* (%s missing)" % missing)
+
+    other = sl.Server(["-np", "2", "-c", "512", "-b", "64", "-a", "court", "--reject-unknown-model",
+                       "--api-key", "k3y", "--cors-origins", "https://a.example, http://localhost:3000", "-q"])
+    key = {"Authorization": "Bearer k3y"}
+    st, h = other.json("GET", "/health")
+    st2, p = other.json("GET", "/props", headers=key)
+    t.check(st == 200 and h["slots_idle"] == 2 and st2 == 200 and p.get("model_alias") == "court",
+            "-np 2 -c 512 -b 64 -a court: llama-server's spellings of --slots, --ctx, --batch, --alias")
+    st, r = other.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1, "model": "gpt-4"}, headers=key)
+    st2, r2 = other.json("POST", "/v1/embeddings", {"input": "x", "model": "gpt-4"}, headers=key)
+    t.check(st == 404 and r["error"]["code"] == "model_not_found" and st2 == 404,
+            "--reject-unknown-model: another model's name gets 404 model_not_found (completions, embeddings)")
+    st, r = other.json("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1, "model": "court"}, headers=key)
+    t.check(st == 200, "... and the alias is served")
+    st, h, _ = other.request("OPTIONS", "/v1/completions", headers={"Origin": "http://localhost:3000"})
+    t.check(st == 204 and h.get("access-control-allow-origin") == "http://localhost:3000" and
+            "origin" in h.get("vary", "").lower(), "--cors-origins list: a listed origin's preflight, without the key")
+    st, h, _ = other.request("GET", "/health", headers={"Origin": "https://evil.example"})
+    t.check(st == 200 and "access-control-allow-origin" not in h, "... an origin not listed gets no Allow-Origin")
+    st, h, _ = other.request("GET", "/v1/models", headers=dict(key, Origin="https://a.example"))
+    t.check(st == 200 and h.get("access-control-allow-origin") == "https://a.example", "... a listed one gets its own")
+    other.stop()
+
+
 # ---------------------------------------------------------------------------------
 
 def main():
@@ -1384,7 +1434,7 @@ def main():
     try:
         srv = sl.Server(["--slots", "4", "--max-body", "65536", "--test-hooks"])
         for f in (test_basics, test_mor_run, test_stream, test_prompt_reuse, test_speculation, test_n_choices, test_grammar, test_errors, test_http, test_llama_endpoints,
-                  test_embeddings,
+                  test_embeddings, test_llama_server_conventions,
                   test_disconnect,
                   test_curl, test_node):
             f(srv)

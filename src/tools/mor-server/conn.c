@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "cors.h"
 #include "jsonw.h"
 #include "server.h"
 
@@ -43,8 +44,10 @@ void conn_respond(conn *c, request *rq, int status, const char *ctype, const cha
     buf h = { 0 };
     if (atomic_load(&S.draining)) rq->keep_alive = 0;
     buf_printf(&h, "HTTP/1.1 %d %s\r\nServer: mor-server/%s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-               "Connection: %s\r\n%s\r\n", status, http_reason(status), mor_version_string(), ctype, n,
+               "Connection: %s\r\n%s", status, http_reason(status), mor_version_string(), ctype, n,
                rq->keep_alive ? "keep-alive" : "close", extra ? extra : "");
+    cors_headers(rq->origin, &h);
+    buf_puts(&h, "\r\n");
     /* head and body in one send: a server killed between two sends would
      * leave a proxy with a head it cannot retry (nginx's next upstream) */
     if (strcmp(rq->method, "HEAD")) buf_put(&h, body, n);
@@ -159,6 +162,33 @@ static void cut_short(conn *c, request *rq, int r, const char *timed_out)
         reject(c, rq, 408, timed_out);
 }
 
+/* A header's value into out (cap bytes with its NUL), "" when it is
+ * absent, too long, or holds other than printable ASCII: values copied
+ * here may be reflected in a response header. */
+static void header_copy(const http_request *h, const char *name, char *out, size_t cap)
+{
+    const http_span *v = http_header(h, name);
+    out[0] = 0;
+    if (!v || v->n >= cap) return;
+    for (size_t i = 0; i < v->n; i++)
+        if ((unsigned char)v->p[i] < 0x20 || (unsigned char)v->p[i] > 0x7e) return;
+    memcpy(out, v->p, v->n);
+    out[v->n] = 0;
+}
+
+/* A CORS preflight (OPTIONS): answered without the API key (browsers send
+ * none with it) and without a body. */
+static void preflight(conn *c, request *rq, const http_request *h)
+{
+    char asked[512];
+    buf extra = { 0 };
+    header_copy(h, "access-control-request-headers", asked, sizeof asked);
+    cors_preflight(rq->origin, asked, &extra);
+    buf_puts(&extra, "Allow: GET, POST, OPTIONS\r\n");
+    conn_respond(c, rq, 204, "text/plain", "", 0, buf_ok(&extra) ? extra.p : NULL);
+    buf_free(&extra);
+}
+
 /* Serve one request. 0 to go on with the next one, -1 to close. */
 static int one_request(conn *c)
 {
@@ -191,6 +221,12 @@ static int one_request(conn *c)
     rq.keep_alive = h.keep_alive;
     if (h.path.n > 255) { reject(c, &rq, 404, "no such endpoint"); return -1; }
     if (atomic_load(&S.draining)) { reject(c, &rq, 503, "the server is shutting down"); return -1; }
+    header_copy(&h, "origin", rq.origin, sizeof rq.origin);
+    if (http_span_eq(h.method, "OPTIONS") && !h.chunked && !(h.has_length && h.length)) {
+        preflight(c, &rq, &h);
+        buf_consume(&c->in, (size_t)head);
+        return c->gone || !rq.keep_alive ? -1 : 0;
+    }
     int auth_ok = 1;
     /* /health is public, as llama.cpp's server has it: load balancers and
      * orchestrators probe it without the key */

@@ -116,8 +116,10 @@ static int input_tokens(conn *c, request *rq, const json *v, size_t i, mor_token
 static int embed_one(conn *c, request *rq, const mor_token *ids, int32_t n, size_t i, float *out)
 {
     if (n > ebatch_cap) {
+        /* the cap is the smaller of --batch and the context a request may fill */
         conn_error(c, rq, 400, "input", NULL, "input[%zu] is %d tokens, more than the %d one batch takes "
-                   "(mor-server --batch)", i, n, ebatch_cap);
+                   "(%s)", i, n, ebatch_cap, S.o.n_batch < S.ctx_limit ? "mor-server --batch" :
+                   "the context: the smaller of mor-server --ctx and the model's training context");
         return -1;
     }
     mor_batch_clear(ebatch);
@@ -173,7 +175,7 @@ void handle_embeddings(conn *c, request *rq, const char *body, size_t n)
         conn_error(c, rq, 400, "model", NULL, "'model' must be a string");
         goto done;
     }
-    if (model && model->type == JSON_STRING && strcmp(model->str, S.model_id)) {
+    if (model && model->type == JSON_STRING && S.o.reject_unknown_model && strcmp(model->str, S.model_id)) {
         conn_error(c, rq, 404, "model", "model_not_found", "The model '%.100s' does not exist (this server has '%s')",
                    model->str, S.model_id);
         goto done;

@@ -296,6 +296,7 @@ static void publish(engine *e, double step_seconds, int32_t running, int32_t que
     s->depth_sum += l->depth_sum;
     for (int d = 0; d < 17; d++) s->at_depth[d] += l->at_depth[d];
     s->steps += l->steps;
+    s->slot_steps += l->steps * (uint64_t)(running > 0 ? running : 0);
     s->busy_seconds += step_seconds;
     s->running = running;
     s->queued = queued_now;

@@ -100,6 +100,7 @@ typedef struct {
     uint64_t cached_tokens;         /* prompt tokens reused from kept K/V */
     uint64_t spec_drafted, spec_accepted;   /* self-speculative requests' drafts, those accepted */
     double   busy_seconds;          /* inside mor_server_step */
+    uint64_t slot_steps;            /* running requests summed over the steps (busy slots per step) */
     int32_t  queued, running;       /* now */
     double   tokens_per_second;     /* over the last 10 s */
 } engine_stats;

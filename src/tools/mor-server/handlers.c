@@ -15,6 +15,7 @@
 #include <time.h>
 #include "api.h"
 #include "chat.h"
+#include "cors.h"
 #include "json.h"
 #include "jsonw.h"
 #include "server.h"
@@ -153,6 +154,34 @@ static void metric(buf *b, const char *name, const char *type, const char *help)
     buf_printf(b, "# HELP mor_%s %s\n# TYPE mor_%s %s\n", name, help, name, type);
 }
 
+/* llama-server's names of the same counts, for dashboards made for it.
+ * Left out: its prefill and generation seconds, which one depth-wise step
+ * does not split (mor_engine_busy_seconds_total has their sum). */
+static void llamacpp_metric(buf *b, const char *name, const char *type, const char *help, double v)
+{
+    buf_printf(b, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.17g\n", name, help, name, type, name, v);
+}
+
+static void llamacpp_metrics(buf *b, const engine_stats *st)
+{
+    llamacpp_metric(b, "prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+                    (double)(st->prompt_tokens - st->cached_tokens));
+    llamacpp_metric(b, "tokens_predicted_total", "counter", "Number of generation tokens processed.",
+                    (double)st->gen_tokens);
+    llamacpp_metric(b, "n_decode_total", "counter", "Total number of engine steps (mor_server_step calls)",
+                    (double)st->steps);
+    llamacpp_metric(b, "spec_decode_num_draft_tokens_total", "counter", "Total draft tokens generated",
+                    (double)st->spec_drafted);
+    llamacpp_metric(b, "spec_decode_num_accepted_tokens_total", "counter",
+                    "Total draft tokens accepted by the target model", (double)st->spec_accepted);
+    llamacpp_metric(b, "predicted_tokens_seconds", "gauge", "Generation throughput in tokens/s (last 10 s).",
+                    st->tokens_per_second);
+    llamacpp_metric(b, "requests_processing", "gauge", "Number of requests processing.", st->running);
+    llamacpp_metric(b, "requests_deferred", "gauge", "Number of requests deferred.", st->queued);
+    llamacpp_metric(b, "n_busy_slots_per_decode", "gauge", "Average number of busy slots per engine step",
+                    st->steps ? (double)st->slot_steps / (double)st->steps : 0.0);
+}
+
 static void handle_metrics(conn *c, request *rq)
 {
     engine_stats st;
@@ -204,6 +233,7 @@ static void handle_metrics(conn *c, request *rq)
     buf_printf(&b, "mor_engine_busy_seconds_total %.6f\n", st.busy_seconds);
     metric(&b, "connections", "gauge", "open HTTP connections");
     buf_printf(&b, "mor_connections %d\n", n_conns);
+    llamacpp_metrics(&b, &st);
     if (!buf_ok(&b)) conn_error(c, rq, 500, NULL, NULL, "out of memory");
     else conn_respond(c, rq, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len, NULL);
     buf_free(&b);
@@ -522,8 +552,10 @@ static void stream_reply(conn *c, request *rq, job *const *js, int n_jobs, const
     if (atomic_load(&S.draining)) rq->keep_alive = 0;
     if (!rq->minor) rq->keep_alive = 0;
     buf_printf(&b, "HTTP/1.1 200 OK\r\nServer: mor-server/%s\r\nContent-Type: text/event-stream\r\n"
-               "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%sConnection: %s\r\n\r\n", mor_version_string(),
+               "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%sConnection: %s\r\n", mor_version_string(),
                rq->minor ? "Transfer-Encoding: chunked\r\n" : "", rq->keep_alive ? "keep-alive" : "close");
+    cors_headers(rq->origin, &b);
+    buf_puts(&b, "\r\n");
     conn_send(c, b.p, b.len);
     int32_t sent = 0, total = 0;
     int ok = 1;
@@ -726,7 +758,7 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
                    "(a test hook: start mor-server with --test-hooks)");
         goto done;
     }
-    if (ar.model && strcmp(ar.model, S.model_id)) {
+    if (ar.model && S.o.reject_unknown_model && strcmp(ar.model, S.model_id)) {
         conn_error(c, rq, 404, "model", "model_not_found", "The model '%.100s' does not exist (this server has '%s')",
                    ar.model, S.model_id);
         goto done;

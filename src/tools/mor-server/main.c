@@ -40,20 +40,25 @@ static void usage(FILE *f)
         "  -m, --model FILE        the model (GGUF, architecture mor)\n"
         "  --host ADDR             address to listen on (default 127.0.0.1)\n"
         "  --port N                port (default 8080; 0: any free port, printed at start)\n"
-        "  --alias NAME            the model's id in the API (default: general.name, else the file name)\n"
-        "  --slots N               requests generating at once (default 8)\n"
+        "  -a, --alias NAME        the model's id in the API (default: general.name, else the file name);\n"
+        "                          requests may name any model, as with llama-server\n"
+        "  --reject-unknown-model  a request whose \"model\" is not the alias gets 404 (OpenAI's way)\n"
+        "  --slots, -np, --parallel N  requests generating at once (default 8)\n"
         "  --mode MODE             depthwise | sequence | serial (default depthwise)\n"
         "  --threads N             worker threads of the engine (default 1)\n"
-        "  --ctx N                 KV cells shared by the running requests (default: slots x the\n"
+        "  --ctx, -c, --ctx-size N KV cells shared by the running requests (default: slots x the\n"
         "                          training context, at most 16384); a request's prompt + max_tokens\n"
         "                          must fit min(this, the training context)\n"
-        "  --batch N               rows per engine step (default 512)\n"
+        "  --batch, -b, --batch-size N  rows per engine step (default 512)\n"
         "  --kv recursion|shared   KV caching across recursions (default: the model's)\n"
         "  --threshold V[,V...]    THRESHOLD routing thresholds per recursion (default: the model's)\n"
         "  --max-depth N           cap every token's recursions at N\n"
         "  --chat-template NAME    chat format when the file has none or an unknown one:\n"
         "                          %s\n"
         "  --api-key KEY           require \"Authorization: Bearer KEY\" (not for GET /health)\n"
+        "  --cors-origins O        origins whose pages may call the API from a browser: * (default),\n"
+        "                          localhost, none, or a comma-separated list of origins\n"
+        "  --cors-credentials      let those pages send cookies and HTTP authentication\n"
         "  --max-body BYTES        largest request body (default 1048576)\n"
         "  --max-header BYTES      largest request head (default 16384)\n"
         "  --max-conns N           open connections at most (default 256); when all are open, the\n"
@@ -102,6 +107,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->max_queue = 256;
     o->timeout_s = 30;
     o->drain_timeout_s = 30;
+    o->cors_origins = "*";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
@@ -110,16 +116,22 @@ static int parse_args(int argc, char **argv, options *o)
         if (!strcmp(a, "--test-hooks")) { o->test_hooks = 1; continue; }
         if (!strcmp(a, "--no-prompt-reuse")) { o->no_prompt_reuse = 1; continue; }
         if (!strcmp(a, "--fast-bf16")) { o->fast_bf16 = 1; continue; }
+        if (!strcmp(a, "--cors-credentials")) { o->cors_credentials = 1; continue; }
+        if (!strcmp(a, "--reject-unknown-model")) { o->reject_unknown_model = 1; continue; }
         if (a[0] != '-') cli_usage_error("unexpected argument '%s'", a);
         const char *v = cli_value(argc, argv, &i);
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
         else if (!strcmp(a, "--host")) o->host = v;
         else if (!strcmp(a, "--port")) o->port = (int32_t)cli_int(a, v, 0, 65535);
-        else if (!strcmp(a, "--alias")) o->alias = v;
-        else if (!strcmp(a, "--slots")) o->n_slots = (int32_t)cli_int(a, v, 1, 4096);
+        else if (!strcmp(a, "-a") || !strcmp(a, "--alias")) o->alias = v;
+        else if (!strcmp(a, "--slots") || !strcmp(a, "-np") || !strcmp(a, "--parallel"))
+            o->n_slots = (int32_t)cli_int(a, v, 1, 4096);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) o->n_threads = (int32_t)cli_int(a, v, 1, 1024);
-        else if (!strcmp(a, "--ctx")) o->n_ctx = (int32_t)cli_int(a, v, 1, 1 << 24);
-        else if (!strcmp(a, "--batch")) o->n_batch = (int32_t)cli_int(a, v, 1, 1 << 16);
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
+            o->n_ctx = (int32_t)cli_int(a, v, 1, 1 << 24);
+        else if (!strcmp(a, "--batch") || !strcmp(a, "-b") || !strcmp(a, "--batch-size"))
+            o->n_batch = (int32_t)cli_int(a, v, 1, 1 << 16);
+        else if (!strcmp(a, "--cors-origins")) o->cors_origins = v;
         else if (!strcmp(a, "--max-depth")) o->max_depth = (int32_t)cli_int(a, v, 1, 64);
         else if (!strcmp(a, "--speculate")) o->speculate = (int32_t)cli_int(a, v, 0, 65535);
         else if (!strcmp(a, "--speculate-depth")) o->speculate_depth = (int32_t)cli_int(a, v, 1, 64);

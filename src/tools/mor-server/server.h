@@ -30,6 +30,9 @@ typedef struct {
     int32_t     fast_bf16;         /* --fast-bf16 (MOR_SERVE_FAST_BF16) */
     int32_t     speculate, speculate_depth;   /* --speculate, --speculate-depth: a request's default */
     int32_t     test_hooks;   /* --test-hooks: the request field "test_hold" (tests only) */
+    const char *cors_origins;          /* --cors-origins (cors.h) */
+    int32_t     cors_credentials;      /* --cors-credentials */
+    int32_t     reject_unknown_model;  /* --reject-unknown-model: a "model" other than the alias gets 404 */
 } options;
 
 /* Why the accept thread closed a connection (conn.evicted). */
@@ -84,6 +87,7 @@ typedef struct conn {
 /* What handlers need of a request (copied: the head's bytes move). */
 typedef struct {
     char     method[16], path[256];
+    char     origin[256];   /* its Origin header ("" without one): CORS answers */
     int      minor, keep_alive;
     double   t_start;
 } request;
