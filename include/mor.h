@@ -744,22 +744,32 @@ MOR_API void       mor_grammar_reset(mor_grammar *g);
  * too); array items, minItems, maxItems, prefixItems (or items as an array:
  * a tuple whose elements from the minItems-th on are optional, as JSON
  * Schema reads it, followed by elements of `items`); string minLength,
- * maxLength (format is an annotation: not checked); enum and const of any
+ * maxLength; string pattern (an ECMA-262 regular expression: literals,
+ * ., classes, \d \w \s and their negations, groups, alternatives,
+ * quantifiers; a leading ^ and trailing $ anchor it, else it is a search
+ * as JSON Schema reads it; no lookaround, backreferences or inner
+ * anchors); string format date, time, date-time (RFC 3339), uuid, email
+ * (dot-atom addresses), hostname, ipv4 (any other format is refused:
+ * validators often assert it); integer minimum, maximum,
+ * exclusiveMinimum, exclusiveMaximum (both the number and draft 4's
+ * boolean forms; fractional bounds round inward); enum and const of any
  * JSON values (those fitting the type); anyOf and oneOf (as alternatives:
  * oneOf's exclusivity is not enforced); allOf of object schemas (their
  * properties merged) or of one schema; local $ref ("#", "#/$defs/X",
  * "#/definitions/X", any "#/..." pointer; a cycle becomes a recursive
  * rule); the empty schema {} and true (any JSON value). Without "type",
  * properties/required/additionalProperties imply an object,
- * items/prefixItems/minItems/maxItems an array, minLength/maxLength a
- * string. Between tokens the grammar allows a bounded amount of whitespace;
+ * items/prefixItems/minItems/maxItems an array, minLength/maxLength/
+ * pattern/format a string. Between tokens the grammar allows a bounded amount of whitespace;
  * strings are JSON strings (escapes allowed, no raw control characters);
  * numbers JSON numbers of at most 16 digits per part.
  *
  * Errors, writing nothing to buf: MOR_E_INVALID_ARG (NULL schema or len_out;
  * invalid JSON, naming the byte, line and column; a schema that no value
  * satisfies, e.g. minItems > maxItems or a $ref cycle through required
- * properties, or that the converter cannot express: pattern, minimum and
+ * properties, or that the converter cannot express: bounds on numbers
+ * that are not "type": "integer", pattern or format on other than
+ * "type": "string", either beside enum or const or minLength/maxLength,
  * the other keywords that restrict values beyond the list above, a $ref
  * that is not local or does not resolve, a $ref cycle with no object or
  * array between, nesting deeper than 64 schemas or 128 JSON levels, counts

@@ -38,6 +38,7 @@ ALIASES = {
     "kernels_neon": "kernels", "kernels_dispatch": "kernels", "kernels_family": "kernels", "kernels_threads": "kernels", "kernels_lora": "kernels", "kernels_vnni": "kernels",
     "tokenize": "tokenizer", "tokenizer_impl": "tokenizer",
     "grammar_parse": "grammar",
+    "json_schema_pattern": "json_schema", "json_schema_scalar": "json_schema",
     "decode": "context", "batch": "context", "embeddings": "context", "speculate": "context",
 }
 PUBLIC = "mor.h"

@@ -14,12 +14,14 @@
  * refused (MOR_E_INVALID_ARG naming its JSON pointer) rather than ignored:
  * a grammar that accepts more than the schema would let the model write
  * what the caller's validator then rejects. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_schema.h"
 #include "status.h"
 
 #define FN "mor_json_schema_to_grammar"
@@ -32,11 +34,8 @@ enum {
 };
 
 /* ------------------------------------------------------------------------ */
-/* Growable byte strings. An allocation failure is remembered and reported
- * once by the caller (NOMEM), so that appends need no checks of their own. */
-typedef struct { char *p; size_t n, cap; int oom; } sbuf;
-
-static void sb_addn(sbuf *b, const char *s, size_t n)
+/* Growable byte strings (json_schema.h). */
+void jsb_addn(sbuf *b, const char *s, size_t n)
 {
     if (b->oom) return;
     if (n >= SIZE_MAX / 4 - b->n) { b->oom = 1; return; }
@@ -52,17 +51,17 @@ static void sb_addn(sbuf *b, const char *s, size_t n)
     b->n += n;
     b->p[b->n] = 0;
 }
-static void sb_add(sbuf *b, const char *s) { sb_addn(b, s, strlen(s)); }
-static void sb_fmt(sbuf *b, const char *fmt, ...) MOR_PRINTF(2, 3);
-static void sb_fmt(sbuf *b, const char *fmt, ...)
+void jsb_add(sbuf *b, const char *s) { jsb_addn(b, s, strlen(s)); }
+void jsb_fmt(sbuf *b, const char *fmt, ...)
 {
     char t[64];
     va_list ap;
     va_start(ap, fmt);
     int k = vsnprintf(t, sizeof t, fmt, ap);
     va_end(ap);
-    if (k > 0) sb_addn(b, t, (size_t)k < sizeof t ? (size_t)k : sizeof t - 1);
+    if (k > 0) jsb_addn(b, t, (size_t)k < sizeof t ? (size_t)k : sizeof t - 1);
 }
+
 
 /* ------------------------------------------------------------------------ */
 /* The JSON parser. Nodes are made in document order (the root is node 0);
@@ -147,7 +146,7 @@ static void put_utf8(sbuf *b, uint32_t cp)
         u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | (cp >> 12 & 63));
         u[2] = (char)(0x80 | (cp >> 6 & 63)); u[3] = (char)(0x80 | (cp & 63)); n = 4;
     }
-    sb_addn(b, u, n);
+    jsb_addn(b, u, n);
 }
 
 /* Length of the well-formed UTF-8 sequence at s (n bytes left), 0 if none:
@@ -182,7 +181,7 @@ static int jstring(jdoc *d, size_t *off, size_t *len)
             const char *simple = strchr("\"\\/bfnrt", e);
             if (e && simple) {
                 static const char out[] = "\"\\/\b\f\n\r\t";
-                sb_addn(&d->pool, &out[simple - "\"\\/bfnrt"], 1);
+                jsb_addn(&d->pool, &out[simple - "\"\\/bfnrt"], 1);
                 d->pos += 2;
                 continue;
             }
@@ -201,14 +200,14 @@ static int jstring(jdoc *d, size_t *off, size_t *len)
             d->pos += 6;
             continue;
         }
-        if (c < 0x80) { sb_addn(&d->pool, (const char *)&c, 1); d->pos++; continue; }
+        if (c < 0x80) { jsb_addn(&d->pool, (const char *)&c, 1); d->pos++; continue; }
         size_t k = utf8_len((const unsigned char *)d->src + d->pos, d->len - d->pos);
         if (!k) return jfail(d, "invalid UTF-8 in a string");
-        sb_addn(&d->pool, d->src + d->pos, k);
+        jsb_addn(&d->pool, d->src + d->pos, k);
         d->pos += k;
     }
     *len = d->pool.n - *off;
-    sb_addn(&d->pool, "", 1);   /* NUL-terminated too, for messages */
+    jsb_addn(&d->pool, "", 1);   /* NUL-terminated too, for messages */
     return 0;
 }
 
@@ -300,8 +299,8 @@ static int32_t jvalue(jdoc *d, int depth)
         if (x < 0) return -1;
         d->v[x].s = d->pool.n;
         d->v[x].slen = p - d->pos;
-        sb_addn(&d->pool, s + d->pos, p - d->pos);
-        sb_addn(&d->pool, "", 1);
+        jsb_addn(&d->pool, s + d->pos, p - d->pos);
+        jsb_addn(&d->pool, "", 1);
         d->pos = p;
         return x;
     }
@@ -313,7 +312,7 @@ static mor_status jparse(jdoc *d, const char *src, size_t len)
     memset(d, 0, sizeof *d);
     d->src = src;
     d->len = len;
-    sb_addn(&d->pool, "", 0);   /* never NULL: offsets of empty strings point into it */
+    jsb_addn(&d->pool, "", 0);   /* never NULL: offsets of empty strings point into it */
     if (jvalue(d, 0) < 0) return d->st;
     if (d->pool.oom) return err_set(MOR_E_NOMEM, FN ": out of memory parsing the schema");
     jws(d);
@@ -407,18 +406,18 @@ static int nomem(conv *c) { return cfail(c, MOR_E_NOMEM, "out of memory"); }
 static size_t ptr_push(conv *c, const char *seg, size_t n)
 {
     size_t old = c->ptr.n;
-    sb_addn(&c->ptr, "/", 1);
+    jsb_addn(&c->ptr, "/", 1);
     for (size_t i = 0; i < n; i++) {
-        if (seg[i] == '~') sb_addn(&c->ptr, "~0", 2);
-        else if (seg[i] == '/') sb_addn(&c->ptr, "~1", 2);
-        else sb_addn(&c->ptr, seg + i, 1);
+        if (seg[i] == '~') jsb_addn(&c->ptr, "~0", 2);
+        else if (seg[i] == '/') jsb_addn(&c->ptr, "~1", 2);
+        else jsb_addn(&c->ptr, seg + i, 1);
     }
     return old;
 }
 static size_t ptr_pushi(conv *c, const char *seg, int i)
 {
     size_t old = ptr_push(c, seg, strlen(seg));
-    sb_fmt(&c->ptr, "/%d", i);
+    jsb_fmt(&c->ptr, "/%d", i);
     return old;
 }
 static void ptr_pop(conv *c, size_t old)
@@ -491,8 +490,8 @@ static int rule_add(conv *c, const char *stem, char *body)
     sbuf nm = { 0 };
     for (int i = 0;; i++) {
         nm.n = 0;
-        sb_add(&nm, stem);
-        if (i) sb_fmt(&nm, "-%d", i);
+        jsb_add(&nm, stem);
+        if (i) jsb_fmt(&nm, "-%d", i);
         if (nm.oom) { free(nm.p); free(body); return nomem(c); }
         if (name_reserved(nm.p)) continue;
         int r = rule_find(c, nm.p);
@@ -517,12 +516,12 @@ static const char *prim(conv *c, int k)
  * else as '-', the key's part cut at JS_MAX_NAME bytes. */
 static void make_name(sbuf *o, const char *parent, const char *key, size_t klen)
 {
-    if (parent && *parent) { sb_add(o, parent); if (klen) sb_add(o, "-"); }
+    if (parent && *parent) { jsb_add(o, parent); if (klen) jsb_add(o, "-"); }
     if (klen > JS_MAX_NAME) klen = JS_MAX_NAME;
     for (size_t i = 0; i < klen; i++) {
         char ch = key[i];
         int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || is_digit(ch) || ch == '-';
-        sb_addn(o, ok ? &ch : "-", 1);
+        jsb_addn(o, ok ? &ch : "-", 1);
     }
 }
 
@@ -530,7 +529,7 @@ static void make_name(sbuf *o, const char *parent, const char *key, size_t klen)
  * literal: each JSON backslash and quote escaped again for GBNF. */
 static void lit_json_string(sbuf *o, const char *s, size_t n)
 {
-    sb_add(o, "\"\\\"");
+    jsb_add(o, "\"\\\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         const char *e = NULL;
@@ -544,11 +543,11 @@ static void lit_json_string(sbuf *o, const char *s, size_t n)
         case '\t': e = "\\\\t"; break;
         default: break;
         }
-        if (e) sb_add(o, e);
-        else if (ch < 0x20 || ch == 0x7f) sb_fmt(o, "\\\\u%04x", ch);
-        else sb_addn(o, (const char *)&ch, 1);
+        if (e) jsb_add(o, e);
+        else if (ch < 0x20 || ch == 0x7f) jsb_fmt(o, "\\\\u%04x", ch);
+        else jsb_addn(o, (const char *)&ch, 1);
     }
-    sb_add(o, "\\\"\"");
+    jsb_add(o, "\\\"\"");
 }
 
 /* A JSON value (enum, const) as a sequence of literals with optional
@@ -558,45 +557,45 @@ static void lit_value(conv *c, sbuf *o, int32_t x)
     const jdoc *d = c->d;
     const char *sp = prim(c, P_SPACE);
     switch (d->v[x].type) {
-    case J_NULL: sb_add(o, "\"null\" "); break;
-    case J_FALSE: sb_add(o, "\"false\" "); break;
-    case J_TRUE: sb_add(o, "\"true\" "); break;
-    case J_NUM: sb_add(o, "\""); sb_addn(o, jstr(d, x), d->v[x].slen); sb_add(o, "\" "); break;
-    case J_STR: lit_json_string(o, jstr(d, x), d->v[x].slen); sb_add(o, " "); break;
+    case J_NULL: jsb_add(o, "\"null\" "); break;
+    case J_FALSE: jsb_add(o, "\"false\" "); break;
+    case J_TRUE: jsb_add(o, "\"true\" "); break;
+    case J_NUM: jsb_add(o, "\""); jsb_addn(o, jstr(d, x), d->v[x].slen); jsb_add(o, "\" "); break;
+    case J_STR: lit_json_string(o, jstr(d, x), d->v[x].slen); jsb_add(o, " "); break;
     case J_ARR: case J_OBJ: {
         int obj = d->v[x].type == J_OBJ;
-        sb_add(o, obj ? "\"{\" " : "\"[\" ");
-        sb_add(o, sp);
+        jsb_add(o, obj ? "\"{\" " : "\"[\" ");
+        jsb_add(o, sp);
         for (int32_t m = d->v[x].first; m >= 0; m = d->v[m].next) {
-            sb_add(o, m == d->v[x].first ? " " : " \",\" ");
-            if (m != d->v[x].first) { sb_add(o, sp); sb_add(o, " "); }
+            jsb_add(o, m == d->v[x].first ? " " : " \",\" ");
+            if (m != d->v[x].first) { jsb_add(o, sp); jsb_add(o, " "); }
             if (obj) {
                 lit_json_string(o, jkey(d, m), d->v[m].klen);
-                sb_add(o, " ");
-                sb_add(o, sp);
-                sb_add(o, " \":\" ");
-                sb_add(o, sp);
-                sb_add(o, " ");
+                jsb_add(o, " ");
+                jsb_add(o, sp);
+                jsb_add(o, " \":\" ");
+                jsb_add(o, sp);
+                jsb_add(o, " ");
             }
             lit_value(c, o, m);
         }
-        sb_add(o, obj ? " \"}\" " : " \"]\" ");
+        jsb_add(o, obj ? " \"}\" " : " \"]\" ");
         break;
     }
     default: break;
     }
-    sb_add(o, sp);
+    jsb_add(o, sp);
 }
 
 /* A repetition suffix for {lo, hi}, hi < 0: unbounded. */
 static void rep(sbuf *o, long lo, long hi)
 {
-    if (lo == 0 && hi < 0) sb_add(o, "*");
-    else if (lo == 1 && hi < 0) sb_add(o, "+");
-    else if (lo == 0 && hi == 1) sb_add(o, "?");
-    else if (hi < 0) sb_fmt(o, "{%ld,}", lo);
-    else if (lo == hi) { if (lo != 1) sb_fmt(o, "{%ld}", lo); }
-    else sb_fmt(o, "{%ld,%ld}", lo, hi);
+    if (lo == 0 && hi < 0) jsb_add(o, "*");
+    else if (lo == 1 && hi < 0) jsb_add(o, "+");
+    else if (lo == 0 && hi == 1) jsb_add(o, "?");
+    else if (hi < 0) jsb_fmt(o, "{%ld,}", lo);
+    else if (lo == hi) { if (lo != 1) jsb_fmt(o, "{%ld}", lo); }
+    else jsb_fmt(o, "{%ld,%ld}", lo, hi);
 }
 
 /* A count keyword (minItems, maxLength, ...): a non-negative integer (5.0
@@ -635,18 +634,22 @@ bad:;
 /* Keywords that constrain values and that the converter cannot express:
  * ignoring one would make the grammar accept values the schema rejects. */
 static const char *const UNSUPPORTED[] = {
-    "pattern", "patternProperties", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+    "patternProperties", "multipleOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
     "propertyNames", "minProperties", "maxProperties", "contains", "minContains", "maxContains",
     "unevaluatedProperties", "unevaluatedItems", "additionalItems", "$dynamicRef",
     "$recursiveRef",
 };
 /* Keywords that constrain values (the rest are annotations: title,
- * description, default, examples, format, $defs, ...). */
+ * description, default, examples, $defs, ...). "format" is an annotation in
+ * JSON Schema 2020-12, but validators often assert it: the converter
+ * enforces the formats it knows and refuses the others. */
 static const char *const ASSERTIONS[] = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems",
     "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref", "prefixItems",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern", "format",
 };
+/* The bounds, which the converter writes for integers only. */
+static const char *const BOUNDS[] = { "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum" };
 
 static int kw_in(const jdoc *d, int32_t m, const char *const *list, size_t n)
 {
@@ -657,6 +660,27 @@ static int kw_in(const jdoc *d, int32_t m, const char *const *list, size_t n)
 
 static int visit(conv *c, int32_t sch, const char *name);
 static int body_of(conv *c, int32_t sch, const char *name, sbuf *o);
+
+/* The bounds are written for integers alone, "pattern" and "format" for
+ * strings; elsewhere (numbers, several types, enum or const) they are
+ * refused, not ignored. 0, or -1 (error set). */
+static int kw_types(conv *c, int32_t sch, int mask, int listed)
+{
+    const jdoc *d = c->d;
+    for (int32_t m = d->v[sch].first; m >= 0; m = d->v[m].next) {
+        int bound = KW_IN(d, m, BOUNDS), shaped = jkey_is(d, m, "pattern") || jkey_is(d, m, "format");
+        if (!bound && !shaped) continue;
+        const char *why = listed ? "beside enum or const" :
+                          bound && mask != 1 << T_INTEGER ? "except with \"type\": \"integer\"" :
+                          shaped && mask != 1 << T_STRING ? "except with \"type\": \"string\"" : NULL;
+        if (!why) continue;
+        size_t old = ptr_push(c, jkey(d, m), d->v[m].klen);
+        cfail(c, MOR_E_INVALID_ARG, "keyword \"%s\" is not supported %s", jkey(d, m), why);
+        ptr_pop(c, old);
+        return -1;
+    }
+    return 0;
+}
 
 /* Convert the schema at member `kw` of sch (or its element i when i >= 0)
  * into a rule named parent-suffix: the rule's index. */
@@ -694,9 +718,9 @@ static int32_t ref_target(conv *c, int32_t refnode)
         seg.n = 0;
         for (size_t k = i; k < j; k++) {
             if (r[k] == '~' && k + 1 < j && (r[k + 1] == '0' || r[k + 1] == '1')) {
-                sb_addn(&seg, r[k + 1] == '0' ? "~" : "/", 1);
+                jsb_addn(&seg, r[k + 1] == '0' ? "~" : "/", 1);
                 k++;
-            } else sb_addn(&seg, r + k, 1);
+            } else jsb_addn(&seg, r + k, 1);
         }
         if (seg.oom) { free(seg.p); return nomem(c); }
         int32_t next = -1;
@@ -750,11 +774,11 @@ static int ref_rule(conv *c, int32_t refnode)
     sbuf nm = { 0 }, seg = { 0 };
     for (size_t i = last; i < n; i++) {   /* the last segment, unescaped (~1 is '/', ~0 '~') */
         int esc = r[i] == '~' && i + 1 < n && (r[i + 1] == '0' || r[i + 1] == '1');
-        sb_addn(&seg, esc ? (r[i + 1] == '0' ? "~" : "/") : r + i, 1);
+        jsb_addn(&seg, esc ? (r[i + 1] == '0' ? "~" : "/") : r + i, 1);
         i += (size_t)esc;
     }
     make_name(&nm, NULL, seg.p ? seg.p : "", seg.n);
-    if (!nm.n) sb_add(&nm, "ref");
+    if (!nm.n) jsb_add(&nm, "ref");
     if (seg.oom) nm.oom = 1;
     free(seg.p);
     int ri = nm.oom ? nomem(c) : rule_add(c, nm.p, NULL);
@@ -764,7 +788,7 @@ static int ref_rule(conv *c, int32_t refnode)
     /* errors inside the target name the target's pointer */
     sbuf saved = c->ptr;
     c->ptr = (sbuf){ 0 };
-    sb_addn(&c->ptr, r + 1, n - 1);
+    jsb_addn(&c->ptr, r + 1, n - 1);
     sbuf body = { 0 };
     int ok = c->ptr.oom ? nomem(c) : body_of(c, t, nm.p, &body);
     free(c->ptr.p);
@@ -811,7 +835,7 @@ static int type_mask(conv *c, int32_t sch, int *order, int *n_order)
         static const char *const implies[][5] = {
             [T_OBJECT] = { "properties", "required", "additionalProperties", NULL },
             [T_ARRAY] = { "items", "prefixItems", "minItems", "maxItems", NULL },
-            [T_STRING] = { "minLength", "maxLength", NULL },
+            [T_STRING] = { "minLength", "maxLength", "pattern", "format", NULL },
         };
         for (int k = 0; k <= T_STRING; k++)
             for (int i = 0; implies[k][i]; i++)
@@ -872,7 +896,7 @@ static int enum_body(conv *c, int32_t sch, int32_t en, int32_t cn, int mask, sbu
     int n = 0;
     for (int32_t x = en >= 0 ? d->v[en].first : cn; x >= 0; x = en >= 0 ? d->v[x].next : -1) {
         if (!value_fits(d, x, mask, lo, hi)) continue;
-        if (n++) sb_add(o, " | ");
+        if (n++) jsb_add(o, " | ");
         lit_value(c, o, x);
     }
     if (!n)
@@ -898,13 +922,13 @@ static int kv_rule(conv *c, const char *name, const prop *p, int32_t via)
     } else vr = nm.oom ? nomem(c) : visit(c, p->sch, nm.p);
     if (vr == -1) { free(nm.p); return -1; }
     lit_json_string(&b, p->key, p->klen);
-    sb_add(&b, " ");
-    sb_add(&b, prim(c, P_SPACE));
-    sb_add(&b, " \":\" ");
-    sb_add(&b, prim(c, P_SPACE));
-    sb_add(&b, " ");
-    sb_add(&b, vr == -2 ? prim(c, P_VALUE) : c->rules[vr].name);
-    sb_add(&nm, "-kv");
+    jsb_add(&b, " ");
+    jsb_add(&b, prim(c, P_SPACE));
+    jsb_add(&b, " \":\" ");
+    jsb_add(&b, prim(c, P_SPACE));
+    jsb_add(&b, " ");
+    jsb_add(&b, vr == -2 ? prim(c, P_VALUE) : c->rules[vr].name);
+    jsb_add(&nm, "-kv");
     if (nm.oom || b.oom) { free(nm.p); free(b.p); return nomem(c); }
     int r = rule_add(c, nm.p, b.p);
     free(nm.p);
@@ -919,14 +943,14 @@ static int kv_rule(conv *c, const char *name, const prop *p, int32_t via)
 static int object_body(conv *c, const char *name, const int *kv, const int *req, int n, int addl_kv, sbuf *o)
 {
     const char *sp = prim(c, P_SPACE);
-    sb_add(o, "\"{\" ");
-    sb_add(o, sp);
+    jsb_add(o, "\"{\" ");
+    jsb_add(o, sp);
     int nreq = 0, nopt = 0;
     for (int i = 0; i < n; i++) {
         if (!req[i]) { nopt++; continue; }
-        if (nreq++) { sb_add(o, " \",\" "); sb_add(o, sp); }
-        sb_add(o, " ");
-        sb_add(o, c->rules[kv[i]].name);
+        if (nreq++) { jsb_add(o, " \",\" "); jsb_add(o, sp); }
+        jsb_add(o, " ");
+        jsb_add(o, c->rules[kv[i]].name);
     }
     int *opt = malloc(sizeof *opt * (size_t)(nopt + 1));
     if (!opt) return nomem(c);
@@ -943,18 +967,18 @@ static int object_body(conv *c, const char *name, const int *kv, const int *req,
             int ak = opt[i] < 0 ? -1 - opt[i] : -1;
             const char *kvn = c->rules[ak >= 0 ? ak : opt[i]].name;
             /* the optional form: ( "," space kv )? or ( "," space kv )* for other members */
-            sb_add(&b, "( \",\" ");
-            sb_add(&b, sp);
-            sb_add(&b, " ");
-            sb_add(&b, kvn);
-            sb_add(&b, ak >= 0 ? " )*" : " )?");
-            if (rest[i + 1]) { sb_add(&b, " "); sb_add(&b, rest[i + 1]); }
+            jsb_add(&b, "( \",\" ");
+            jsb_add(&b, sp);
+            jsb_add(&b, " ");
+            jsb_add(&b, kvn);
+            jsb_add(&b, ak >= 0 ? " )*" : " )?");
+            if (rest[i + 1]) { jsb_add(&b, " "); jsb_add(&b, rest[i + 1]); }
             if (i > 0) {
                 /* named for its entry: X-kv's is X-rest */
                 sbuf nm = { 0 };
                 size_t kl = strlen(kvn);
-                sb_addn(&nm, kvn, kl > 3 && !strcmp(kvn + kl - 3, "-kv") ? kl - 3 : kl);
-                sb_add(&nm, "-rest");
+                jsb_addn(&nm, kvn, kl > 3 && !strcmp(kvn + kl - 3, "-kv") ? kl - 3 : kl);
+                jsb_add(&nm, "-rest");
                 int r = b.oom || nm.oom ? nomem(c) : rule_add(c, nm.p, b.p);
                 if (b.oom || nm.oom) free(b.p);
                 free(nm.p);
@@ -965,18 +989,18 @@ static int object_body(conv *c, const char *name, const int *kv, const int *req,
         }
         if (!e.oom && c->st == MOR_OK) {
             /* some entry i comes first: entry i itself, then rest[i+1] */
-            sb_add(&e, nreq ? " ( \",\" " : " ( ");
-            if (nreq) { sb_add(&e, sp); sb_add(&e, " ( "); }
+            jsb_add(&e, nreq ? " ( \",\" " : " ( ");
+            if (nreq) { jsb_add(&e, sp); jsb_add(&e, " ( "); }
             for (int i = 0; i < nopt; i++) {
                 int ak = opt[i] < 0 ? -1 - opt[i] : -1;
                 const char *kvn = c->rules[ak >= 0 ? ak : opt[i]].name;
-                if (i) sb_add(&e, " | ");
-                sb_add(&e, kvn);
-                if (ak >= 0) { sb_add(&e, " ( \",\" "); sb_add(&e, sp); sb_add(&e, " "); sb_add(&e, kvn); sb_add(&e, " )*"); }
-                if (rest[i + 1]) { sb_add(&e, " "); sb_add(&e, rest[i + 1]); }
+                if (i) jsb_add(&e, " | ");
+                jsb_add(&e, kvn);
+                if (ak >= 0) { jsb_add(&e, " ( \",\" "); jsb_add(&e, sp); jsb_add(&e, " "); jsb_add(&e, kvn); jsb_add(&e, " )*"); }
+                if (rest[i + 1]) { jsb_add(&e, " "); jsb_add(&e, rest[i + 1]); }
             }
-            sb_add(&e, nreq ? " ) )?" : " )?");
-            if (!e.oom) sb_addn(o, e.p, e.n);
+            jsb_add(&e, nreq ? " ) )?" : " )?");
+            if (!e.oom) jsb_addn(o, e.p, e.n);
         }
         for (int i = 0; i <= nopt; i++) free(rest[i]);
         free(rest);
@@ -985,8 +1009,8 @@ static int object_body(conv *c, const char *name, const int *kv, const int *req,
         if (bad) { free(opt); return c->st != MOR_OK ? -1 : nomem(c); }
     }
     free(opt);
-    sb_add(o, " \"}\" ");
-    sb_add(o, sp);
+    jsb_add(o, " \"}\" ");
+    jsb_add(o, sp);
     return 0;
 }
 
@@ -1032,8 +1056,8 @@ static int object_typed(conv *c, int32_t sch, const char *name, sbuf *o)
     for (int i = 0; i < np; i++) any_props |= jget(d, parts[i], "properties") >= 0 || jget(d, parts[i], "required") >= 0;
     if (!any_props) {
         /* no properties: any object, no member, or members of one schema */
-        if (ap < 0 || d->v[ap].type == J_TRUE) { sb_add(o, prim(c, P_OBJECT)); return 0; }
-        if (d->v[ap].type == J_FALSE) { sb_add(o, "\"{\" "); sb_add(o, prim(c, P_SPACE)); sb_add(o, " \"}\" "); sb_add(o, prim(c, P_SPACE)); return 0; }
+        if (ap < 0 || d->v[ap].type == J_TRUE) { jsb_add(o, prim(c, P_OBJECT)); return 0; }
+        if (d->v[ap].type == J_FALSE) { jsb_add(o, "\"{\" "); jsb_add(o, prim(c, P_SPACE)); jsb_add(o, " \"}\" "); jsb_add(o, prim(c, P_SPACE)); return 0; }
     }
     /* the properties in order, and the required names */
     prop *ps = NULL;
@@ -1108,8 +1132,8 @@ static int object_typed(conv *c, int32_t sch, const char *name, sbuf *o)
     if (ap >= 0 && d->v[ap].type != J_FALSE) {
         /* other members: any key (the listed ones included: a limitation) */
         sbuf nm = { 0 }, b = { 0 };
-        sb_add(&nm, name);
-        sb_add(&nm, "-additional");
+        jsb_add(&nm, name);
+        jsb_add(&nm, "-additional");
         int vr = -2;
         if (d->v[ap].type != J_TRUE) {
             size_t old = ptr_push(c, "additionalProperties", 20);
@@ -1117,12 +1141,12 @@ static int object_typed(conv *c, int32_t sch, const char *name, sbuf *o)
             ptr_pop(c, old);
         }
         if (vr == -1) { free(nm.p); c->consume--; goto out; }
-        sb_add(&b, prim(c, P_STRING));
-        sb_add(&b, " \":\" ");
-        sb_add(&b, prim(c, P_SPACE));
-        sb_add(&b, " ");
-        sb_add(&b, vr == -2 ? prim(c, P_VALUE) : c->rules[vr].name);
-        sb_add(&nm, "-kv");
+        jsb_add(&b, prim(c, P_STRING));
+        jsb_add(&b, " \":\" ");
+        jsb_add(&b, prim(c, P_SPACE));
+        jsb_add(&b, " ");
+        jsb_add(&b, vr == -2 ? prim(c, P_VALUE) : c->rules[vr].name);
+        jsb_add(&nm, "-kv");
         addl_kv = nm.oom || b.oom ? nomem(c) : rule_add(c, nm.p, b.p);
         if (nm.oom || b.oom) free(b.p);
         free(nm.p);
@@ -1171,8 +1195,8 @@ static int tuple_typed(conv *c, int32_t sch, const char *name, int32_t pre, cons
         if (hi < 0 || hi > k) hi = k;
     }
     const char *sp = prim(c, P_SPACE);
-    sb_add(o, "\"[\" ");
-    sb_add(o, sp);
+    jsb_add(o, "\"[\" ");
+    jsb_add(o, sp);
     int open = 0;
     long j = 0;
     c->consume++;
@@ -1181,16 +1205,16 @@ static int tuple_typed(conv *c, int32_t sch, const char *name, int32_t pre, cons
         snprintf(num, sizeof num, "%ld", j);
         sbuf nm = { 0 };
         make_name(&nm, name, "item", 4);
-        sb_add(&nm, num);
+        jsb_add(&nm, num);
         size_t old = ptr_pushi(c, pre_kw, (int)j);
         int r = nm.oom ? nomem(c) : visit(c, m, nm.p);
         ptr_pop(c, old);
         free(nm.p);
         if (r < 0) { c->consume--; return -1; }
-        if (j >= lo) { sb_add(o, " ("); open++; }
-        if (j) { sb_add(o, " \",\" "); sb_add(o, sp); }
-        sb_add(o, " ");
-        sb_add(o, c->rules[r].name);
+        if (j >= lo) { jsb_add(o, " ("); open++; }
+        if (j) { jsb_add(o, " \",\" "); jsb_add(o, sp); }
+        jsb_add(o, " ");
+        jsb_add(o, c->rules[r].name);
     }
     if (hi < 0 || hi > k) {
         /* the elements after the tuple */
@@ -1201,17 +1225,17 @@ static int tuple_typed(conv *c, int32_t sch, const char *name, int32_t pre, cons
             if (r < 0) { c->consume--; return -1; }
             item = c->rules[r].name;
         }
-        sb_add(o, " ( \",\" ");
-        sb_add(o, sp);
-        sb_add(o, " ");
-        sb_add(o, item);
-        sb_add(o, " )");
+        jsb_add(o, " ( \",\" ");
+        jsb_add(o, sp);
+        jsb_add(o, " ");
+        jsb_add(o, item);
+        jsb_add(o, " )");
         rep(o, lo > k ? lo - k : 0, hi < 0 ? -1 : hi - k);
     }
     c->consume--;
-    while (open--) sb_add(o, " )?");
-    sb_add(o, " \"]\" ");
-    sb_add(o, sp);
+    while (open--) jsb_add(o, " )?");
+    jsb_add(o, " \"]\" ");
+    jsb_add(o, sp);
     return 0;
 }
 
@@ -1236,8 +1260,8 @@ static int array_typed(conv *c, int32_t sch, const char *name, sbuf *o)
         hi = 0;
     }
     const char *sp = prim(c, P_SPACE);
-    sb_add(o, "\"[\" ");
-    sb_add(o, sp);
+    jsb_add(o, "\"[\" ");
+    jsb_add(o, sp);
     if (hi != 0) {
         const char *item;
         if (it < 0 || d->v[it].type == J_TRUE) item = prim(c, P_VALUE);
@@ -1248,35 +1272,117 @@ static int array_typed(conv *c, int32_t sch, const char *name, sbuf *o)
             if (r < 0) return -1;
             item = c->rules[r].name;
         }
-        sb_add(o, lo ? " " : " ( ");
-        sb_add(o, item);
+        jsb_add(o, lo ? " " : " ( ");
+        jsb_add(o, item);
         if (hi != 1) {
-            sb_add(o, " ( \",\" ");
-            sb_add(o, sp);
-            sb_add(o, " ");
-            sb_add(o, item);
-            sb_add(o, " )");
+            jsb_add(o, " ( \",\" ");
+            jsb_add(o, sp);
+            jsb_add(o, " ");
+            jsb_add(o, item);
+            jsb_add(o, " )");
             rep(o, lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1);
         }
-        if (!lo) sb_add(o, " )?");
+        if (!lo) jsb_add(o, " )?");
     }
-    sb_add(o, " \"]\" ");
-    sb_add(o, sp);
+    jsb_add(o, " \"]\" ");
+    jsb_add(o, sp);
     return 0;
+}
+
+/* A string of a "pattern" or a "format": its inside as js_pattern or
+ * js_format write it, between quotes. */
+static int string_shaped(conv *c, int32_t sch, int32_t pat, int32_t fmt, sbuf *o)
+{
+    const jdoc *d = c->d;
+    int32_t k = pat >= 0 ? pat : fmt;
+    const char *kw = pat >= 0 ? "pattern" : "format";
+    size_t old = ptr_push(c, kw, strlen(kw));
+    int r = -1;
+    if (pat >= 0 && fmt >= 0) cfail(c, MOR_E_INVALID_ARG, "pattern and format together are not supported");
+    else if (jget(d, sch, "minLength") >= 0 || jget(d, sch, "maxLength") >= 0)
+        cfail(c, MOR_E_INVALID_ARG, "%s with minLength or maxLength is not supported", kw);
+    else if (d->v[k].type != J_STR) cfail(c, MOR_E_INVALID_ARG, "%s must be a string", kw);
+    else {
+        jsb_add(o, "\"\\\"\" ");
+        char why[160];
+        const char *f = pat < 0 ? js_format(jstr(d, k), d->v[k].slen) : NULL;
+        int used_char = 0;
+        if (pat >= 0 && js_pattern(o, jstr(d, k), d->v[k].slen, PRIMS[P_CHAR].name, &used_char, why, sizeof why))
+            cfail(c, MOR_E_INVALID_ARG, "%s", why);
+        else if (pat < 0 && !f)
+            cfail(c, MOR_E_INVALID_ARG, "format \"%.64s\" is not supported (the converter enforces date, time, "
+                  "date-time, uuid, email, hostname and ipv4)", jstr(d, k));
+        else {
+            if (f) jsb_add(o, f);
+            if (used_char) prim(c, P_CHAR);
+            jsb_add(o, " \"\\\"\" ");
+            jsb_add(o, prim(c, P_SPACE));
+            r = 0;
+        }
+    }
+    ptr_pop(c, old);
+    return r;
 }
 
 static int string_typed(conv *c, int32_t sch, sbuf *o)
 {
     long lo, hi;
+    int32_t pat = jget(c->d, sch, "pattern"), fmt = jget(c->d, sch, "format");
+    if (pat >= 0 || fmt >= 0) return string_shaped(c, sch, pat, fmt, o);
     if (count_kw(c, sch, "minLength", 0, &lo) || count_kw(c, sch, "maxLength", -1, &hi)) return -1;
     if (hi >= 0 && lo > hi) return cfail(c, MOR_E_INVALID_ARG, "minLength %ld > maxLength %ld: no string is valid", lo, hi);
-    if (!lo && hi < 0) { sb_add(o, prim(c, P_STRING)); return 0; }
-    /* "format" is an annotation (JSON Schema 2020-12): not checked */
-    sb_add(o, "\"\\\"\" ");
-    sb_add(o, prim(c, P_CHAR));
+    if (!lo && hi < 0) { jsb_add(o, prim(c, P_STRING)); return 0; }
+    jsb_add(o, "\"\\\"\" ");
+    jsb_add(o, prim(c, P_CHAR));
     rep(o, lo, hi);
-    sb_add(o, " \"\\\"\" ");
-    sb_add(o, prim(c, P_SPACE));
+    jsb_add(o, " \"\\\"\" ");
+    jsb_add(o, prim(c, P_SPACE));
+    return 0;
+}
+
+/* One bound: 0 and *v (the integer bound it sets), 1 absent, -1 error.
+ * exclusive: the 2020-12 number form; draft 4's boolean form modifies
+ * minimum or maximum (excl_flag). */
+static int int_bound(conv *c, int32_t sch, const char *kw, int upper, int exclusive, int64_t *v)
+{
+    const jdoc *d = c->d;
+    int32_t x = jget(d, sch, kw);
+    if (x < 0 || (exclusive && (d->v[x].type == J_TRUE || d->v[x].type == J_FALSE))) return 1;
+    if (d->v[x].type != J_NUM) {
+        size_t old = ptr_push(c, kw, strlen(kw));
+        cfail(c, MOR_E_INVALID_ARG, "%s must be a number", kw);
+        ptr_pop(c, old);
+        return -1;
+    }
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%.*s", (int)(d->v[x].slen < 63 ? d->v[x].slen : 63), jstr(d, x));
+    double b = strtod(tmp, NULL), lim = 1e17;
+    int32_t flag = exclusive ? -1 : jget(d, sch, upper ? "exclusiveMaximum" : "exclusiveMinimum");
+    int excl = exclusive || (flag >= 0 && d->v[flag].type == J_TRUE);
+    b = b > lim ? lim : b < -lim ? -lim : b;   /* beyond what the grammar writes anyway */
+    double f = upper ? floor(b) : ceil(b);
+    if (excl && f == b) f += upper ? -1 : 1;
+    *v = (int64_t)f;
+    return 0;
+}
+
+static int integer_typed(conv *c, int32_t sch, sbuf *o)
+{
+    int64_t lo = 0, hi = 0, v;
+    int has_lo = 0, has_hi = 0;
+    for (int k = 0; k < 4; k++) {
+        int upper = k & 1, r = int_bound(c, sch, BOUNDS[k], upper, k >= 2, &v);
+        if (r < 0) return -1;
+        if (r) continue;
+        if (upper) { hi = has_hi && hi < v ? hi : v; has_hi = 1; }
+        else { lo = has_lo && lo > v ? lo : v; has_lo = 1; }
+    }
+    if (!has_lo && !has_hi) { jsb_add(o, prim(c, P_INTEGER)); return 0; }
+    if (has_lo && has_hi && lo > hi) return cfail(c, MOR_E_INVALID_ARG, "no integer is within the bounds");
+    jsb_add(o, "( ");
+    js_int_range(o, lo, has_lo, hi, has_hi);
+    jsb_add(o, " ) ");
+    jsb_add(o, prim(c, P_SPACE));
     return 0;
 }
 
@@ -1286,10 +1392,10 @@ static int typed_body(conv *c, int32_t sch, int t, const char *name, sbuf *o)
     case T_OBJECT: return object_typed(c, sch, name, o);
     case T_ARRAY: return array_typed(c, sch, name, o);
     case T_STRING: return string_typed(c, sch, o);
-    case T_NUMBER: sb_add(o, prim(c, P_NUMBER)); return 0;
-    case T_INTEGER: sb_add(o, prim(c, P_INTEGER)); return 0;
-    case T_BOOLEAN: sb_add(o, prim(c, P_BOOLEAN)); return 0;
-    default: sb_add(o, prim(c, P_NULL)); return 0;
+    case T_NUMBER: jsb_add(o, prim(c, P_NUMBER)); return 0;
+    case T_INTEGER: return integer_typed(c, sch, o);
+    case T_BOOLEAN: jsb_add(o, prim(c, P_BOOLEAN)); return 0;
+    default: jsb_add(o, prim(c, P_NULL)); return 0;
     }
 }
 
@@ -1297,7 +1403,7 @@ static int typed_body(conv *c, int32_t sch, int t, const char *name, sbuf *o)
 static int body_of(conv *c, int32_t sch, const char *name, sbuf *o)
 {
     const jdoc *d = c->d;
-    if (d->v[sch].type == J_TRUE) { sb_add(o, prim(c, P_VALUE)); return 0; }
+    if (d->v[sch].type == J_TRUE) { jsb_add(o, prim(c, P_VALUE)); return 0; }
     if (d->v[sch].type == J_FALSE) return cfail(c, MOR_E_INVALID_ARG, "the schema false: no value is valid");
     if (d->v[sch].type != J_OBJ) return cfail(c, MOR_E_INVALID_ARG, "a schema must be an object or a boolean");
     if (c->depth >= JS_MAX_SCHEMA_DEPTH)
@@ -1339,7 +1445,7 @@ static int body_of(conv *c, int32_t sch, const char *name, sbuf *o)
         int r = ref_rule(c, ref);
         ptr_pop(c, old);
         if (r < 0) goto out;
-        sb_add(o, c->rules[r].name);
+        jsb_add(o, c->rules[r].name);
         ret = 0;
         goto out;
     }
@@ -1362,8 +1468,8 @@ static int body_of(conv *c, int32_t sch, const char *name, sbuf *o)
             free(nm.p);
             ptr_pop(c, old);
             if (r < 0) goto out;
-            if (i) sb_add(o, " | ");
-            sb_add(o, c->rules[r].name);
+            if (i) jsb_add(o, " | ");
+            jsb_add(o, c->rules[r].name);
         }
         ret = 0;
         goto out;
@@ -1383,7 +1489,7 @@ static int body_of(conv *c, int32_t sch, const char *name, sbuf *o)
     }
     int order[N_TYPES], n_order;
     int mask = type_mask(c, sch, order, &n_order);
-    if (mask < 0) goto out;
+    if (mask < 0 || kw_types(c, sch, mask, en >= 0 || cn >= 0)) goto out;
     if (all >= 0) {
         /* allOf merges object parts: the schema is then an object */
         if (mask && mask != 1 << T_OBJECT) {
@@ -1398,7 +1504,7 @@ static int body_of(conv *c, int32_t sch, const char *name, sbuf *o)
         ret = enum_body(c, sch, en, cn, mask, o);
         goto out;
     }
-    if (!mask) { sb_add(o, prim(c, P_VALUE)); ret = 0; goto out; }
+    if (!mask) { jsb_add(o, prim(c, P_VALUE)); ret = 0; goto out; }
     if (n_order == 1) { ret = typed_body(c, sch, order[0], name, o); goto out; }
     for (int i = 0; i < n_order; i++) {
         /* several types: a rule each */
@@ -1409,8 +1515,8 @@ static int body_of(conv *c, int32_t sch, const char *name, sbuf *o)
         if (b.oom || nm.oom) free(b.p);
         free(nm.p);
         if (r < 0) goto out;
-        if (i) sb_add(o, " | ");
-        sb_add(o, c->rules[r].name);
+        if (i) jsb_add(o, " | ");
+        jsb_add(o, c->rules[r].name);
     }
     ret = 0;
 out:
@@ -1525,7 +1631,7 @@ MOR_API mor_status mor_json_schema_to_grammar(const char *schema, size_t len, ch
     if (!rn || !c.refs) { free(rn); st = err_set(MOR_E_NOMEM, FN ": out of memory"); goto done; }
     c.capref = c.nref = 1;
     c.refs[0] = (refent){ 0, 0, 1, 0 };
-    sb_add(&c.ptr, "");
+    jsb_add(&c.ptr, "");
     if (rule_append(&c, rn, NULL) < 0) { st = c.st; goto done; }
     sbuf body = { 0 };
     if (c.ptr.oom || body_of(&c, 0, "root", &body) < 0) {
@@ -1537,10 +1643,10 @@ MOR_API mor_status mor_json_schema_to_grammar(const char *schema, size_t len, ch
     c.refs[0].pending = 0;
     if (check_productive(&c) < 0) { st = c.st; goto done; }
     for (int i = 0; i < c.nr; i++) {
-        sb_add(&out, c.rules[i].name);
-        sb_add(&out, " ::= ");
-        sb_add(&out, c.rules[i].body ? c.rules[i].body : "");
-        sb_add(&out, "\n");
+        jsb_add(&out, c.rules[i].name);
+        jsb_add(&out, " ::= ");
+        jsb_add(&out, c.rules[i].body ? c.rules[i].body : "");
+        jsb_add(&out, "\n");
     }
     if (out.oom) { st = err_set(MOR_E_NOMEM, FN ": out of memory"); goto done; }
     *len_out = out.n;

@@ -192,7 +192,9 @@ static void features(void)
     accepts("minLength/maxLength", "{\"type\":\"string\",\"minLength\":2,\"maxLength\":5}", "char{2,5}", NULL);
     accepts("maxLength alone", "{\"type\":\"string\",\"maxLength\":3}", "char{0,3}", NULL);
     accepts("minLength implies a string", "{\"minLength\":1}", "char+", NULL);
-    accepts("format is an annotation", "{\"type\":\"string\",\"format\":\"date-time\"}", "string", NULL);
+    accepts("format date-time is enforced", "{\"type\":\"string\",\"format\":\"date-time\"}", "[Tt]", NULL);
+    accepts("integer bounds", "{\"type\":\"integer\",\"minimum\":1,\"maximum\":12}", "[1-9] | \"1\" [0-2]", NULL);
+    accepts("pattern", "{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"}", "( [\\x61-\\x7A] ) +", NULL);
     accepts("array of strings", "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}",
             "\"[\" space ( string ( \",\" space string )* )? \"]\" space", NULL);
     accepts("array, no items: any values", "{\"type\":\"array\"}", "value", NULL);
@@ -325,9 +327,19 @@ static void errors(void)
     refuses("minItems recursion: no finite value", "{\"$defs\":{\"T\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/T\"},"
             "\"minItems\":1}},\"$ref\":\"#/$defs/T\"}", "rule T requires itself");
     accepts("optional recursion is fine", "{\"properties\":{\"a\":{\"$ref\":\"#\"}}}", "( root-a-kv )?", NULL);
-    refuses("pattern", "{\"properties\":{\"id\":{\"type\":\"string\",\"pattern\":\"^a\"}}}",
-            "\"#/properties/id/pattern\": keyword \"pattern\" is not supported");
-    refuses("minimum", "{\"type\":\"integer\",\"minimum\":0}", "\"minimum\" is not supported");
+    refuses("pattern on a number", "{\"properties\":{\"id\":{\"type\":\"number\",\"pattern\":\"^a\"}}}",
+            "\"#/properties/id/pattern\": keyword \"pattern\" is not supported except with \"type\": \"string\"");
+    refuses("minimum on a number", "{\"type\":\"number\",\"minimum\":0}",
+            "\"minimum\" is not supported except with \"type\": \"integer\"");
+    refuses("minimum without a type", "{\"minimum\":0}", "\"minimum\" is not supported");
+    refuses("bounds with enum", "{\"type\":\"integer\",\"enum\":[1,2],\"maximum\":1}", "beside enum or const");
+    refuses("empty bounds", "{\"type\":\"integer\",\"minimum\":3,\"exclusiveMaximum\":3}", "no integer");
+    refuses("a lookahead", "{\"type\":\"string\",\"pattern\":\"^a(?=b)\"}", "lookaround");
+    refuses("a backreference", "{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreferences");
+    refuses("an inner anchor", "{\"type\":\"string\",\"pattern\":\"a^b\"}", "anchor");
+    refuses("an unclosed group", "{\"type\":\"string\",\"pattern\":\"^(ab$\"}", "unclosed group");
+    refuses("an unknown format", "{\"type\":\"string\",\"format\":\"uri\"}", "format \"uri\" is not supported");
+    refuses("pattern with maxLength", "{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}", "minLength or maxLength");
     refuses("not", "{\"not\":{}}", "\"not\"");
     refuses("uniqueItems true", "{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems");
     refuses("prefixItems not an array", "{\"prefixItems\":{}}", "\"#/prefixItems\": prefixItems must be an array");
@@ -564,7 +576,86 @@ static const struct { const char *schema, *instance; int accept; } TABLE[] = {
     { "{}", "[1,]", 0 },
     { "true", "[[[]]]", 1 },
     { "true", "", 0 },
+    /* integer bounds (the ranges are checked integer by integer in integer_ranges) */
+    { "{'type':'integer','minimum':-3,'exclusiveMaximum':100}", "99", 1 },
+    { "{'type':'integer','minimum':-3,'exclusiveMaximum':100}", "100", 0 },
+    { "{'type':'integer','minimum':-3,'exclusiveMaximum':100}", "-0", 0 },
+    { "{'type':'integer','minimum':0.5}", "1", 1 },
+    { "{'type':'integer','minimum':0.5}", "0", 0 },
+    { "{'type':'integer','maximum':5,'exclusiveMaximum':true}", "5", 0 },
+    /* patterns: anchored, unanchored (a search), classes, groups, escapes */
+    { "{'type':'string','pattern':'^[a-z]+@[a-z]+\\\\.com$'}", "'ab@cd.com'", 1 },
+    { "{'type':'string','pattern':'^[a-z]+@[a-z]+\\\\.com$'}", "'ab@cd.org'", 0 },
+    { "{'type':'string','pattern':'^[a-z]+@[a-z]+\\\\.com$'}", "'Ab@cd.com'", 0 },
+    { "{'type':'string','pattern':'^\\\\d{3}-\\\\d{4}$'}", "'555-1234'", 1 },
+    { "{'type':'string','pattern':'^\\\\d{3}-\\\\d{4}$'}", "'5555-123'", 0 },
+    { "{'type':'string','pattern':'^(foo|bar)+$'}", "'foobarfoo'", 1 },
+    { "{'type':'string','pattern':'^(foo|bar)+$'}", "'fob'", 0 },
+    { "{'type':'string','pattern':'ab'}", "'xxabyy'", 1 },
+    { "{'type':'string','pattern':'ab'}", "'xxayy'", 0 },
+    { "{'type':'string','pattern':'^[^0-9]*$'}", "'abc'", 1 },
+    { "{'type':'string','pattern':'^[^0-9]*$'}", "'a1'", 0 },
+    { "{'type':'string','pattern':'^\\\\w+\\\\s\\\\w+$'}", "'hi there'", 1 },
+    { "{'type':'string','pattern':'^\\\\w+\\\\s\\\\w+$'}", "'hi\\nthere'", 1 },
+    { "{'type':'string','pattern':'^\\\\w+\\\\s\\\\w+$'}", "'hi-there'", 0 },
+    { "{'type':'string','pattern':'^a\\\\\\'b$'}", "'a\\'b'", 1 },
+    { "{'type':'string','pattern':'^x?y{2,3}z*$'}", "'yyyzz'", 1 },
+    { "{'type':'string','pattern':'^x?y{2,3}z*$'}", "'xyzz'", 0 },
+    /* formats */
+    { "{'type':'string','format':'date'}", "'2024-02-29'", 1 },
+    { "{'type':'string','format':'date'}", "'2024-13-01'", 0 },
+    { "{'type':'string','format':'date-time'}", "'2024-01-01T12:30:00.5+02:00'", 1 },
+    { "{'type':'string','format':'date-time'}", "'2024-01-01 12:30:00'", 0 },
+    { "{'type':'string','format':'uuid'}", "'123e4567-e89b-12d3-a456-426614174000'", 1 },
+    { "{'type':'string','format':'uuid'}", "'123e4567e89b12d3a456426614174000'", 0 },
+    { "{'type':'string','format':'email'}", "'a.b+c@mail.example.com'", 1 },
+    { "{'type':'string','format':'email'}", "'a@@b.com'", 0 },
+    { "{'type':'string','format':'ipv4'}", "'192.168.0.255'", 1 },
+    { "{'type':'string','format':'ipv4'}", "'256.1.1.1'", 0 },
+    { "{'type':'string','format':'hostname'}", "'my-host.example'", 1 },
+    { "{'type':'string','format':'hostname'}", "'-bad.example'", 0 },
 };
+
+/* Integer bounds, checked against the bounds themselves: every integer in
+ * [-2100, 2100], and the powers of ten and their neighbours up to 10^15, is
+ * matched exactly when it is within them (no "-0", no leading zeros). */
+static void integer_ranges(void)
+{
+    static const struct { long long lo, hi; int has_lo, has_hi; } R[] = {
+        { 0, 9, 1, 1 }, { 1, 10, 1, 1 }, { -5, 5, 1, 1 }, { 7, 7, 1, 1 }, { -1000, -1, 1, 1 }, { 15, 1234, 1, 1 },
+        { -99, 0, 1, 1 }, { 100, 0, 1, 0 }, { 0, -17, 0, 1 }, { 0, 250, 0, 1 }, { 0, 0, 1, 0 }, { 999, 1001, 1, 1 },
+        { 10, 99, 1, 1 }, { 123, 4567, 1, 1 }, { -2047, 1999, 1, 1 }, { -3, 0, 1, 0 }, { 1000000, 0, 1, 0 },
+        { -12345678, 87654321, 1, 1 },
+    };
+    long long extra[64];
+    int n_extra = 0;
+    for (long long p = 10; p <= 1000000000000000LL; p *= 10) {
+        extra[n_extra++] = p; extra[n_extra++] = p - 1; extra[n_extra++] = -p; extra[n_extra++] = 1 - p;
+    }
+    for (size_t k = 0; k < sizeof R / sizeof R[0]; k++) {
+        char schema[160], inst[32];
+        int n = snprintf(schema, sizeof schema, "{\"type\":\"integer\"");
+        if (R[k].has_lo) n += snprintf(schema + n, sizeof schema - (size_t)n, ",\"minimum\":%lld", R[k].lo);
+        if (R[k].has_hi) n += snprintf(schema + n, sizeof schema - (size_t)n, ",\"maximum\":%lld", R[k].hi);
+        snprintf(schema + n, sizeof schema - (size_t)n, "}");
+        mor_status st;
+        char *g = convert(schema, &st);
+        grammar_rules *gr = NULL;
+        REQUIRE(g && grammar_parse(g, strlen(g), NULL, "test", &gr) == MOR_OK, "%s converts and parses", schema);
+        int bad = 0;
+        long long first_bad = 0;
+        for (long long i = -2100 - n_extra; i <= 2100; i++) {
+            long long x = i < -2100 ? extra[-2101 - i] : i;
+            snprintf(inst, sizeof inst, "%lld", x);
+            int want = (!R[k].has_lo || x >= R[k].lo) && (!R[k].has_hi || x <= R[k].hi);
+            if (grammar_match(gr, inst, strlen(inst)) != want && !bad++) first_bad = x;
+        }
+        CHECK(!bad, "%s: each of %d integers matched exactly when within the bounds (%d wrong, first %lld)",
+              schema, 4201 + n_extra, bad, first_bad);
+        grammar_rules_free(gr);
+        free(g);
+    }
+}
 
 /* For the check lines: control characters as \\n, \\t, \\xNN. */
 static const char *shown(const char *s, char *out, size_t cap)
@@ -614,5 +705,6 @@ int main(void)
     contract();
     large();
     acceptance();
+    integer_ranges();
     return check_done();
 }

@@ -104,6 +104,10 @@ class Completion(unittest.TestCase):
         out = self.llm(PROMPT, max_tokens=5, temperature=0, echo=True)
         plain = self.llm(PROMPT, max_tokens=5, temperature=0)
         self.assertEqual(text_of(out), PROMPT + text_of(plain))
+        ids = self.llm.tokenize(PROMPT.encode())
+        by_ids = self.llm(ids, max_tokens=5, temperature=0, echo=True)
+        self.assertEqual(text_of(by_ids), self.llm.detokenize(ids).decode() + text_of(plain))
+        self.assertEqual(text_of(self.llm(PROMPT.encode(), max_tokens=5, temperature=0, echo=True)), text_of(out))
 
     def test_seeds_repeat(self):
         a = self.llm(PROMPT, max_tokens=16, temperature=1.0, seed=7)

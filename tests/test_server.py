@@ -679,9 +679,21 @@ def test_grammar(srv):
                               "response_format": {"type": "json_object", "schema": REC_SCHEMA}})
     t.check(st == st2 == st3 == 200 and a["choices"][0]["text"] == b["choices"][0]["text"] == c["choices"][0]["text"],
             "json_schema, response_format json_schema and json_object with a schema: the same output")
-    st, e = completion(srv, {"prompt": "x", "json_schema": {"type": "string", "pattern": "a+"}})
-    t.check(st == 400 and e["error"]["param"] == "json_schema" and "#/pattern" in e["error"]["message"],
+    st, e = completion(srv, {"prompt": "x", "json_schema": {"type": "number", "multipleOf": 3}})
+    t.check(st == 400 and e["error"]["param"] == "json_schema" and "#/multipleOf" in e["error"]["message"],
             "json_schema with an unsupported keyword: 400 naming where (%s)" % e.get("error", {}).get("message"))
+    pat = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+                                            "n": {"type": "integer", "minimum": 10, "maximum": 20}},
+           "required": ["code", "n"], "additionalProperties": False}
+    outs = [completion(srv, {"prompt": "Record:", "max_tokens": 60, "seed": s, "json_schema": pat}) for s in range(4)]
+    ok = 0
+    for st, r in outs:
+        try:
+            v = json.loads(r["choices"][0]["text"])
+            ok += st == 200 and re.match(r"^[A-Z]{2}-\d{3}$", v["code"]) is not None and 10 <= v["n"] <= 20
+        except (ValueError, KeyError, TypeError):
+            pass
+    t.check(ok == 4, "json_schema pattern and integer bounds: %d of 4 seeded outputs match them" % ok)
     if t.need_tool("curl", "curl", "the curl json_schema check"):
         url = "http://%s:%d/v1/completions" % (srv.host, srv.port)
         r = subprocess.run(["curl", "-sS", url, "-d", json.dumps({"prompt": "Record:", "max_tokens": 120, "seed": 5,

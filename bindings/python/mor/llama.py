@@ -367,7 +367,11 @@ class Llama(object):
                                  "typical_p": typical_p, "tfs_z": tfs_z, "mirostat_mode": mirostat_mode,
                                  "logit_bias": logit_bias})
         tokens = self._prompt_tokens(prompt)
-        job = _Completion(self, tokens, prompt if echo else None, max_tokens, sampler,
+        echoed = None
+        if echo:   # the prompt as text: token ids and bytes decoded
+            echoed = prompt if isinstance(prompt, str) else prompt.decode("utf-8", "replace") \
+                if isinstance(prompt, bytes) else self.detokenize(tokens).decode("utf-8", "replace")
+        job = _Completion(self, tokens, echoed, max_tokens, sampler,
                           _grammar_text(grammar, None), stop, logprobs, model, "text_completion")
         return job.stream() if stream else job.result()
 
