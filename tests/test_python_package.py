@@ -3,8 +3,8 @@
 Offline, in fresh virtual environments under $OUT/build/python-pkg:
   - `pip wheel` builds the wheel through the in-tree backend (the C library
     compiled by the Makefile): named libmor-VERSION-py3-none-PLATFORM.whl with
-    mor.h's version, the library inside the package, py.typed, and a RECORD
-    whose hashes and sizes are the files';
+    mor.h's version, the library inside the package, py.typed and the type
+    stubs (mor/*.pyi), and a RECORD whose hashes and sizes are the files';
   - the sdist carries the C sources: `make -n` of the library in its csrc/
     finds every file it needs;
   - the wheel installs with pip --no-index, and the binding tests
@@ -68,7 +68,8 @@ def check_wheel(path, ver):
     with zipfile.ZipFile(path) as z:
         names = set(z.namelist())
         so = "mor/libmor.so.%s" % (".".join(ver.split(".")[:2]) if ver.startswith("0.") else ver.split(".")[0])
-        for want in ("mor/__init__.py", "mor/_capi.py", "mor/llama.py", "mor/chat.py", "mor/py.typed", so):
+        for want in ("mor/__init__.py", "mor/_capi.py", "mor/llama.py", "mor/chat.py", "mor/py.typed", so,
+                     "mor/__init__.pyi", "mor/llama.pyi", "mor/chat.pyi"):
             t.check(want in names, "the wheel holds %s" % want)
         dist = "libmor-%s.dist-info/" % ver
         meta = z.read(dist + "METADATA").decode()

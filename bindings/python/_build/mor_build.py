@@ -102,9 +102,10 @@ def _metadata(ver):
 
 
 def _package_files():
-    """(archive name, path) of the pure-Python part: mor/*.py and py.typed."""
+    """(archive name, path) of the pure-Python part: mor/*.py, the type stubs
+    mor/*.pyi and py.typed."""
     pkg = os.path.join(HERE, "mor")
-    names = sorted(n for n in os.listdir(pkg) if n.endswith(".py") or n == "py.typed")
+    names = sorted(n for n in os.listdir(pkg) if n.endswith((".py", ".pyi")) or n == "py.typed")
     return [("mor/" + n, os.path.join(pkg, n)) for n in names]
 
 

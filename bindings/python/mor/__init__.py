@@ -183,22 +183,27 @@ def version():
 
 
 def version_number():
+    """The linked library's version as MAJOR * 10000 + MINOR * 100 + PATCH."""
     return _lib.mor_version_number()
 
 
 def build_info():
+    """One line describing the library's build: compiler, kernels compiled in, OpenMP."""
     return _lib.mor_build_info().decode()
 
 
 def status_str(status):
+    """The name of a mor_status ("MOR_E_..."), as MorError.name gives it."""
     return _lib.mor_status_str(status).decode()
 
 
 def last_error():
+    """The message of this thread's last libmor call that could fail ("" if it succeeded)."""
     return (_lib.mor_last_error() or b"").decode("utf-8", "replace")
 
 
 def max_recursions():
+    """The most recursions a model may have in this build (MOR_MAX_RECURSIONS)."""
     return _lib.mor_max_recursions()
 
 
@@ -266,6 +271,7 @@ class _Handle(object):
 
     @property
     def closed(self):
+        """True once close() has freed the C object."""
         h = getattr(self, "_h", None)
         return h is None or not h.ptr
 
@@ -325,6 +331,8 @@ class Model(_Handle):
 
     @classmethod
     def from_bytes(cls, data, **kw):
+        """A Model of a GGUF file's bytes (a private copy lives as long as the
+        model); keyword arguments as Model()'s."""
         return cls(data=data, **kw)
 
     def _get(f):             # noqa: N805 - a property factory
@@ -470,9 +478,12 @@ class Batch(_Handle):
         self.capacity = capacity
 
     def add(self, token, pos, seq=0, logits=False):
+        """Append token at position pos of sequence seq; logits=True asks the
+        decode for this row's logits."""
         _check(_lib.mor_batch_add(self._p, token, pos, seq, 1 if logits else 0))
 
     def clear(self):
+        """Empty the batch (its capacity stays)."""
         _lib.mor_batch_clear(self._p)
 
     def __len__(self):
@@ -494,6 +505,7 @@ class Sampler(_Handle):
 
     @classmethod
     def greedy(cls):
+        """A sampler that always picks the most likely token (temperature 0)."""
         return cls(temperature=0.0)
 
     def sample(self, logits, grammar=None):
@@ -513,9 +525,12 @@ class Sampler(_Handle):
         return t.value
 
     def accept(self, token):
+        """Add a token to the repetition-penalty history without sampling it
+        (e.g. the prompt's); sample() adds the tokens it draws."""
         _lib.mor_sampler_accept(self._p, token)
 
     def reset(self):
+        """Forget the history and re-seed the draws with the sampler's seed."""
         _lib.mor_sampler_reset(self._p)
 
 
@@ -671,6 +686,9 @@ character is incomplete; None if the model has no tokenizer) and its depth
 (the number of recursions it ran)."""
 
 RouterStats = collections.namedtuple("RouterStats", "n_tokens mean_depth n_at_depth")
+RouterStats.__doc__ = """Router.stats(): n_tokens routed since the last reset, their mean_depth
+(recursions per token), and n_at_depth[d], the tokens that ran exactly d
+recursions (d = 0 .. MAX_RECURSIONS)."""
 
 
 class Context(_Handle):
@@ -718,10 +736,12 @@ class Context(_Handle):
 
     @property
     def router(self):
+        """The context's Router (borrowed: valid while the context is open)."""
         return self._router
 
     @property
     def kv(self):
+        """The context's KVCache (borrowed: valid while the context is open)."""
         return self._kv
 
     def decode(self, batch):
@@ -1006,6 +1026,7 @@ class _Borrowed(object):
         return self._get(ctx._p)
 
     def close(self):
+        """Detach this Python object; the context keeps its router or cache."""
         self._ctx = None
 
     def __enter__(self):
@@ -1024,19 +1045,26 @@ class Router(_Borrowed):
     _get = staticmethod(_lib.mor_context_router)
 
     def set_mode(self, mode, forced_depth=0):
+        """Route by mode (ROUTE_DEFAULT, ROUTE_TOPK, ROUTE_THRESHOLD, ROUTE_FORCED:
+        every token runs forced_depth recursions, or ROUTE_TOKEN) from the next decode."""
         _check(_lib.mor_router_set_mode(self._p, mode, forced_depth))
 
     @property
     def mode(self):
+        """The routing mode in effect (ROUTE_*)."""
         return _lib.mor_router_get_mode(self._p)
 
     def set_threshold(self, recursion, threshold):
+        """ROUTE_THRESHOLD: the router score a token needs at a recursion to go
+        on (defaults from the model file)."""
         _check(_lib.mor_router_set_threshold(self._p, recursion, threshold))
 
     def threshold(self, recursion):
+        """The threshold of a recursion (set_threshold)."""
         return _lib.mor_router_get_threshold(self._p, recursion)
 
     def set_max_depth(self, max_depth):
+        """Cap every token's depth at max_depth recursions (0: no cap), in every mode."""
         _check(_lib.mor_router_set_max_depth(self._p, max_depth))
 
     def depths(self):
@@ -1063,12 +1091,15 @@ class Router(_Borrowed):
         return self._per_recursion(_lib.mor_router_get_logits, row)
 
     def stats(self):
+        """RouterStats of the decodes since the last reset_stats(): tokens
+        routed, their mean depth, and how many ran each depth."""
         st = _capi.RouterStats()
         st.size = ctypes.sizeof(st)
         _check(_lib.mor_router_get_stats(self._p, ctypes.byref(st)))
         return RouterStats(st.n_tokens, st.mean_depth, list(st.n_at_depth))
 
     def reset_stats(self):
+        """Start the counts of stats() over."""
         _lib.mor_router_reset_stats(self._p)
 
 
@@ -1079,15 +1110,20 @@ class KVCache(_Borrowed):
     _get = staticmethod(_lib.mor_context_kv)
 
     def clear(self):
+        """Empty the cache: every sequence."""
         _lib.mor_kv_clear(self._p)
 
     def seq_rm(self, seq, p0=-1, p1=-1):
+        """Remove positions [p0, p1) of sequence seq (seq < 0: of every sequence)."""
         _check(_lib.mor_kv_seq_rm(self._p, seq, p0, p1))
 
     def seq_cp(self, src, dst, p0=-1, p1=-1):
+        """Copy positions [p0, p1) of sequence src into dst (prefix reuse);
+        KVFullError, copying nothing, without room."""
         _check(_lib.mor_kv_seq_cp(self._p, src, dst, p0, p1))
 
     def seq_keep(self, seq):
+        """Remove every sequence but seq."""
         _check(_lib.mor_kv_seq_keep(self._p, seq))
 
     def seq_add(self, seq, p0, p1, delta):
@@ -1097,6 +1133,7 @@ class KVCache(_Borrowed):
         _check(_lib.mor_kv_seq_add(self._p, seq, p0, p1, delta))
 
     def seq_pos_max(self, seq):
+        """The largest cached position of sequence seq, or -1 when it has none."""
         return _lib.mor_kv_seq_pos_max(self._p, seq)
 
     def bytes(self, recursion=KV_ALL):
@@ -1107,10 +1144,13 @@ class KVCache(_Borrowed):
         return a.value, u.value
 
     def n_cells_used(self, recursion=KV_ALL):
+        """Cached tokens summed over the layers of a recursion, or of
+        KV_UNIQUE_LAYERS, or KV_ALL."""
         return _check(_lib.mor_kv_n_cells_used(self._p, recursion))
 
     @property
     def mode(self):
+        """The cache mode in effect: KV_RECURSION_WISE, KV_SHARED or KV_DENSE."""
         return _lib.mor_kv_mode(self._p)
 
 
@@ -1255,6 +1295,7 @@ class Server(_Handle):
             self._reraise()
 
     def cancel(self, rid):
+        """Stop a queued or running request; its tokens so far stay readable."""
         _check(_lib.mor_server_cancel(self._p, rid))
 
     def state(self, rid):

@@ -51,15 +51,19 @@ class LlamaGrammar(object):
 
     @classmethod
     def from_string(cls, grammar, verbose=True):
+        """A grammar of GBNF text (verbose is accepted and ignored)."""
         return cls(grammar)
 
     @classmethod
     def from_file(cls, file, verbose=True):
+        """A grammar of the GBNF text in a file."""
         with open(file, encoding="utf-8") as f:
             return cls(f.read())
 
     @classmethod
     def from_json_schema(cls, json_schema, verbose=True):
+        """A grammar accepting the JSON texts valid under a JSON Schema (text,
+        or a dict; mor.json_schema_to_grammar)."""
         return cls(json_schema_to_grammar(json_schema))
 
 
@@ -190,18 +194,23 @@ class Llama(object):
 
     # -- llama-cpp-python's small accessors -----------------------------------
     def n_ctx(self):
+        """The context size in tokens."""
         return self._n_ctx
 
     def n_vocab(self):
+        """The number of tokens in the vocabulary."""
         return self.model.n_vocab
 
     def n_embd(self):
+        """The width of the model's hidden states (and embeddings)."""
         return self.model.n_embd
 
     def token_bos(self):
+        """The beginning-of-sequence token id (-1: none)."""
         return self.model.token_bos
 
     def token_eos(self):
+        """The end-of-sequence token id (-1: none)."""
         return self.model.token_eos
 
     def tokenize(self, text, add_bos=True, special=False):
@@ -224,6 +233,7 @@ class Llama(object):
         self._tokens = []
 
     def close(self):
+        """Free the context and the model now (also on leaving a with block)."""
         if self._ctx is not None:
             self._ctx.close()
         self.model.close()
@@ -345,6 +355,7 @@ class Llama(object):
 
     # -- completions -------------------------------------------------------------
     def __call__(self, prompt, *args, **kwargs):
+        """create_completion(prompt, ...): llm(prompt, max_tokens=32, ...)."""
         return self.create_completion(prompt, *args, **kwargs)
 
     def create_completion(self, prompt, suffix=None, max_tokens=16, temperature=0.8, top_p=0.95, min_p=0.05,
