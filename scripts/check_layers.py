@@ -38,6 +38,8 @@ ALIASES = {
     "kernels_neon": "kernels", "kernels_dispatch": "kernels", "kernels_family": "kernels", "kernels_threads": "kernels", "kernels_lora": "kernels", "kernels_vnni": "kernels",
     "tokenize": "tokenizer", "tokenizer_impl": "tokenizer",
     "grammar_parse": "grammar",
+    "sampler_impl": "sampler", "sampler_math": "sampler", "sampler_penalty": "sampler", "sampler_trunc": "sampler",
+    "sampler_mirostat": "sampler", "sampler_logprobs": "sampler",
     "decode": "context", "batch": "context", "embeddings": "context", "speculate": "context",
 }
 PUBLIC = "mor.h"
