@@ -649,10 +649,10 @@ typedef struct mor_sampler_params {
     /* Keep logits >= max - top_n_sigma * (their standard deviation). Not NaN;
      * <= 0 off (default -1). */
     float    top_n_sigma;
-    /* Dynamic temperature: the temperature stage uses temperature +- range,
-     * mapped from the candidates' normalised entropy h as
-     * max(0, T - range) + 2 range h^exponent. Finite; range <= 0 off
-     * (default 0); exponent default 1. */
+    /* Dynamic temperature: the temperature stage uses lo + (hi - lo) h^exponent,
+     * lo = max(0, temperature - range), hi = temperature + range, h the
+     * entropy of the candidates' probabilities over its maximum log n (n >= 2
+     * candidates). Finite; range <= 0 off (default 0); exponent default 1. */
     float    dynatemp_range;
     float    dynatemp_exponent;
     /* XTC: with probability xtc_probability (one draw of the PRNG), drop all

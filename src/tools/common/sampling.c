@@ -73,7 +73,7 @@ typedef struct {
 static int seqs_add(seqs *s, mor_token head, const mor_token *tail, int32_t n)
 {
     for (int32_t k = 0, at = 0; k < s->n_seq; at += s->len[k++])
-        if (s->tok[at] == head && s->len[k] == n + 1 && !memcmp(s->tok + at + 1, tail, sizeof *tail * (size_t)n))
+        if (s->tok[at] == head && s->len[k] == n + 1 && (!n || !memcmp(s->tok + at + 1, tail, sizeof *tail * (size_t)n)))
             return 0;
     if (s->n_tok + n + 1 > s->cap_tok) {
         int32_t cap = 2 * s->cap_tok + n + 64;
