@@ -601,6 +601,26 @@ MOR_API int32_t    mor_kv_mode(const mor_kv_cache *kv);
 /* Sampling                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Stage ids of mor_sampler_params.samplers (llama.cpp's `samplers` names in
+ * brackets). */
+enum {
+    MOR_STAGE_PENALTIES   = 1,  /* repeat, frequency, presence penalties ("penalties") */
+    MOR_STAGE_DRY         = 2,  /* DRY ("dry")                                        */
+    MOR_STAGE_TOP_N_SIGMA = 3,  /* top-n-sigma ("top_n_sigma")                        */
+    MOR_STAGE_TOP_K       = 4,  /* top-k ("top_k")                                    */
+    MOR_STAGE_TYPICAL_P   = 5,  /* locally typical sampling ("typ_p")                 */
+    MOR_STAGE_TOP_P       = 6,  /* nucleus ("top_p")                                  */
+    MOR_STAGE_MIN_P       = 7,  /* min-p ("min_p")                                    */
+    MOR_STAGE_XTC         = 8,  /* exclude top choices ("xtc")                        */
+    MOR_STAGE_TEMPERATURE = 9   /* temperature, dynamic temperature ("temperature")   */
+};
+/* The most stages mor_sampler_params.samplers holds. */
+#define MOR_SAMPLERS_MAX 16
+
+/* The fields after repeat_last_n came with the llama.cpp sampling set (issue
+ * 42); each has llama.cpp's meaning (llama.cpp's own name in brackets when it
+ * differs) and a default that turns it off, so that a caller compiled with
+ * the older, shorter struct gets exactly the older chain. */
 typedef struct mor_sampler_params {
     uint32_t size;            /* sizeof(mor_sampler_params) as compiled by caller */
     uint64_t seed;            /* PRNG seed; same seed + same logits = same tokens */
@@ -609,30 +629,120 @@ typedef struct mor_sampler_params {
     float    top_p;           /* nucleus; >= 1 off; default 0.95                  */
     float    min_p;           /* drop p < min_p * p_max; <= 0 off; default 0.05   */
     float    repeat_penalty;  /* CTRL-style penalty on recent tokens; 1 off (def) */
-    int32_t  repeat_last_n;   /* how many recent tokens it looks at; default 64   */
+    int32_t  repeat_last_n;   /* how many recent tokens the penalties look at
+                                 (repeat, frequency, presence); 0: penalties off;
+                                 default 64 (llama.cpp's -1, the context, is the
+                                 caller's to turn into a count)                   */
+    /* OpenAI / llama.cpp penalties, with repeat_penalty in one stage: a token
+     * seen c > 0 times among the last repeat_last_n gets
+     * logit -= c * frequency_penalty + presence_penalty. Finite, any sign;
+     * 0 off (default). */
+    float    presence_penalty;
+    float    frequency_penalty;
+    /* Top-p, min-p, typical-p and XTC keep at least min_keep candidates
+     * (top-k does not, as in llama.cpp). >= 0; default 0. */
+    int32_t  min_keep;
+    /* Locally typical sampling (typ_p): keep the tokens whose surprise is
+     * closest to the entropy, up to probability mass typical_p. Not NaN; >= 1
+     * off (default 1). */
+    float    typical_p;
+    /* Keep logits >= max - top_n_sigma * (their standard deviation). Not NaN;
+     * <= 0 off (default -1). */
+    float    top_n_sigma;
+    /* Dynamic temperature: the temperature stage uses lo + (hi - lo) h^exponent,
+     * lo = max(0, temperature - range), hi = temperature + range, h the
+     * entropy of the candidates' probabilities over its maximum log n (n >= 2
+     * candidates). Finite; range <= 0 off (default 0); exponent default 1. */
+    float    dynatemp_range;
+    float    dynatemp_exponent;
+    /* XTC: with probability xtc_probability (one draw of the PRNG), drop all
+     * but the least likely of the tokens of probability >= xtc_threshold.
+     * Not NaN; probability <= 0 (default 0) or threshold > 0.5 (default
+     * 0.1) off. */
+    float    xtc_probability;
+    float    xtc_threshold;
+    /* Mirostat 1 or 2 (0 off, default): replaces the stages by temperature
+     * and mirostat's own truncation, steering the surprise of the drawn
+     * tokens toward mirostat_tau (default 5) at learning rate mirostat_eta
+     * (default 0.1); its state mu starts at 2 tau (mor_sampler_reset too).
+     * Logit bias applies; the penalties and DRY do not (as in llama.cpp). */
+    int32_t  mirostat;
+    float    mirostat_tau;
+    float    mirostat_eta;
+    /* DRY ("don't repeat yourself"): a token that would extend a sequence
+     * repeated from the last dry_penalty_last_n tokens (>= 0; 0 off; default
+     * 64) by more than dry_allowed_length (>= 0; default 2) tokens gets
+     * logit -= dry_multiplier * dry_base^(length - dry_allowed_length).
+     * dry_multiplier finite, 0 off (default); dry_base finite, < 1 off
+     * (default 1.75). A repetition does not reach back across a sequence
+     * breaker: see mor_sampler_set_dry_breakers (none by default). */
+    float    dry_multiplier;
+    float    dry_base;
+    int32_t  dry_allowed_length;
+    int32_t  dry_penalty_last_n;
+    /* The order of the stages: samplers[0..n_samplers) (MOR_STAGE_*, a
+     * stage may appear more than once, as in llama.cpp's `samplers`); a
+     * stage left out is not applied. n_samplers 0 (default): the default order
+     * PENALTIES, DRY, TOP_N_SIGMA, TEMPERATURE, TOP_K, TYPICAL_P, TOP_P,
+     * MIN_P, XTC: llama.cpp's default order except that the temperature
+     * comes before the truncations, as libmor's sampler always had it (in
+     * llama.cpp's own order, "temperature" last, top-p and min-p see the
+     * probabilities before the temperature). In [0, MOR_SAMPLERS_MAX]. */
+    int32_t  n_samplers;
+    int32_t  samplers[MOR_SAMPLERS_MAX];
 } mor_sampler_params;
 
 MOR_API void mor_sampler_params_init(mor_sampler_params *p, size_t size);
 #define MOR_SAMPLER_PARAMS_INIT(p) mor_sampler_params_init((p), sizeof(*(p)))
 
-/* The chain applied is: repetition penalty, then greedy if temperature <= 0,
- * else temperature, top-k, top-p, min-p, and a draw from the seeded PRNG.
- * Errors: MOR_E_INVALID_ARG (NaN or negative values where not allowed),
- * MOR_E_NOMEM, MOR_E_ABI. */
+/* The chain applied: the logit bias (mor_sampler_set_logit_bias); then, if
+ * temperature <= 0, the penalties and DRY (where the order has them) and
+ * greedy (the first maximum); else, with mirostat, temperature and
+ * mirostat; else the stages in the params' order and a draw from the seeded
+ * PRNG. Each stage works on what the previous ones kept: the truncations in
+ * their order, the temperature where it stands (a stage after it sees the
+ * probabilities at that temperature). Ties are broken by the lower id, every
+ * step is taken in double in a fixed order without libm's exp or log, so
+ * that the same seed, params, history, biases and logits give the same
+ * token on every platform.
+ * Errors: MOR_E_INVALID_ARG (a NaN, infinite or out-of-range value where
+ * not allowed; the message names the field), MOR_E_NOMEM, MOR_E_ABI. */
 MOR_API mor_status mor_sampler_create(const mor_sampler_params *params, mor_sampler **out);
 MOR_API void       mor_sampler_free(mor_sampler *s);   /* NULL ok */
 /* Pick a token from logits[0..n_vocab-1] (not modified), write it to *out and
- * add it to the sampler's history (for the repetition penalty). A logit of
+ * add it to the sampler's history (for the penalties and DRY). A logit of
  * -inf bans its token. MOR_E_INVALID_ARG, changing nothing (neither the
- * history nor the PRNG), when a logit is NaN or +inf or every logit is -inf:
- * no token is right for such logits (they come from non-finite weights or
- * overflowed activations). */
+ * history nor the PRNG), when a logit is NaN or +inf or every logit is -inf
+ * or banned by the logit bias: no token is right for such logits (they come
+ * from non-finite weights or overflowed activations). */
 MOR_API mor_status mor_sampler_sample(mor_sampler *s, const float *logits, int32_t n_vocab,
                                       mor_token *out);
 /* Add a token to the history without sampling (e.g. the prompt). */
 MOR_API void       mor_sampler_accept(mor_sampler *s, mor_token token);
-/* Forget the history and re-seed the PRNG with the params' seed. */
+/* Forget the history, re-seed the PRNG with the params' seed and set
+ * mirostat's mu back to 2 tau. The logit bias and the DRY breakers stay. */
 MOR_API void       mor_sampler_reset(mor_sampler *s);
+/* Logit bias (llama.cpp's logit_bias, OpenAI's): before every other stage,
+ * logit[ids[i]] += bias[i] for i in [0, n) (copied; a token listed twice gets
+ * both); -inf bans the token. Replaces the sampler's previous list; n == 0
+ * clears it. ids >= n_vocab of a sample are ignored there. Errors, changing
+ * nothing: MOR_E_INVALID_ARG (NULL s, n < 0, NULL arrays with n > 0, a
+ * NaN or +inf bias), MOR_E_OUT_OF_RANGE (a negative id), MOR_E_NOMEM. */
+MOR_API mor_status mor_sampler_set_logit_bias(mor_sampler *s, const mor_token *ids, const float *bias,
+                                              int32_t n);
+/* DRY's sequence breakers, as token sequences: breaker i is the lens[i] >= 1
+ * tokens that follow breakers 0..i-1 in tokens[] (copied). A repetition DRY
+ * measures stops where a breaker occurs in the history, and a one-token
+ * breaker is never penalised. llama.cpp takes strings (default "\n", ":",
+ * "\"", "*") and turns each into the token sequences that can spell it
+ * (every token containing it, or ending in a prefix of it followed by the
+ * tokenization of the rest); the caller does that with its vocabulary
+ * (mor-server and mor-run do, as llama.cpp) and passes the sequences here.
+ * Replaces the previous breakers; n == 0 clears them (the default).
+ * Errors, changing nothing: MOR_E_INVALID_ARG (NULL s, n < 0, NULL arrays
+ * with n > 0, a length < 1), MOR_E_NOMEM. */
+MOR_API mor_status mor_sampler_set_dry_breakers(mor_sampler *s, const mor_token *tokens, const int32_t *lens,
+                                                int32_t n);
 
 /* Log-probabilities of the tokens under logits[0..n_vocab-1] (not
  * modified): logprob(i) = logits[i] - log(sum_j exp(logits[j])), the
@@ -1049,6 +1159,13 @@ MOR_API mor_status mor_server_set_speculate(mor_server *srv, mor_request_id id, 
  * mor_server_release. Errors: MOR_E_OUT_OF_RANGE (unknown id). */
 MOR_API mor_status mor_server_request_speculation(const mor_server *srv, mor_request_id id, int64_t *drafted,
                                                   int64_t *accepted);
+
+/* The sampler of a queued request (borrowed; the server owns it), for
+ * mor_sampler_set_logit_bias and mor_sampler_set_dry_breakers, the settings
+ * that do not fit mor_sampler_params: call them before the request's first
+ * step (between steps, on the stepping thread), and no other sampler
+ * function. NULL for an unknown id or a request no longer queued. */
+MOR_API mor_sampler *mor_server_request_sampler(mor_server *srv, mor_request_id id);
 
 /* Thread-safety: a mor_server, like a context, is used by one thread at a
  * time; several servers may share one model. */

@@ -39,6 +39,8 @@ ALIASES = {
     "tokenize": "tokenizer", "tokenizer_impl": "tokenizer",
     "grammar_parse": "grammar",
     "json_schema_pattern": "json_schema", "json_schema_scalar": "json_schema",
+    "sampler_impl": "sampler", "sampler_math": "sampler", "sampler_penalty": "sampler", "sampler_trunc": "sampler",
+    "sampler_mirostat": "sampler", "sampler_logprobs": "sampler",
     "decode": "context", "batch": "context", "embeddings": "context", "speculate": "context",
 }
 PUBLIC = "mor.h"

@@ -9,7 +9,8 @@
  * MOR_E_ABI, and nothing is written. Output structs (mor_router_stats) are
  * filled up to the caller's size, under the same rule. The *_params_init
  * functions zero the caller's `size` bytes, write the defaults that fit and
- * set `size` to the caller's size. */
+ * set `size` to the caller's size. mor_sampler_params is stricter: only its
+ * two declared sizes (0.1's and today's) are accepted (sampler.c). */
 #ifndef MOR_ABI_H
 #define MOR_ABI_H
 #include <stddef.h>

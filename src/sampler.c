@@ -1,42 +1,54 @@
-/* sampler.c - the token sampler of mor.h: repetition penalty, then greedy, or
- * temperature, top-k, top-p, min-p and a draw from a seeded PRNG.
+/* sampler.c - the token sampler of mor.h: its params, its lifetime, the
+ * chain of stages and the seeded draw. The stages live in
+ * sampler_penalty.c (logit bias, penalties, DRY), sampler_trunc.c
+ * (temperature, top-k, top-p, min-p, typical, top-n-sigma, XTC) and
+ * sampler_mirostat.c; the arithmetic in sampler_math.c; mor_logprobs in
+ * sampler_logprobs.c. Each stage has llama.cpp's semantics (src/llama-
+ * sampler.cpp, common/sampling.cpp), in this library's arithmetic.
  *
- * Determinism. The same params (seed included), the same history and the same
- * logits give the same token on every platform whose double arithmetic is
- * IEEE-754 binary64 with round-to-nearest and FLT_EVAL_METHOD == 0 (x86-64
- * SSE2, AArch64, RISC-V, ...; not x87). To get there:
+ * Determinism. The same params (seed included), the same history, the same
+ * logit bias and breakers and the same logits give the same token on every
+ * platform whose double arithmetic is IEEE-754 binary64 with
+ * round-to-nearest and FLT_EVAL_METHOD == 0 (x86-64 SSE2, AArch64,
+ * RISC-V, ...; not x87). To get there:
  *  - every computation after reading the logits is done in double with the
- *    basic operations (+ - * / and compares) only, which IEEE-754 rounds
- *    exactly; no libm call is made (exp is our own polynomial, below), since
- *    libm's expf/exp differ between libcs in the last bit;
- *  - floating-point contraction (fused multiply-add) is switched off for this
- *    file, so a compiler cannot round differently on FMA hardware;
+ *    basic operations (+ - * /, sqrt and compares) only, which IEEE-754
+ *    rounds exactly; no other libm call is made (exp and log are our own,
+ *    sampler_math.c), since libm's exp/log differ between libcs in the
+ *    last bit;
+ *  - floating-point contraction (fused multiply-add) is switched off for the
+ *    module's files, so a compiler cannot round differently on FMA hardware;
  *  - subnormals are never produced (weights below e^-700 are 0), so a host
  *    that sets flush-to-zero (e.g. a -ffast-math program) sees the same values;
- *  - every sum is taken in an order fixed by this code, and the only sort uses
+ *  - every sum is taken in an order fixed by this code, and every sort uses
  *    a total order (logit descending, then id ascending), so the result does
  *    not depend on the libc's qsort;
- *  - the PRNG is xoshiro256** seeded through splitmix64, with 53-bit uniforms.
+ *  - the PRNG is xoshiro256** seeded through splitmix64, with 53-bit
+ *    uniforms; XTC and the draw take their numbers from the one stream.
  *
  * Semantics (the header leaves these open):
  *  - Logits must be finite or -inf (a banned token, never drawn). A NaN or
- *    +inf logit, or every logit -inf, is refused with MOR_E_INVALID_ARG
- *    before anything changes (history, PRNG): such logits come from broken
- *    weights or overflowed activations, and any token picked from them
- *    (token 0, say) would only hide that.
- *  - The repetition penalty looks at the last repeat_last_n tokens of the
- *    history (sampled and accepted) and penalises each distinct token among
- *    them once: logit > 0 ? logit / penalty : logit * penalty (CTRL, as in
- *    llama.cpp). History ids outside [0, n_vocab) are ignored.
+ *    +inf logit, or every logit -inf (or banned by the logit bias), is
+ *    refused with MOR_E_INVALID_ARG before anything changes (history,
+ *    PRNG): such logits come from broken weights or overflowed activations,
+ *    and any token picked from them (token 0, say) would only hide that.
+ *  - The penalties look at the last repeat_last_n tokens of the history
+ *    (sampled and accepted) and penalise each distinct token among them
+ *    once: logit > 0 ? logit / penalty : logit * penalty (CTRL, as in
+ *    llama.cpp), then logit -= count * frequency + presence. History ids
+ *    outside [0, n_vocab) are ignored.
  *  - top-k keeps the k highest logits (ties: lower ids first); top-p keeps the
  *    shortest prefix, in that order, whose probability reaches top_p (at least
  *    one token); min-p keeps p >= min_p * p_max. top-p uses the probabilities
- *    renormalised over what top-k kept; min-p is relative, so the order of
- *    top-p and min-p only matters through top-p's normalisation.
- *  - Validation: temperature must not be NaN or infinite (<= 0 is greedy);
- *    top_p must be > 0 (>= 1: off); min_p must be <= 1 (<= 0: off);
- *    repeat_penalty must be finite and > 0 (1: off); repeat_last_n >= 0
- *    (0: off); top_k any (<= 0: off).
+ *    renormalised over what the stages before it kept; min-p is relative, so
+ *    the order of top-p and min-p only matters through top-p's normalisation.
+ *  - In the default order the temperature comes before the truncations (as
+ *    this sampler always had it); an explicit order puts it where it is
+ *    listed. Greedy (temperature <= 0) applies the bias, the penalties and
+ *    DRY and takes the first maximum; the truncations cannot change it
+ *    except typical-p and XTC, which greedy skips.
+ *  - top-n-sigma removes the tokens below its floor (llama.cpp sets them to
+ *    -inf, which no later stage but a count of candidates tells apart).
  */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -44,7 +56,7 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-#include <math.h>   /* HUGE_VAL only: no libm function is called */
+#include <math.h>   /* HUGE_VAL only */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -53,155 +65,13 @@
 #include "abi.h"
 #include "mor.h"
 #include "sampler.h"
+#include "sampler_impl.h"
 #include "status.h"
 
-typedef struct {
-    double  l;   /* penalised logit; NaN already mapped to -inf */
-    double  w;   /* unnormalised probability exp((l - l_max) / T), in [0, 1] */
-    int32_t id;
-} sampler_cand;
-
-struct mor_sampler {
-    mor_sampler_params p;      /* validated copy, every field set */
-    uint64_t      rng[4];      /* xoshiro256** state */
-    mor_token    *hist;        /* ring of the last p.repeat_last_n tokens */
-    int32_t       hist_len;    /* tokens held, <= p.repeat_last_n */
-    int32_t       hist_pos;    /* where the next one goes */
-    sampler_cand *cand;        /* scratch [cap] */
-    uint8_t      *mark;        /* scratch [cap], all 0 between calls */
-    int32_t       cap;
+static const int32_t default_order[] = {
+    MOR_STAGE_PENALTIES, MOR_STAGE_DRY, MOR_STAGE_TOP_N_SIGMA, MOR_STAGE_TEMPERATURE, MOR_STAGE_TOP_K,
+    MOR_STAGE_TYPICAL_P, MOR_STAGE_TOP_P, MOR_STAGE_MIN_P, MOR_STAGE_XTC,
 };
-
-/* ------------------------------------------------------------------------ */
-/* PRNG: splitmix64 to seed, xoshiro256** to draw (Blackman & Vigna).        */
-/* ------------------------------------------------------------------------ */
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro_next(uint64_t s[4])
-{
-    uint64_t result = rotl64(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return result;
-}
-
-static void rng_seed(uint64_t s[4], uint64_t seed)
-{
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) s[i] = splitmix64(&x);
-    /* splitmix64 never yields four zeros in a row, but be explicit: the
-     * all-zero state is the one xoshiro cannot leave. */
-    if ((s[0] | s[1] | s[2] | s[3]) == 0) s[0] = 1;
-}
-
-/* Uniform double in [0, 1), 53 random bits. */
-static double rng_uniform(uint64_t s[4])
-{
-    return (double)(xoshiro_next(s) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* ------------------------------------------------------------------------ */
-/* exp(x) for x <= 0 with + - * / only, so every platform gets the same bits. */
-/* Relative error ~1e-16; exactly 1 at x == 0; 0 below -700 (no subnormals). */
-/* ------------------------------------------------------------------------ */
-
-static double det_exp_nonpos(double x)
-{
-    /* fdlibm's split of ln 2: k * LN2_HI is exact for |k| < 2^11. */
-    const double LN2_HI  = 6.93147180369123816490e-01;
-    const double LN2_LO  = 1.90821492927058770002e-10;
-    const double INV_LN2 = 1.44269504088896338700e+00;
-    if (!(x > -700.0)) return 0.0;        /* also catches -inf and NaN */
-    if (x >= 0.0) return 1.0;
-    double kd = x * INV_LN2;
-    int k = (int)(kd - 0.5);              /* kd < 0: round to nearest-ish */
-    double r = (x - (double)k * LN2_HI) - (double)k * LN2_LO;   /* |r| < 0.35 */
-    /* Taylor series to r^13 / 13!: truncation error < 1e-17 for |r| < 0.35. */
-    double p = 1.0 / 6227020800.0;
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    /* 2^k, k in [-1011, 0]: a normal double built from its bits. */
-    union { uint64_t u; double d; } two_k;
-    two_k.u = (uint64_t)(k + 1023) << 52;
-    return p * two_k.d;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Ordering: logit descending, then id ascending (a total order).            */
-/* ------------------------------------------------------------------------ */
-
-static int cand_before(const sampler_cand *a, const sampler_cand *b)
-{
-    if (a->l != b->l) return a->l > b->l;
-    return a->id < b->id;
-}
-
-static int cand_cmp(const void *pa, const void *pb)
-{
-    const sampler_cand *a = (const sampler_cand *)pa, *b = (const sampler_cand *)pb;
-    if (cand_before(a, b)) return -1;
-    if (cand_before(b, a)) return 1;
-    return 0;
-}
-
-static void cand_swap(sampler_cand *a, sampler_cand *b)
-{
-    sampler_cand t = *a; *a = *b; *b = t;
-}
-
-/* Reorder c[0..n-1] so that c[0..k-1] are the k first in cand order
- * (unordered among themselves); 0 < k < n. Quickselect with a
- * median-of-three pivot; deterministic. */
-static void cand_select(sampler_cand *c, int32_t n, int32_t k)
-{
-    int32_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        int32_t mid = lo + (hi - lo) / 2;
-        if (cand_before(&c[mid], &c[lo])) cand_swap(&c[mid], &c[lo]);
-        if (cand_before(&c[hi], &c[lo])) cand_swap(&c[hi], &c[lo]);
-        if (cand_before(&c[hi], &c[mid])) cand_swap(&c[hi], &c[mid]);
-        /* c[lo] <= c[mid] <= c[hi]; the pivot goes to hi - 1. */
-        if (hi - lo < 3) return;   /* three or fewer elements: now sorted */
-        cand_swap(&c[mid], &c[hi - 1]);
-        sampler_cand piv = c[hi - 1];
-        int32_t i = lo, j = hi - 1;
-        for (;;) {
-            while (cand_before(&c[++i], &piv)) {}
-            while (cand_before(&piv, &c[--j])) {}
-            if (i >= j) break;
-            cand_swap(&c[i], &c[j]);
-        }
-        cand_swap(&c[i], &c[hi - 1]);
-        /* c[lo..i-1] before the pivot, c[i] the pivot, c[i+1..hi] after. */
-        if (i == k || i == k - 1) return;
-        if (i < k) lo = i + 1; else hi = i - 1;
-    }
-}
 
 /* ------------------------------------------------------------------------ */
 /* Params                                                                    */
@@ -218,6 +88,15 @@ static void sampler_defaults(mor_sampler_params *d)
     d->min_p          = 0.05f;
     d->repeat_penalty = 1.0f;
     d->repeat_last_n  = 64;
+    d->typical_p          = 1.0f;
+    d->top_n_sigma        = -1.0f;
+    d->dynatemp_exponent  = 1.0f;
+    d->xtc_threshold      = 0.1f;
+    d->mirostat_tau       = 5.0f;
+    d->mirostat_eta       = 0.1f;
+    d->dry_base           = 1.75f;
+    d->dry_allowed_length = 2;
+    d->dry_penalty_last_n = 64;
 }
 
 MOR_API void mor_sampler_params_init(mor_sampler_params *p, size_t size)
@@ -235,40 +114,93 @@ MOR_API size_t mor_sizeof_sampler_params(void)
 static int is_nan_f(float x) { return x != x; }
 static int is_finite_f(float x) { return x == x && x - x == 0.0f; }
 
+static mor_status bad_f(const char *field, const char *rule, float v)
+{
+    return err_set(MOR_E_INVALID_ARG, "mor_sampler_create: %s must be %s, got %g", field, rule, (double)v);
+}
+
+static mor_status bad_i(const char *field, const char *rule, int32_t v)
+{
+    return err_set(MOR_E_INVALID_ARG, "mor_sampler_create: %s must be %s, got %d", field, rule, (int)v);
+}
+
+/* The fields of libmor 0.1. */
+static mor_status check_v1(const mor_sampler_params *p)
+{
+    if (!is_finite_f(p->temperature)) return bad_f("temperature", "a finite number (<= 0: greedy)", p->temperature);
+    if (is_nan_f(p->top_p) || p->top_p <= 0.0f) return bad_f("top_p", "in (0, 1] (>= 1: off)", p->top_p);
+    if (is_nan_f(p->min_p) || p->min_p > 1.0f) return bad_f("min_p", "in [0, 1] (<= 0: off)", p->min_p);
+    if (!is_finite_f(p->repeat_penalty) || p->repeat_penalty <= 0.0f)
+        return bad_f("repeat_penalty", "finite and > 0 (1: off)", p->repeat_penalty);
+    if (p->repeat_last_n < 0) return bad_i("repeat_last_n", ">= 0 (0: off)", p->repeat_last_n);
+    return MOR_OK;
+}
+
+/* The fields of the llama.cpp sampling set. */
+static mor_status check_v2(const mor_sampler_params *p)
+{
+    if (!is_finite_f(p->presence_penalty)) return bad_f("presence_penalty", "finite (0: off)", p->presence_penalty);
+    if (!is_finite_f(p->frequency_penalty)) return bad_f("frequency_penalty", "finite (0: off)", p->frequency_penalty);
+    if (p->min_keep < 0) return bad_i("min_keep", ">= 0", p->min_keep);
+    if (is_nan_f(p->typical_p)) return bad_f("typical_p", "a number (>= 1: off)", p->typical_p);
+    if (is_nan_f(p->top_n_sigma)) return bad_f("top_n_sigma", "a number (<= 0: off)", p->top_n_sigma);
+    if (!is_finite_f(p->dynatemp_range)) return bad_f("dynatemp_range", "finite (<= 0: off)", p->dynatemp_range);
+    if (!is_finite_f(p->dynatemp_exponent)) return bad_f("dynatemp_exponent", "finite", p->dynatemp_exponent);
+    if (is_nan_f(p->xtc_probability)) return bad_f("xtc_probability", "a number (<= 0: off)", p->xtc_probability);
+    if (is_nan_f(p->xtc_threshold)) return bad_f("xtc_threshold", "a number (> 0.5: off)", p->xtc_threshold);
+    if (p->mirostat < 0 || p->mirostat > 2) return bad_i("mirostat", "0 (off), 1 or 2", p->mirostat);
+    if (!is_finite_f(p->mirostat_tau)) return bad_f("mirostat_tau", "finite", p->mirostat_tau);
+    if (!is_finite_f(p->mirostat_eta)) return bad_f("mirostat_eta", "finite", p->mirostat_eta);
+    if (!is_finite_f(p->dry_multiplier)) return bad_f("dry_multiplier", "finite (0: off)", p->dry_multiplier);
+    if (!is_finite_f(p->dry_base)) return bad_f("dry_base", "finite (< 1: off)", p->dry_base);
+    if (p->dry_allowed_length < 0) return bad_i("dry_allowed_length", ">= 0", p->dry_allowed_length);
+    if (p->dry_penalty_last_n < 0)
+        return bad_i("dry_penalty_last_n", ">= 0 (0: off; llama.cpp's -1, the context, is the caller's to turn "
+                     "into a count)", p->dry_penalty_last_n);
+    if (p->n_samplers < 0 || p->n_samplers > MOR_SAMPLERS_MAX)
+        return bad_i("n_samplers", "in [0, MOR_SAMPLERS_MAX] (0: the default order)", p->n_samplers);
+    for (int32_t i = 0; i < p->n_samplers; i++)
+        if (p->samplers[i] < MOR_STAGE_PENALTIES || p->samplers[i] > MOR_STAGE_TEMPERATURE)
+            return err_set(MOR_E_INVALID_ARG, "mor_sampler_create: samplers[%d] must be a MOR_STAGE_* id "
+                           "(%d..%d), got %d", (int)i, MOR_STAGE_PENALTIES, MOR_STAGE_TEMPERATURE, (int)p->samplers[i]);
+    return MOR_OK;
+}
+
 /* Check `in` and copy it, completed with defaults, into *out. */
 static mor_status sampler_params_get(const mor_sampler_params *in, mor_sampler_params *out)
 {
     sampler_defaults(out);
     if (!in) return MOR_OK;
+    /* the sizes of the two structs a header declared, none between them */
+    if (in->size != sizeof(abi_sampler_params_v1) && in->size != sizeof *out)
+        return err_set(MOR_E_ABI, "mor_sampler_params.size is %u; this libmor accepts %zu (its first release) or "
+                       "%zu (set it with the _INIT macro of the header you compile with)", (unsigned)in->size,
+                       sizeof(abi_sampler_params_v1), sizeof *out);
     mor_status st = abi_read(out, sizeof *out, in, sizeof(abi_sampler_params_v1), "mor_sampler_params");
     if (st) return st;
-
-    if (!is_finite_f(out->temperature))
-        return err_set(MOR_E_INVALID_ARG,
-                       "mor_sampler_create: temperature must be a finite number (<= 0: greedy), got %g",
-                       (double)out->temperature);
-    if (is_nan_f(out->top_p) || out->top_p <= 0.0f)
-        return err_set(MOR_E_INVALID_ARG,
-                       "mor_sampler_create: top_p must be in (0, 1] (>= 1: off), got %g",
-                       (double)out->top_p);
-    if (is_nan_f(out->min_p) || out->min_p > 1.0f)
-        return err_set(MOR_E_INVALID_ARG,
-                       "mor_sampler_create: min_p must be in [0, 1] (<= 0: off), got %g",
-                       (double)out->min_p);
-    if (!is_finite_f(out->repeat_penalty) || out->repeat_penalty <= 0.0f)
-        return err_set(MOR_E_INVALID_ARG,
-                       "mor_sampler_create: repeat_penalty must be finite and > 0 (1: off), got %g",
-                       (double)out->repeat_penalty);
-    if (out->repeat_last_n < 0)
-        return err_set(MOR_E_INVALID_ARG,
-                       "mor_sampler_create: repeat_last_n must be >= 0 (0: off), got %d",
-                       (int)out->repeat_last_n);
-    return MOR_OK;
+    st = check_v1(out);
+    return st ? st : check_v2(out);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Sampler                                                                   */
 /* ------------------------------------------------------------------------ */
+
+static mor_status sampler_alloc(mor_sampler *s)
+{
+    const mor_sampler_params *p = &s->p;
+    int32_t cap = p->repeat_last_n;
+    if (sampler_dry_on(s) && p->dry_penalty_last_n > cap) cap = p->dry_penalty_last_n;
+    if ((size_t)cap > SIZE_MAX / sizeof(mor_token) / 2)
+        return err_set(MOR_E_NOMEM, "mor_sampler_create: a history of %d tokens is too large", (int)cap);
+    s->hist_cap = cap;
+    if (cap > 0 && !(s->hist = (mor_token *)malloc((size_t)cap * sizeof(mor_token))))
+        return err_set(MOR_E_NOMEM, "mor_sampler_create: out of memory for a history of %d tokens", (int)cap);
+    if (sampler_dry_on(s) && !(s->dry_rep = (int32_t *)malloc((size_t)p->dry_penalty_last_n * sizeof(int32_t))))
+        return err_set(MOR_E_NOMEM, "mor_sampler_create: out of memory for DRY's %d tokens",
+                       (int)p->dry_penalty_last_n);
+    return MOR_OK;
+}
 
 MOR_API mor_status mor_sampler_create(const mor_sampler_params *params, mor_sampler **out)
 {
@@ -284,21 +216,19 @@ MOR_API mor_status mor_sampler_create(const mor_sampler_params *params, mor_samp
     s = (mor_sampler *)calloc(1, sizeof(*s));
     if (!s) return err_set(MOR_E_NOMEM, "mor_sampler_create: out of memory");
     s->p = p;
-    if (p.repeat_last_n > 0) {
-        if ((size_t)p.repeat_last_n > SIZE_MAX / sizeof(mor_token)) {
-            free(s);
-            return err_set(MOR_E_NOMEM, "mor_sampler_create: repeat_last_n %d is too large",
-                           (int)p.repeat_last_n);
-        }
-        s->hist = (mor_token *)malloc((size_t)p.repeat_last_n * sizeof(mor_token));
-        if (!s->hist) {
-            free(s);
-            return err_set(MOR_E_NOMEM,
-                           "mor_sampler_create: out of memory for a history of %d tokens",
-                           (int)p.repeat_last_n);
-        }
+    if ((st = sampler_alloc(s)) != MOR_OK) {
+        mor_sampler_free(s);
+        return st;
+    }
+    if (p.n_samplers > 0) {
+        memcpy(s->order, p.samplers, sizeof(int32_t) * (size_t)p.n_samplers);
+        s->n_order = p.n_samplers;
+    } else {
+        memcpy(s->order, default_order, sizeof default_order);
+        s->n_order = (int32_t)(sizeof default_order / sizeof default_order[0]);
     }
     rng_seed(s->rng, p.seed);
+    s->mu = 2.0 * (double)p.mirostat_tau;
     *out = s;
     return MOR_OK;
 }
@@ -307,36 +237,44 @@ MOR_API void mor_sampler_free(mor_sampler *s)
 {
     if (!s) return;
     free(s->hist);
+    free(s->dry_rep);
+    free(s->bias_id);
+    free(s->bias);
+    free(s->brk);
+    free(s->brk_off);
     free(s->cand);
-    free(s->mark);
+    free(s->cnt);
+    free(s->tkey);
     free(s);
 }
 
 MOR_API void mor_sampler_accept(mor_sampler *s, mor_token token)
 {
-    if (!s || s->p.repeat_last_n <= 0) return;
+    if (!s || s->hist_cap <= 0) return;
     s->hist[s->hist_pos] = token;
-    s->hist_pos = s->hist_pos + 1 == s->p.repeat_last_n ? 0 : s->hist_pos + 1;
-    if (s->hist_len < s->p.repeat_last_n) s->hist_len++;
+    s->hist_pos = s->hist_pos + 1 == s->hist_cap ? 0 : s->hist_pos + 1;
+    if (s->hist_len < s->hist_cap) s->hist_len++;
 }
 
 void sampler_save(const mor_sampler *s, sampler_state *st, mor_token *hist, int32_t n)
 {
     memcpy(st->rng, s->rng, sizeof st->rng);
+    st->mu = s->mu;
     st->hist_len = s->hist_len; st->hist_pos = s->hist_pos;
-    for (int32_t i = 0, k = s->hist_pos; i < n && s->p.repeat_last_n > 0; i++) {
+    for (int32_t i = 0, k = s->hist_pos; i < n && s->hist_cap > 0; i++) {
         hist[i] = s->hist[k];
-        k = k + 1 == s->p.repeat_last_n ? 0 : k + 1;
+        k = k + 1 == s->hist_cap ? 0 : k + 1;
     }
 }
 
 void sampler_restore(mor_sampler *s, const sampler_state *st, const mor_token *hist, int32_t n)
 {
     memcpy(s->rng, st->rng, sizeof st->rng);
+    s->mu = st->mu;
     s->hist_len = st->hist_len; s->hist_pos = st->hist_pos;
-    for (int32_t i = 0, k = s->hist_pos; i < n && s->p.repeat_last_n > 0; i++) {
+    for (int32_t i = 0, k = s->hist_pos; i < n && s->hist_cap > 0; i++) {
         s->hist[k] = hist[i];
-        k = k + 1 == s->p.repeat_last_n ? 0 : k + 1;
+        k = k + 1 == s->hist_cap ? 0 : k + 1;
     }
 }
 
@@ -345,28 +283,90 @@ MOR_API void mor_sampler_reset(mor_sampler *s)
     if (!s) return;
     s->hist_len = 0;
     s->hist_pos = 0;
+    s->mu = 2.0 * (double)s->p.mirostat_tau;
     rng_seed(s->rng, s->p.seed);
+}
+
+MOR_API mor_status mor_sampler_set_logit_bias(mor_sampler *s, const mor_token *ids, const float *bias, int32_t n)
+{
+    err_clear();
+    if (!s || n < 0 || (n > 0 && (!ids || !bias)))
+        return err_set(MOR_E_INVALID_ARG, "mor_sampler_set_logit_bias: NULL sampler or arrays, or n < 0");
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] < 0)
+            return err_set(MOR_E_OUT_OF_RANGE, "mor_sampler_set_logit_bias: ids[%d] is %d", (int)i, (int)ids[i]);
+        if (bias[i] != bias[i] || bias[i] == HUGE_VAL)
+            return err_set(MOR_E_INVALID_ARG, "mor_sampler_set_logit_bias: bias[%d] (token %d) must be a number "
+                           "below +inf (-inf bans), got %g", (int)i, (int)ids[i], (double)bias[i]);
+    }
+    mor_token *ni = n ? (mor_token *)malloc(sizeof(mor_token) * (size_t)n) : NULL;
+    double *nb = n ? (double *)malloc(sizeof(double) * (size_t)n) : NULL;
+    if (n && (!ni || !nb)) {
+        free(ni);
+        free(nb);
+        return err_set(MOR_E_NOMEM, "mor_sampler_set_logit_bias: out of memory for %d entries", (int)n);
+    }
+    for (int32_t i = 0; i < n; i++) { ni[i] = ids[i]; nb[i] = (double)bias[i]; }
+    free(s->bias_id);
+    free(s->bias);
+    s->bias_id = ni; s->bias = nb; s->n_bias = n;
+    return MOR_OK;
+}
+
+MOR_API mor_status mor_sampler_set_dry_breakers(mor_sampler *s, const mor_token *tokens, const int32_t *lens,
+                                                int32_t n)
+{
+    err_clear();
+    if (!s || n < 0 || (n > 0 && (!tokens || !lens)))
+        return err_set(MOR_E_INVALID_ARG, "mor_sampler_set_dry_breakers: NULL sampler or arrays, or n < 0");
+    int64_t total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (lens[i] < 1)
+            return err_set(MOR_E_INVALID_ARG, "mor_sampler_set_dry_breakers: lens[%d] must be >= 1, got %d",
+                           (int)i, (int)lens[i]);
+        total += lens[i];
+    }
+    if (total > INT32_MAX / 2) return err_set(MOR_E_NOMEM, "mor_sampler_set_dry_breakers: too many tokens");
+    mor_token *nt = n ? (mor_token *)malloc(sizeof(mor_token) * (size_t)total) : NULL;
+    int32_t *no = n ? (int32_t *)malloc(sizeof(int32_t) * ((size_t)n + 1)) : NULL;
+    if (n && (!nt || !no)) {
+        free(nt);
+        free(no);
+        return err_set(MOR_E_NOMEM, "mor_sampler_set_dry_breakers: out of memory for %d breakers", (int)n);
+    }
+    if (n) {
+        memcpy(nt, tokens, sizeof(mor_token) * (size_t)total);
+        no[0] = 0;
+        for (int32_t i = 0; i < n; i++) no[i + 1] = no[i] + lens[i];
+    }
+    free(s->brk);
+    free(s->brk_off);
+    s->brk = nt; s->brk_off = no; s->n_brk = n;
+    return MOR_OK;
 }
 
 /* Make room for n_vocab candidates. Nothing changes on failure. */
 mor_status sampler_reserve(mor_sampler *s, int32_t n)
 {
-    sampler_cand *c;
-    uint8_t *m;
     if (n <= s->cap) return MOR_OK;
-    if ((size_t)n > SIZE_MAX / sizeof(sampler_cand))
+    if ((size_t)n > SIZE_MAX / sizeof(sampler_tkey))
         return err_set(MOR_E_NOMEM, "mor_sampler_sample: n_vocab %d is too large", (int)n);
-    c = (sampler_cand *)malloc((size_t)n * sizeof(*c));
-    m = (uint8_t *)calloc((size_t)n, 1);
-    if (!c || !m) {
+    const int typical = s->p.typical_p < 1.0f;
+    sampler_cand *c = (sampler_cand *)malloc((size_t)n * sizeof(*c));
+    int32_t *k = (int32_t *)calloc((size_t)n, sizeof(int32_t));
+    sampler_tkey *t = typical ? (sampler_tkey *)malloc((size_t)n * sizeof(*t)) : NULL;
+    if (!c || !k || (typical && !t)) {
         free(c);
-        free(m);
+        free(k);
+        free(t);
         return err_set(MOR_E_NOMEM, "mor_sampler_sample: out of memory for n_vocab %d", (int)n);
     }
     free(s->cand);
-    free(s->mark);
+    free(s->cnt);
+    free(s->tkey);
     s->cand = c;
-    s->mark = m;
+    s->cnt = k;
+    s->tkey = t;
     s->cap = n;
     return MOR_OK;
 }
@@ -385,9 +385,23 @@ mor_status sampler_check_logits(const float *logits, int32_t n)
     return MOR_OK;
 }
 
-/* c[id].l = logits[id] (checked: finite or -inf), then the repetition penalty. */
-/* The repetition penalty changes some logits (it is on and there is history). */
-static int sampler_penalizes(const mor_sampler *s) { return s->p.repeat_penalty != 1.0f && s->hist_len != 0; }
+/* MOR_OK when a token of finite logit is left after the logit bias (the
+ * logits are checked); cnt[] is used and left all 0. */
+mor_status sampler_check_bias(mor_sampler *s, const float *logits, int32_t n)
+{
+    int banning = 0;
+    for (int32_t i = 0; i < s->n_bias; i++) banning |= s->bias[i] == -HUGE_VAL && s->bias_id[i] < n;
+    if (!banning) return MOR_OK;
+    for (int32_t i = 0; i < s->n_bias; i++)
+        if (s->bias[i] == -HUGE_VAL && s->bias_id[i] < n) s->cnt[s->bias_id[i]] = 1;
+    int32_t left = 0;
+    for (int32_t i = 0; i < n && !left; i++) left = logits[i] > -HUGE_VAL && !s->cnt[i];
+    for (int32_t i = 0; i < s->n_bias; i++)
+        if (s->bias_id[i] < n) s->cnt[s->bias_id[i]] = 0;
+    if (!left) return err_set(MOR_E_INVALID_ARG, "mor_sampler_sample: the logit bias bans every token whose logit is "
+                              "not -inf: no token can be drawn");
+    return MOR_OK;
+}
 
 int32_t sampler_argmax(const float *v, int32_t n)
 {
@@ -398,92 +412,9 @@ int32_t sampler_argmax(const float *v, int32_t n)
     return tok;
 }
 
-static void sampler_load_logits(mor_sampler *s, const float *logits, int32_t n)
+/* Draw by weight over c[0..n) (n >= 1, a weight > 0 among them): the index. */
+int32_t sampler_draw(mor_sampler *s, const sampler_cand *c, int32_t n)
 {
-    sampler_cand *c = s->cand;
-    for (int32_t i = 0; i < n; i++) {
-        c[i].l = (double)logits[i];
-        c[i].w = 0.0;
-        c[i].id = i;
-    }
-    if (!sampler_penalizes(s)) return;
-
-    const double pen = (double)s->p.repeat_penalty;
-    const int32_t cap = s->p.repeat_last_n;
-    /* Oldest to newest; order does not matter, each id is penalised once. */
-    int32_t start = s->hist_pos - s->hist_len;
-    if (start < 0) start += cap;
-    for (int32_t j = 0, k = start; j < s->hist_len; j++, k = (k + 1 == cap ? 0 : k + 1)) {
-        mor_token t = s->hist[k];
-        if (t < 0 || t >= n || s->mark[t]) continue;
-        s->mark[t] = 1;
-        c[t].l = c[t].l > 0.0 ? c[t].l / pen : c[t].l * pen;
-    }
-    for (int32_t j = 0, k = start; j < s->hist_len; j++, k = (k + 1 == cap ? 0 : k + 1)) {
-        mor_token t = s->hist[k];
-        if (t >= 0 && t < n) s->mark[t] = 0;
-    }
-}
-
-static mor_token sampler_pick(mor_sampler *s, int32_t n_vocab)
-{
-    sampler_cand *c = s->cand;
-    const mor_sampler_params *p = &s->p;
-
-    /* Greedy: first maximum in id order (at least one logit is finite). */
-    int32_t best = 0;
-    for (int32_t i = 1; i < n_vocab; i++)
-        if (c[i].l > c[best].l) best = i;
-    if (p->temperature <= 0.0f) return best;
-
-    const double lmax = c[best].l;   /* finite */
-
-    /* Candidates: tokens that can be drawn, compacted in id order. */
-    int32_t n = 0;
-    const double T = (double)p->temperature;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        if (!(c[i].l > -HUGE_VAL)) continue;
-        c[n] = c[i];
-        c[n].w = det_exp_nonpos((c[i].l - lmax) / T);
-        n++;
-    }
-
-    /* top-k */
-    if (p->top_k > 0 && p->top_k < n) {
-        cand_select(c, n, p->top_k);
-        n = p->top_k;
-    }
-
-    if (p->top_p < 1.0f) {
-        /* Probability mass of what top-k kept, before min-p removes anything. */
-        double z = 0.0;
-        for (int32_t i = 0; i < n; i++) z += c[i].w;
-        /* min-p: w / w_max >= min_p, and w_max == 1 (the top token). Only
-         * what survives it needs sorting: the min-p set is a prefix of the
-         * sorted order, so the final set is the shorter of the two prefixes. */
-        if (p->min_p > 0.0f) {
-            const double mp = (double)p->min_p;
-            int32_t m = 0;
-            for (int32_t i = 0; i < n; i++)
-                if (c[i].w >= mp) cand_swap(&c[m++], &c[i]);
-            n = m;
-        }
-        qsort(c, (size_t)n, sizeof(*c), cand_cmp);
-        const double target = (double)p->top_p * z;
-        double cum = 0.0;
-        for (int32_t i = 0; i < n; i++) {
-            cum += c[i].w;
-            if (cum >= target) { n = i + 1; break; }
-        }
-    } else if (p->min_p > 0.0f) {
-        const double mp = (double)p->min_p;
-        int32_t m = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (c[i].w >= mp) cand_swap(&c[m++], &c[i]);
-        n = m;
-    }
-
-    /* Draw. n >= 1 and c[] holds the token of weight 1 (the maximum). */
     double z = 0.0;
     for (int32_t i = 0; i < n; i++) z += c[i].w;
     const double target = rng_uniform(s->rng) * z;
@@ -493,9 +424,96 @@ static mor_token sampler_pick(mor_sampler *s, int32_t n_vocab)
         if (c[i].w <= 0.0) continue;
         cum += c[i].w;
         last = i;
-        if (cum > target) return c[i].id;
+        if (cum > target) return i;
     }
-    return c[last].id;   /* rounding put target at the very top */
+    return last;   /* rounding put target at the very top */
+}
+
+/* The stages that work on the whole vocabulary by id: greedy's, and the
+ * first of the chain's. */
+static void sampler_load(mor_sampler *s, const float *logits, int32_t n_vocab)
+{
+    sampler_cand *c = s->cand;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        c[i].l = (double)logits[i];
+        c[i].w = 0.0;
+        c[i].id = i;
+    }
+    sampler_apply_bias(s, c, n_vocab);
+}
+
+static mor_token sampler_greedy(mor_sampler *s, int32_t n_vocab)
+{
+    sampler_cand *c = s->cand;
+    for (int32_t j = 0; j < s->n_order; j++) {
+        if (s->order[j] == MOR_STAGE_PENALTIES) stage_penalties(s, c, n_vocab, n_vocab);
+        if (s->order[j] == MOR_STAGE_DRY) stage_dry(s, c, n_vocab, n_vocab);
+    }
+    /* the first maximum in id order (a finite logit is left) */
+    int32_t best = 0;
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (c[i].l > c[best].l) best = i;
+    return best;
+}
+
+static int32_t sampler_stage(mor_sampler *s, int32_t j, sampler_cand *c, int32_t n, int32_t n_vocab)
+{
+    switch (s->order[j]) {
+    case MOR_STAGE_PENALTIES:   stage_penalties(s, c, n, n_vocab); return n;
+    case MOR_STAGE_DRY:         stage_dry(s, c, n, n_vocab); return n;
+    case MOR_STAGE_TOP_N_SIGMA: return stage_top_n_sigma(s, c, n);
+    case MOR_STAGE_TOP_K:       return stage_top_k(s, c, n);
+    case MOR_STAGE_TYPICAL_P:   return stage_typical(s, c, n);
+    case MOR_STAGE_MIN_P:       return stage_min_p(s, c, n);
+    case MOR_STAGE_XTC:         return stage_xtc(s, c, n);
+    case MOR_STAGE_TEMPERATURE: return stage_temperature(s, c, n);
+    default:                    return n;
+    }
+}
+
+/* The stages in order over the loaded candidates: how many are left. */
+static int32_t sampler_stages(mor_sampler *s, int32_t n_vocab)
+{
+    sampler_cand *c = s->cand;
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_vocab; i++)   /* what can be drawn, in id order */
+        if (c[i].l > -HUGE_VAL) c[n++] = c[i];
+    s->T = 1.0;
+    s->w_ok = 0;
+    for (int32_t j = 0; j < s->n_order; j++) {
+        if (s->order[j] == MOR_STAGE_TOP_P) {
+            /* top-p then min-p: one pass (stage_top_p), the same result */
+            const int fuse = j + 1 < s->n_order && s->order[j + 1] == MOR_STAGE_MIN_P && s->p.top_p < 1.0f &&
+                             s->p.min_p > 0.0f && s->p.min_keep <= 1;
+            n = stage_top_p(s, c, n, fuse);
+            j += fuse;
+        } else {
+            n = sampler_stage(s, j, c, n, n_vocab);
+        }
+    }
+    cand_weights(s, c, n);
+    return n;
+}
+
+static mor_token sampler_chain(mor_sampler *s, int32_t n_vocab)
+{
+    if (s->p.mirostat) {
+        sampler_cand *c = s->cand;
+        int32_t n = 0;
+        for (int32_t i = 0; i < n_vocab; i++)
+            if (c[i].l > -HUGE_VAL) c[n++] = c[i];
+        return sampler_mirostat(s, c, n, n_vocab);
+    }
+    const int32_t n = sampler_stages(s, n_vocab);
+    return s->cand[sampler_draw(s, s->cand, n)].id;
+}
+
+int32_t sampler_candidates(mor_sampler *s, const float *logits, int32_t n_vocab)
+{
+    if (sampler_check_logits(logits, n_vocab) || sampler_reserve(s, n_vocab) || sampler_check_bias(s, logits, n_vocab))
+        return -1;
+    sampler_load(s, logits, n_vocab);
+    return sampler_stages(s, n_vocab);
 }
 
 MOR_API mor_status mor_sampler_sample(mor_sampler *s, const float *logits, int32_t n_vocab,
@@ -513,101 +531,19 @@ MOR_API mor_status mor_sampler_sample(mor_sampler *s, const float *logits, int32
                        (int)n_vocab);
     st = sampler_check_logits(logits, n_vocab);   /* before anything changes */
     if (st == MOR_OK) st = sampler_reserve(s, n_vocab);
+    if (st == MOR_OK) st = sampler_check_bias(s, logits, n_vocab);
     if (st != MOR_OK) return st;
 
-    if (s->p.temperature <= 0.0f && !sampler_penalizes(s)) {
-        /* greedy without a penalty: sampler_pick's first maximum, found on
+    if (s->p.temperature <= 0.0f && !s->n_bias && !sampler_penalties_on(s) && !sampler_dry_on(s)) {
+        /* greedy without a bias or penalty: the first maximum, found on
          * the floats themselves, without loading the candidates (a large
          * share of a small model's step) */
         tok = sampler_argmax(logits, n_vocab);
     } else {
-        sampler_load_logits(s, logits, n_vocab);
-        tok = sampler_pick(s, n_vocab);
+        sampler_load(s, logits, n_vocab);
+        tok = s->p.temperature <= 0.0f ? sampler_greedy(s, n_vocab) : sampler_chain(s, n_vocab);
     }
     mor_sampler_accept(s, tok);
     *out = tok;
-    return MOR_OK;
-}
-
-/* ---- log-probabilities ---------------------------------------------------- */
-
-/* log(x) for x >= 1 (a sum of weights whose largest is 1) with + - * /
- * only, as det_exp_nonpos: x = 2^e m, m in [sqrt(1/2), sqrt(2)], and
- * log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 0.172, summed to s^41
- * (truncation < 1e-30). Relative error ~1e-16. */
-static double det_log_ge1(double x)
-{
-    const double LN2_HI = 6.93147180369123816490e-01, LN2_LO = 1.90821492927058770002e-10;
-    int e = 0;
-    while (x >= 2.0) { x *= 0.5; e++; }   /* exact */
-    if (x > 1.41421356237309504880) { x *= 0.5; e++; }
-    const double s = (x - 1.0) / (x + 1.0), s2 = s * s;
-    double term = s, sum = 0.0;
-    for (int k = 1; k <= 41; k += 2) { sum += term / (double)k; term *= s2; }
-    return ((double)e * LN2_HI + 2.0 * sum) + (double)e * LN2_LO;
-}
-
-/* a ranks below b: a lower logit, or the same logit and a higher id (greedy
- * picks the lowest id on ties, so that id ranks first). */
-static int lp_below(float la, mor_token a, float lb, mor_token b) { return la < lb || (la == lb && a > b); }
-
-/* Sift entry i of the min-heap (the lowest-ranked entry at the root) of n
- * entries down. */
-static void lp_sift(mor_token *id, float *l, int32_t n, int32_t i)
-{
-    for (;;) {
-        int32_t lo = i, c1 = 2 * i + 1, c2 = 2 * i + 2;
-        if (c1 < n && lp_below(l[c1], id[c1], l[lo], id[lo])) lo = c1;
-        if (c2 < n && lp_below(l[c2], id[c2], l[lo], id[lo])) lo = c2;
-        if (lo == i) return;
-        float tl = l[i]; l[i] = l[lo]; l[lo] = tl;
-        mor_token ti = id[i]; id[i] = id[lo]; id[lo] = ti;
-        i = lo;
-    }
-}
-
-MOR_API mor_status mor_logprobs(const float *logits, int32_t n_vocab, mor_token token, float *logprob_out,
-                                int32_t k, mor_token *top_tokens, float *top_logprobs)
-{
-    err_clear();
-    if (!logits) return err_set(MOR_E_INVALID_ARG, "mor_logprobs: logits is NULL");
-    if (n_vocab <= 0) return err_set(MOR_E_INVALID_ARG, "mor_logprobs: n_vocab must be > 0, got %d", (int)n_vocab);
-    if (k < 0 || k > n_vocab)
-        return err_set(MOR_E_INVALID_ARG, "mor_logprobs: k must be in [0, n_vocab = %d], got %d", (int)n_vocab, (int)k);
-    if (k > 0 && (!top_tokens || !top_logprobs))
-        return err_set(MOR_E_INVALID_ARG, "mor_logprobs: k = %d but %s is NULL", (int)k,
-                       !top_tokens ? "top_tokens" : "top_logprobs");
-    if (logprob_out && (token < 0 || token >= n_vocab))
-        return err_set(MOR_E_OUT_OF_RANGE, "mor_logprobs: token %d is not in [0, %d)", (int)token, (int)n_vocab);
-    int32_t finite = 0;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        float x = logits[i];
-        if (x != x || x == HUGE_VAL)
-            return err_set(MOR_E_INVALID_ARG, "mor_logprobs: logit %d is %s", (int)i, x != x ? "NaN" : "+inf");
-        finite += x > -HUGE_VAL;
-    }
-    if (!finite) return err_set(MOR_E_INVALID_ARG, "mor_logprobs: every logit is -inf");
-    /* log-softmax in double: lse = max + log(sum exp(l - max)) */
-    double mx = -HUGE_VAL, sum = 0.0;
-    for (int32_t i = 0; i < n_vocab; i++) if ((double)logits[i] > mx) mx = (double)logits[i];
-    for (int32_t i = 0; i < n_vocab; i++) sum += det_exp_nonpos((double)logits[i] - mx);
-    const double lse = mx + det_log_ge1(sum);
-    if (logprob_out) *logprob_out = (float)((double)logits[token] - lse);
-    if (k == 0) return MOR_OK;
-    /* the k best: a min-heap of the logits, then sorted best first */
-    for (int32_t i = 0; i < k; i++) { top_tokens[i] = i; top_logprobs[i] = logits[i]; }
-    for (int32_t i = k / 2 - 1; i >= 0; i--) lp_sift(top_tokens, top_logprobs, k, i);
-    for (int32_t i = k; i < n_vocab; i++)
-        if (lp_below(top_logprobs[0], top_tokens[0], logits[i], i)) {
-            top_tokens[0] = i;
-            top_logprobs[0] = logits[i];
-            lp_sift(top_tokens, top_logprobs, k, 0);
-        }
-    for (int32_t n = k - 1; n > 0; n--) {   /* the lowest-ranked to the end */
-        float tl = top_logprobs[0]; top_logprobs[0] = top_logprobs[n]; top_logprobs[n] = tl;
-        mor_token ti = top_tokens[0]; top_tokens[0] = top_tokens[n]; top_tokens[n] = ti;
-        lp_sift(top_tokens, top_logprobs, n, 0);
-    }
-    for (int32_t i = 0; i < k; i++) top_logprobs[i] = (float)((double)top_logprobs[i] - lse);
     return MOR_OK;
 }

@@ -258,6 +258,12 @@ mor_status mor_server_set_grammar(mor_server *s, mor_request_id id, mor_grammar 
     return MOR_OK;
 }
 
+mor_sampler *mor_server_request_sampler(mor_server *s, mor_request_id id)
+{
+    serve_req *q = find(s, id);
+    return q && q->state == MOR_REQ_QUEUED ? q->smp : NULL;
+}
+
 mor_status mor_server_set_speculate(mor_server *s, mor_request_id id, int32_t n_draft, int32_t draft_depth)
 {
     if (!s) return err_set(MOR_E_INVALID_ARG, "mor_server_set_speculate: NULL server");
@@ -562,6 +568,14 @@ static mor_status check_logits(const mor_server *s, int32_t sl, const float *log
         if (k < 0) st = err_set(MOR_E_INVALID_ARG, "%s", mor_last_error());
         else if (!finite) st = err_set(MOR_E_INVALID_ARG, "no token can continue the grammar (%s)",
                                        k ? "the tokens it allows all have logit -inf" : "the vocabulary cannot write what it expects next");
+    }
+    if (!st) {   /* a logit bias that bans every token left */
+        const float *from = logits;
+        if (q->gr) {
+            for (int32_t i = 0; i < s->m->n_vocab; i++) s->masked[i] = q->gr_ok[i] ? logits[i] : -HUGE_VALF;
+            from = s->masked;
+        }
+        st = sampler_check_bias(q->smp, from, s->m->n_vocab);
     }
     if (!st) return MOR_OK;
     char msg[300];

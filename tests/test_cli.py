@@ -243,6 +243,67 @@ def mor_run_output(tmp):
             "the flags (%s)" % err.strip().split("\n")[0][:160])
 
 
+def sampling_flags():
+    """llama.cpp's sampling flags of mor-run (mor-server's test_sampling
+    checks that each gives the tokens of the request field of the same
+    name)."""
+    base = [tool("mor-run"), "-m", BROWN, "-p", "The jury said that", "-n", "24", "--seed", "3", "--print-ids", "-q"]
+    for extra, flag in [(["--mirostat", "3"], "--mirostat"), (["--typical", "x"], "--typical"),
+                        (["--presence-penalty", "nan"], "--presence-penalty"), (["--min-keep", "-1"], "--min-keep"),
+                        (["--dry-allowed-length", "-1"], "--dry-allowed-length"),
+                        (["--dry-penalty-last-n", "-2"], "--dry-penalty-last-n"),
+                        (["--samplers", "top_k;hot"], "--samplers"), (["--samplers", "top_k;infill"], "--samplers"),
+                        (["--sampling-seq", "kq"], "--sampling-seq"), (["--logit-bias", "abc"], "--logit-bias"),
+                        (["--logit-bias", "5"], "--logit-bias"), (["--logit-bias", "5+inf"], "--logit-bias"),
+                        (["-l", "5*2"], "-l"), (["--logit-bias", "4096+1"], "--logit-bias")]:
+        refused(base + extra, flag, "mor-run " + " ".join(extra))
+    rc, plain, _ = run(base)
+    default_order = "penalties;dry;top_n_sigma;temperature;top_k;typ_p;top_p;min_p;xtc"
+    rc1, out1, _ = run(base + ["--samplers", default_order])
+    rc2, out2, _ = run(base + ["--sampling-seq", "edstkypmx"])
+    t.check(rc == rc1 == rc2 == 0 and plain == out1 == out2,
+            "mor-run --samplers with the default order (and --sampling-seq edstkypmx): the default's tokens")
+    rc1, out1, _ = run(base + ["--samplers", "top_k;top_p;min_p;temperature"])
+    rc2, out2, _ = run(base + ["--sampling-seq", "kpmt"])
+    t.check(rc1 == rc2 == 0 and out1 == out2 and out1 != plain,
+            "mor-run --samplers top_k;top_p;min_p;temperature (llama.cpp's order, temperature last) = --sampling-seq "
+            "kpmt, and other tokens")
+    every = ["--presence-penalty", "0.5", "--frequency-penalty", "0.2", "--typical", "0.9", "--min-keep", "2",
+             "--top-nsigma", "2", "--xtc-probability", "0.4", "--xtc-threshold", "0.05", "--dynatemp-range", "0.3",
+             "--dynatemp-exp", "1.5", "--dry-multiplier", "0.8", "--dry-base", "1.6", "--dry-allowed-length", "1",
+             "--dry-penalty-last-n", "-1", "--dry-sequence-breaker", "e", "--dry-sequence-breaker", ":",
+             "--logit-bias", "46+2", "-l", "359-inf"]
+    rc1, out1, err1 = run(base + every)
+    rc2, out2, _ = run(base + every)
+    t.check(rc1 == rc2 == 0 and out1 == out2 and out1 != plain and "359" not in out1.split(),
+            "mor-run with every llama.cpp sampling flag: seeded (the same tokens twice), another output, the "
+            "banned token never (%s)" % (out1.strip()[:60] or err1.strip()[:200]))
+    for mode in ("1", "2"):
+        rc1, out1, _ = run(base + ["--mirostat", mode, "--mirostat-ent", "4", "--mirostat-lr", "0.2"])
+        t.check(rc1 == 0 and len(out1.split()) == 24 and out1 != plain, "mor-run --mirostat %s: 24 other tokens" % mode)
+    rc1, out1, _ = run(base + ["--dry-multiplier", "0.8", "--dry-sequence-breaker", "none"])
+    t.check(rc1 == 0 and len(out1.split()) == 24, "mor-run --dry-sequence-breaker none: DRY without breakers")
+    greedy = [tool("mor-run"), "-m", BROWN, "-p", "The jury said that", "-n", "6", "--greedy", "--print-ids", "-q"]
+    rc, g, _ = run(greedy)
+    first = g.split()[0] if g.split() else "?"
+    rc1, gb, _ = run(greedy + ["--logit-bias", first + "-inf"])
+    t.check(rc == rc1 == 0 and gb.split()[0] != first and first not in gb.split(),
+            "mor-run --greedy --logit-bias %s-inf: the greedy token banned" % first)
+    # --ignore-eos: the seed that ends at the end-of-text token (mor_run_output) runs to -n
+    eos_run = [tool("mor-run"), "-m", BROWN, "-p", "The jury said that", "-n", "240", "--seed", "136",
+               "--routing", "threshold", "--print-ids", "-q"]
+    rc, ids, _ = run(eos_run)
+    rc1, ids1, _ = run(eos_run + ["--ignore-eos"])
+    t.check(rc == rc1 == 0 and ids.split()[-1] == "4095" and len(ids1.split()) == 240 and "4095" not in ids1.split(),
+            "mor-run --ignore-eos: the end-of-text token banned, all 240 tokens")
+    rc, out, _ = run([tool("mor-run"), "--help"])
+    t.check(rc == 0 and all(f in out for f in ("--presence-penalty", "--frequency-penalty", "--typical", "--mirostat-lr",
+                                               "--mirostat-ent", "--dry-multiplier", "--xtc-probability",
+                                               "--xtc-threshold", "--top-nsigma", "--dynatemp-range", "--dynatemp-exp",
+                                               "--samplers", "--logit-bias", "--ignore-eos")),
+            "mor-run --help lists llama.cpp's sampling flags")
+
+
 def context_shift():
     """Generation past the training context (256 positions for the bundled model)."""
     rc, out, err = run([tool("mor-run"), "-m", BROWN, "-p", "In the morning", "-n", "500", "--routing", "threshold",
@@ -617,6 +678,7 @@ def main():
         other_tools_flags(tmp)
         overwrites(tmp)
         mor_run_output(tmp)
+        sampling_flags()
         context_shift()
         speculation(tmp)
         embedding_output(tmp)

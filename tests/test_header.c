@@ -103,6 +103,12 @@ static int other_enums_unique(int32_t v)
     default: break;
     }
     switch (v) {
+    case MOR_STAGE_PENALTIES: case MOR_STAGE_DRY: case MOR_STAGE_TOP_N_SIGMA: case MOR_STAGE_TOP_K:
+    case MOR_STAGE_TYPICAL_P: case MOR_STAGE_TOP_P: case MOR_STAGE_MIN_P: case MOR_STAGE_XTC:
+    case MOR_STAGE_TEMPERATURE: n++; break;
+    default: break;
+    }
+    switch (v) {
     case MOR_KV_MODEL_DEFAULT: case MOR_KV_RECURSION_WISE: case MOR_KV_SHARED: case MOR_KV_DENSE: n++; break;
     default: break;
     }

@@ -820,6 +820,77 @@ class JsonSchema(unittest.TestCase):
             mor.json_schema_to_grammar(3)
 
 
+class SamplingStages(unittest.TestCase):
+    """The llama.cpp sampling set through Sampler and Server.submit."""
+    LOGITS = [((i * 7919) % 1000) / 150.0 for i in range(500)]
+
+    def draws(self, n=40, **kw):
+        s = mor.Sampler(seed=3, **kw)
+        return [s.sample(self.LOGITS) for _ in range(n)]
+
+    def test_the_new_fields_reach_the_library(self):
+        s = mor.Sampler(presence_penalty=0.5, frequency_penalty=0.25, min_keep=3, typical_p=0.9, top_n_sigma=2.0,
+                        dynatemp_range=0.2, dynatemp_exponent=1.5, xtc_probability=0.3, xtc_threshold=0.05,
+                        mirostat=0, mirostat_tau=4.0, mirostat_eta=0.2, dry_multiplier=0.8, dry_base=1.5,
+                        dry_allowed_length=3, dry_penalty_last_n=32, samplers=["penalties", "dry", "top-k", "temp"])
+        p = s.params
+        self.assertEqual((p.presence_penalty, p.frequency_penalty, p.min_keep, p.typical_p, p.dry_allowed_length,
+                          p.dry_penalty_last_n), (0.5, 0.25, 3, 0.8999999761581421, 3, 32))
+        self.assertEqual(list(p.samplers[:p.n_samplers]),
+                         [mor.STAGE_PENALTIES, mor.STAGE_DRY, mor.STAGE_TOP_K, mor.STAGE_TEMPERATURE])
+        self.assertEqual(self.draws(typical_p=0.5, xtc_probability=0.5), self.draws(typical_p=0.5, xtc_probability=0.5))
+        self.assertNotEqual(self.draws(), self.draws(mirostat=2))
+        default = self.draws()
+        self.assertEqual(default, self.draws(samplers=["penalties", "dry", "top_n_sigma", "temperature", "top_k",
+                                                       "typ_p", "top_p", "min_p", "xtc"]))
+
+    def test_logit_bias_and_breakers(self):
+        best = max(range(len(self.LOGITS)), key=lambda i: (self.LOGITS[i], -i))
+        g = mor.Sampler(temperature=0, logit_bias={best: float("-inf")})
+        self.assertNotEqual(g.sample(self.LOGITS), best)
+        g.set_logit_bias([(7, 100.0)])
+        self.assertEqual(g.sample(self.LOGITS), 7)
+        g.set_logit_bias({})
+        self.assertEqual(g.sample(self.LOGITS), best)
+        with self.assertRaises(mor.OutOfRangeError):
+            g.set_logit_bias({-1: 1.0})
+        with self.assertRaises(mor.InvalidArgError):
+            g.set_logit_bias({1: float("nan")})
+        with self.assertRaises(mor.InvalidArgError):
+            mor.Sampler(temperature=0, logit_bias={i: float("-inf") for i in range(3)}).sample([1.0, 2.0, 3.0])
+        s = mor.Sampler(dry_multiplier=1.0, dry_breakers=[[1], [2, 3]])
+        s.set_dry_breakers([])
+        with self.assertRaises(mor.InvalidArgError):
+            s.set_dry_breakers([[1], []])
+
+    def test_bad_arguments(self):
+        with self.assertRaises(TypeError):
+            mor.Sampler(no_such_thing=1)
+        with self.assertRaises(ValueError):
+            mor.Sampler(samplers=["top_k", "nonsense"])
+        with self.assertRaises(mor.InvalidArgError) as cm:
+            mor.Sampler(mirostat=3)
+        self.assertIn("mirostat", str(cm.exception))
+        with self.assertRaises(mor.InvalidArgError):
+            mor.Sampler(samplers=[42])
+        with self.assertRaises(ValueError):
+            mor.Sampler(samplers=["top_k"] * 17)
+
+    def test_server_requests_take_them_too(self):
+        with mor.Model(Serving.PATH) as m:
+            kw = dict(seed=5, temperature=0.9, presence_penalty=0.6, dry_multiplier=0.8, mirostat=0, top_k=0,
+                      logit_bias={3: float("-inf"), 4: 2.0}, dry_breakers=[[9]])
+            with m.context(n_ctx=64) as ctx:
+                ctx.router.set_mode(mor.ROUTE_THRESHOLD)
+                ref = [tok.id for tok in ctx.generate([5, 6, 7], max_tokens=12, stop_at_eos=False, **kw)]
+            with mor.Server(m, n_ctx=64) as srv:
+                rid = srv.submit([5, 6, 7], max_tokens=12, **kw)
+                srv.run()
+                got = srv.tokens(rid)[0]
+            self.assertEqual(got, ref)
+            self.assertNotIn(3, got)
+
+
 class Tokenizer(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

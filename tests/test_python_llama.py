@@ -176,6 +176,27 @@ class Completion(unittest.TestCase):
             ref = self.llm(PROMPT + " the", max_tokens=10, temperature=0)
             self.assertEqual(text_of(again), text_of(ref))
 
+    def test_sampling_fields(self):
+        """llama-cpp-python's sampling arguments reach libmor's sampler: the
+        same tokens as a mor.Sampler of the same fields over the same logits."""
+        kw = dict(presence_penalty=0.5, frequency_penalty=0.3, typical_p=0.9, logit_bias={"310": -100.0, 258: 2.0})
+        out = self.llm(PROMPT, max_tokens=12, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=21, **kw)
+        with mor.Model(BROWN) as m, m.context(n_ctx=64) as ctx, \
+                mor.Sampler(seed=21, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
+                            repeat_last_n=64, presence_penalty=0.5, frequency_penalty=0.3, typical_p=0.9,
+                            logit_bias={310: -100.0, 258: 2.0}) as s:
+            causal(m, ctx)
+            ref = [t.id for t in ctx.generate(m.tokenize(PROMPT, add_bos=True, parse_special=True), max_tokens=12,
+                                              sampler=s)]
+        ids = out["choices"][0]["mor"]["token_ids"]
+        self.assertEqual(ids, ref[:len(ids)])
+        self.assertNotIn(310, ids)
+        miro = self.llm(PROMPT, max_tokens=8, seed=3, mirostat_mode=2, mirostat_tau=4.0, mirostat_eta=0.2)
+        self.assertEqual(miro, dict(self.llm(PROMPT, max_tokens=8, seed=3, mirostat_mode=2, mirostat_tau=4.0,
+                                             mirostat_eta=0.2), id=miro["id"], created=miro["created"]))
+        with self.assertRaisesRegex(ValueError, "tfs_z"):
+            self.llm(PROMPT, max_tokens=2, tfs_z=0.9)
+
     def test_routing_forced_depth(self):
         with llama(routing="forced", forced_depth=1) as one:
             out = one(PROMPT, max_tokens=6, temperature=0)

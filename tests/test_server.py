@@ -306,7 +306,29 @@ BAD = [
     ('{"prompt": "x", "logprobs": "5"}', 400, "logprobs"),
     ('{"prompt": "x", "logprobs": true}', 400, "logprobs"),
     ('{"prompt": "x", "top_logprobs": 2}', 400, "top_logprobs"),
-    ('{"prompt": "x", "frequency_penalty": 0.5}', 400, "frequency_penalty"),
+    ('{"prompt": "x", "frequency_penalty": "high"}', 400, "frequency_penalty"),
+    ('{"prompt": "x", "presence_penalty": 1e31}', 400, "presence_penalty"),
+    ('{"prompt": "x", "mirostat": 3}', 400, "mirostat"),
+    ('{"prompt": "x", "min_keep": -1}', 400, "min_keep"),
+    ('{"prompt": "x", "dry_allowed_length": 1.5}', 400, "dry_allowed_length"),
+    ('{"prompt": "x", "dry_penalty_last_n": -2}', 400, "dry_penalty_last_n"),
+    ('{"prompt": "x", "dry_sequence_breakers": []}', 400, "dry_sequence_breakers"),
+    ('{"prompt": "x", "dry_sequence_breakers": [3]}', 400, "dry_sequence_breakers"),
+    ('{"prompt": "x", "samplers": ["top_k", "infill"]}', 400, "samplers"),
+    ('{"prompt": "x", "samplers": ["top_k", "hot"]}', 400, "samplers"),
+    ('{"prompt": "x", "samplers": "kq"}', 400, "samplers"),
+    ('{"prompt": "x", "samplers": 4}', 400, "samplers"),
+    ('{"prompt": "x", "logit_bias": {"5": "x"}}', 400, "logit_bias"),
+    ('{"prompt": "x", "logit_bias": {"5": true}}', 400, "logit_bias"),
+    ('{"prompt": "x", "logit_bias": {"4096": 1}}', 400, "logit_bias"),
+    ('{"prompt": "x", "logit_bias": [[1]]}', 400, "logit_bias"),
+    ('{"prompt": "x", "logit_bias": [[-1, 2]]}', 400, "logit_bias"),
+    ('{"prompt": "x", "logit_bias": 3}', 400, "logit_bias"),
+    ('{"prompt": "x", "n_probs": 21}', 400, "n_probs"),
+    ('{"prompt": "x", "n_probs": 2, "logprobs": 2}', 400, "n_probs"),
+    ('{"prompt": "x", "ignore_eos": 1}', 400, "ignore_eos"),
+    ('{"prompt": "x", "cache_prompt": "no"}', 400, "cache_prompt"),
+    ('{"prompt": "x", "id_slot": -2}', 400, "id_slot"),
     ('{"prompt": "x", "response_format": {"type": "xml"}}', 400, "response_format"),
     ('{"prompt": "x", "response_format": {"type": "json_schema"}}', 400, "response_format"),
     ('{"prompt": "x", "grammar": 3}', 400, "grammar"),
@@ -736,6 +758,92 @@ def test_llama_endpoints(srv):
         r = subprocess.run(["curl", "-sS", "http://%s:%d/tokenize" % (srv.host, srv.port), "-d",
                             json.dumps({"content": text})], capture_output=True)
         t.check(r.returncode == 0 and json.loads(r.stdout)["tokens"] == ids, "curl -d ... /tokenize")
+
+
+# ---- llama.cpp's sampling set ----------------------------------------------------------
+
+# request fields and the mor-run flags that mean the same
+SAMPLING_CASES = [
+    ({"presence_penalty": 0.6, "frequency_penalty": 0.3, "repeat_penalty": 1.1},
+     ["--presence-penalty", "0.6", "--frequency-penalty", "0.3", "--repeat-penalty", "1.1"]),
+    ({"typical_p": 0.8, "min_keep": 3}, ["--typical", "0.8", "--min-keep", "3"]),
+    ({"mirostat": 2, "mirostat_tau": 4, "mirostat_eta": 0.2}, ["--mirostat", "2", "--mirostat-ent", "4", "--mirostat-lr", "0.2"]),
+    ({"mirostat": 1}, ["--mirostat", "1"]),
+    ({"dry_multiplier": 0.8, "dry_base": 1.5, "dry_allowed_length": 1, "dry_penalty_last_n": 200},
+     ["--dry-multiplier", "0.8", "--dry-base", "1.5", "--dry-allowed-length", "1", "--dry-penalty-last-n", "200"]),
+    ({"dry_multiplier": 2, "dry_allowed_length": 1, "dry_sequence_breakers": ["e", " the"]},
+     ["--dry-multiplier", "2", "--dry-allowed-length", "1", "--dry-sequence-breaker", "e", "--dry-sequence-breaker", " the"]),
+    ({"xtc_probability": 0.5, "xtc_threshold": 0.05}, ["--xtc-probability", "0.5", "--xtc-threshold", "0.05"]),
+    ({"top_n_sigma": 1.0}, ["--top-nsigma", "1.0"]),
+    ({"dynatemp_range": 0.4, "dynatemp_exponent": 2}, ["--dynatemp-range", "0.4", "--dynatemp-exp", "2"]),
+    ({"samplers": ["top_k", "typ_p", "top_p", "min_p", "temperature"], "typical_p": 0.9},
+     ["--samplers", "top_k;typ_p;top_p;min_p;temperature", "--typical", "0.9"]),
+    ({"samplers": "kypmt", "typical_p": 0.9}, ["--sampling-seq", "kypmt", "--typical", "0.9"]),
+    ({"logit_bias": {"46": 3.0, "359": False}}, ["--logit-bias", "46+3", "--logit-bias", "359-inf"]),
+]
+
+
+def test_sampling(srv):
+    prompt, n, seed = "The jury said that", 24, 5
+    base = {"prompt": prompt, "max_tokens": n, "seed": seed, "temperature": 0.8, "top_k": 40, "top_p": 0.95,
+            "min_p": 0.05}
+    plain = completion(srv, base)[1]["choices"][0]["mor"]["token_ids"]
+    differ = 0
+    for fields, flags in SAMPLING_CASES:
+        ids = sl.mor_run(prompt, n, seed, flags)[0]
+        st, r = completion(srv, dict(base, **fields))
+        got = r["choices"][0]["mor"]["token_ids"] if st == 200 else r
+        t.check(st == 200 and got == ids, "%s: the tokens of `mor-run %s`" % (json.dumps(fields), " ".join(flags)))
+        differ += got != plain
+    t.check(differ >= len(SAMPLING_CASES) - 2, "%d of %d of them differ from the request without them" %
+            (differ, len(SAMPLING_CASES)))
+
+    # logit_bias: bans (false or -inf bias... as false), both shapes, texts
+    g = {"prompt": prompt, "max_tokens": 12, "temperature": 0}
+    first = completion(srv, g)[1]["choices"][0]["mor"]["token_ids"]
+    a = completion(srv, dict(g, logit_bias={str(first[0]): False}))[1]["choices"][0]["mor"]["token_ids"]
+    b = completion(srv, dict(g, logit_bias=[[first[0], False]]))[1]["choices"][0]["mor"]["token_ids"]
+    c = completion(srv, dict(g, logit_bias=[[first[0], -1e9]]))[1]["choices"][0]["mor"]["token_ids"]
+    t.check(a[0] != first[0] and a == b == c and first[0] not in a,
+            "logit_bias: the greedy token %d banned as {id: false}, [[id, false]], [[id, -1e9]]: never drawn" % first[0])
+    st, tk = srv.json("POST", "/tokenize", {"content": " the"})
+    the = tk["tokens"]
+    long_g = {"prompt": "It was the end of the day and the", "max_tokens": 40, "temperature": 0}
+    free_ = completion(srv, long_g)[1]["choices"][0]["mor"]["token_ids"]
+    banned = completion(srv, dict(long_g, logit_bias={" the": False}))[1]["choices"][0]["mor"]["token_ids"]
+    arr = completion(srv, dict(long_g, logit_bias=[[" the", False]]))[1]["choices"][0]["mor"]["token_ids"]
+    t.check(len(the) == 1 and the[0] in free_ and the[0] not in banned and banned == arr,
+            "logit_bias: a text key (\" the\" = %s) is tokenized and banned, as llama.cpp; the array form too" % the)
+
+    # ignore_eos: the end-of-text token (4095 here) forced by a bias ends the
+    # request; with ignore_eos it is banned and generation goes on
+    st, r = completion(srv, dict(g, logit_bias={"4095": 60}))
+    t.check(st == 200 and r["choices"][0]["finish_reason"] == "stop" and r["choices"][0]["mor"]["token_ids"] == [4095],
+            "the end-of-text token pushed up by a bias ends the request")
+    st, r = completion(srv, dict(g, logit_bias={"4095": 60}, ignore_eos=True))
+    ids = r["choices"][0]["mor"]["token_ids"]
+    t.check(st == 200 and r["choices"][0]["finish_reason"] == "length" and len(ids) == 12 and 4095 not in ids,
+            "ignore_eos: the end-of-text token is banned, 12 tokens")
+
+    # n_probs: logprobs' count; return_tokens; cache_prompt, n_keep, id_slot change nothing
+    st1, r1 = completion(srv, dict(base, max_tokens=6, logprobs=3))
+    st2, r2 = completion(srv, dict(base, max_tokens=6, n_probs=3))
+    t.check(st1 == st2 == 200 and r1["choices"][0]["logprobs"] == r2["choices"][0]["logprobs"] and
+            len(r2["choices"][0]["logprobs"]["top_logprobs"][0]) == 3, "n_probs 3: the logprobs of \"logprobs\": 3")
+    st, r = completion(srv, dict(base, return_tokens=True, cache_prompt=False, n_keep=4, id_slot=2))
+    ch = r["choices"][0]
+    t.check(st == 200 and ch["tokens"] == ch["mor"]["token_ids"] == plain,
+            "return_tokens: the choice's \"tokens\"; cache_prompt false, n_keep, id_slot: the same tokens")
+    st, events = srv.stream("/v1/completions", dict(base, max_tokens=5, return_tokens=True, stream=True))
+    toks = [x for e in events[:-1] for x in e["choices"][0].get("tokens", [])] if st == 200 else None
+    t.check(st == 200 and toks == plain[:5], "return_tokens streamed: each event's tokens")
+    st, r = completion(srv, dict(base, repeat_last_n=-1, dry_multiplier=0.5, dry_penalty_last_n=-1))
+    t.check(st == 200, "repeat_last_n and dry_penalty_last_n -1 (the context, as llama.cpp had it) are accepted")
+    st, pr = srv.json("GET", "/props")
+    p = pr["default_generation_settings"]["params"]
+    t.check(p["mirostat"] == 0 and p["dry_sequence_breakers"] == ["\n", ":", "\"", "*"] and
+            p["samplers"][:4] == ["penalties", "dry", "top_n_sigma", "temperature"] and p["typical_p"] == 1,
+            "GET /props: the sampling set's defaults and the default order")
 
 
 # ---- disconnects and limits ----------------------------------------------------------
@@ -1446,6 +1554,7 @@ def main():
     try:
         srv = sl.Server(["--slots", "4", "--max-body", "65536", "--test-hooks"])
         for f in (test_basics, test_mor_run, test_stream, test_prompt_reuse, test_speculation, test_n_choices, test_grammar, test_errors, test_http, test_llama_endpoints,
+                  test_sampling,
                   test_embeddings, test_llama_server_conventions,
                   test_disconnect,
                   test_curl, test_node):

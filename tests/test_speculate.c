@@ -35,6 +35,8 @@ typedef struct {
 
 /* The sampler's penalty and seed for penalties(); zero: off, 64, 1234. */
 static struct { float penalty; int32_t last_n; uint64_t seed; } pen_now;
+/* llama_stages(): 1 mirostat 2; 2 DRY, presence, XTC, dynamic temperature */
+static int stages_now;
 
 static mor_context *make_ctx(mor_model *m, const setup *u, uint32_t n_ctx, uint32_t flags)
 {
@@ -55,6 +57,11 @@ static mor_sampler *make_sampler(const setup *u, const mor_token *prompt, int32_
     sp.seed = pen_now.seed ? pen_now.seed : 1234; sp.temperature = u->greedy ? 0.0f : 0.9f; sp.top_k = 0; sp.top_p = 1.0f; sp.min_p = 0;
     if (pen_now.penalty) sp.repeat_penalty = pen_now.penalty;
     if (pen_now.last_n) sp.repeat_last_n = pen_now.last_n;
+    if (stages_now == 1) { sp.mirostat = 2; sp.mirostat_tau = 3.0f; }
+    if (stages_now == 2) {
+        sp.dry_multiplier = 1.0f; sp.dry_allowed_length = 1; sp.presence_penalty = 0.5f;
+        sp.xtc_probability = 0.5f; sp.xtc_threshold = 0.05f; sp.dynatemp_range = 0.3f;
+    }
     mor_sampler *s = NULL;
     if (mor_sampler_create(&sp, &s)) return NULL;
     for (int32_t i = 0; i < np; i++) mor_sampler_accept(s, prompt[i]);
@@ -236,6 +243,24 @@ static void penalties(void)
     memset(&pen_now, 0, sizeof pen_now);
 }
 
+/* The stages with a state the drafts' draws move and speculate puts back
+ * (sampler_save/restore): mirostat's mu; DRY's history, XTC's PRNG draws. */
+static void llama_stages(void)
+{
+    mor_model *m = NULL;
+    if (!REQUIRE(mor_model_load_file("models/brown-mor.gguf", NULL, &m) == MOR_OK, "load brown-mor")) return;
+    int32_t acc = 0;
+    for (stages_now = 1; stages_now <= 2; stages_now++)
+        for (int greedy = 1; greedy >= 0; greedy--) {
+            const setup u = { 0, MOR_ROUTE_THRESHOLD, 0, 0, greedy };
+            acc += compare(m, "brown-mor", &u, stages_now == 1 ? (greedy ? "greedy, mirostat 2" : "sampled, mirostat 2")
+                           : (greedy ? "greedy, DRY, presence" : "sampled, DRY, presence, XTC, dynamic temperature"));
+        }
+    stages_now = 0;
+    CHECK(acc > 0, "brown-mor with mirostat, DRY, XTC: drafts accepted (%d)", acc);
+    mor_model_free(m);
+}
+
 static int abort_now(void *ud) { return *(int *)ud; }
 
 /* A failed call changes nothing: cache, sampler, outputs. */
@@ -316,6 +341,7 @@ int main(void)
     if (!ref_logits) return 1;
     models();
     penalties();
+    llama_stages();
     failures();
     free(ref_logits);
     return check_done();

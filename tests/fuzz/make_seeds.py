@@ -573,6 +573,14 @@ def main():
                 "definitions": {"x": {"allOf": [{"properties": {"p": {}}}, {"required": ["q"]}]}},
                 "anyOf": [{"$ref": "#/$defs/node"}, {"$ref": "#/$defs/a~0b~1c"}, {"$ref": "#/definitions/x"}]}).encode(),
             "any.json": b'{"items": {}, "description": "\u00e9t\u00e9 \ud83d\ude00"}',
+            "shaped.json": json.dumps({
+                "type": "object", "properties": {
+                    "code": {"type": "string", "pattern": "^(?:[A-Z]{2}|x\\d+)-[^\\s\"]{1,3}\\.?$"},
+                    "word": {"type": "string", "pattern": "ab[c-e\\u00e9]*"},
+                    "when": {"type": "string", "format": "date-time"}, "mail": {"type": "string", "format": "email"},
+                    "n": {"type": "integer", "minimum": -120, "exclusiveMaximum": 4500},
+                    "m": {"type": "integer", "maximum": 7, "exclusiveMaximum": True}},
+                "required": ["code", "n"]}).encode(),
         },
         "decode": {
             "prefill.bin": decode_seed(1, 0, add(1) + add(2) + add(3, 1) + add(4) + DECODE + add(5) + add(6, 1) + DECODE),

@@ -50,6 +50,7 @@ GRAMMAR_CAN_END, GRAMMAR_MUST_END = 1, 2
 KV_MODEL_DEFAULT, KV_RECURSION_WISE, KV_SHARED, KV_DENSE = 0, 1, 2, 3
 KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0 = 0, 1, 8
 MAX_RECURSIONS = _capi.MAX_RECURSIONS   # MOR_MAX_RECURSIONS
+SAMPLERS_MAX = _capi.SAMPLERS_MAX       # MOR_SAMPLERS_MAX
 ROUTE_DEFAULT, ROUTE_TOPK, ROUTE_THRESHOLD, ROUTE_FORCED, ROUTE_TOKEN = 0, 1, 2, 3, 4
 TOKENIZE_ADD_BOS, TOKENIZE_PARSE_SPECIAL, TOKENIZE_PARSE_USER_DEFINED = 1, 2, 4
 KV_UNIQUE_LAYERS, KV_ALL = -1, -2
@@ -155,9 +156,42 @@ _SAMPLING_RANGES = (("temperature", 0.0, 1e6), ("top_k", 0, 2 ** 31 - 1), ("top_
                     ("min_p", 0.0, 1.0), ("repeat_penalty", 0.0, 1e6), ("repeat_last_n", 0, 1 << 20))
 
 
-def _sampler_params(what, seed, temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n):
+# The stages of a sampler's order (MOR_STAGE_*), by llama.cpp's names and aliases.
+STAGE_PENALTIES, STAGE_DRY, STAGE_TOP_N_SIGMA, STAGE_TOP_K, STAGE_TYPICAL_P, STAGE_TOP_P, STAGE_MIN_P, \
+    STAGE_XTC, STAGE_TEMPERATURE = range(1, 10)
+STAGES = {"penalties": STAGE_PENALTIES, "dry": STAGE_DRY, "top_n_sigma": STAGE_TOP_N_SIGMA,
+          "top_k": STAGE_TOP_K, "typ_p": STAGE_TYPICAL_P, "typical_p": STAGE_TYPICAL_P, "typ": STAGE_TYPICAL_P,
+          "top_p": STAGE_TOP_P, "nucleus": STAGE_TOP_P, "min_p": STAGE_MIN_P, "xtc": STAGE_XTC,
+          "temperature": STAGE_TEMPERATURE, "temp": STAGE_TEMPERATURE}
+for _k in list(STAGES):
+    STAGES.setdefault(_k.replace("_", "-"), STAGES[_k])
+    STAGES.setdefault(_k.replace("_", ""), STAGES[_k])
+
+# the fields after repeat_last_n (mor.h documents each); checked by the library
+_SAMPLER_MORE = ("presence_penalty", "frequency_penalty", "min_keep", "typical_p", "top_n_sigma",
+                 "dynatemp_range", "dynatemp_exponent", "xtc_probability", "xtc_threshold", "mirostat",
+                 "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base", "dry_allowed_length",
+                 "dry_penalty_last_n")
+
+
+def _stage_ids(what, samplers):
+    ids = []
+    for x in samplers:
+        if isinstance(x, str):
+            if x.lower() not in STAGES:
+                raise ValueError("%s: samplers: unknown stage %r (known: %s)" % (what, x, ", ".join(sorted(STAGES))))
+            ids.append(STAGES[x.lower()])
+        else:
+            ids.append(x)
+    if len(ids) > _capi.SAMPLERS_MAX:
+        raise ValueError("%s: samplers: at most %d stages, got %d" % (what, _capi.SAMPLERS_MAX, len(ids)))
+    return ids
+
+
+def _sampler_params(what, seed, temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, more=None):
     """SamplerParams with libmor's defaults and the given fields (None: the
-    default): TypeError, OverflowError, or ValueError out of range."""
+    default): TypeError, OverflowError, or ValueError out of range. more:
+    the newer fields by name (_SAMPLER_MORE) and samplers (names or ids)."""
     sp = _capi.SamplerParams()
     _lib.mor_sampler_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
     given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
@@ -167,7 +201,32 @@ def _sampler_params(what, seed, temperature, top_k, top_p, min_p, repeat_penalty
         v = given[name]
         if v is not None and not lo <= v <= hi:   # NaN fails too
             raise ValueError("%s: %s must be in [%g, %g], got %r" % (what, name, lo, hi, v))
+    more = dict(more or {})
+    samplers = more.pop("samplers", None)
+    unknown = sorted(set(more) - set(_SAMPLER_MORE))
+    if unknown:
+        raise TypeError("%s: unexpected sampling argument %s" % (what, ", ".join(unknown)))
+    _capi.set_fields(sp, tuple(more.items()), what)
+    if samplers is not None:
+        ids = _stage_ids(what, samplers)
+        for i, v in enumerate(ids):
+            sp.samplers[i] = _capi.check_value(ctypes.c_int32, v, "%s: samplers[%d]" % (what, i))
+        sp.n_samplers = len(ids)
     return sp
+
+
+def _set_extras(smp, what, logit_bias, dry_breakers):
+    """mor_sampler_set_logit_bias / _set_dry_breakers on a raw sampler."""
+    if logit_bias is not None:
+        pairs = list(logit_bias.items()) if isinstance(logit_bias, dict) else [tuple(x) for x in logit_bias]
+        ids = _capi.int32_array([int(t) for t, _ in pairs], what + ": logit_bias ids")
+        vals = (ctypes.c_float * max(1, len(pairs)))(*[float(b) for _, b in pairs])
+        _check(_lib.mor_sampler_set_logit_bias(smp, ids, vals, len(pairs)))
+    if dry_breakers is not None:
+        seqs = [list(b) for b in dry_breakers]
+        flat = _capi.int32_array([t for b in seqs for t in b], what + ": dry_breakers")
+        lens = _capi.int32_array([len(b) for b in seqs], what + ": dry_breakers lengths")
+        _check(_lib.mor_sampler_set_dry_breakers(smp, flat, lens, len(seqs)))
 
 
 def _check_token(model, t):
@@ -491,17 +550,35 @@ class Batch(_Handle):
 
 
 class Sampler(_Handle):
-    """A seeded sampler: repetition penalty, then greedy (temperature <= 0) or
-    temperature, top-k, top-p, min-p and a draw. None keeps libmor's default."""
+    """A seeded sampler (mor_sampler_params in mor.h): logit bias, penalties,
+    then greedy (temperature <= 0) or the stages in order and a draw. None
+    keeps libmor's default. Keyword arguments: llama.cpp's sampling set,
+    presence_penalty, frequency_penalty, min_keep, typical_p, top_n_sigma,
+    dynatemp_range, dynatemp_exponent, xtc_probability, xtc_threshold,
+    mirostat (0, 1, 2), mirostat_tau, mirostat_eta, dry_multiplier, dry_base,
+    dry_allowed_length, dry_penalty_last_n, samplers (the order: stage names
+    as llama.cpp's "top_k", "typ_p", ... or STAGE_* ids); logit_bias (a dict
+    token id -> bias, or (id, bias) pairs; -inf bans); dry_breakers (token id
+    sequences, mor_sampler_set_dry_breakers)."""
     _kind = "sampler"
 
     def __init__(self, seed=None, temperature=None, top_k=None, top_p=None, min_p=None,
-                 repeat_penalty=None, repeat_last_n=None):
-        sp = _sampler_params("Sampler", seed, temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n)
+                 repeat_penalty=None, repeat_last_n=None, logit_bias=None, dry_breakers=None, **more):
+        sp = _sampler_params("Sampler", seed, temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n,
+                             more)
         out = ctypes.c_void_p()
         _check(_lib.mor_sampler_create(ctypes.byref(sp), ctypes.byref(out)))
         self._own(out.value, _lib.mor_sampler_free)
         self.params = sp
+        _set_extras(self._p, "Sampler", logit_bias, dry_breakers)
+
+    def set_logit_bias(self, logit_bias):
+        """Replace the logit bias: {id: bias} or [(id, bias), ...]; {} clears it."""
+        _set_extras(self._p, "Sampler.set_logit_bias", logit_bias, None)
+
+    def set_dry_breakers(self, breakers):
+        """Replace DRY's sequence breakers: a list of token id sequences."""
+        _set_extras(self._p, "Sampler.set_dry_breakers", None, breakers)
 
     @classmethod
     def greedy(cls):
@@ -1232,10 +1309,10 @@ class Server(_Handle):
 
     def submit(self, prompt, max_tokens=64, stop=(), seed=None, temperature=None, top_k=None, top_p=None,
                min_p=None, repeat_penalty=None, repeat_last_n=None, grammar=None, json_schema=None,
-               speculate=0, speculate_depth=1):
+               speculate=0, speculate_depth=1, logit_bias=None, dry_breakers=None, **more):
         """Queue a request: prompt (token ids, or text: tokenized with BOS),
         at most max_tokens generated tokens, stop token ids; sampling settings
-        as Sampler's (None: libmor's default; the default temperature samples,
+        as Sampler's, with its keyword arguments (None: libmor's default; the default temperature samples,
         temperature=0 is greedy); grammar: GBNF text, or a Grammar (its text,
         start rule and end tokens: the server gets a grammar of its own);
         json_schema: a JSON Schema instead (json_schema_to_grammar);
@@ -1253,12 +1330,19 @@ class Server(_Handle):
             else list(prompt)
         stop = list(stop)
         smp = _sampler_params("Server.submit", seed, temperature, top_k, top_p, min_p, repeat_penalty,
-                              repeat_last_n)
+                              repeat_last_n, more)
         p = _capi.int32_array(ids, "Server.submit: prompt")
         s = _capi.int32_array(stop, "Server.submit: stop")
         rid = ctypes.c_int32()
         _check(_lib.mor_server_submit(self._p, p, len(ids), ctypes.byref(smp), max_tokens, s, len(stop),
                                       ctypes.byref(rid)))
+        if logit_bias is not None or dry_breakers is not None:
+            try:
+                _set_extras(_lib.mor_server_request_sampler(self._p, rid.value), "Server.submit", logit_bias,
+                            dry_breakers)
+            except BaseException:
+                _lib.mor_server_cancel(self._p, rid.value)
+                raise
         if grammar is not None:
             g = grammar._copy()
             st = _lib.mor_server_set_grammar(self._p, rid.value, g)

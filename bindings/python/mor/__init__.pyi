@@ -3,7 +3,7 @@
 # stubtest) and that mypy --strict accepts typed code using them.
 import array
 import os
-from typing import Any, Callable, Generator, Iterable, NamedTuple, TypeVar, overload
+from typing import Any, Callable, Generator, Iterable, Mapping, NamedTuple, Sequence, TypeVar, overload
 
 from typing_extensions import Final, Literal   # typing's from Python 3.8 on
 
@@ -91,6 +91,16 @@ REQ_RUNNING: Final = 1
 REQ_DONE: Final = 2
 REQ_CANCELLED: Final = 3
 SERVE_NO_PROMPT_REUSE: Final = 1
+STAGE_PENALTIES: Final = 1
+STAGE_DRY: Final = 2
+STAGE_TOP_N_SIGMA: Final = 3
+STAGE_TOP_K: Final = 4
+STAGE_TYPICAL_P: Final = 5
+STAGE_TOP_P: Final = 6
+STAGE_MIN_P: Final = 7
+STAGE_XTC: Final = 8
+STAGE_TEMPERATURE: Final = 9
+STAGES: dict[str, int]
 SERVE_FAST_BF16: Final = 2
 
 # errors
@@ -258,7 +268,29 @@ class Sampler(_Handle):
         min_p: float | None = None,
         repeat_penalty: float | None = None,
         repeat_last_n: int | None = None,
+        logit_bias: Mapping[int, float] | Iterable[tuple[int, float]] | None = None,
+        dry_breakers: Iterable[Sequence[int]] | None = None,
+        *,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        min_keep: int | None = None,
+        typical_p: float | None = None,
+        top_n_sigma: float | None = None,
+        dynatemp_range: float | None = None,
+        dynatemp_exponent: float | None = None,
+        xtc_probability: float | None = None,
+        xtc_threshold: float | None = None,
+        mirostat: int | None = None,
+        mirostat_tau: float | None = None,
+        mirostat_eta: float | None = None,
+        dry_multiplier: float | None = None,
+        dry_base: float | None = None,
+        dry_allowed_length: int | None = None,
+        dry_penalty_last_n: int | None = None,
+        samplers: Iterable[str | int] | None = None,
     ) -> None: ...
+    def set_logit_bias(self, logit_bias: Mapping[int, float] | Iterable[tuple[int, float]]) -> None: ...
+    def set_dry_breakers(self, breakers: Iterable[Sequence[int]]) -> None: ...
     @classmethod
     def greedy(cls: type[_S]) -> _S: ...
     def sample(self, logits: _LogitsIn, grammar: Grammar | None = None) -> int: ...
@@ -472,6 +504,26 @@ class Server(_Handle):
         json_schema: _JsonSchema | None = None,
         speculate: int = 0,
         speculate_depth: int = 1,
+        logit_bias: Mapping[int, float] | Iterable[tuple[int, float]] | None = None,
+        dry_breakers: Iterable[Sequence[int]] | None = None,
+        *,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        min_keep: int | None = None,
+        typical_p: float | None = None,
+        top_n_sigma: float | None = None,
+        dynatemp_range: float | None = None,
+        dynatemp_exponent: float | None = None,
+        xtc_probability: float | None = None,
+        xtc_threshold: float | None = None,
+        mirostat: int | None = None,
+        mirostat_tau: float | None = None,
+        mirostat_eta: float | None = None,
+        dry_multiplier: float | None = None,
+        dry_base: float | None = None,
+        dry_allowed_length: int | None = None,
+        dry_penalty_last_n: int | None = None,
+        samplers: Iterable[str | int] | None = None,
     ) -> int: ...
     def step(self) -> int: ...
     def run(self) -> None: ...

@@ -20,6 +20,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, 
 ABI_VERSION = (0, 1)
 SONAME = "libmor.so.%d.%d" % ABI_VERSION
 MAX_RECURSIONS = 16   # MOR_MAX_RECURSIONS
+SAMPLERS_MAX = 16     # MOR_SAMPLERS_MAX
 
 mor_status = c_int32
 mor_token = c_int32
@@ -50,7 +51,13 @@ class ContextParams(Structure):
 class SamplerParams(Structure):
     _fields_ = [("size", c_uint32), ("seed", c_uint64), ("temperature", c_float), ("top_k", c_int32),
                 ("top_p", c_float), ("min_p", c_float), ("repeat_penalty", c_float),
-                ("repeat_last_n", c_int32)]
+                ("repeat_last_n", c_int32),
+                ("presence_penalty", c_float), ("frequency_penalty", c_float), ("min_keep", c_int32),
+                ("typical_p", c_float), ("top_n_sigma", c_float), ("dynatemp_range", c_float),
+                ("dynatemp_exponent", c_float), ("xtc_probability", c_float), ("xtc_threshold", c_float),
+                ("mirostat", c_int32), ("mirostat_tau", c_float), ("mirostat_eta", c_float),
+                ("dry_multiplier", c_float), ("dry_base", c_float), ("dry_allowed_length", c_int32),
+                ("dry_penalty_last_n", c_int32), ("n_samplers", c_int32), ("samplers", c_int32 * SAMPLERS_MAX)]
 
 
 class ServerParams(Structure):
@@ -149,6 +156,8 @@ PROTOTYPES = {
     "mor_sampler_sample": (mor_status, [handle, P_f32, c_int32, POINTER(mor_token)]),
     "mor_sampler_accept": (None, [handle, mor_token]),
     "mor_sampler_reset": (None, [handle]),
+    "mor_sampler_set_logit_bias": (mor_status, [handle, POINTER(mor_token), P_f32, c_int32]),
+    "mor_sampler_set_dry_breakers": (mor_status, [handle, POINTER(mor_token), P_i32, c_int32]),
     "mor_logprobs": (mor_status, [P_f32, c_int32, mor_token, P_f32, c_int32, POINTER(mor_token), P_f32]),
     "mor_grammar_create": (mor_status, [handle, c_char_p, c_size_t, c_char_p, POINTER(mor_token), c_int32,
                                         handle_out]),
@@ -174,6 +183,7 @@ PROTOTYPES = {
     "mor_server_request_state": (c_int32, [handle, c_int32]),
     "mor_server_request_cached": (c_int32, [handle, c_int32]),
     "mor_server_set_speculate": (mor_status, [handle, c_int32, c_int32, c_int32]),
+    "mor_server_request_sampler": (handle, [handle, c_int32]),
     "mor_server_request_speculation": (mor_status, [handle, c_int32, POINTER(c_int64), POINTER(c_int64)]),
     "mor_server_get_tokens": (mor_status, [handle, c_int32, POINTER(mor_token), P_i32, c_int32, P_i32]),
     "mor_server_release": (mor_status, [handle, c_int32]),

@@ -271,14 +271,22 @@ class Llama(object):
         return row
 
     def _sampler(self, seed, temperature, top_k, top_p, min_p, repeat_penalty, extra):
-        unsupported = sorted(k for k, v in extra.items() if v not in (None, 0, 0.0, 1.0, {}, [])
-                             and not (k in ("typical_p", "tfs_z") and v == 1.0))
-        if unsupported:
-            raise ValueError("not supported yet: %s" % ", ".join(unsupported))
+        """A Sampler of llama-cpp-python's arguments: extra holds
+        frequency_penalty, presence_penalty, typical_p, tfs_z (llama.cpp
+        dropped tail-free sampling: only 1.0, off, is taken), mirostat_mode,
+        mirostat_tau, mirostat_eta, logit_bias ({token id: bias})."""
+        if extra.get("tfs_z") not in (None, 1.0):
+            raise ValueError("tfs_z: tail-free sampling is not supported (llama.cpp removed it); use 1.0")
         if seed is None:
             seed = self._rng.getrandbits(63)
+        bias = extra.get("logit_bias") or None
+        if bias is not None:
+            bias = {int(k): float(v) for k, v in bias.items()}   # JSON-style string keys too
         return Sampler(seed=seed, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                       repeat_penalty=repeat_penalty, repeat_last_n=self.last_n_tokens_size)
+                       repeat_penalty=repeat_penalty, repeat_last_n=self.last_n_tokens_size,
+                       presence_penalty=extra["presence_penalty"], frequency_penalty=extra["frequency_penalty"],
+                       typical_p=extra["typical_p"], mirostat=extra["mirostat_mode"],
+                       mirostat_tau=extra["mirostat_tau"], mirostat_eta=extra["mirostat_eta"], logit_bias=bias)
 
     def _run(self, prompt_tokens, max_tokens, sampler, gbnf, stops, n_logprobs):
         """Generate: yields (token, text piece, depth, logprob entry or None)
@@ -376,6 +384,7 @@ class Llama(object):
         sampler = self._sampler(seed, temperature, top_k, top_p, min_p, repeat_penalty,
                                 {"frequency_penalty": frequency_penalty, "presence_penalty": presence_penalty,
                                  "typical_p": typical_p, "tfs_z": tfs_z, "mirostat_mode": mirostat_mode,
+                                 "mirostat_tau": mirostat_tau, "mirostat_eta": mirostat_eta,
                                  "logit_bias": logit_bias})
         tokens = self._prompt_tokens(prompt)
         echoed = None
@@ -419,6 +428,7 @@ class Llama(object):
         sampler = self._sampler(seed, temperature, top_k, top_p, min_p, repeat_penalty,
                                 {"frequency_penalty": frequency_penalty, "presence_penalty": presence_penalty,
                                  "typical_p": typical_p, "tfs_z": tfs_z, "mirostat_mode": mirostat_mode,
+                                 "mirostat_tau": mirostat_tau, "mirostat_eta": mirostat_eta,
                                  "logit_bias": logit_bias})
         text = _chat.render(self.chat_format, messages)
         tokens = self.tokenize(text.encode("utf-8"), add_bos=True, special=True)

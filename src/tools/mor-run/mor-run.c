@@ -11,6 +11,7 @@
  * status: 0 success, 1 an error while running, 2 a bad command line. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 #include "mor.h"
 #include "cli.h"
+#include "sampling.h"
 #include "text.h"
 
 typedef struct {
@@ -37,6 +39,12 @@ typedef struct {
     float thresholds[32];
     int n_thresholds;
     mor_sampler_params sp;
+    /* llama.cpp's sampling flags that do not fit mor_sampler_params */
+    mor_token bias_id[256];             /* --logit-bias ID(+/-)BIAS */
+    float     bias[256];
+    int       n_bias, ignore_eos;       /* --ignore-eos: the end-of-text token banned */
+    const char *breakers[64];           /* --dry-sequence-breaker (llama.cpp's defaults when none) */
+    int       n_breakers, breakers_set;
 } options;
 
 static void usage(FILE *f)
@@ -65,6 +73,22 @@ static void usage(FILE *f)
         "  --temp T                 temperature, >= 0 (default 0.8; 0: greedy)\n"
         "  --top-k K (40, 0 off)  --top-p P (0.95, 1 off)  --min-p P (0.05, 0 off)\n"
         "  --repeat-penalty R (1, off)  --repeat-last-n N (64)  --seed S (0)\n"
+        "  llama.cpp's sampling flags, with its meanings (mor.h's mor_sampler_params):\n"
+        "  --presence-penalty N (0, off)  --frequency-penalty N (0, off), over --repeat-last-n\n"
+        "  --typical P (1, off)  --min-keep N (0)  --top-nsigma N (-1, off)\n"
+        "  --xtc-probability P (0, off)  --xtc-threshold T (0.1)\n"
+        "  --dynatemp-range R (0, off)  --dynatemp-exp E (1)\n"
+        "  --mirostat 0|1|2 (0)  --mirostat-lr ETA (0.1)  --mirostat-ent TAU (5)\n"
+        "  --dry-multiplier M (0, off)  --dry-base B (1.75)  --dry-allowed-length N (2)\n"
+        "  --dry-penalty-last-n N (64; -1: the context)\n"
+        "  --dry-sequence-breaker S  a DRY sequence breaker (repeatable; replaces the defaults \\n : \" *;\n"
+        "                           none: no breakers)\n"
+        "  --samplers A;B;...       the order of the stages, llama.cpp's names: penalties, dry,\n"
+        "                           top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature\n"
+        "                           (default: temperature before the truncations, as mor.h says)\n"
+        "  --sampling-seq LETTERS   the same as letters: e d s k y p m x t\n"
+        "  -l, --logit-bias ID+B    add B to token ID's logit (ID-B subtracts; ID-inf bans); repeatable\n"
+        "  --ignore-eos             never end at the end-of-text token: it is banned\n"
         "  --grammar GBNF           constrain the output to a string of a GBNF grammar (llama.cpp's\n"
         "                           grammar language, start rule 'root'); generation ends where the\n"
         "                           grammar ends it\n"
@@ -134,6 +158,85 @@ static int default_threads(void)
     return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
 
+/* --samplers "a;b;c" (llama.cpp's names) or --sampling-seq "kpt" into sp. */
+static void parse_order(options *o, const char *flag, const char *v, int letters)
+{
+    o->sp.n_samplers = 0;
+    for (const char *p = v; *p; ) {
+        size_t len = letters ? 1 : strcspn(p, ";");
+        int st = letters ? sampling_stage_by_char(*p) : sampling_stage_by_name(p, len);
+        if (st <= 0)
+            cli_usage_error("%s: %s '%.*s'%s", flag, st < 0 ? "llama.cpp's stage" : "no stage", (int)len, p,
+                            st < 0 ? " is not supported here" : letters ? " (letters: edskypmxt)" :
+                            " (penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature)");
+        if (o->sp.n_samplers == MOR_SAMPLERS_MAX) cli_usage_error("%s: at most %d stages", flag, MOR_SAMPLERS_MAX);
+        o->sp.samplers[o->sp.n_samplers++] = st;
+        p += len;
+        if (!letters && *p == ';') p++;
+    }
+}
+
+/* --logit-bias ID+BIAS or ID-BIAS (llama.cpp's form; BIAS may be inf). */
+static void parse_bias(options *o, const char *flag, const char *v)
+{
+    char *end = NULL;
+    long long id = strtoll(v, &end, 10);
+    if (end == v || (*end != '+' && *end != '-') || id < 0 || id > INT32_MAX)
+        cli_usage_error("%s '%s': give TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, 15043-inf)", flag, v);
+    const char sign = *end;
+    const char *num = end + 1;
+    double b = !strcmp(num, "inf") ? HUGE_VAL : cli_double(flag, num, 0, 1e30, 0);
+    if (sign == '+' && b == HUGE_VAL) cli_usage_error("%s '%s': +inf is not a bias (-inf bans)", flag, v);
+    if (o->n_bias == 256) cli_usage_error("%s: at most 256 biases", flag);
+    o->bias_id[o->n_bias] = (mor_token)id;
+    o->bias[o->n_bias++] = (float)(sign == '-' ? -b : b);
+}
+
+/* llama.cpp's sampling flags beyond mor-run's first ones: 1 when `a` was one. */
+static int parse_sampling_flag(options *o, const char *a, int argc, char **argv, int *i)
+{
+    static const struct { const char *flag, *alias; size_t off; } reals[] = {
+        { "--presence-penalty", NULL, offsetof(mor_sampler_params, presence_penalty) },
+        { "--frequency-penalty", NULL, offsetof(mor_sampler_params, frequency_penalty) },
+        { "--typical", "--typical-p", offsetof(mor_sampler_params, typical_p) },
+        { "--top-nsigma", "--top-n-sigma", offsetof(mor_sampler_params, top_n_sigma) },
+        { "--xtc-probability", NULL, offsetof(mor_sampler_params, xtc_probability) },
+        { "--xtc-threshold", NULL, offsetof(mor_sampler_params, xtc_threshold) },
+        { "--dynatemp-range", NULL, offsetof(mor_sampler_params, dynatemp_range) },
+        { "--dynatemp-exp", NULL, offsetof(mor_sampler_params, dynatemp_exponent) },
+        { "--mirostat-lr", NULL, offsetof(mor_sampler_params, mirostat_eta) },
+        { "--mirostat-ent", NULL, offsetof(mor_sampler_params, mirostat_tau) },
+        { "--dry-multiplier", NULL, offsetof(mor_sampler_params, dry_multiplier) },
+        { "--dry-base", NULL, offsetof(mor_sampler_params, dry_base) },
+    };
+    for (size_t k = 0; k < sizeof reals / sizeof reals[0]; k++)
+        if (!strcmp(a, reals[k].flag) || (reals[k].alias && !strcmp(a, reals[k].alias))) {
+            float v = (float)cli_double(a, cli_value(argc, argv, i), -1e30, 1e30, 0);
+            memcpy((char *)&o->sp + reals[k].off, &v, sizeof v);
+            return 1;
+        }
+    if (!strcmp(a, "--min-keep")) o->sp.min_keep = (int32_t)cli_int(a, cli_value(argc, argv, i), 0, 1 << 30);
+    else if (!strcmp(a, "--mirostat")) o->sp.mirostat = (int32_t)cli_int(a, cli_value(argc, argv, i), 0, 2);
+    else if (!strcmp(a, "--dry-allowed-length"))
+        o->sp.dry_allowed_length = (int32_t)cli_int(a, cli_value(argc, argv, i), 0, 1 << 30);
+    else if (!strcmp(a, "--dry-penalty-last-n"))   /* -1: the context, set once it is known */
+        o->sp.dry_penalty_last_n = (int32_t)cli_int(a, cli_value(argc, argv, i), -1, 1 << 20);
+    else if (!strcmp(a, "--dry-sequence-breaker")) {
+        const char *v = cli_value(argc, argv, i);
+        if (!o->breakers_set) o->n_breakers = 0;
+        o->breakers_set = 1;
+        if (!strcmp(v, "none")) o->n_breakers = 0;
+        else if (o->n_breakers == 64) cli_usage_error("%s: at most 64 breakers", a);
+        else o->breakers[o->n_breakers++] = v;
+    }
+    else if (!strcmp(a, "--samplers")) parse_order(o, a, cli_value(argc, argv, i), 0);
+    else if (!strcmp(a, "--sampling-seq") || !strcmp(a, "--sampler-seq")) parse_order(o, a, cli_value(argc, argv, i), 1);
+    else if (!strcmp(a, "-l") || !strcmp(a, "--logit-bias")) parse_bias(o, a, cli_value(argc, argv, i));
+    else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
+    else return 0;
+    return 1;
+}
+
 static void parse_args(int argc, char **argv, options *o)
 {
     static const char *const kv_modes[] = { "recursion", "shared", "dense", NULL };
@@ -168,6 +271,7 @@ static void parse_args(int argc, char **argv, options *o)
         else if (FLAG("--repeat-penalty")) o->sp.repeat_penalty = (float)cli_double(a, VALUE(), 0, 1e6, 1);
         else if (FLAG("--repeat-last-n")) o->sp.repeat_last_n = (int32_t)cli_int(a, VALUE(), 0, 1 << 20);
         else if (FLAG("--seed")) o->sp.seed = cli_u64(a, VALUE());
+        else if (parse_sampling_flag(o, a, argc, argv, &i)) {}
         else if (FLAG("--routing")) {
             static const char *const modes[] = { "default", "topk", "threshold", "token", NULL };
             static const int values[] = { MOR_ROUTE_DEFAULT, MOR_ROUTE_TOPK, MOR_ROUTE_THRESHOLD, MOR_ROUTE_TOKEN };
@@ -332,6 +436,40 @@ static void run_free(run_state *r)
     mor_batch_free(r->batch);
     mor_context_free(r->ctx);
     mor_model_free(r->model);
+}
+
+/* The logit bias (--logit-bias, --ignore-eos's ban of the end-of-text
+ * token) and, with DRY on, its breakers (--dry-sequence-breaker, else
+ * llama.cpp's defaults) as token sequences of this vocabulary. */
+static mor_status sampler_extras(run_state *r, const options *o)
+{
+    mor_token ids[257];
+    float bias[257];
+    int n = o->n_bias;
+    memcpy(ids, o->bias_id, sizeof *ids * (size_t)n);
+    memcpy(bias, o->bias, sizeof *bias * (size_t)n);
+    const mor_token eos = mor_model_token_eos(r->model);
+    if (o->ignore_eos && eos >= 0) { ids[n] = eos; bias[n++] = -HUGE_VALF; }
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= mor_model_n_vocab(r->model))
+            cli_usage_error("--logit-bias: token %d is not in the vocabulary (%d tokens)", (int)ids[i],
+                            (int)mor_model_n_vocab(r->model));
+    mor_status st = mor_sampler_set_logit_bias(r->sampler, ids, bias, n);
+    char tmp[8];
+    const int has_tok = mor_model_meta_str(r->model, "tokenizer.ggml.model", tmp, sizeof tmp, NULL) == MOR_OK;
+    if (st || o->sp.dry_multiplier == 0.0f || (!has_tok && !o->n_breakers)) return st;
+    if (!has_tok) cli_usage_error("--dry-sequence-breaker needs a model with a tokenizer");
+    const char *const *strs = o->breakers_set ? o->breakers : SAMPLING_DRY_DEFAULT_BREAKERS;
+    const int nb = o->breakers_set ? o->n_breakers : 4;
+    size_t lens[64];
+    for (int i = 0; i < nb; i++) lens[i] = strlen(strs[i]);
+    mor_token *toks = NULL;
+    int32_t *seq_lens = NULL, n_seq = 0;
+    if (!(st = sampling_dry_breakers(r->model, strs, lens, nb, &toks, &seq_lens, &n_seq)))
+        st = mor_sampler_set_dry_breakers(r->sampler, toks, seq_lens, n_seq);
+    free(toks);
+    free(seq_lens);
+    return st;
 }
 
 /* Library errors: the failing step and mor_last_error(), escaped. */
@@ -679,7 +817,9 @@ int main(int argc, char **argv)
     if (o->dump_step_logits) R.steps = malloc(sizeof *R.steps * (size_t)n_vocab * (size_t)(n_predict ? n_predict : 1));
     if (!R.depths || (o->dump_step_logits && !R.steps)) { run_free(&R); return cli_error("out of memory"); }
     if ((st = mor_batch_create((int32_t)cp.n_batch, &R.batch))) { run_free(&R); return lib_error(NULL, "creating a batch", st); }
+    if (o->sp.dry_penalty_last_n < 0) o->sp.dry_penalty_last_n = limit;   /* llama.cpp's -1: the context */
     if ((st = mor_sampler_create(&o->sp, &R.sampler))) { run_free(&R); return lib_error(NULL, "creating the sampler", st); }
+    if ((st = sampler_extras(&R, o))) { run_free(&R); return lib_error(NULL, "--logit-bias or --dry-sequence-breaker", st); }
     if (o->grammar) {
         if ((st = mor_grammar_create(model, o->grammar, o->grammar_len, NULL, NULL, 0, &R.grammar))) {
             run_free(&R);

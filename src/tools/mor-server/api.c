@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "sampling.h"
 
 static int bad(api_error *err, const char *param, const char *fmt, ...)
 {
@@ -58,8 +59,6 @@ static int neutral(const json *v, const char *k, api_error *err)
     int ok = v->type == JSON_NULL;
     if (!strcmp(k, "best_of")) ok |= v->type == JSON_NUMBER && v->num == 1;
     else if (!strcmp(k, "echo") || !strcmp(k, "parallel_tool_calls")) ok |= v->type == JSON_BOOL && (!v->boolean || k[0] == 'p');
-    else if (!strcmp(k, "frequency_penalty") || !strcmp(k, "presence_penalty")) ok |= v->type == JSON_NUMBER && v->num == 0;
-    else if (!strcmp(k, "logit_bias")) ok |= v->type == JSON_OBJECT && v->n == 0;
     else if (!strcmp(k, "suffix")) ok |= v->type == JSON_STRING && v->str_len == 0;
     else if (!strcmp(k, "tools")) ok |= v->type == JSON_ARRAY && v->n == 0;
     else if (!strcmp(k, "tool_choice")) ok |= v->type == JSON_STRING && !strcmp(v->str, "none");
@@ -195,9 +194,16 @@ static const struct { const char *name; char kinds; } fields[] = {
     { "logprobs", 'B' }, { "top_logprobs", 'H' }, { "n", 'B' },
     { "grammar", 'B' }, { "json_schema", 'B' }, { "response_format", 'B' },
     { "speculate", 'B' }, { "speculate_depth", 'B' },
+    /* llama.cpp's sampling set (and OpenAI's penalties and logit_bias) */
+    { "presence_penalty", 'B' }, { "frequency_penalty", 'B' }, { "min_keep", 'B' }, { "typical_p", 'B' },
+    { "top_n_sigma", 'B' }, { "dynatemp_range", 'B' }, { "dynatemp_exponent", 'B' }, { "xtc_probability", 'B' },
+    { "xtc_threshold", 'B' }, { "mirostat", 'B' }, { "mirostat_tau", 'B' }, { "mirostat_eta", 'B' },
+    { "dry_multiplier", 'B' }, { "dry_base", 'B' }, { "dry_allowed_length", 'B' }, { "dry_penalty_last_n", 'B' },
+    { "n_keep", 'B' }, { "id_slot", 'B' }, { "n_probs", 'B' },
+    { "logit_bias", 'B' }, { "dry_sequence_breakers", 'B' }, { "samplers", 'B' },
+    { "ignore_eos", 'B' }, { "return_tokens", 'B' }, { "cache_prompt", 'B' },
     /* OpenAI's, accepted with their neutral value only */
-    { "best_of", 'C' }, { "echo", 'C' },
-    { "frequency_penalty", 'B' }, { "presence_penalty", 'B' }, { "logit_bias", 'B' }, { "suffix", 'C' },
+    { "best_of", 'C' }, { "echo", 'C' }, { "suffix", 'C' },
     { "tools", 'H' }, { "tool_choice", 'H' }, { "parallel_tool_calls", 'H' },
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
@@ -253,6 +259,109 @@ static int parse_response_format(const json *v, api_request *r, api_error *err)
     return bad(err, k, "response_format type '%.40s' is not one of \"text\", \"json_object\", \"json_schema\"", t->str);
 }
 
+/* llama.cpp's numbers, in the order of API_*: integer or not, range. The
+ * reals take any finite value that fits a float (the library's checks, in
+ * mor.h, are looser or the same); -1 of dry_penalty_last_n (and
+ * repeat_last_n) is the context, as llama.cpp had it. */
+static const struct { const char *name; int is_int; double lo, hi; } nums[API_N_NUM] = {
+    { "presence_penalty", 0, -1e30, 1e30 }, { "frequency_penalty", 0, -1e30, 1e30 },
+    { "min_keep", 1, 0, 1 << 30 }, { "typical_p", 0, -1e30, 1e30 }, { "top_n_sigma", 0, -1e30, 1e30 },
+    { "dynatemp_range", 0, -1e30, 1e30 }, { "dynatemp_exponent", 0, -1e30, 1e30 },
+    { "xtc_probability", 0, -1e30, 1e30 }, { "xtc_threshold", 0, -1e30, 1e30 }, { "mirostat", 1, 0, 2 },
+    { "mirostat_tau", 0, -1e30, 1e30 }, { "mirostat_eta", 0, -1e30, 1e30 }, { "dry_multiplier", 0, -1e30, 1e30 },
+    { "dry_base", 0, -1e30, 1e30 }, { "dry_allowed_length", 1, 0, 1 << 30 }, { "dry_penalty_last_n", 1, -1, 1 << 30 },
+    { "n_keep", 1, -1, INT32_MAX }, { "id_slot", 1, -1, INT32_MAX }, { "n_probs", 1, 0, API_MAX_LOGPROBS },
+};
+
+static int parse_num(api_request *r, int i, const json *v, api_error *err)
+{
+    r->num_set[i] = 1;
+    if (!nums[i].is_int) return get_num(v, nums[i].name, nums[i].lo, nums[i].hi, 0, &r->num[i], err);
+    int64_t x;
+    if (get_int(v, nums[i].name, (int64_t)nums[i].lo, (int64_t)nums[i].hi, &x, err)) return -1;
+    r->num[i] = (double)x;
+    return 0;
+}
+
+/* A bias: a finite number, or false (a ban). */
+static int bias_value(const json *v, api_error *err)
+{
+    if (v->type == JSON_BOOL && !v->boolean) return 0;
+    if (v->type != JSON_NUMBER || !isfinite(v->num) || fabs(v->num) > 1e30)
+        return bad(err, "logit_bias", "'logit_bias' biases must be finite numbers, or false to ban a token");
+    return 0;
+}
+
+/* OpenAI's {"id": bias} (a key that is not an integer is a text, as
+ * llama.cpp) or llama.cpp's [[id or "text", bias], ...]; resolved by the
+ * caller (api_logit_bias). */
+static int parse_logit_bias(const json *v, api_request *r, api_error *err)
+{
+    const char *k = "logit_bias";
+    if (v->type == JSON_OBJECT) {
+        for (size_t i = 0; i < v->n; i++) {
+            if (!v->keys[i][0]) return bad(err, k, "'logit_bias' keys must be token ids or texts, not \"\"");
+            if (bias_value(v->items[i], err)) return -1;
+        }
+    } else if (v->type == JSON_ARRAY) {
+        for (size_t i = 0; i < v->n; i++) {
+            const json *e = v->items[i];
+            int64_t t;
+            if (e->type != JSON_ARRAY || e->n != 2)
+                return bad(err, k, "'logit_bias' as an array holds [token id or text, bias] pairs (item %zu)", i);
+            if (e->items[0]->type != JSON_STRING && (e->items[0]->type != JSON_NUMBER ||
+                                                     !json_as_int(e->items[0], 0, INT32_MAX, &t)))
+                return bad(err, k, "'logit_bias'[%zu][0] must be a token id (an integer >= 0) or a text", i);
+            if (bias_value(e->items[1], err)) return -1;
+        }
+    } else {
+        return bad(err, k, "'logit_bias' must be an object {\"token id\": bias} or an array [[id, bias], ...], not %s",
+                   type_name(v));
+    }
+    r->logit_bias = v;
+    return 0;
+}
+
+static int parse_breakers(const json *v, api_request *r, api_error *err)
+{
+    const char *k = "dry_sequence_breakers";
+    if (v->type != JSON_ARRAY || v->n == 0)
+        return bad(err, k, "'dry_sequence_breakers' must be a non-empty array of strings");
+    if (v->n > API_MAX_BREAKERS) return bad(err, k, "'dry_sequence_breakers' has more than %d strings", API_MAX_BREAKERS);
+    for (size_t i = 0; i < v->n; i++) {
+        if (v->items[i]->type != JSON_STRING) return bad(err, k, "'dry_sequence_breakers' must hold strings (item %zu)", i);
+        r->breakers[i] = v->items[i]->str;
+        r->breaker_len[i] = v->items[i]->str_len;
+    }
+    r->n_breakers = (int)v->n;
+    return 0;
+}
+
+/* llama.cpp's samplers: an array of stage names, or a string of letters. */
+static int parse_samplers(const json *v, api_request *r, api_error *err)
+{
+    const char *k = "samplers";
+    size_t n = v->type == JSON_ARRAY ? v->n : v->type == JSON_STRING ? v->str_len : 0;
+    if (v->type != JSON_ARRAY && v->type != JSON_STRING)
+        return bad(err, k, "'samplers' must be an array of stage names or a string of letters, not %s", type_name(v));
+    if (n > 16) return bad(err, k, "'samplers' lists %zu stages; at most 16", n);
+    for (size_t i = 0; i < n; i++) {
+        const json *e = v->type == JSON_ARRAY ? v->items[i] : NULL;
+        if (e && e->type != JSON_STRING) return bad(err, k, "'samplers' must hold stage names (item %zu)", i);
+        int st = e ? sampling_stage_by_name(e->str, e->str_len) : sampling_stage_by_char(v->str[i]);
+        if (st <= 0) {
+            char shown[40];
+            snprintf(shown, sizeof shown, "%.*s", e ? (int)(e->str_len < 30 ? e->str_len : 30) : 1, e ? e->str : v->str + i);
+            return bad(err, k, "'samplers': %s stage '%s'%s", st < 0 ? "llama.cpp's" : "no", shown,
+                       st < 0 ? " is not supported by this server" :
+                       " (penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature; or letters edskypmxt)");
+        }
+        r->samplers[i] = st;
+    }
+    r->n_samplers = (int)n;
+    return 0;
+}
+
 static int field(api_request *r, const char *k, const json *v, api_error *err)
 {
     if (!strcmp(k, "prompt")) return parse_prompt(v, r, err);
@@ -275,7 +384,15 @@ static int field(api_request *r, const char *k, const json *v, api_error *err)
     if (!strcmp(k, "repeat_penalty")) { r->repeat_penalty_set = 1; return get_num(v, k, 0, 10, 1, &r->repeat_penalty, err); }
     if (!strcmp(k, "speculate")) { r->speculate_set = 1; return get_int(v, k, 0, 65535, &r->speculate, err); }
     if (!strcmp(k, "speculate_depth")) { r->speculate_depth_set = 1; return get_int(v, k, 1, 64, &r->speculate_depth, err); }
-    if (!strcmp(k, "repeat_last_n")) { r->repeat_last_n_set = 1; return get_int(v, k, 0, 65536, &r->repeat_last_n, err); }
+    if (!strcmp(k, "repeat_last_n")) { r->repeat_last_n_set = 1; return get_int(v, k, -1, 65536, &r->repeat_last_n, err); }
+    for (int i = 0; i < API_N_NUM; i++)
+        if (!strcmp(k, nums[i].name)) return parse_num(r, i, v, err);
+    if (!strcmp(k, "logit_bias")) return parse_logit_bias(v, r, err);
+    if (!strcmp(k, "dry_sequence_breakers")) return parse_breakers(v, r, err);
+    if (!strcmp(k, "samplers")) return parse_samplers(v, r, err);
+    if (!strcmp(k, "ignore_eos")) return get_bool(v, k, &r->ignore_eos, err);
+    if (!strcmp(k, "return_tokens")) return get_bool(v, k, &r->return_tokens, err);
+    if (!strcmp(k, "cache_prompt")) return get_bool(v, k, &r->cache_prompt, err);
     if (!strcmp(k, "seed")) {
         int64_t s;
         if (get_int(v, k, -1, (int64_t)1 << 53, &s, err)) return -1;
@@ -341,6 +458,8 @@ int api_parse(int kind, const char *body, size_t len, api_request *r, api_error 
     memset(r, 0, sizeof *r);
     memset(err, 0, sizeof *err);
     r->kind = kind;
+    r->n_samplers = r->n_breakers = -1;
+    r->cache_prompt = 1;
     r->doc = json_parse(body, len, jerr, sizeof jerr);
     if (!r->doc) return bad(err, NULL, "the body is not valid JSON (%s)", jerr);
     const json *d = r->doc;
@@ -366,6 +485,11 @@ int api_parse(int kind, const char *body, size_t len, api_request *r, api_error 
     if (kind == API_CHAT && r->top_logprobs_set && r->top_logprobs > 0 && !r->logprobs) {
         bad(err, "top_logprobs", "'top_logprobs' needs \"logprobs\": true");
         goto fail;
+    }
+    if (r->num_set[API_N_PROBS] && r->num[API_N_PROBS] > 0) {   /* llama.cpp's count of the most likely */
+        if (r->logprobs || r->top_logprobs_set) { bad(err, "n_probs", "give n_probs or logprobs, not both"); goto fail; }
+        r->logprobs = 1;
+        r->top_logprobs = (int64_t)r->num[API_N_PROBS];
     }
     r->n_logprobs = r->logprobs ? (int32_t)r->top_logprobs : -1;
     if (!r->n) r->n = 1;

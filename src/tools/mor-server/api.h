@@ -10,8 +10,17 @@
  * logprobs (chat: logprobs true and top_logprobs 0..20; completions:
  * logprobs 0..20) asks for each token's log-probability and the most likely
  * tokens'. The server's own extensions (llama.cpp's names): top_k, min_p,
- * repeat_penalty, repeat_last_n; libmor's: speculate, speculate_depth. Checks that need the model
- * (token ids < n_vocab, the context length) are the caller's. */
+ * repeat_penalty, repeat_last_n, presence_penalty and frequency_penalty
+ * (OpenAI's too), logit_bias, typical_p, min_keep, mirostat, mirostat_tau,
+ * mirostat_eta, dry_multiplier, dry_base, dry_allowed_length,
+ * dry_penalty_last_n, dry_sequence_breakers, xtc_probability,
+ * xtc_threshold, top_n_sigma, dynatemp_range, dynatemp_exponent, samplers,
+ * n_probs (logprobs' count), ignore_eos, return_tokens, and accepted with
+ * nothing to do here: cache_prompt (prompt reuse is the server's and gives
+ * the same tokens either way), n_keep (no context shift: a request must fit),
+ * id_slot (the server picks the slot); libmor's: speculate,
+ * speculate_depth. Checks that need the model (token ids < n_vocab, texts
+ * to tokenize, the context length) are the caller's. */
 #ifndef MORSRV_API_H
 #define MORSRV_API_H
 #include <stddef.h>
@@ -24,6 +33,15 @@ enum { API_COMPLETIONS, API_CHAT };
 #define API_MAX_STOP_LEN 1024   /* bytes per stop string */
 #define API_MAX_LOGPROBS 20     /* top_logprobs (chat), logprobs (completions) */
 #define API_MAX_N        8      /* choices of one request (n) */
+#define API_MAX_BREAKERS 64     /* dry_sequence_breakers */
+
+/* llama.cpp's numeric request fields beyond OpenAI's (api_request.num). */
+enum {
+    API_PRESENCE_PENALTY, API_FREQUENCY_PENALTY, API_MIN_KEEP, API_TYPICAL_P, API_TOP_N_SIGMA,
+    API_DYNATEMP_RANGE, API_DYNATEMP_EXPONENT, API_XTC_PROBABILITY, API_XTC_THRESHOLD, API_MIROSTAT,
+    API_MIROSTAT_TAU, API_MIROSTAT_ETA, API_DRY_MULTIPLIER, API_DRY_BASE, API_DRY_ALLOWED_LENGTH,
+    API_DRY_PENALTY_LAST_N, API_N_KEEP, API_ID_SLOT, API_N_PROBS, API_N_NUM
+};
 
 typedef struct {
     const char *role;           /* "system", "user", "assistant" (and "developer", as "system") */
@@ -65,6 +83,21 @@ typedef struct {
     int          speculate_set, speculate_depth_set;
     int64_t      speculate, speculate_depth;
     int64_t      n;                       /* choices, 1..API_MAX_N (default 1) */
+    /* llama.cpp's sampling set: num[API_*] when num_set[API_*] (checked for
+     * type and range here, for the library's rules in mor.h), the order of
+     * the stages (samplers: an array of names or a string of letters), the
+     * logit bias (logit_bias: OpenAI's object of id strings, or llama.cpp's
+     * [[id or text, bias or false], ...]; into doc, its ids and texts
+     * resolved by the caller) and DRY's breakers (strings into doc) */
+    double       num[API_N_NUM];
+    unsigned char num_set[API_N_NUM];
+    int32_t      samplers[16];
+    int          n_samplers;              /* -1: not given */
+    const json  *logit_bias;
+    const char  *breakers[API_MAX_BREAKERS];
+    size_t       breaker_len[API_MAX_BREAKERS];
+    int          n_breakers;              /* -1: not given */
+    int          ignore_eos, return_tokens, cache_prompt;   /* cache_prompt: 1 unless false was given */
     /* constrained output, at most one: a GBNF grammar (llama.cpp's "grammar"),
      * a JSON Schema ("json_schema", or response_format json_schema), or any
      * JSON object (response_format json_object) */

@@ -76,6 +76,7 @@ void job_unref(job *j)
     buf_free(&j->text);
     free(j->prompt); free(j->tokens); free(j->depths); free(j->text_end);
     free(j->logprob); free(j->top_ids); free(j->top_logprob); free(j->text_offset);
+    free(j->bias_id); free(j->bias); free(j->brk); free(j->brk_len);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -265,6 +266,12 @@ static void command(engine *e, job *j, int cancel, int quitting)
         j->grammar = NULL;   /* the server's now */
         if (j->spec_n && (st = mor_server_set_speculate(e->srv, j->id, j->spec_n, j->spec_d))) {
             refuse(e, j, st, "speculation", 1);
+            return;
+        }
+        mor_sampler *smp = j->n_bias || j->n_brk ? mor_server_request_sampler(e->srv, j->id) : NULL;
+        if ((j->n_bias || j->n_brk) && (!smp || (st = mor_sampler_set_logit_bias(smp, j->bias_id, j->bias, j->n_bias)) ||
+                                        (st = mor_sampler_set_dry_breakers(smp, j->brk, j->brk_len, j->n_brk)))) {
+            refuse(e, j, st ? st : MOR_E_INTERNAL, "the logit bias or DRY's breakers", 1);
             return;
         }
         j->touched = 0;

@@ -43,6 +43,12 @@ struct job {
     mor_grammar       *grammar;          /* constrained output, or NULL: owned until the
                                             engine hands it to the server (set_grammar) */
     int32_t            spec_n, spec_d;   /* self-speculative decoding: drafts per step (0: off), depth */
+    mor_token         *bias_id;          /* logit bias [n_bias] (malloc'd, the job frees them; */
+    float             *bias;             /*   mor_sampler_set_logit_bias after the submit) */
+    int32_t            n_bias;
+    mor_token         *brk;              /* DRY's breakers as token sequences (malloc'd; */
+    int32_t           *brk_len;          /*   mor_sampler_set_dry_breakers) */
+    int32_t            n_brk;
     int                hold;             /* a test hook (mor-server --test-hooks): once this
                                             job has its first token the engine parks, stepping
                                             nothing while no other job needs a step (a first

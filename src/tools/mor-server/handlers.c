@@ -19,6 +19,7 @@
 #include "json.h"
 #include "jsonw.h"
 #include "server.h"
+#include "sampling_req.h"
 #include "text.h"
 #include "utf8.h"
 
@@ -253,6 +254,7 @@ typedef struct {
     char        id[40];
     int64_t     created;
     const char *object;   /* of the response, or of a stream chunk */
+    int         return_tokens;   /* llama.cpp's "tokens" in each choice */
 } reply;
 
 static const char *finish_name(int f) { return f == FINISH_STOP ? "stop" : f == FINISH_LENGTH ? "length" : NULL; }
@@ -289,6 +291,16 @@ static void head_fields(jsonw *w, const reply *r, int chunk)
 }
 
 /* "mor": {"token_ids": [...], "depths": [...]} for tokens [a, b). */
+/* llama.cpp's return_tokens: the choice's token ids [a, b). */
+static void tokens_array(jsonw *w, const reply *r, const job *j, int32_t a, int32_t b)
+{
+    if (!r->return_tokens) return;
+    jw_key(w, "tokens");
+    jw_arr(w);
+    for (int32_t i = a; i < b; i++) jw_int(w, j->tokens[i]);
+    jw_arr_end(w);
+}
+
 static void mor_object(jsonw *w, const job *j, int32_t a, int32_t b)
 {
     jw_key(w, "mor");
@@ -462,6 +474,7 @@ static void chunk_choice(jsonw *w, const reply *r, const job *j, int index, size
     logprobs_object(w, r, j, a, b);
     jw_key(w, "finish_reason"); if (finish) jw_str(w, finish); else jw_null(w);
     if (b > a) mor_object(w, j, a, b);
+    if (b > a) tokens_array(w, r, j, a, b);
     jw_obj_end(w);
     jw_arr_end(w);
 }
@@ -634,6 +647,7 @@ static void whole_reply(conn *c, request *rq, job *const *js, int n_jobs, const 
         logprobs_object(&w, r, j, 0, j->n_tokens);
         jw_key(&w, "finish_reason"); jw_str(&w, finish_name(j->finish));
         mor_object(&w, j, 0, j->n_tokens);
+        tokens_array(&w, r, j, 0, j->n_tokens);
         jw_obj_end(&w);
     }
     jw_arr_end(&w);
@@ -701,8 +715,8 @@ static int schema_grammar(const json *schema, char **out, size_t *len, char *msg
 
 /* One choice's job: a copy of the prompt, the request's limits, stops,
  * sampling with `seed`, logprobs; NULL when out of memory. */
-static job *make_job(const api_request *ar, int kind, const mor_token *prompt, int32_t n_prompt, int64_t max_tokens,
-                     uint64_t seed)
+static job *make_job(const api_request *ar, const req_sampling *rs, int kind, const mor_token *prompt, int32_t n_prompt,
+                     int64_t max_tokens, uint64_t seed)
 {
     job *j = job_new();
     if (!j) return NULL;
@@ -715,14 +729,16 @@ static job *make_job(const api_request *ar, int kind, const mor_token *prompt, i
     j->each_token = ar->stream;   /* a whole response waits for the end: no wake-up per token */
     j->hold = ar->test_hold & 1;
     j->n_top = ar->n_logprobs;
-    if (S.eos >= 0) j->stop_tokens[j->n_stop_tokens++] = S.eos;
+    if (S.eos >= 0 && !ar->ignore_eos) j->stop_tokens[j->n_stop_tokens++] = S.eos;   /* ignore_eos: banned (rs) */
     const char *stops[API_MAX_STOP + 1];
     size_t stop_len[API_MAX_STOP + 1];
     int n_stops = ar->n_stop;
     memcpy(stops, ar->stop, sizeof(char *) * (size_t)ar->n_stop);
     memcpy(stop_len, ar->stop_len, sizeof(size_t) * (size_t)ar->n_stop);
     if (kind == API_CHAT) {
-        if (S.chat_end_token >= 0) j->stop_tokens[j->n_stop_tokens++] = S.chat_end_token;
+        if (S.chat_end_token >= 0) {
+            if (!ar->ignore_eos) j->stop_tokens[j->n_stop_tokens++] = S.chat_end_token;
+        }
         else { stops[n_stops] = chat_end_marker(S.chat_family); stop_len[n_stops] = strlen(stops[n_stops]); n_stops++; }
     }
     if (ts_init(&j->ts, stops, stop_len, n_stops)) { job_unref(j); return NULL; }
@@ -733,6 +749,7 @@ static job *make_job(const api_request *ar, int kind, const mor_token *prompt, i
     if (ar->repeat_penalty_set) j->sp.repeat_penalty = (float)ar->repeat_penalty;
     if (ar->repeat_last_n_set) j->sp.repeat_last_n = (int32_t)ar->repeat_last_n;
     j->sp.seed = seed;
+    if (req_sampling_apply(ar, rs, j)) { job_unref(j); return NULL; }
     j->spec_n = (int32_t)(ar->speculate_set ? ar->speculate : S.o.speculate);
     j->spec_d = (int32_t)(ar->speculate_depth_set ? ar->speculate_depth : S.o.speculate_depth);
     return j;
@@ -753,6 +770,7 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
     int32_t n_prompt = 0;
     mor_status st = MOR_OK;
     char *gown = NULL, emsg[300];
+    req_sampling rs = { 0 };
     if (ar.test_hold && !S.o.test_hooks) {
         conn_error(c, rq, 400, "test_hold", NULL, "Unrecognized request argument supplied: test_hold "
                    "(a test hook: start mor-server with --test-hooks)");
@@ -822,11 +840,16 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
         conn_error(c, rq, 400, ar.constraint, NULL, "'%s' needs a model with a tokenizer", ar.constraint);
         goto done;
     }
+    /* the logit bias (texts tokenized), DRY's breakers, ignore_eos */
+    if (req_sampling_make(&ar, kind, &rs, &ae)) {
+        conn_error(c, rq, ae.status, ae.param[0] ? ae.param : NULL, NULL, "%s", ae.msg);
+        goto done;
+    }
     /* n choices: n jobs with seeds seed, seed + 1, ... (choice i is the
      * request alone with seed + i); each decodes the prompt in its own slot */
     const uint64_t seed = ar.seed_set ? ar.seed : next_random();
     for (n_jobs = 0; n_jobs < (int)ar.n; n_jobs++) {
-        job *j = js[n_jobs] = make_job(&ar, kind, prompt, n_prompt, max_tokens, seed + (uint64_t)n_jobs);
+        job *j = js[n_jobs] = make_job(&ar, &rs, kind, prompt, n_prompt, max_tokens, seed + (uint64_t)n_jobs);
         if (!j) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
         /* its grammar ends at the job's stop tokens (EOS, the chat's end) */
         if (gtext && (st = mor_grammar_create(S.model, gtext, glen, NULL, j->stop_tokens, j->n_stop_tokens, &j->grammar))) {
@@ -846,13 +869,14 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
             goto done;
         }
     }
-    reply rp = { kind, "", (int64_t)time(NULL), NULL };
+    reply rp = { kind, "", (int64_t)time(NULL), NULL, ar.return_tokens };
     uint64_t rid = next_random();
     snprintf(rp.id, sizeof rp.id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : "cmpl", rid);
     if (ar.stream) stream_reply(c, rq, js, n_jobs, &rp, ar.include_usage);
     else whole_reply(c, rq, js, n_jobs, &rp);
 done:
     for (int i = 0; i < n_jobs; i++) job_unref(js[i]);
+    req_sampling_free(&rs);
     free(prompt);
     free(gown);
     buf_free(&text);

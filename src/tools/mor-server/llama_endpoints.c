@@ -4,13 +4,15 @@
  *                     -> {"tokens": [id, ...]} or [{"id", "piece"}, ...]
  *                     (a piece that is not whole UTF-8 is a list of bytes)
  *   POST /detokenize  {"tokens": [id, ...]} -> {"content"}
- *   GET  /props       the context, slots, model, chat template, defaults */
+ *   GET  /props       the context, slots, model, chat template, defaults
+ *                     (the sampling set's, the default order of the stages) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "chat.h"
 #include "json.h"
 #include "jsonw.h"
+#include "sampling.h"
 #include "server.h"
 #include "text.h"
 #include "utf8.h"
@@ -153,6 +155,32 @@ void handle_props(conn *c, request *rq)
     jw_key(&w, "min_p"); jw_double(&w, sp.min_p);
     jw_key(&w, "repeat_penalty"); jw_double(&w, sp.repeat_penalty);
     jw_key(&w, "repeat_last_n"); jw_int(&w, sp.repeat_last_n);
+    jw_key(&w, "presence_penalty"); jw_double(&w, sp.presence_penalty);
+    jw_key(&w, "frequency_penalty"); jw_double(&w, sp.frequency_penalty);
+    jw_key(&w, "typical_p"); jw_double(&w, sp.typical_p);
+    jw_key(&w, "min_keep"); jw_int(&w, sp.min_keep);
+    jw_key(&w, "top_n_sigma"); jw_double(&w, sp.top_n_sigma);
+    jw_key(&w, "dynatemp_range"); jw_double(&w, sp.dynatemp_range);
+    jw_key(&w, "dynatemp_exponent"); jw_double(&w, sp.dynatemp_exponent);
+    jw_key(&w, "xtc_probability"); jw_double(&w, sp.xtc_probability);
+    jw_key(&w, "xtc_threshold"); jw_double(&w, sp.xtc_threshold);
+    jw_key(&w, "mirostat"); jw_int(&w, sp.mirostat);
+    jw_key(&w, "mirostat_tau"); jw_double(&w, sp.mirostat_tau);
+    jw_key(&w, "mirostat_eta"); jw_double(&w, sp.mirostat_eta);
+    jw_key(&w, "dry_multiplier"); jw_double(&w, sp.dry_multiplier);
+    jw_key(&w, "dry_base"); jw_double(&w, sp.dry_base);
+    jw_key(&w, "dry_allowed_length"); jw_int(&w, sp.dry_allowed_length);
+    jw_key(&w, "dry_penalty_last_n"); jw_int(&w, sp.dry_penalty_last_n);
+    jw_key(&w, "dry_sequence_breakers");
+    jw_arr(&w);
+    for (int i = 0; i < 4; i++) jw_str(&w, SAMPLING_DRY_DEFAULT_BREAKERS[i]);
+    jw_arr_end(&w);
+    jw_key(&w, "samplers");   /* the default order, llama.cpp's names */
+    jw_arr(&w);
+    static const int order[] = { MOR_STAGE_PENALTIES, MOR_STAGE_DRY, MOR_STAGE_TOP_N_SIGMA, MOR_STAGE_TEMPERATURE,
+                                 MOR_STAGE_TOP_K, MOR_STAGE_TYPICAL_P, MOR_STAGE_TOP_P, MOR_STAGE_MIN_P, MOR_STAGE_XTC };
+    for (int i = 0; i < 9; i++) jw_str(&w, sampling_stage_name(order[i]));
+    jw_arr_end(&w);
     jw_obj_end(&w);
     jw_obj_end(&w);
     jw_key(&w, "total_slots"); jw_int(&w, S.o.n_slots);

@@ -6,6 +6,7 @@
  *   handlers.c  the endpoints (completions, chat, models, health, metrics)
  *   llama_endpoints.c  llama.cpp's own: tokenize, detokenize, props
  *   embeddings.c  POST /v1/embeddings, on a context of its own
+ *   sampling_req.c  a request's llama.cpp sampling fields for its jobs
  *   engine.c    the thread that owns the mor_server (engine.h) */
 #ifndef MORSRV_SERVER_H
 #define MORSRV_SERVER_H

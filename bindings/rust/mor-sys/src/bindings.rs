@@ -8,6 +8,7 @@ pub const MOR_VERSION_STRING: &[u8; 6usize] = b"0.1.0\0";
 pub const MOR_MAX_RECURSIONS: u32 = 16;
 pub const MOR_KV_UNIQUE_LAYERS: i32 = -1;
 pub const MOR_KV_ALL: i32 = -2;
+pub const MOR_SAMPLERS_MAX: u32 = 16;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
@@ -774,6 +775,16 @@ extern "C" {
 extern "C" {
     pub fn mor_kv_mode(kv: *const mor_kv_cache) -> i32;
 }
+pub const MOR_STAGE_PENALTIES: _bindgen_ty_11 = 1;
+pub const MOR_STAGE_DRY: _bindgen_ty_11 = 2;
+pub const MOR_STAGE_TOP_N_SIGMA: _bindgen_ty_11 = 3;
+pub const MOR_STAGE_TOP_K: _bindgen_ty_11 = 4;
+pub const MOR_STAGE_TYPICAL_P: _bindgen_ty_11 = 5;
+pub const MOR_STAGE_TOP_P: _bindgen_ty_11 = 6;
+pub const MOR_STAGE_MIN_P: _bindgen_ty_11 = 7;
+pub const MOR_STAGE_XTC: _bindgen_ty_11 = 8;
+pub const MOR_STAGE_TEMPERATURE: _bindgen_ty_11 = 9;
+pub type _bindgen_ty_11 = u32;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct mor_sampler_params {
@@ -785,12 +796,30 @@ pub struct mor_sampler_params {
     pub min_p: f32,
     pub repeat_penalty: f32,
     pub repeat_last_n: i32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    pub min_keep: i32,
+    pub typical_p: f32,
+    pub top_n_sigma: f32,
+    pub dynatemp_range: f32,
+    pub dynatemp_exponent: f32,
+    pub xtc_probability: f32,
+    pub xtc_threshold: f32,
+    pub mirostat: i32,
+    pub mirostat_tau: f32,
+    pub mirostat_eta: f32,
+    pub dry_multiplier: f32,
+    pub dry_base: f32,
+    pub dry_allowed_length: i32,
+    pub dry_penalty_last_n: i32,
+    pub n_samplers: i32,
+    pub samplers: [i32; 16usize],
 }
 #[test]
 fn bindgen_test_layout_mor_sampler_params() {
     assert_eq!(
         ::std::mem::size_of::<mor_sampler_params>(),
-        40usize,
+        176usize,
         concat!("Size of: ", stringify!(mor_sampler_params))
     );
     assert_eq!(
@@ -934,6 +963,312 @@ fn bindgen_test_layout_mor_sampler_params() {
         );
     }
     test_field_repeat_last_n();
+    fn test_field_presence_penalty() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).presence_penalty) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(presence_penalty)
+            )
+        );
+    }
+    test_field_presence_penalty();
+    fn test_field_frequency_penalty() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).frequency_penalty) as usize - ptr as usize
+            },
+            44usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(frequency_penalty)
+            )
+        );
+    }
+    test_field_frequency_penalty();
+    fn test_field_min_keep() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).min_keep) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(min_keep)
+            )
+        );
+    }
+    test_field_min_keep();
+    fn test_field_typical_p() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).typical_p) as usize - ptr as usize
+            },
+            52usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(typical_p)
+            )
+        );
+    }
+    test_field_typical_p();
+    fn test_field_top_n_sigma() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).top_n_sigma) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(top_n_sigma)
+            )
+        );
+    }
+    test_field_top_n_sigma();
+    fn test_field_dynatemp_range() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dynatemp_range) as usize - ptr as usize
+            },
+            60usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(dynatemp_range)
+            )
+        );
+    }
+    test_field_dynatemp_range();
+    fn test_field_dynatemp_exponent() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dynatemp_exponent) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(dynatemp_exponent)
+            )
+        );
+    }
+    test_field_dynatemp_exponent();
+    fn test_field_xtc_probability() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).xtc_probability) as usize - ptr as usize
+            },
+            68usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(xtc_probability)
+            )
+        );
+    }
+    test_field_xtc_probability();
+    fn test_field_xtc_threshold() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).xtc_threshold) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(xtc_threshold)
+            )
+        );
+    }
+    test_field_xtc_threshold();
+    fn test_field_mirostat() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mirostat) as usize - ptr as usize
+            },
+            76usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(mirostat)
+            )
+        );
+    }
+    test_field_mirostat();
+    fn test_field_mirostat_tau() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mirostat_tau) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(mirostat_tau)
+            )
+        );
+    }
+    test_field_mirostat_tau();
+    fn test_field_mirostat_eta() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mirostat_eta) as usize - ptr as usize
+            },
+            84usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(mirostat_eta)
+            )
+        );
+    }
+    test_field_mirostat_eta();
+    fn test_field_dry_multiplier() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dry_multiplier) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(dry_multiplier)
+            )
+        );
+    }
+    test_field_dry_multiplier();
+    fn test_field_dry_base() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dry_base) as usize - ptr as usize
+            },
+            92usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(dry_base)
+            )
+        );
+    }
+    test_field_dry_base();
+    fn test_field_dry_allowed_length() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dry_allowed_length) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(dry_allowed_length)
+            )
+        );
+    }
+    test_field_dry_allowed_length();
+    fn test_field_dry_penalty_last_n() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dry_penalty_last_n) as usize - ptr as usize
+            },
+            100usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(dry_penalty_last_n)
+            )
+        );
+    }
+    test_field_dry_penalty_last_n();
+    fn test_field_n_samplers() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_samplers) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(n_samplers)
+            )
+        );
+    }
+    test_field_n_samplers();
+    fn test_field_samplers() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_sampler_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).samplers) as usize - ptr as usize
+            },
+            108usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_sampler_params),
+                "::",
+                stringify!(samplers)
+            )
+        );
+    }
+    test_field_samplers();
 }
 extern "C" {
     pub fn mor_sampler_params_init(p: *mut mor_sampler_params, size: usize);
@@ -960,6 +1295,22 @@ extern "C" {
 }
 extern "C" {
     pub fn mor_sampler_reset(s: *mut mor_sampler);
+}
+extern "C" {
+    pub fn mor_sampler_set_logit_bias(
+        s: *mut mor_sampler,
+        ids: *const mor_token,
+        bias: *const f32,
+        n: i32,
+    ) -> mor_status;
+}
+extern "C" {
+    pub fn mor_sampler_set_dry_breakers(
+        s: *mut mor_sampler,
+        tokens: *const mor_token,
+        lens: *const i32,
+        n: i32,
+    ) -> mor_status;
 }
 extern "C" {
     pub fn mor_logprobs(
@@ -992,9 +1343,9 @@ extern "C" {
 extern "C" {
     pub fn mor_grammar_accept(g: *mut mor_grammar, token: mor_token) -> mor_status;
 }
-pub const MOR_GRAMMAR_CAN_END: _bindgen_ty_11 = 1;
-pub const MOR_GRAMMAR_MUST_END: _bindgen_ty_11 = 2;
-pub type _bindgen_ty_11 = u32;
+pub const MOR_GRAMMAR_CAN_END: _bindgen_ty_12 = 1;
+pub const MOR_GRAMMAR_MUST_END: _bindgen_ty_12 = 2;
+pub type _bindgen_ty_12 = u32;
 extern "C" {
     pub fn mor_grammar_state(g: *const mor_grammar) -> i32;
 }
@@ -1010,10 +1361,10 @@ extern "C" {
         len_out: *mut usize,
     ) -> mor_status;
 }
-pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_12 = 1;
-pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_12 = 2;
-pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_12 = 4;
-pub type _bindgen_ty_12 = u32;
+pub const MOR_TOKENIZE_ADD_BOS: _bindgen_ty_13 = 1;
+pub const MOR_TOKENIZE_PARSE_SPECIAL: _bindgen_ty_13 = 2;
+pub const MOR_TOKENIZE_PARSE_USER_DEFINED: _bindgen_ty_13 = 4;
+pub type _bindgen_ty_13 = u32;
 extern "C" {
     pub fn mor_tokenize(
         model: *const mor_model,
@@ -1050,19 +1401,19 @@ pub struct mor_server {
     _unused: [u8; 0],
 }
 pub type mor_request_id = i32;
-pub const MOR_SERVE_SERIAL: _bindgen_ty_13 = 0;
-pub const MOR_SERVE_SEQUENCE: _bindgen_ty_13 = 1;
-pub const MOR_SERVE_DEPTHWISE: _bindgen_ty_13 = 2;
-pub type _bindgen_ty_13 = u32;
-pub const MOR_EXIT_NONE: _bindgen_ty_14 = 0;
-pub const MOR_EXIT_MARGIN: _bindgen_ty_14 = 1;
-pub const MOR_EXIT_SATURATION: _bindgen_ty_14 = 2;
+pub const MOR_SERVE_SERIAL: _bindgen_ty_14 = 0;
+pub const MOR_SERVE_SEQUENCE: _bindgen_ty_14 = 1;
+pub const MOR_SERVE_DEPTHWISE: _bindgen_ty_14 = 2;
 pub type _bindgen_ty_14 = u32;
-pub const MOR_REQ_QUEUED: _bindgen_ty_15 = 0;
-pub const MOR_REQ_RUNNING: _bindgen_ty_15 = 1;
-pub const MOR_REQ_DONE: _bindgen_ty_15 = 2;
-pub const MOR_REQ_CANCELLED: _bindgen_ty_15 = 3;
+pub const MOR_EXIT_NONE: _bindgen_ty_15 = 0;
+pub const MOR_EXIT_MARGIN: _bindgen_ty_15 = 1;
+pub const MOR_EXIT_SATURATION: _bindgen_ty_15 = 2;
 pub type _bindgen_ty_15 = u32;
+pub const MOR_REQ_QUEUED: _bindgen_ty_16 = 0;
+pub const MOR_REQ_RUNNING: _bindgen_ty_16 = 1;
+pub const MOR_REQ_DONE: _bindgen_ty_16 = 2;
+pub const MOR_REQ_CANCELLED: _bindgen_ty_16 = 3;
+pub type _bindgen_ty_16 = u32;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct mor_server_params {
@@ -1367,9 +1718,9 @@ fn bindgen_test_layout_mor_server_params() {
     }
     test_field_on_token_logits();
 }
-pub const MOR_SERVE_NO_PROMPT_REUSE: _bindgen_ty_16 = 1;
-pub const MOR_SERVE_FAST_BF16: _bindgen_ty_16 = 2;
-pub type _bindgen_ty_16 = u32;
+pub const MOR_SERVE_NO_PROMPT_REUSE: _bindgen_ty_17 = 1;
+pub const MOR_SERVE_FAST_BF16: _bindgen_ty_17 = 2;
+pub type _bindgen_ty_17 = u32;
 extern "C" {
     pub fn mor_server_params_init(p: *mut mor_server_params, size: usize);
 }
@@ -1448,6 +1799,10 @@ extern "C" {
         drafted: *mut i64,
         accepted: *mut i64,
     ) -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_request_sampler(srv: *mut mor_server, id: mor_request_id)
+        -> *mut mor_sampler;
 }
 extern "C" {
     pub fn mor_sizeof_model_params() -> usize;

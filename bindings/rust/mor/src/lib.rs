@@ -539,8 +539,31 @@ impl Sampler {
         unsafe { sys::mor_sampler_accept(self.ptr.as_ptr(), token) }
     }
 
+    /// Forget the history, re-seed, set mirostat's mu back (the logit bias
+    /// and the breakers stay).
     pub fn reset(&mut self) {
         unsafe { sys::mor_sampler_reset(self.ptr.as_ptr()) }
+    }
+
+    /// The logit bias (mor_sampler_set_logit_bias): `(token, bias)` pairs
+    /// added to the logits before every stage; `f32::NEG_INFINITY` bans the
+    /// token; an empty slice clears it.
+    pub fn set_logit_bias(&mut self, bias: &[(Token, f32)]) -> Result<()> {
+        let ids: Vec<Token> = bias.iter().map(|b| b.0).collect();
+        let vals: Vec<f32> = bias.iter().map(|b| b.1).collect();
+        check(unsafe { sys::mor_sampler_set_logit_bias(self.ptr.as_ptr(), ids.as_ptr(), vals.as_ptr(), ids.len() as i32) })?;
+        Ok(())
+    }
+
+    /// DRY's sequence breakers as token sequences (mor_sampler_set_dry_breakers);
+    /// an empty slice clears them.
+    pub fn set_dry_breakers(&mut self, breakers: &[&[Token]]) -> Result<()> {
+        let flat: Vec<Token> = breakers.iter().flat_map(|b| b.iter().copied()).collect();
+        let lens: Vec<i32> = breakers.iter().map(|b| b.len() as i32).collect();
+        check(unsafe {
+            sys::mor_sampler_set_dry_breakers(self.ptr.as_ptr(), flat.as_ptr(), lens.as_ptr(), lens.len() as i32)
+        })?;
+        Ok(())
     }
 }
 

@@ -268,6 +268,36 @@ fn type_contract() {
 }
 
 #[test]
+fn sampler_stages_bias_and_breakers() {
+    let logits: Vec<f32> = (0..64).map(|i| ((i * 37) % 64) as f32 / 8.0).collect();
+    let best = (0..64).max_by(|&a, &b| logits[a].partial_cmp(&logits[b]).unwrap()).unwrap() as mor::Token;
+    let mut g = mor::Sampler::greedy().unwrap();
+    assert_eq!(g.sample(&logits).unwrap(), best);
+    g.set_logit_bias(&[(best, f32::NEG_INFINITY), (5, 100.0)]).unwrap();
+    assert_eq!(g.sample(&logits).unwrap(), 5);
+    assert!(g.set_logit_bias(&[(-1, 1.0)]).is_err());
+    g.set_logit_bias(&[]).unwrap();
+    assert_eq!(g.sample(&logits).unwrap(), best);
+    let mut p = mor::sampler_params();
+    p.seed = 9;
+    p.mirostat = 2;
+    p.dry_multiplier = 0.8;
+    p.n_samplers = 2;
+    p.samplers[0] = mor::sys::MOR_STAGE_TOP_K as i32;
+    p.samplers[1] = mor::sys::MOR_STAGE_TEMPERATURE as i32;
+    let draw = |p: &mor::SamplerParams| {
+        let mut s = mor::Sampler::new(p).unwrap();
+        s.set_dry_breakers(&[&[3], &[4, 5]]).unwrap();
+        (0..32).map(|_| s.sample(&logits).unwrap()).collect::<Vec<_>>()
+    };
+    assert_eq!(draw(&p), draw(&p));
+    p.mirostat = 7;
+    assert!(mor::Sampler::new(&p).is_err());
+    let mut s = mor::Sampler::greedy().unwrap();
+    assert!(s.set_dry_breakers(&[&[]]).is_err());
+}
+
+#[test]
 fn json_schema_to_grammar() {
     let g = mor::json_schema_to_grammar(r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#)
         .unwrap();
