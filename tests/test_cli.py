@@ -253,7 +253,7 @@ def sampling_flags():
                         (["--dry-allowed-length", "-1"], "--dry-allowed-length"),
                         (["--dry-penalty-last-n", "-2"], "--dry-penalty-last-n"),
                         (["--samplers", "top_k;hot"], "--samplers"), (["--samplers", "top_k;infill"], "--samplers"),
-                        (["--sampling-seq", "kq"], "--sampling-seq"), (["--logit-bias", "abc"], "--logit-bias"),
+                        (["--sampling-seq", "kq"], "--sampling-seq"), (["--samplers", ""], "--samplers"), (["--logit-bias", "abc"], "--logit-bias"),
                         (["--logit-bias", "5"], "--logit-bias"), (["--logit-bias", "5+inf"], "--logit-bias"),
                         (["-l", "5*2"], "-l"), (["--logit-bias", "4096+1"], "--logit-bias")]:
         refused(base + extra, flag, "mor-run " + " ".join(extra))

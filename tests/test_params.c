@@ -100,6 +100,31 @@ int main(void)
     mor_sampler *smp = NULL;
     CHECK(mor_sampler_create((const mor_sampler_params *)(void *)&sp, &smp) == MOR_OK && smp,
           "mor_sampler_create: a 0.1 struct is accepted");
+    {   /* its sampler is today's with the newer fields (llama.cpp's set) at their defaults */
+        mor_sampler_params now;
+        MOR_SAMPLER_PARAMS_INIT(&now);
+        sp.seed = now.seed = 11;
+        sp.temperature = now.temperature = 1.1f;
+        sp.repeat_penalty = now.repeat_penalty = 1.3f;
+        mor_sampler *a = NULL, *b = NULL;
+        int same = mor_sampler_create((const mor_sampler_params *)(void *)&sp, &a) == MOR_OK &&
+                   mor_sampler_create(&now, &b) == MOR_OK;
+        float l[257];
+        for (int i = 0; i < 257; i++) l[i] = (float)((i * 37) % 101) / 20.0f;
+        for (int i = 0; same && i < 64; i++) {
+            mor_token ta = -1, tb = -2;
+            same = mor_sampler_sample(a, l, 257, &ta) == MOR_OK && mor_sampler_sample(b, l, 257, &tb) == MOR_OK &&
+                   ta == tb;
+        }
+        CHECK(same && now.mirostat == 0 && now.n_samplers == 0 && now.dry_multiplier == 0.0f,
+              "mor_sampler_params: a 0.1 struct draws what today's does with the newer fields' defaults (64 tokens)");
+        mor_sampler_free(a);
+        mor_sampler_free(b);
+        now.size = (uint32_t)sizeof(sampler_params_v1) + 4;
+        a = NULL;
+        CHECK(mor_sampler_create(&now, &a) == MOR_E_ABI && !a,
+              "mor_sampler_params: a size between the two declared ones -> MOR_E_ABI");
+    }
     mor_sampler_free(smp);
 
     server_params_v1 vp;

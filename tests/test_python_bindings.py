@@ -875,6 +875,8 @@ class SamplingStages(unittest.TestCase):
             mor.Sampler(samplers=[42])
         with self.assertRaises(ValueError):
             mor.Sampler(samplers=["top_k"] * 17)
+        with self.assertRaises(ValueError):
+            mor.Sampler(samplers=[])
 
     def test_server_requests_take_them_too(self):
         with mor.Model(Serving.PATH) as m:

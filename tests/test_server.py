@@ -318,6 +318,7 @@ BAD = [
     ('{"prompt": "x", "samplers": ["top_k", "hot"]}', 400, "samplers"),
     ('{"prompt": "x", "samplers": "kq"}', 400, "samplers"),
     ('{"prompt": "x", "samplers": 4}', 400, "samplers"),
+    ('{"prompt": "x", "samplers": []}', 400, "samplers"),
     ('{"prompt": "x", "logit_bias": {"5": "x"}}', 400, "logit_bias"),
     ('{"prompt": "x", "logit_bias": {"5": true}}', 400, "logit_bias"),
     ('{"prompt": "x", "logit_bias": {"4096": 1}}', 400, "logit_bias"),

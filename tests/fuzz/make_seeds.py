@@ -475,6 +475,23 @@ def http_post(body):
             b"Content-Length: %d\r\nConnection: keep-alive\r\n\r\n" % len(body)) + body
 
 
+def sampler_seed(seed=7, temp=83, top_k=40, top_p=242, min_p=26, rep=77, last_n=64, pres=160, freq=141, min_keep=2,
+                 typical=180, sigma=96, dyn=102, dyn_exp=64, xtc_p=60, xtc_t=20, miro=0, tau=100, eta=26, dry=160,
+                 dry_base=80, allowed=2, dry_n=64, order=(), bias=(), breakers=(), n_vocab=300, hist=()):
+    """fuzz_sampler.c's input: the params' bytes as read_params reads them
+    (each field one byte on a scale), then bias pairs, breakers, the
+    vocabulary's size, one byte per logit (255: -inf) and the history."""
+    b = bytearray(struct.pack(">Q", seed))
+    b += bytes([temp, top_k, top_p, min_p, rep, last_n, pres, freq, min_keep, typical, sigma, dyn, dyn_exp, xtc_p,
+                xtc_t, miro, tau, eta, dry, dry_base, allowed, dry_n, len(order) + 1])
+    b += bytes(list(order) + [0] * (16 - len(order)))
+    b += bytes([len(bias)]) + bytes(x for pair in bias for x in pair)
+    b += bytes([len(breakers)]) + bytes(x for seq in breakers for x in [len(seq) - 1] + list(seq))
+    b += struct.pack(">H", n_vocab)
+    b += bytes(255 if i % 37 == 5 else (i * 73 + 11) % 200 + 28 for i in range(n_vocab))
+    return bytes(b + bytes(hist))
+
+
 def main():
     models = {
         "plain.gguf": model(V=300, d=8, F=16, K=2, tokenizer=gpt2_tokenizer("gpt2", 36)[0]),
@@ -550,11 +567,27 @@ def main():
                 "logprobs": None, "frequency_penalty": 0, "presence_penalty": 0, "logit_bias": {}}).encode(),
             "ids.json": b"\x02" + json.dumps({"prompt": [1, 2, 3], "max_tokens": 4, "stream": True,
                                               "stream_options": {"include_usage": True}}).encode(),
+            "llama_sampling.json": b"\x00" + json.dumps({
+                "prompt": "x", "presence_penalty": 0.5, "frequency_penalty": -0.2, "logit_bias": [[5, False], ["ab", 2]],
+                "typical_p": 0.9, "min_keep": 2, "mirostat": 2, "mirostat_tau": 4, "mirostat_eta": 0.2,
+                "dry_multiplier": 0.8, "dry_base": 1.5, "dry_allowed_length": 2, "dry_penalty_last_n": -1,
+                "dry_sequence_breakers": ["\n", ":"], "xtc_probability": 0.5, "xtc_threshold": 0.1, "top_n_sigma": 1,
+                "dynatemp_range": 0.3, "dynatemp_exponent": 1.5, "samplers": ["top_k", "typ-p", "temp"],
+                "cache_prompt": False, "n_probs": 2, "ignore_eos": True, "n_keep": -1, "id_slot": 1,
+                "return_tokens": True}).encode(),
             "chat.json": b"\x03" + json.dumps({"model": "m", "messages": [
                 {"role": "system", "content": "Be brief."},
                 {"role": "user", "content": [{"type": "text", "text": "Hi \u00e9"}, {"type": "text", "text": "there"}]},
                 {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "stop here"}],
                 "stop": ["here", "\n\n"], "max_completion_tokens": 8}).encode(),
+        },
+        "sampler": {
+            "every_stage.bin": sampler_seed(bias=[(3, 255), (10, 200)], breakers=[(5,), (6, 7)],
+                                            hist=[5, 9, 12, 13, 14, 5, 12, 13, 14, 1, 2, 12, 13] * 3),
+            "mirostat2.bin": sampler_seed(miro=202, n_vocab=50, hist=[1, 2, 3]),
+            "mirostat1.bin": sampler_seed(miro=201, temp=96, n_vocab=120),
+            "llama_order.bin": sampler_seed(order=range(1, 10), n_vocab=100, hist=list(range(20)) * 2),
+            "greedy.bin": sampler_seed(temp=0, rep=100, bias=[(0, 255), (1, 255)], n_vocab=40, hist=[2, 3, 2, 3, 2]),
         },
         "json_schema": {
             "object.json": json.dumps({

@@ -183,6 +183,8 @@ def _stage_ids(what, samplers):
             ids.append(STAGES[x.lower()])
         else:
             ids.append(x)
+    if not ids:
+        raise ValueError("%s: samplers: give at least one stage (an empty order would be the default one)" % what)
     if len(ids) > _capi.SAMPLERS_MAX:
         raise ValueError("%s: samplers: at most %d stages, got %d" % (what, _capi.SAMPLERS_MAX, len(ids)))
     return ids

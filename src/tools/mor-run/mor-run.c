@@ -162,6 +162,7 @@ static int default_threads(void)
 static void parse_order(options *o, const char *flag, const char *v, int letters)
 {
     o->sp.n_samplers = 0;
+    if (!*v) cli_usage_error("%s: give at least one stage (temperature with --temp 1 draws from the plain softmax)", flag);
     for (const char *p = v; *p; ) {
         size_t len = letters ? 1 : strcspn(p, ";");
         int st = letters ? sampling_stage_by_char(*p) : sampling_stage_by_name(p, len);

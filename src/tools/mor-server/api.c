@@ -345,6 +345,9 @@ static int parse_samplers(const json *v, api_request *r, api_error *err)
     if (v->type != JSON_ARRAY && v->type != JSON_STRING)
         return bad(err, k, "'samplers' must be an array of stage names or a string of letters, not %s", type_name(v));
     if (n > 16) return bad(err, k, "'samplers' lists %zu stages; at most 16", n);
+    if (n == 0)   /* llama.cpp's plain softmax draw: no stage of mor.h's sampler is that alone */
+        return bad(err, k, "'samplers' is empty; this server needs at least one stage (\"temperature\" with "
+                   "temperature 1 draws from the plain softmax)");
     for (size_t i = 0; i < n; i++) {
         const json *e = v->type == JSON_ARRAY ? v->items[i] : NULL;
         if (e && e->type != JSON_STRING) return bad(err, k, "'samplers' must hold stage names (item %zu)", i);
