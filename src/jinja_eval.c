@@ -58,7 +58,11 @@ static jval lookup(jctx *c, jscope *s, const char *name)
     }
     jval g;
     if (jb_global(name, &g)) return g;
-    return jv_undef(name);
+    /* jinja2's message, should the value be used */
+    size_t n = strlen(name);
+    char *m = ja_alloc(c->ar, n + 20);
+    if (m) { memcpy(m, "'", 1); memcpy(m + 1, name, n); memcpy(m + 1 + n, "' is undefined", 15); }
+    return jv_undef(m ? m : "undefined");
 }
 
 static int bind(jctx *c, jscope *s, const char *name, jval v)

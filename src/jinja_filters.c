@@ -450,7 +450,7 @@ static int f_string_ops2(jctx *c, const char *name, jval s, int na, const jval *
     if (!strcmp(name, "upper")) { *out = ju_case(c, s, 'u'); return 0; }
     if (!strcmp(name, "lower")) { *out = ju_case(c, s, 'l'); return 0; }
     if (!strcmp(name, "capitalize")) { *out = ju_case(c, s, 'c'); return 0; }
-    if (!strcmp(name, "title")) { *out = ju_case(c, s, 't'); return 0; }
+    if (!strcmp(name, "title")) { *out = ju_case(c, s, 'T'); return 0; }
     if (!strcmp(name, "wordcount")) return f_wordcount(s, out);
     /* replace */
     const jval *old = ARG(0, "old"), *nw = ARG(1, "new"), *cnt = ARG(2, "count");
@@ -462,7 +462,7 @@ static int f_string_ops2(jctx *c, const char *name, jval s, int na, const jval *
 static int f_items(jctx *c, jval v, jval *out)
 {
     if (v.t == JV_UNDEF) { *out = jv_list(c->ar, 0); return out->t == JV_UNDEF ? jx_nomem(c) : 0; }
-    if (v.t != JV_DICT) return ffail(c, "items", "a mapping is needed");
+    if (v.t != JV_DICT) return jx_fail(c, MOR_E_INVALID_ARG, "Can only get item pairs from a mapping.");
     jfunc f = { "items", v, 1 };
     if (jb_call_func(c, &f, 0, NULL, NULL, out) < 0) return -1;
     out->gen = JG_GEN;
@@ -514,7 +514,7 @@ int jb_filter(jctx *c, const char *name, jval v, int na, const jval *args, const
         if (na < 1 || args[0].t != JV_STR) return ffail(c, name, "a name is needed");
         return jb_getattr(c, v, args[0].u.s.p, args[0].u.s.n, out);
     }
-    return jx_fail(c, MOR_E_INVALID_ARG, "no filter named '%s'", name);
+    return jx_fail(c, MOR_E_INVALID_ARG, "No filter named '%s' found.", name);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -577,6 +577,6 @@ int jb_test(jctx *c, const char *name, jval v, int na, const jval *args, int *ou
                                             ((t == JV_LIST || t == JV_DICT) && args[0].u.l == v.u.l));
     } else if (!strcmp(name, "escaped")) *out = 0;
     else if (!strcmp(name, "filter") || !strcmp(name, "test")) *out = t == JV_STR;
-    else return jx_fail(c, MOR_E_INVALID_ARG, "no test named '%s'", name);
+    else return jx_fail(c, MOR_E_INVALID_ARG, "No test named '%s' found.", name);
     return 0;
 }

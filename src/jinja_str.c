@@ -1,7 +1,8 @@
 /* jinja_str.c - Python's str methods as chat templates call them (strip,
  * split, startswith, replace, format, join, ...), on UTF-8 text by code
- * point. Case mapping (upper, lower, title, capitalize) is ASCII's: other
- * letters keep their case (a documented difference from Python). */
+ * point. Case mapping (upper, lower, title, capitalize) covers ASCII,
+ * Latin-1, Latin Extended-A, Greek and Cyrillic: other letters keep their
+ * case (a documented difference from Python). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,21 @@ size_t ju_next(const char *s, size_t n, size_t i, uint32_t *cp)
     else if (k == 3) *cp = (uint32_t)(p[0] & 0x0f) << 12 | (uint32_t)(p[1] & 0x3f) << 6 | (p[2] & 0x3f);
     else *cp = (uint32_t)(p[0] & 0x07) << 18 | (uint32_t)(p[1] & 0x3f) << 12 | (uint32_t)(p[2] & 0x3f) << 6 | (p[3] & 0x3f);
     return k;
+}
+
+static void put_utf8_cp(jbuf *b, uint32_t cp)
+{
+    char t[4];
+    if (cp < 0x80) { t[0] = (char)cp; jb_add(b, t, 1); }
+    else if (cp < 0x800) { t[0] = (char)(0xc0 | cp >> 6); t[1] = (char)(0x80 | (cp & 0x3f)); jb_add(b, t, 2); }
+    else if (cp < 0x10000) {
+        t[0] = (char)(0xe0 | cp >> 12); t[1] = (char)(0x80 | (cp >> 6 & 0x3f)); t[2] = (char)(0x80 | (cp & 0x3f));
+        jb_add(b, t, 3);
+    } else {
+        t[0] = (char)(0xf0 | cp >> 18); t[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+        t[2] = (char)(0x80 | (cp >> 6 & 0x3f)); t[3] = (char)(0x80 | (cp & 0x3f));
+        jb_add(b, t, 4);
+    }
 }
 
 /* str.isspace() */
@@ -209,22 +225,63 @@ jval ju_replace(jctx *c, jval s, jval old, jval new_, int64_t count)
     return jv_str(b.over ? "" : b.p, b.over ? 0 : b.n);
 }
 
+/* Simple case mapping of the alphabets chat texts use most: ASCII, Latin-1,
+ * Latin Extended-A, Greek, Cyrillic (others have no case here). */
+static uint32_t cp_upper(uint32_t c)
+{
+    if (c >= 'a' && c <= 'z') return c - 32;
+    if (c < 0x80) return c;
+    if ((c >= 0xe0 && c <= 0xfe && c != 0xf7) || (c >= 0x3b1 && c <= 0x3cb && c != 0x3c2) || (c >= 0x430 && c <= 0x44f))
+        return c - 32;
+    if (c == 0xff) return 0x178;
+    if (c == 0x3c2) return 0x3a3;
+    if (c >= 0x450 && c <= 0x45f) return c - 80;
+    if (((c >= 0x100 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) && (c & 1)) return c - 1;
+    if (((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) && !(c & 1)) return c - 1;
+    return c;
+}
+
+static uint32_t cp_lower(uint32_t c)
+{
+    if (c >= 'A' && c <= 'Z') return c + 32;
+    if (c < 0x80) return c;
+    if ((c >= 0xc0 && c <= 0xde && c != 0xd7) || (c >= 0x391 && c <= 0x3ab && c != 0x3a2) || (c >= 0x410 && c <= 0x42f))
+        return c + 32;
+    if (c == 0x178) return 0xff;
+    if (c >= 0x400 && c <= 0x40f) return c + 80;
+    if (((c >= 0x100 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) && !(c & 1)) return c + 1;
+    if (((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) && (c & 1)) return c + 1;
+    return c;
+}
+
+/* a letter jinja2's title filter starts a word after: - ( { [ < and spaces */
+static int title_break(uint32_t c) { return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || ju_space(c); }
+
 jval ju_case(jctx *c, jval s, int mode)
 {
-    /* mode: 'u' upper, 'l' lower, 't' title, 'c' capitalize, 's' swapcase */
-    char *p = ja_strdup(c->ar, s.u.s.p, s.u.s.n);
-    if (!p) return jv_str("", 0);
-    int prev_letter = 0;
-    for (size_t i = 0; i < s.u.s.n; i++) {
-        char ch = p[i];
-        int up = ch >= 'A' && ch <= 'Z', lo = ch >= 'a' && ch <= 'z';
-        int want_up = mode == 'u' || (mode == 't' && !prev_letter) || (mode == 'c' && i == 0) || (mode == 's' && lo);
-        if (want_up && lo) p[i] = (char)(ch - 32);
-        else if (!want_up && up) p[i] = (char)(ch + 32);
-        /* a non-ASCII byte counts as a letter for title case: words go on through it */
-        prev_letter = up || lo || (unsigned char)ch >= 0x80;
+    /* mode: 'u' upper, 'l' lower, 't' str.title, 'T' jinja2's title filter,
+     * 'c' capitalize, 's' swapcase */
+    jbuf b;
+    jb_init(&b, c->ar);
+    int prev_cased = 0, first = 1;
+    for (size_t i = 0; i < s.u.s.n;) {
+        uint32_t cp, up, lo;
+        size_t k = ju_next(s.u.s.p, s.u.s.n, i, &cp);
+        if (k == 1 && cp >= 0x80) { jb_add(&b, s.u.s.p + i, 1); i++; prev_cased = first = 0; continue; }   /* not UTF-8: kept */
+        i += k;
+        up = cp_upper(cp);
+        lo = cp_lower(cp);
+        int cased = up != cp || lo != cp;
+        int want_up = mode == 'u' || (mode == 't' && !prev_cased) || (mode == 'T' && first) ||
+                      (mode == 'c' && first) || (mode == 's' && up != cp);
+        uint32_t r = want_up ? up : (mode == 's' && lo == cp) ? cp : lo;
+        if (cp == 0xdf && want_up) { jb_adds(&b, mode == 'u' || mode == 's' ? "SS" : "Ss"); r = 0; }   /* sharp s */
+        if (r) put_utf8_cp(&b, r);
+        /* str.title: a word goes on through cased letters; the filter: up to a break */
+        prev_cased = cased;
+        first = mode == 'T' ? title_break(cp) : 0;
     }
-    return jv_str(p, s.u.s.n);
+    return jv_str(b.over ? "" : b.p, b.over ? 0 : b.n);
 }
 
 static int find(jctx *c, jval s, const char *name, int na, const jval *args, jval *out)
