@@ -1171,6 +1171,85 @@ MOR_API mor_sampler *mor_server_request_sampler(mor_server *srv, mor_request_id 
  * time; several servers may share one model. */
 
 /* ------------------------------------------------------------------------ */
+/* Chat templates                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A model's chat template (Jinja, as in GGUF's tokenizer.chat_template, which
+ * mor_model_meta_str(model, "tokenizer.chat_template", ...) returns, or the
+ * chat_template of a Hugging Face tokenizer_config.json) renders a
+ * conversation into the prompt text the model was trained on. libmor
+ * renders it as Hugging Face transformers does (jinja2's
+ * ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, its
+ * tojson, raise_exception and strftime_now): the same bytes for the
+ * templates of tests/data/chat_templates. The subset and the differences
+ * from jinja2 are listed in docs/CHAT_TEMPLATES.md.
+ *
+ * Bounded: a render takes at most 20 million evaluation steps, nests at
+ * most 160 levels (48 macro calls) and uses at most 256 MiB (its output
+ * included); past a bound it fails with MOR_E_UNSUPPORTED, never runs away.
+ *
+ * Thread-safety: a template is immutable once created; any number of
+ * threads may render the same template at once (each render keeps its
+ * state in memory of its own). */
+typedef struct mor_chat_template mor_chat_template;
+
+/* Parse a template: source[0..len-1] (UTF-8). On success *out owns it.
+ * Errors (*out untouched): MOR_E_INVALID_ARG (NULL source or out; a syntax
+ * error: mor_last_error() names its line and column, e.g. "template syntax
+ * error at line 3, column 14: expected 'endfor'"), MOR_E_UNSUPPORTED (a
+ * source over 16 MiB, a tag this subset lacks: extends, include, import,
+ * recursive loops), MOR_E_NOMEM. Thread-safe. */
+MOR_API mor_status mor_chat_template_create(const char *source, size_t len, mor_chat_template **out);
+MOR_API void       mor_chat_template_free(mor_chat_template *t);   /* NULL ok */
+
+typedef struct mor_chat_params {
+    uint32_t    size;            /* sizeof(mor_chat_params) as compiled by the caller      */
+    /* The conversation: a JSON array of OpenAI-style messages (objects
+     * with role, content as a string, null or an array of parts,
+     * tool_calls, ...), given to the template as `messages` exactly as
+     * parsed (tool_calls' function.arguments as given: a string stays a
+     * string). Required. A length of 0 means NUL-terminated. */
+    const char *messages_json;
+    size_t      messages_len;
+    /* Optional JSON (usually an array of tool definitions) as `tools`;
+     * NULL: `tools` is none, as transformers passes it. */
+    const char *tools_json;
+    size_t      tools_len;
+    /* Optional JSON object whose members become variables too (e.g.
+     * {"enable_thinking": false, "documents": [...]}); they may replace
+     * the others. NULL: none. */
+    const char *extra_json;
+    size_t      extra_len;
+    int32_t     add_generation_prompt;   /* `add_generation_prompt`; default 0      */
+    const char *bos_token;       /* `bos_token` (NUL-terminated); NULL: undefined     */
+    const char *eos_token;       /* `eos_token`; NULL: undefined                      */
+    /* The time strftime_now(format) formats, in seconds since the epoch,
+     * as UTC; 0 (default): the current time. */
+    int64_t     now;
+} mor_chat_params;
+
+MOR_API void mor_chat_params_init(mor_chat_params *p, size_t size);
+#define MOR_CHAT_PARAMS_INIT(p) mor_chat_params_init((p), sizeof(*(p)))
+
+/* Render a template with the variables of params (messages, tools,
+ * documents = none, add_generation_prompt, bos_token, eos_token, then the
+ * extra ones). The text goes to out (not NUL-terminated); *n_out receives
+ * its byte count (the count needed, with MOR_E_BUFFER_TOO_SMALL, when cap
+ * is too small; out may then be NULL with cap 0). The same template and
+ * params give the same bytes (strftime_now aside when now is 0).
+ * Errors, writing nothing to out and leaving *n_out as it was:
+ * MOR_E_INVALID_ARG (NULL t, params, messages_json or n_out; JSON that does
+ * not parse, naming line and column, or messages that are not an array,
+ * extra that is not an object; an error the template meets while
+ * rendering, as jinja2 would raise it: raise_exception(msg), whose message
+ * mor_last_error() carries as "raise_exception: msg", an undefined value
+ * used as a value, a type error, a sandboxed method such as list.append;
+ * the message names the template line), MOR_E_UNSUPPORTED (a bound above,
+ * an integer beyond 64 bits), MOR_E_NOMEM, MOR_E_ABI. Thread-safe. */
+MOR_API mor_status mor_chat_template_render(const mor_chat_template *t, const mor_chat_params *params, char *out,
+                                            size_t cap, size_t *n_out);
+
+/* ------------------------------------------------------------------------ */
 /* ABI self-description (for bindings)                                       */
 /* ------------------------------------------------------------------------ */
 
@@ -1179,6 +1258,7 @@ MOR_API size_t mor_sizeof_context_params(void);
 MOR_API size_t mor_sizeof_sampler_params(void);
 MOR_API size_t mor_sizeof_router_stats(void);
 MOR_API size_t mor_sizeof_server_params(void);
+MOR_API size_t mor_sizeof_chat_params(void);
 /* Largest N_r this build supports. */
 MOR_API int32_t mor_max_recursions(void);
 

@@ -21,7 +21,7 @@ LAYERS = [
     ["tensor", "cpu", "status", "unicode"],                 # 0 the base: types, CPU, errors, Unicode
     ["quant", "abi", "threadpool"],                         # 1 block formats; size-prefixed structs; threads
     ["kernels"],                                            # 2 SIMD kernels, their table, their threads
-    ["gguf", "normalize", "pretokenize", "sampler", "json_schema"],  # 3 the file reader; text; sampling; JSON Schema to grammar
+    ["gguf", "normalize", "pretokenize", "sampler", "json_schema", "jinja"],  # 3 the file reader; text; sampling; JSON Schema to grammar; chat templates
     ["tokenizer"],                                          # 4 tokenizers
     ["model"],                                              # 5 the model: weights, hyperparameters, getters
     ["lora", "kv_cache", "embed_output", "grammar"],        # 6 depth-wise LoRA; KV caching and sharing; the model's two ends; grammars
@@ -41,6 +41,8 @@ ALIASES = {
     "json_schema_pattern": "json_schema", "json_schema_scalar": "json_schema",
     "sampler_impl": "sampler", "sampler_math": "sampler", "sampler_penalty": "sampler", "sampler_trunc": "sampler",
     "sampler_mirostat": "sampler", "sampler_logprobs": "sampler",
+    "jinja_lex": "jinja", "jinja_parse": "jinja", "jinja_value": "jinja", "jinja_eval": "jinja", "jinja_exec": "jinja",
+    "jinja_builtins": "jinja", "jinja_str": "jinja", "jinja_filters": "jinja", "chat_template": "jinja",
     "decode": "context", "batch": "context", "embeddings": "context", "speculate": "context",
 }
 PUBLIC = "mor.h"

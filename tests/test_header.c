@@ -188,6 +188,7 @@ static void test_struct_sizes(void)
     CHECK(mor_sizeof_context_params() == sizeof(mor_context_params), "mor_sizeof_context_params() == sizeof");
     CHECK(mor_sizeof_sampler_params() == sizeof(mor_sampler_params), "mor_sizeof_sampler_params() == sizeof");
     CHECK(mor_sizeof_router_stats() == sizeof(mor_router_stats), "mor_sizeof_router_stats() == sizeof");
+    CHECK(mor_sizeof_chat_params() == sizeof(mor_chat_params), "mor_sizeof_chat_params() == sizeof");
 
     mor_model_params mp;
     mor_context_params cp;

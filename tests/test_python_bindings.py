@@ -59,7 +59,8 @@ SCALARS = {"int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32, "int64_t": ct
            "mor_pos": ctypes.c_int32, "mor_seq_id": ctypes.c_int32, "void": None,
            "mor_request_id": ctypes.c_int32,
            "mor_log_fn": _capi.LOG_FN}
-HANDLES = {"mor_model", "mor_context", "mor_kv_cache", "mor_router", "mor_batch", "mor_sampler", "mor_server", "mor_grammar"}
+HANDLES = {"mor_model", "mor_context", "mor_kv_cache", "mor_router", "mor_batch", "mor_sampler", "mor_server", "mor_grammar",
+           "mor_chat_template"}
 STRUCT_TYPES = {name: s for name, (s, _) in _capi.STRUCTS.items()}
 
 
@@ -95,6 +96,8 @@ def field_ctype(decl):
         return arr.group(2), SCALARS[arr.group(1)] * int(arr.group(3))
     m = re.match(r"^(.*?) ?\b(\w+)$", decl)
     ty = m.group(1).replace("const ", "").strip()
+    if ty == "char *":   # a string in (mor_chat_params)
+        return m.group(2), ctypes.c_char_p
     return m.group(2), (ctypes.c_void_p if ty == "void *" else SCALARS[ty])
 
 

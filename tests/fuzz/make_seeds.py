@@ -13,7 +13,9 @@ change and commit what changed):
                              merges (pre gpt2, smollm, falcon, deepseek-coder,
                              deepseek-llm, mpt with NFC) and two SentencePiece-style
                              ones made from them (by score; by merges)
-  tests/fuzz/corpus/<target>/  small valid inputs of each fuzz target
+  tests/fuzz/corpus/<target>/  small valid inputs of each fuzz target (chat_template:
+                             a few models' templates of tests/data/chat_templates
+                             and one that uses every feature)
 Everything is small (a few KB per file) so that mutations reach the headers.
 *.gguf is in .gitignore: add new .gguf outputs with `git add -f`.
 """
@@ -29,6 +31,40 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FUZZ = os.path.join(ROOT, "tests", "fuzz")
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import testlib  # noqa: E402  (GPT-2's byte alphabet)
+
+# ---------------------------------------------------------------------------
+# chat_template seeds: models' templates that render the fuzz target's
+# conversation, and one template that uses every feature of the subset
+CHAT_TEMPLATE_SEEDS = ["microsoft-Phi-3.5-mini-instruct", "Qwen-Qwen2.5-7B-Instruct", "HuggingFaceTB-SmolLM3-3B",
+                       "meta-llama-Llama-3.2-3B-Instruct", "Qwen-Qwen3-0.6B", "mistralai-Ministral-3-14B-Reasoning-2512"]
+CHAT_TEMPLATE_FEATURES = b"""{#- every construct of the subset, once -#}
+{%- set ns = namespace(n=0, parts=[], last=none) -%}
+{%- macro render(m, sep='\n') -%}
+  {%- if m.content is string -%}{{ m.content | trim }}
+  {%- elif m.content is iterable -%}{{ m.content | selectattr('type', 'equalto', 'text') | map(attribute='text') | join(sep) }}
+  {%- else -%}{{ caller() if caller is defined else '' }}{%- endif -%}
+{%- endmacro -%}
+{{ bos_token }}{% for m in messages if m.role != 'tool' %}
+{%- set ns.n = ns.n + 1 -%}{% set ns.parts = ns.parts + [m.role | upper] %}
+<{{ loop.index }}/{{ loop.length }}|{{ m.role }}{{ '|first' if loop.first }}{{ '|last' if loop.last else '' }}>
+{{- render(m) -}}
+{%- if m.tool_calls is defined and m.tool_calls -%}
+  {%- for tc in m.tool_calls -%}{% set f = tc.function %}
+[{{ f.name }}({% for k, v in f.arguments.items() %}{{ k }}={{ v | tojson }}{{ ', ' if not loop.last }}{% endfor %})]
+  {%- endfor -%}
+{%- endif -%}
+{%- if m.reasoning_content %}<think>{{ m.reasoning_content.split('.')[0] ~ '.' }}</think>{% endif -%}
+{%- if loop.previtem is defined and loop.previtem.role == m.role %}{% continue %}{% endif %}
+{% else %}no messages{% endfor %}
+{%- set block %}  {{ ns.parts | join(',') | lower }}  {% endset -%}
+[{{ block | trim }}|{{ ns.n }}|{{ (ns.n * 3 // 2) ** 2 % 7 }}|{{ 10 / 4 }}|{{ -7 // 2 }}|{{ 'abc'[::-1] }}|{{ [1, 2, 3][1:] }}]
+{%- if tools is not none %}{{ tools | tojson(indent=2) }}{{ tools | map(attribute='function.name') | list }}{% endif %}
+{{- {'b': 1, 'a': [true, none, 2.5]} | dictsort | tojson }}{{ 'x' in 'xyz' and 2 not in [1] }}
+{%- filter upper %}{{ 'f' ~ 1 }}{% endfilter %}{% generation %}{{ eos_token }}{% endgeneration %}
+{{- strftime_now('%Y-%m-%d') }}{{ range(3) | list }}{{ '{}-{}'.format('a', 'b') }}{{ enable_thinking }}
+{%- if add_generation_prompt %}<assistant>{% endif -%}
+"""
+
 
 # ---------------------------------------------------------------------------
 # GGUF v3 writer
@@ -615,6 +651,9 @@ def main():
                     "m": {"type": "integer", "maximum": 7, "exclusiveMaximum": True}},
                 "required": ["code", "n"]}).encode(),
         },
+        "chat_template": dict(
+            [(name + ".jinja", open(os.path.join(ROOT, "tests", "data", "chat_templates", name + ".jinja"), "rb").read())
+             for name in CHAT_TEMPLATE_SEEDS] + [("features.jinja", CHAT_TEMPLATE_FEATURES)]),
         "decode": {
             "prefill.bin": decode_seed(1, 0, add(1) + add(2) + add(3, 1) + add(4) + DECODE + add(5) + add(6, 1) + DECODE),
             "seqops.bin": decode_seed(0, 1, add(7) + add(8) + add(9, 1) + DECODE + [0x31, 1, 2, 0] + add(10, 2) +

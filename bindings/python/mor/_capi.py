@@ -73,6 +73,13 @@ class RouterStats(Structure):
                 ("n_at_depth", c_uint64 * (MAX_RECURSIONS + 1))]
 
 
+class ChatParams(Structure):
+    _fields_ = [("size", c_uint32), ("messages_json", c_char_p), ("messages_len", c_size_t),
+                ("tools_json", c_char_p), ("tools_len", c_size_t), ("extra_json", c_char_p),
+                ("extra_len", c_size_t), ("add_generation_prompt", c_int32), ("bos_token", c_char_p),
+                ("eos_token", c_char_p), ("now", c_int64)]
+
+
 # struct -> the function that reports its size in the library
 STRUCTS = {
     "mor_model_params": (ModelParams, "mor_sizeof_model_params"),
@@ -80,6 +87,7 @@ STRUCTS = {
     "mor_sampler_params": (SamplerParams, "mor_sizeof_sampler_params"),
     "mor_router_stats": (RouterStats, "mor_sizeof_router_stats"),
     "mor_server_params": (ServerParams, "mor_sizeof_server_params"),
+    "mor_chat_params": (ChatParams, "mor_sizeof_chat_params"),
 }
 
 P_i32 = POINTER(c_int32)
@@ -192,6 +200,11 @@ PROTOTYPES = {
     "mor_sizeof_sampler_params": (c_size_t, []),
     "mor_sizeof_router_stats": (c_size_t, []),
     "mor_sizeof_server_params": (c_size_t, []),
+    "mor_chat_template_create": (mor_status, [c_char_p, c_size_t, handle_out]),
+    "mor_chat_template_free": (None, [handle]),
+    "mor_chat_params_init": (None, [POINTER(ChatParams), c_size_t]),
+    "mor_chat_template_render": (mor_status, [handle, POINTER(ChatParams), c_void_p, c_size_t, P_size]),
+    "mor_sizeof_chat_params": (c_size_t, []),
     "mor_max_recursions": (c_int32, []),
 }
 
@@ -204,6 +217,11 @@ RAW_ONLY = {
     "mor_sizeof_sampler_params": "the import-time struct check",
     "mor_sizeof_router_stats": "the import-time struct check",
     "mor_sizeof_server_params": "the import-time struct check",
+    "mor_sizeof_chat_params": "the import-time struct check",
+    "mor_chat_template_create": "chat templates: the package's methods come with their integration (issue 42)",
+    "mor_chat_template_free": "chat templates: the package's methods come with their integration (issue 42)",
+    "mor_chat_params_init": "chat templates: the package's methods come with their integration (issue 42)",
+    "mor_chat_template_render": "chat templates: the package's methods come with their integration (issue 42)",
 }
 
 

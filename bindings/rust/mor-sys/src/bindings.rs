@@ -1804,6 +1804,248 @@ extern "C" {
     pub fn mor_server_request_sampler(srv: *mut mor_server, id: mor_request_id)
         -> *mut mor_sampler;
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct mor_chat_template {
+    _unused: [u8; 0],
+}
+extern "C" {
+    pub fn mor_chat_template_create(
+        source: *const ::std::os::raw::c_char,
+        len: usize,
+        out: *mut *mut mor_chat_template,
+    ) -> mor_status;
+}
+extern "C" {
+    pub fn mor_chat_template_free(t: *mut mor_chat_template);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct mor_chat_params {
+    pub size: u32,
+    pub messages_json: *const ::std::os::raw::c_char,
+    pub messages_len: usize,
+    pub tools_json: *const ::std::os::raw::c_char,
+    pub tools_len: usize,
+    pub extra_json: *const ::std::os::raw::c_char,
+    pub extra_len: usize,
+    pub add_generation_prompt: i32,
+    pub bos_token: *const ::std::os::raw::c_char,
+    pub eos_token: *const ::std::os::raw::c_char,
+    pub now: i64,
+}
+#[test]
+fn bindgen_test_layout_mor_chat_params() {
+    assert_eq!(
+        ::std::mem::size_of::<mor_chat_params>(),
+        88usize,
+        concat!("Size of: ", stringify!(mor_chat_params))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<mor_chat_params>(),
+        8usize,
+        concat!("Alignment of ", stringify!(mor_chat_params))
+    );
+    fn test_field_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(size)
+            )
+        );
+    }
+    test_field_size();
+    fn test_field_messages_json() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).messages_json) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(messages_json)
+            )
+        );
+    }
+    test_field_messages_json();
+    fn test_field_messages_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).messages_len) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(messages_len)
+            )
+        );
+    }
+    test_field_messages_len();
+    fn test_field_tools_json() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tools_json) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(tools_json)
+            )
+        );
+    }
+    test_field_tools_json();
+    fn test_field_tools_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tools_len) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(tools_len)
+            )
+        );
+    }
+    test_field_tools_len();
+    fn test_field_extra_json() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).extra_json) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(extra_json)
+            )
+        );
+    }
+    test_field_extra_json();
+    fn test_field_extra_len() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).extra_len) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(extra_len)
+            )
+        );
+    }
+    test_field_extra_len();
+    fn test_field_add_generation_prompt() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).add_generation_prompt) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(add_generation_prompt)
+            )
+        );
+    }
+    test_field_add_generation_prompt();
+    fn test_field_bos_token() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bos_token) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(bos_token)
+            )
+        );
+    }
+    test_field_bos_token();
+    fn test_field_eos_token() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).eos_token) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(eos_token)
+            )
+        );
+    }
+    test_field_eos_token();
+    fn test_field_now() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_chat_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).now) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_chat_params),
+                "::",
+                stringify!(now)
+            )
+        );
+    }
+    test_field_now();
+}
+extern "C" {
+    pub fn mor_chat_params_init(p: *mut mor_chat_params, size: usize);
+}
+extern "C" {
+    pub fn mor_chat_template_render(
+        t: *const mor_chat_template,
+        params: *const mor_chat_params,
+        out: *mut ::std::os::raw::c_char,
+        cap: usize,
+        n_out: *mut usize,
+    ) -> mor_status;
+}
 extern "C" {
     pub fn mor_sizeof_model_params() -> usize;
 }
@@ -1818,6 +2060,9 @@ extern "C" {
 }
 extern "C" {
     pub fn mor_sizeof_server_params() -> usize;
+}
+extern "C" {
+    pub fn mor_sizeof_chat_params() -> usize;
 }
 extern "C" {
     pub fn mor_max_recursions() -> i32;
