@@ -1203,13 +1203,16 @@ def test_chat_logprobs(srv, c, chatml):
 
 def test_chat(tmp):
     chatml = "".join("<|im_start|>%s\n%s<|im_end|>\n" % (m["role"], m["content"]) for m in MESSAGES) + "<|im_start|>assistant\n"
-    for how, args, model in [("--chat-template chatml", ["--chat-template", "chatml"], sl.MODEL),
-                             ("a chatml template in the file", [], os.path.join(tmp, "chatml.gguf"))]:
-        if model != sl.MODEL:
-            gguf_with_key(sl.MODEL, model, "tokenizer.chat_template", CHATML_JINJA)
+    in_file = os.path.join(tmp, "chatml.gguf")
+    gguf_with_key(sl.MODEL, in_file, "tokenizer.chat_template", CHATML_JINJA)
+    for how, args, model, fmt in [("--chat-template chatml", ["--chat-template", "chatml"], sl.MODEL, "chatml"),
+                                  ("a chatml template in the file", [], in_file, "jinja"),
+                                  ("... with --no-jinja", ["--no-jinja"], in_file, "chatml")]:
         srv = sl.Server(args + ["-q"], model=model)
         st, m = srv.json("GET", "/v1/models")
-        t.check(st == 200 and m["data"][0]["meta"]["chat_template"] == "chatml", "%s: /v1/models says chatml" % how)
+        t.check(st == 200 and m["data"][0]["meta"]["chat_template"] == fmt, "%s: /v1/models says %s" % (how, fmt))
+        st, a = srv.json("POST", "/apply-template", {"messages": MESSAGES})
+        t.check(st == 200 and a["prompt"] == chatml, "%s: POST /apply-template gives the chatml prompt" % how)
         st, c = srv.json("POST", "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 20, "seed": 4})
         st2, p = completion(srv, {"prompt": chatml, "max_tokens": 20, "seed": 4, "stop": "<|im_end|>"})
         t.check(st == 200 and c["object"] == "chat.completion" and c["choices"][0]["message"]["role"] == "assistant" and
@@ -1233,13 +1236,69 @@ def test_chat(tmp):
                 and text == c["choices"][0]["message"]["content"] and ev[-2]["choices"][0]["delta"] == {} and
                 ev[-2]["choices"][0]["finish_reason"] in ("stop", "length"), "%s: streamed chat deltas" % how)
         srv.stop()
+    test_chat_jinja(tmp)
+
+
+def test_chat_jinja(tmp):
+    """The model's own template rendered as Jinja (as llama-server's --jinja):
+    any format, real templates byte for byte as jinja2 renders them, its
+    errors as 400s; --chat-template-file; --no-jinja falls back to families."""
     unknown = os.path.join(tmp, "unknown.gguf")
-    gguf_with_key(sl.MODEL, unknown, "tokenizer.chat_template", "{{ messages[0]['content'] }} ### my own format")
+    gguf_with_key(sl.MODEL, unknown, "tokenizer.chat_template",
+                  "{% for m in messages %}[{{ m.role | upper }}] {{ m.content }}\n{% endfor %}"
+                  "{% if messages | length > 2 %}{{ raise_exception('one question at a time') }}{% endif %}>>> ")
     srv = sl.Server(["-q"], model=unknown)
+    want = "[SYSTEM] You are terse.\n[USER] Tell me about the jury.\n>>> "
+    st, a = srv.json("POST", "/apply-template", {"messages": MESSAGES})
+    st2, c = srv.json("POST", "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 8, "seed": 4})
+    st3, p = completion(srv, {"prompt": want, "max_tokens": 8, "seed": 4})
+    t.check(st == 200 and a["prompt"] == want and st2 == 200 and
+            c["choices"][0]["mor"]["token_ids"] == p["choices"][0]["mor"]["token_ids"],
+            "a template of no known family renders as Jinja: /apply-template and the chat's prompt")
+    st, e = srv.json("POST", "/v1/chat/completions", {"messages": MESSAGES * 2, "max_tokens": 4})
+    t.check(st == 400 and "one question at a time" in e["error"]["message"],
+            "raise_exception in the template: a 400 with its message (%s)" % e["error"]["message"][:80])
+    st, pr = srv.json("GET", "/props")
+    t.check(st == 200 and "raise_exception" in (pr.get("chat_template") or ""), "GET /props: the template's text")
+    srv.stop()
+    srv = sl.Server(["-q", "--no-jinja"], model=unknown)
     st, e = srv.json("POST", "/v1/chat/completions", {"messages": MESSAGES})
     t.check(st == 400 and "--chat-template" in e["error"]["message"],
-            "a template of an unknown family: chat refused with a 400 naming --chat-template")
+            "--no-jinja, a template of an unknown family: chat refused with a 400 naming --chat-template")
     srv.stop()
+    base = os.path.join(t.ROOT, "tests", "data", "chat_templates")
+    for name in ("Qwen-Qwen2.5-7B-Instruct", "google-gemma-2-2b-it", "microsoft-Phi-3.5-mini-instruct"):
+        with open(os.path.join(base, name + ".jinja")) as f:
+            src = f.read()
+        model = os.path.join(tmp, name + ".gguf")
+        gguf_with_key(sl.MODEL, model, "tokenizer.chat_template", src)
+        for how, args, mdl in (("in the file", [], model),
+                               ("--chat-template-file", ["--chat-template-file", os.path.join(base, name + ".jinja")],
+                                sl.MODEL)):
+            srv = sl.Server(["-q"] + args, model=mdl)
+            ok = True
+            for conv in ("system_user", "multi_turn"):
+                with open(os.path.join(base, "conversations", conv, "messages.json")) as f:
+                    msgs = json.load(f)
+                path = os.path.join(base, "expected", "%s.%s.txt" % (name, conv))
+                st, a = srv.json("POST", "/apply-template", {"messages": msgs})
+                if os.path.exists(path):
+                    with open(path, encoding="utf-8") as f:
+                        want = f.read()
+                    if "<s>" in want:   # the reference's BOS text: this model has none
+                        continue
+                    ok &= st == 200 and a["prompt"] == want
+                else:   # jinja2 raised: so does the server
+                    ok &= st == 400
+            t.check(ok, "%s (%s): /apply-template renders as jinja2 does" % (name, how))
+            srv.stop()
+    bad = os.path.join(tmp, "bad.jinja")
+    with open(bad, "w") as f:
+        f.write("{% for m in messages %}{{ m.content }")
+    p = subprocess.run([sl.BIN, "-m", sl.MODEL, "--port", "0", "--chat-template-file", bad],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    t.check(p.returncode != 0 and "line 1" in p.stderr,
+            "--chat-template-file with a syntax error: the server does not start, naming the line (%s)" % p.stderr[:120])
 
 
 # ---- curl and the OpenAI Node client ------------------------------------------------

@@ -20,11 +20,13 @@
 #include "jsonw.h"
 #include "server.h"
 #include "sampling_req.h"
+#include "template.h"
 #include "text.h"
 #include "utf8.h"
 
 static const char *const ep_names[EP_N] = { "completions", "chat_completions", "models", "health", "metrics",
-                                            "tokenize", "detokenize", "props", "embeddings", "other" };
+                                            "tokenize", "detokenize", "props", "embeddings", "apply_template",
+                                            "other" };
 
 int endpoint_of(const char *path)
 {
@@ -37,6 +39,7 @@ int endpoint_of(const char *path)
     if (!strcmp(path, "/detokenize")) return EP_DETOKENIZE;
     if (!strcmp(path, "/props")) return EP_PROPS;
     if (!strcmp(path, "/v1/embeddings")) return EP_EMBEDDINGS;
+    if (!strcmp(path, "/apply-template")) return EP_APPLY_TEMPLATE;
     return EP_OTHER;
 }
 
@@ -68,8 +71,10 @@ static void model_object(jsonw *w)
     jw_key(w, "n_layer"); jw_int(w, mor_model_n_layer(S.model));
     jw_key(w, "n_recursion"); jw_int(w, mor_model_n_recursion(S.model));
     jw_key(w, "size_bytes"); jw_int(w, (int64_t)mor_model_size_bytes(S.model));
-    jw_key(w, "chat_template");
-    if (S.chat_family >= 0) jw_str(w, chat_name(S.chat_family)); else jw_null(w);
+    jw_key(w, "chat_template");   /* the format: a built-in one's name, or "jinja" for the template itself */
+    if (S.chat_tpl) jw_str(w, "jinja");
+    else if (S.chat_family >= 0) jw_str(w, chat_name(S.chat_family));
+    else jw_null(w);
     jw_obj_end(w);
     jw_obj_end(w);
 }
@@ -739,7 +744,11 @@ static job *make_job(const api_request *ar, const req_sampling *rs, int kind, co
         if (S.chat_end_token >= 0) {
             if (!ar->ignore_eos) j->stop_tokens[j->n_stop_tokens++] = S.chat_end_token;
         }
-        else { stops[n_stops] = chat_end_marker(S.chat_family); stop_len[n_stops] = strlen(stops[n_stops]); n_stops++; }
+        else if (S.chat_family >= 0) {   /* a Jinja template of no known family ends at EOS alone */
+            stops[n_stops] = chat_end_marker(S.chat_family);
+            stop_len[n_stops] = strlen(stops[n_stops]);
+            n_stops++;
+        }
     }
     if (ts_init(&j->ts, stops, stop_len, n_stops)) { job_unref(j); return NULL; }
     if (ar->temperature_set) j->sp.temperature = (float)ar->temperature;
@@ -782,10 +791,15 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
         goto done;
     }
     if (kind == API_CHAT) {
-        if (S.chat_family < 0) { conn_error(c, rq, 400, "messages", "chat_not_supported", "%s", S.chat_error); goto done; }
-        chat_format(S.chat_family, ar.messages, ar.n_messages, &text);
+        char why[400];
+        int bos = 0;
+        if (chat_prompt(&ar, &text, &bos, why, sizeof why)) {
+            conn_error(c, rq, 400, "messages", S.chat_tpl ? NULL : "chat_not_supported", "%s", why);
+            goto done;
+        }
         if (!buf_ok(&text)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
-        st = tokenize(text.p ? text.p : "", text.len, &prompt, &n_prompt);
+        st = text_tokenize(S.model, text.p ? text.p : "", text.len,
+                           MOR_TOKENIZE_PARSE_SPECIAL | (bos ? MOR_TOKENIZE_ADD_BOS : 0), &prompt, &n_prompt);
     } else if (ar.prompt_text) {
         if (!S.has_tokenizer) {
             conn_error(c, rq, 400, "prompt", NULL, "this model has no tokenizer: give the prompt as token ids");
@@ -891,7 +905,7 @@ void handle(conn *c, request *rq, const char *body, size_t n)
         if (!strcmp(rq->path, "/") && get) {
             static const char page[] = "mor-server: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
                                        "POST /v1/embeddings, GET /health, GET /metrics; llama.cpp's POST /tokenize, "
-                                       "POST /detokenize, GET /props\n";
+                                       "POST /detokenize, GET /props, POST /apply-template\n";
             conn_respond(c, rq, 200, "text/plain; charset=utf-8", page, sizeof page - 1, NULL);
             return;
         }
@@ -899,7 +913,7 @@ void handle(conn *c, request *rq, const char *body, size_t n)
         return;
     }
     int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_TOKENIZE || ep == EP_DETOKENIZE ||
-                    ep == EP_EMBEDDINGS;
+                    ep == EP_EMBEDDINGS || ep == EP_APPLY_TEMPLATE;
     if (want_post ? !post : !get) {
         conn_error(c, rq, 405, NULL, NULL, "%s takes %s, not %s", rq->path, want_post ? "POST" : "GET", rq->method);
         return;
@@ -913,6 +927,7 @@ void handle(conn *c, request *rq, const char *body, size_t n)
     case EP_DETOKENIZE: handle_detokenize(c, rq, body, n); break;
     case EP_PROPS: handle_props(c, rq); break;
     case EP_EMBEDDINGS: handle_embeddings(c, rq, body, n); break;
+    case EP_APPLY_TEMPLATE: handle_apply_template(c, rq, body, n); break;
     default: handle_metrics(c, rq); break;
     }
 }

@@ -14,6 +14,7 @@
 #include "jsonw.h"
 #include "sampling.h"
 #include "server.h"
+#include "template.h"
 #include "text.h"
 #include "utf8.h"
 
@@ -186,8 +187,10 @@ void handle_props(conn *c, request *rq)
     jw_key(&w, "total_slots"); jw_int(&w, S.o.n_slots);
     jw_key(&w, "model_alias"); jw_str(&w, S.model_id);
     jw_key(&w, "model_path"); jw_str(&w, S.o.model_path);
-    jw_key(&w, "chat_template");
-    if (S.chat_family >= 0) jw_str(&w, chat_name(S.chat_family)); else jw_null(&w);
+    jw_key(&w, "chat_template");   /* llama-server's: the template's text; here a built-in format's name */
+    if (S.chat_tpl) jw_str(&w, S.chat_source);
+    else if (S.chat_family >= 0) jw_str(&w, chat_name(S.chat_family));
+    else jw_null(&w);
     jw_key(&w, "n_vocab"); jw_int(&w, S.n_vocab);
     jw_key(&w, "n_ctx_train"); jw_int(&w, S.n_ctx_train);
     jw_key(&w, "n_recursion"); jw_int(&w, mor_model_n_recursion(S.model));
@@ -195,4 +198,33 @@ void handle_props(conn *c, request *rq)
     jw_obj_end(&w);
     send_json(c, rq, 200, &b);
     buf_free(&b);
+}
+
+/* POST /apply-template (llama-server's): {"messages": [...]} gives
+ * {"prompt": "..."}, the text a chat completion of them would start from. */
+void handle_apply_template(conn *c, request *rq, const char *body, size_t n)
+{
+    api_request ar;
+    api_error ae;
+    if (api_parse(API_CHAT, body, n, &ar, &ae)) {
+        conn_error(c, rq, ae.status, ae.param, NULL, "%s", ae.msg);
+        return;
+    }
+    buf text = { 0 }, b = { 0 };
+    char why[400];
+    int bos;
+    if (chat_prompt(&ar, &text, &bos, why, sizeof why)) {
+        conn_error(c, rq, 400, "messages", S.chat_tpl ? NULL : "chat_not_supported", "%s", why);
+    } else {
+        jsonw w;
+        jw_init(&w, &b);
+        jw_obj(&w);
+        jw_key(&w, "prompt"); jw_strn(&w, text.p ? text.p : "", text.len);
+        jw_obj_end(&w);
+        if (!buf_ok(&text) || !buf_ok(&b)) conn_error(c, rq, 500, NULL, NULL, "out of memory");
+        else send_json(c, rq, 200, &b);
+    }
+    buf_free(&text);
+    buf_free(&b);
+    api_request_free(&ar);
 }

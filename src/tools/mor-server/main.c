@@ -29,6 +29,7 @@
 #include "chat.h"
 #include "cli.h"
 #include "server.h"
+#include "template.h"
 
 server S;
 static int sig_pipe[2] = { -1, -1 };
@@ -53,8 +54,11 @@ static void usage(FILE *f)
         "  --kv recursion|shared   KV caching across recursions (default: the model's)\n"
         "  --threshold V[,V...]    THRESHOLD routing thresholds per recursion (default: the model's)\n"
         "  --max-depth N           cap every token's recursions at N\n"
-        "  --chat-template NAME    chat format when the file has none or an unknown one:\n"
+        "  --chat-template NAME    a built-in chat format instead of the model's template:\n"
         "                          %s\n"
+        "  --chat-template-file F  a Jinja chat template instead of the model's\n"
+        "  --no-jinja              render the model's template by its family's built-in format\n"
+        "                          (default: the template itself, as llama-server's --jinja)\n"
         "  --api-key KEY           require \"Authorization: Bearer KEY\" (not for GET /health)\n"
         "  --cors-origins O        origins whose pages may call the API from a browser: * (default),\n"
         "                          localhost, none, or a comma-separated list of origins\n"
@@ -118,6 +122,8 @@ static int parse_args(int argc, char **argv, options *o)
         if (!strcmp(a, "--fast-bf16")) { o->fast_bf16 = 1; continue; }
         if (!strcmp(a, "--cors-credentials")) { o->cors_credentials = 1; continue; }
         if (!strcmp(a, "--reject-unknown-model")) { o->reject_unknown_model = 1; continue; }
+        if (!strcmp(a, "--jinja")) { o->no_jinja = 0; continue; }   /* llama-server's; the default here */
+        if (!strcmp(a, "--no-jinja")) { o->no_jinja = 1; continue; }
         if (a[0] != '-') cli_usage_error("unexpected argument '%s'", a);
         const char *v = cli_value(argc, argv, &i);
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model_path = v;
@@ -132,6 +138,7 @@ static int parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--batch") || !strcmp(a, "-b") || !strcmp(a, "--batch-size"))
             o->n_batch = (int32_t)cli_int(a, v, 1, 1 << 16);
         else if (!strcmp(a, "--cors-origins")) o->cors_origins = v;
+        else if (!strcmp(a, "--chat-template-file")) o->chat_template_file = v;
         else if (!strcmp(a, "--max-depth")) o->max_depth = (int32_t)cli_int(a, v, 1, 64);
         else if (!strcmp(a, "--speculate")) o->speculate = (int32_t)cli_int(a, v, 0, 65535);
         else if (!strcmp(a, "--speculate-depth")) o->speculate_depth = (int32_t)cli_int(a, v, 1, 64);
@@ -216,36 +223,10 @@ static int inspect_model(void)
         size_t n = strlen(S.model_id);
         if (n > 5 && !strcmp(S.model_id + n - 5, ".gguf")) S.model_id[n - 5] = 0;
     }
-    /* chat: --chat-template, else the file's template if its family is known */
-    S.chat_family = CHAT_UNKNOWN;
-    S.chat_end_token = -1;
-    size_t tl = 0;
-    mor_status st = mor_model_meta_str(S.model, "tokenizer.chat_template", NULL, 0, &tl);
-    int has_tmpl = st == MOR_OK || st == MOR_E_BUFFER_TOO_SMALL;
-    if (S.o.chat_template) {
-        S.chat_family = chat_from_name(S.o.chat_template);
-    } else if (has_tmpl) {
-        char *t = malloc(tl + 1);
-        if (t && mor_model_meta_str(S.model, "tokenizer.chat_template", t, tl + 1, NULL) == MOR_OK)
-            S.chat_family = chat_detect(t, tl);
-        free(t);
-        if (S.chat_family < 0)
-            snprintf(S.chat_error, sizeof S.chat_error, "the model's chat template is of a family this server does "
-                     "not know; start it with --chat-template NAME (%s)", chat_names());
-    } else {
-        snprintf(S.chat_error, sizeof S.chat_error, "this model has no chat template (it is a plain completion "
-                 "model): use /v1/completions, or start the server with --chat-template NAME");
-    }
-    if (S.chat_family >= 0 && !S.has_tokenizer) {
-        S.chat_family = CHAT_UNKNOWN;
-        snprintf(S.chat_error, sizeof S.chat_error, "this model has no tokenizer: chat needs one");
-    }
-    if (S.chat_family >= 0) {   /* the end marker as one token, when the vocabulary has it */
-        const char *m = chat_end_marker(S.chat_family);
-        mor_token t[2];
-        int32_t n = 0;
-        if (mor_tokenize(S.model, m, strlen(m), MOR_TOKENIZE_PARSE_SPECIAL, t, 2, &n) == MOR_OK && n == 1)
-            S.chat_end_token = t[0];
+    char err[600];
+    if (template_setup(err, sizeof err)) {
+        fprintf(stderr, "mor-server: %s\n", err);
+        return -1;
     }
     return 0;
 }
@@ -497,7 +478,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "mor-server: loading %s: %s (%s)\n", S.o.model_path, mor_last_error(), mor_status_str(st));
         return 1;
     }
-    inspect_model();
+    if (inspect_model()) { mor_model_free(S.model); return 1; }
     if (S.o.speculate > S.o.n_batch - 1 || S.o.speculate_depth > mor_model_n_recursion(S.model)) {
         fprintf(stderr, "mor-server: --speculate %d / --speculate-depth %d: at most --batch - 1 (%d) drafts at a depth of "
                 "at most the model's %d recursions\n", S.o.speculate, S.o.speculate_depth, S.o.n_batch - 1,
@@ -563,6 +544,7 @@ int main(int argc, char **argv)
     engine_get_stats(S.eng, &es);
     engine_stop(S.eng);
     embeddings_free();
+    template_free();
     mor_model_free(S.model);
     fprintf(stderr, "mor-server: stopped%s; %llu requests finished, %llu tokens generated\n", clean ? "" : " (requests cut)",
             (unsigned long long)(es.requests[FINISH_LENGTH] + es.requests[FINISH_STOP]), (unsigned long long)es.gen_tokens);

@@ -21,6 +21,8 @@
 
 typedef struct {
     const char *model_path, *host, *alias, *api_key, *chat_template;
+    const char *chat_template_file;    /* --chat-template-file: a Jinja template */
+    int32_t     no_jinja;              /* --no-jinja: the model's template by its family's built-in format */
     int32_t     port, n_slots, mode, n_threads, n_ctx, n_batch, kv_mode, max_depth;
     float       thresholds[16];
     int32_t     n_thresholds;
@@ -40,8 +42,8 @@ typedef struct {
 enum { EVICT_NONE, EVICT_SERVER_CAP, EVICT_CLIENT_CAP };
 
 /* The HTTP counters of /metrics: requests by endpoint and status. */
-enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS, EP_EMBEDDINGS, EP_OTHER,
-       EP_N };
+enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS, EP_EMBEDDINGS,
+       EP_APPLY_TEMPLATE, EP_OTHER, EP_N };
 
 typedef struct {
     options     o;
@@ -54,6 +56,8 @@ typedef struct {
     int         chat_family;                       /* CHAT_*, or CHAT_UNKNOWN with chat_error set */
     char        chat_error[200];
     mor_token   chat_end_token;                    /* -1: the end marker is not one token */
+    mor_chat_template *chat_tpl;                   /* the Jinja template chats render with, or NULL (template.h) */
+    char       *chat_source;                       /* its source */
     int64_t     started;                           /* Unix time */
     int         drain_pipe[2];                     /* readable once draining */
     atomic_int  draining;                          /* set once by main, read by every connection */
@@ -122,6 +126,7 @@ void  send_json(conn *c, request *rq, int status, buf *b);
 void  handle_tokenize(conn *c, request *rq, const char *body, size_t n);
 void  handle_detokenize(conn *c, request *rq, const char *body, size_t n);
 void  handle_props(conn *c, request *rq);
+void  handle_apply_template(conn *c, request *rq, const char *body, size_t n);
 
 /* embeddings.c: POST /v1/embeddings; embeddings_free before the model goes */
 void  handle_embeddings(conn *c, request *rq, const char *body, size_t n);
