@@ -285,6 +285,48 @@ class Chat(unittest.TestCase):
             self.assertEqual(content[0]["top_logprobs"][0]["logprob"], content[0]["logprob"])   # greedy: the best
 
 
+class Templates(unittest.TestCase):
+    """mor.ChatTemplate renders real models' templates as jinja2 does (the
+    expected texts of tests/data/chat_templates); Llama uses the model's own."""
+    BASE = os.path.join(t.ROOT, "tests", "data", "chat_templates")
+
+    def conversation(self, name):
+        with open(os.path.join(self.BASE, "conversations", name, "messages.json")) as f:
+            return json.load(f)
+
+    def test_render_as_jinja2(self):
+        for tpl in ("Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct", "microsoft-Phi-3.5-mini-instruct"):
+            with open(os.path.join(self.BASE, tpl + ".jinja")) as f, mor.ChatTemplate(f.read()) as ct:
+                for conv in ("system_user", "multi_turn"):
+                    with open(os.path.join(self.BASE, "expected", "%s.%s.txt" % (tpl, conv)), encoding="utf-8") as f:
+                        want = f.read()
+                    got = ct.render(self.conversation(conv), bos_token="<s>", eos_token="</s>", now=1721995200)
+                    self.assertEqual(got, want, "%s.%s" % (tpl, conv))
+
+    def test_raise_and_syntax_errors(self):
+        with open(os.path.join(self.BASE, "google-gemma-2-2b-it.jinja")) as f, mor.ChatTemplate(f.read()) as ct:
+            with self.assertRaisesRegex(mor.InvalidArgError, "System role not supported"):
+                ct.render(self.conversation("system_user"))
+        with self.assertRaisesRegex(mor.InvalidArgError, "line 2"):
+            mor.ChatTemplate("ok\n{% for m in messages %}")
+        self.assertEqual(mor.ChatTemplate("{{ x }}-{{ add_generation_prompt }}").render([], x=3), "3-True")
+
+    def test_llama_uses_the_models_template(self):
+        import tempfile
+        src = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+               "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tpl.gguf")
+            t.gguf_with_key(BROWN, path, "tokenizer.chat_template", src)
+            with mor.Llama(model_path=path, n_ctx=256, seed=1, verbose=False) as llm, llama(chat_format="chatml") as ref:
+                self.assertEqual(llm.chat_format, "chat_template.default")
+                msgs = [{"role": "user", "content": "The jury"}]
+                a = llm.create_chat_completion(messages=msgs, max_tokens=10, seed=4)
+                b = ref.create_chat_completion(messages=msgs, max_tokens=10, seed=4)
+                self.assertEqual(a["choices"][0]["mor"]["token_ids"], b["choices"][0]["mor"]["token_ids"])
+                self.assertEqual(a["usage"], b["usage"])
+
+
 class Embeddings(unittest.TestCase):
     def test_embed(self):
         with llama(embedding=True) as llm, mor.Model(BROWN) as m, m.context(capture_hidden=True) as ctx:

@@ -174,3 +174,18 @@ def gguf_layout(data):
         tensors[name] = (dims, tt, off)
         o += 4 + 8 * nd + 12
     return kv_end, o, (o + align - 1) // align * align, align, tensors
+
+
+def gguf_with_key(src, dst, key, value):
+    """A copy of a GGUF file with one more string key (the tensors as they
+    were, re-aligned)."""
+    with open(src, "rb") as f:
+        data = f.read()
+    n_t, n_kv = struct.unpack_from("<QQ", data, 8)
+    kv_end, infos_end, data_start, align, _ = gguf_layout(data)
+    kb, vb = key.encode(), value.encode()
+    extra = struct.pack("<Q", len(kb)) + kb + struct.pack("<I", 8) + struct.pack("<Q", len(vb)) + vb
+    head = data[:8] + struct.pack("<QQ", n_t, n_kv + 1) + data[24:kv_end] + extra + data[kv_end:infos_end]
+    head += b"\0" * ((len(head) + align - 1) // align * align - len(head))
+    with open(dst, "wb") as f:
+        f.write(head + data[data_start:])

@@ -33,7 +33,7 @@ __all__ = [
     "Model", "Context", "Batch", "Sampler", "Router", "KVCache", "Token", "RouterStats", "Server",
     "logprobs", "Logprobs", "json_schema_to_grammar",
     "MorError", "LibraryError", "version", "build_info", "set_log", "max_recursions", "ABI_VERSION",
-    "have_numpy", "Llama", "LlamaGrammar",
+    "have_numpy", "Llama", "LlamaGrammar", "ChatTemplate",
 ]
 
 # ---------------------------------------------------------------------------
@@ -732,6 +732,60 @@ def logprobs(logits, token=None, top=0):
     _check(_lib.mor_logprobs(ptr, n, token if token is not None else 0,
                              ctypes.byref(lp) if token is not None else None, k, ids, vals))
     return Logprobs(lp.value if token is not None else None, [(ids[i], vals[i]) for i in range(k)])
+
+
+class ChatTemplate(_Handle):
+    """A Jinja chat template (mor_chat_template in mor.h), parsed once:
+    render(messages) gives the prompt text as Hugging Face transformers'
+    jinja2 renders it. ChatTemplate.from_model(model) is the model's own
+    (tokenizer.chat_template), or None. A syntax error raises
+    InvalidArgError naming the line. May be rendered from several threads."""
+    _kind = "chat template"
+
+    def __init__(self, source):
+        src = source.encode("utf-8") if isinstance(source, str) else bytes(source)
+        out = ctypes.c_void_p()
+        _check(_lib.mor_chat_template_create(src, len(src), ctypes.byref(out)))
+        self._own(out.value, _lib.mor_chat_template_free)
+        self.source = src.decode("utf-8", "replace")
+
+    @classmethod
+    def from_model(cls, model):
+        """The model's own template, or None when it has none."""
+        src = model.meta("tokenizer.chat_template", None)
+        return None if src is None else cls(src)
+
+    def render(self, messages, add_generation_prompt=True, tools=None, bos_token=None, eos_token=None, now=0,
+               **extra):
+        """The prompt for messages (OpenAI-style dicts), with tools (a list
+        of tool definitions, or None), add_generation_prompt, bos_token and
+        eos_token (str or None: undefined), now (the seconds since the epoch
+        strftime_now formats; 0: the current time) and extra template
+        variables by name (enable_thinking=False, ...). A template that
+        raises gives InvalidArgError with its message."""
+        def js(v):
+            return None if v is None else json.dumps(v, ensure_ascii=False).encode("utf-8")
+        msgs, tl, ex = js(list(messages)), js(tools), js(extra) if extra else None
+        p = _capi.ChatParams()
+        _lib.mor_chat_params_init(ctypes.byref(p), ctypes.sizeof(p))
+        p.messages_json, p.messages_len = msgs, len(msgs)
+        if tl is not None:
+            p.tools_json, p.tools_len = tl, len(tl)
+        if ex is not None:
+            p.extra_json, p.extra_len = ex, len(ex)
+        p.add_generation_prompt = 1 if add_generation_prompt else 0
+        p.bos_token = None if bos_token is None else bos_token.encode("utf-8")
+        p.eos_token = None if eos_token is None else eos_token.encode("utf-8")
+        p.now = _capi.check_value(ctypes.c_int64, now, "now")
+        n = ctypes.c_size_t()
+        st = _lib.mor_chat_template_render(self._p, ctypes.byref(p), None, 0, ctypes.byref(n))
+        if st == -11:
+            buf = ctypes.create_string_buffer(max(1, n.value))
+            st = _lib.mor_chat_template_render(self._p, ctypes.byref(p), buf, n.value, ctypes.byref(n))
+            _check(st)
+            return buf.raw[:n.value].decode("utf-8", "replace")
+        _check(st)
+        return ""
 
 
 def json_schema_to_grammar(schema):

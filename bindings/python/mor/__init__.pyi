@@ -18,7 +18,7 @@ __all__ = [
     "Model", "Context", "Batch", "Sampler", "Router", "KVCache", "Token", "RouterStats", "Server",
     "logprobs", "Logprobs", "json_schema_to_grammar",
     "MorError", "LibraryError", "version", "build_info", "set_log", "max_recursions", "ABI_VERSION",
-    "have_numpy", "Llama", "LlamaGrammar",
+    "have_numpy", "Llama", "LlamaGrammar", "ChatTemplate",
 ]
 
 _T = TypeVar("_T")
@@ -296,6 +296,22 @@ class Sampler(_Handle):
     def sample(self, logits: _LogitsIn, grammar: Grammar | None = None) -> int: ...
     def accept(self, token: int) -> None: ...
     def reset(self) -> None: ...
+
+class ChatTemplate(_Handle):
+    source: str
+    def __init__(self, source: str | bytes) -> None: ...
+    @classmethod
+    def from_model(cls, model: Model) -> ChatTemplate | None: ...
+    def render(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[Any] | None = None,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        now: int = 0,
+        **extra: Any,
+    ) -> str: ...
 
 class Grammar(_Handle):
     model: Model

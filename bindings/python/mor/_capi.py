@@ -218,10 +218,6 @@ RAW_ONLY = {
     "mor_sizeof_router_stats": "the import-time struct check",
     "mor_sizeof_server_params": "the import-time struct check",
     "mor_sizeof_chat_params": "the import-time struct check",
-    "mor_chat_template_create": "chat templates: the package's methods come with their integration (issue 42)",
-    "mor_chat_template_free": "chat templates: the package's methods come with their integration (issue 42)",
-    "mor_chat_params_init": "chat templates: the package's methods come with their integration (issue 42)",
-    "mor_chat_template_render": "chat templates: the package's methods come with their integration (issue 42)",
 }
 
 

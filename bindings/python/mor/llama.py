@@ -24,7 +24,7 @@ import sys
 import time
 import uuid
 
-from . import (Context, Grammar, Model, Sampler, json_schema_to_grammar, logprobs as _logprobs, set_log,
+from . import (ChatTemplate, Context, Grammar, Model, Sampler, json_schema_to_grammar, logprobs as _logprobs, set_log,
                ROUTER_TYPE_EXPERT, ROUTE_DEFAULT, ROUTE_TOPK, ROUTE_THRESHOLD, ROUTE_FORCED, ROUTE_TOKEN,
                LOG_WARN)
 from . import chat as _chat
@@ -124,9 +124,9 @@ class Llama(object):
     threads (None: libmor's default). seed: the default sampling seed
     (LLAMA_DEFAULT_SEED: a random one). chat_format: one of mor.chat.FORMATS
     (llama-cpp-python's names: "chatml", "llama-2", "llama-3", "gemma",
-    "zephyr", "vicuna"; and "phi3"); None: the format the model's own
-    template (tokenizer.chat_template) is written in, else "llama-2" as
-    llama-cpp-python does. verbose: libmor's warnings to stderr. embedding:
+    "zephyr", "vicuna"; and "phi3"); None: the model's own template
+    (tokenizer.chat_template) rendered as Jinja (chat_format is then
+    "chat_template.default"), else "llama-2", as llama-cpp-python does. verbose: libmor's warnings to stderr. embedding:
     allow embed()/create_embedding(). type_k/type_v: the KV cache type
     (GGML numbers: 0 F32, 1 F16, 8 Q8_0; both the same).
 
@@ -185,12 +185,35 @@ class Llama(object):
             self._ctx.router.set_threshold(r, v)
 
     def _pick_chat_format(self, chat_format):
+        """A built-in format's name, or "chat_template.default" (llama-cpp-python's
+        name) for the model's own template rendered as Jinja (self._template)."""
+        self._template, self._template_family = None, None
         if chat_format is not None:
             name = _chat.normalize_name(chat_format)
             if name is None:
                 raise ValueError("Llama: chat_format %r is not one of %s" % (chat_format, ", ".join(_chat.FORMATS)))
             return name
-        return _chat.detect(self.model.meta("tokenizer.chat_template", None)) or "llama-2"
+        source = self.model.meta("tokenizer.chat_template", None)
+        if source is not None:
+            self._template = ChatTemplate(source)
+            self._template_family = _chat.detect(source)   # for its end-of-turn marker
+            return "chat_template.default"
+        return "llama-2"
+
+    def _special_text(self, token):
+        return self.model.token_to_piece(token).decode("utf-8", "replace") if token >= 0 else None
+
+    def _chat_prompt(self, messages):
+        """(prompt tokens, the end-of-turn marker or None) of messages."""
+        if self._template is None:
+            text = _chat.render(self.chat_format, messages)
+            return self.tokenize(text.encode("utf-8"), add_bos=True, special=True), _chat.end_marker(self.chat_format)
+        bos, eos = self._special_text(self.model.token_bos), self._special_text(self.model.token_eos)
+        text = self._template.render(messages, add_generation_prompt=True, bos_token=bos, eos_token=eos)
+        add_bos = not (bos and text.startswith(bos))   # a template that writes BOS gets no second one
+        tokens = self.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+        fam = self._template_family
+        return tokens, _chat.end_marker(fam) if fam else None
 
     # -- llama-cpp-python's small accessors -----------------------------------
     def n_ctx(self):
@@ -430,10 +453,10 @@ class Llama(object):
                                  "typical_p": typical_p, "tfs_z": tfs_z, "mirostat_mode": mirostat_mode,
                                  "mirostat_tau": mirostat_tau, "mirostat_eta": mirostat_eta,
                                  "logit_bias": logit_bias})
-        text = _chat.render(self.chat_format, messages)
-        tokens = self.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        tokens, marker = self._chat_prompt(messages)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        stops.append(_chat.end_marker(self.chat_format))
+        if marker:
+            stops.append(marker)
         n_lp = (top_logprobs or 0) if logprobs else None
         job = _Completion(self, tokens, None, max_tokens, sampler, _grammar_text(grammar, response_format), stops,
                           n_lp, model, "chat.completion")
