@@ -670,6 +670,37 @@ def grammar_output(tmp):
     t.check(rc == 1 and "#/multipleOf" in err, "an unsupported schema: exit 1 naming where (%s)" % err.strip()[:200])
 
 
+def chat_turn(tmp):
+    """mor-run --chat: the prompt is the model's Jinja chat template rendering
+    --system and -p; the same tokens as that rendering given with -f."""
+    tmpl = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    model = os.path.join(tmp, "chat.gguf")
+    t.gguf_with_key(BROWN, model, "tokenizer.chat_template", tmpl)
+    rendered = os.path.join(tmp, "rendered.txt")
+    with open(rendered, "w") as f:
+        f.write("<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nThe jury<|im_end|>\n<|im_start|>assistant\n")
+    args = ["-n", "12", "--seed", "4", "-q", "--print-ids"]
+    rc, out, err = run([tool("mor-run"), "-m", model, "--chat", "--system", "Be terse.", "-p", "The jury"] + args)
+    rc2, out2, _ = run([tool("mor-run"), "-m", BROWN, "-f", rendered] + args)
+    t.check(rc == 0 and rc2 == 0 and out.strip() and out == out2,
+            "mor-run --chat --system: the tokens of the template's rendering given with -f (%s)" % err.strip()[:120])
+    tfile = os.path.join(tmp, "t.jinja")
+    with open(tfile, "w") as f:
+        f.write(tmpl)
+    rc3, out3, _ = run([tool("mor-run"), "-m", BROWN, "--chat", "--chat-template-file", tfile, "--system", "Be terse.",
+                        "-p", "The jury"] + args)
+    t.check(rc3 == 0 and out3 == out, "--chat-template-file: the same on a model without a template")
+    rc, _, err = run([tool("mor-run"), "-m", BROWN, "--chat", "-p", "x"])
+    t.check(rc == 1 and "no chat template" in err, "--chat on a model without a template: exit 1 saying so")
+    rc, _, err = run([tool("mor-run"), "-m", BROWN, "--system", "s", "-p", "x"])
+    t.check(rc == 2 and "--chat" in err, "--system without --chat: a usage error (exit 2)")
+    with open(tfile, "w") as f:
+        f.write("{% if %}")
+    rc, _, err = run([tool("mor-run"), "-m", BROWN, "--chat", "--chat-template-file", tfile, "-p", "x"])
+    t.check(rc == 1 and "line 1" in err, "--chat-template-file with a syntax error: exit 1 naming the line")
+
+
 def main():
     if not t.check(os.path.exists(tool("mor-run")) and os.path.exists(BROWN), "mor-run and the bundled model exist"):
         t.finish()
@@ -684,6 +715,7 @@ def main():
         embedding_output(tmp)
         fast_bf16(tmp)
         grammar_output(tmp)
+        chat_turn(tmp)
         quantize_mixes(tmp)
         help_texts()
         train(tmp)

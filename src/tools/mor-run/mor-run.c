@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "mor.h"
+#include "chat_prompt.h"
 #include "cli.h"
 #include "sampling.h"
 #include "text.h"
@@ -45,6 +46,8 @@ typedef struct {
     int       n_bias, ignore_eos;       /* --ignore-eos: the end-of-text token banned */
     const char *breakers[64];           /* --dry-sequence-breaker (llama.cpp's defaults when none) */
     int       n_breakers, breakers_set;
+    int       chat;                     /* --chat: -p/-f is a user message for the chat template */
+    const char *system_prompt, *chat_template_file;   /* --system TEXT, --chat-template-file FILE */
 } options;
 
 static void usage(FILE *f)
@@ -56,6 +59,10 @@ static void usage(FILE *f)
         "                           parsed, no BOS is added)\n"
         "  -f, --file FILE          the prompt text from a file, as is (-f -: standard input)\n"
         "  --ids A,B,C              the prompt as token ids (instead of -p)\n"
+        "  --chat                   -p/-f is a user's message: the prompt is the model's chat template\n"
+        "                           (Jinja) rendering it, the assistant's turn opened\n"
+        "  --system TEXT            --chat: a system message before it\n"
+        "  --chat-template-file F   --chat: this Jinja template instead of the model's\n"
         "  -n N                     tokens to generate (default 64 with a prompt, 0 with --dump-*);\n"
         "                           a prompt given as text stops early at the end-of-text token\n"
         "                           (whose text is not printed)\n"
@@ -265,6 +272,9 @@ static void parse_args(int argc, char **argv, options *o)
         else if (FLAG("--ids")) o->ids = VALUE();
         else if (FLAG("-n")) o->n_predict = (int)cli_int(a, VALUE(), 0, INT32_MAX);
         else if (FLAG("--greedy")) o->greedy = 1;
+        else if (FLAG("--chat")) o->chat = 1;
+        else if (FLAG("--system") || FLAG("-sys")) o->system_prompt = VALUE();
+        else if (FLAG("--chat-template-file")) o->chat_template_file = VALUE();
         else if (FLAG("--temp")) { o->sp.temperature = (float)cli_double(a, VALUE(), 0, 1e6, 0); o->temp_set = 1; }
         else if (FLAG("--top-k")) o->sp.top_k = (int32_t)cli_int(a, VALUE(), 0, INT32_MAX);
         else if (FLAG("--top-p")) o->sp.top_p = (float)cli_double(a, VALUE(), 0, 1, 1);
@@ -355,7 +365,11 @@ static void parse_args(int argc, char **argv, options *o)
         cli_usage_error("give a prompt (-p TEXT, -f FILE or --ids A,B,C)");
     if (o->prompt) o->prompt_len = strlen(o->prompt);
     if (o->greedy) o->sp.temperature = 0;
+    if ((o->system_prompt || o->chat_template_file) && !o->chat) cli_usage_error("--system and --chat-template-file are for --chat");
+    cli_conflict(o->chat, "--chat", o->ids != NULL, "--ids");
+    cli_conflict(o->chat, "--chat", o->tokenize_file != NULL, "--tokenize-file");
 }
+
 
 /* "A,B,C" into a malloc'd array; every id a whole decimal in [0, n_vocab). */
 static mor_token *parse_ids(const char *s, int32_t n_vocab, int *n_out)
@@ -499,6 +513,23 @@ static char *read_all(const char *path, size_t *len)
     if (read_err) { free(buf); cli_error("cannot read %s", is_stdin ? "standard input" : path); return NULL; }
     *len = n;
     return buf;
+}
+
+/* --chat: the prompt becomes the chat template's rendering of it; 0 or 1. */
+static int chat_turn(run_state *r, int *add_bos)
+{
+    options *o = &r->o;
+    size_t tl = 0, n = 0;
+    char *tmpl = o->chat_template_file ? read_all(o->chat_template_file, &tl) : NULL, *text = NULL;
+    if (o->chat_template_file && !tmpl) return 1;   /* read_all said why */
+    int rc = chat_prompt_render(r->model, tmpl, tl, o->system_prompt, o->prompt, o->prompt_len, &text, &n, add_bos);
+    free(tmpl);
+    if (rc) return rc;
+    free(o->prompt_buf);
+    o->prompt_buf = text;
+    o->prompt = text;
+    o->prompt_len = n;
+    return 0;
 }
 
 static int tokenize_file(const mor_model *m, const char *path)
@@ -742,7 +773,9 @@ int main(int argc, char **argv)
         if (!R.prompt) { run_free(&R); return 1; }
     } else {
         /* BOS where the model's texts start with it (SentencePiece models) */
-        const uint32_t tf = MOR_TOKENIZE_PARSE_SPECIAL | (mor_model_add_bos(model) ? MOR_TOKENIZE_ADD_BOS : 0);
+        int add_bos = mor_model_add_bos(model) != 0;
+        if (o->chat && chat_turn(&R, &add_bos)) { run_free(&R); return 1; }
+        const uint32_t tf = MOR_TOKENIZE_PARSE_SPECIAL | (add_bos ? MOR_TOKENIZE_ADD_BOS : 0);
         if ((st = text_tokenize(model, o->prompt, o->prompt_len, tf, &R.prompt, &R.n_prompt))) {
             run_free(&R);
             return st == MOR_E_NOMEM ? cli_error("out of memory") : lib_error(NULL, "tokenizing the prompt", st);
@@ -839,7 +872,7 @@ int main(int argc, char **argv)
     double t_prompt = now_s() - t0;
     if (dumping && !dump(&R, R.n_prompt)) { run_free(&R); return 1; }
     if (o->embedding) { int erc = print_embedding(&R); run_free(&R); return erc; }
-    if (!o->print_ids && n_predict > 0 && o->prompt) { put_text(&R, o->prompt, o->prompt_len); fflush(stdout); }
+    if (!o->print_ids && n_predict > 0 && o->prompt && !o->chat) { put_text(&R, o->prompt, o->prompt_len); fflush(stdout); }
 
     int rc = 0, n_gen = 0, stopped_at_limit = 0, ended_at_eos = 0, grammar_ended = 0;
     uint64_t hist[17] = { 0 };
