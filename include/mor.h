@@ -1117,6 +1117,10 @@ MOR_API int32_t    mor_server_request_state(const mor_server *srv, mor_request_i
  * MOR_SERVE_NO_PROMPT_REUSE): 0 while queued or when nothing was reused, or
  * a negative mor_status (unknown id). */
 MOR_API int32_t    mor_server_request_cached(const mor_server *srv, mor_request_id id);
+/* The slot (0..n_slots-1) a running request holds, -1 while it is queued
+ * or once it is over, or a negative mor_status below -1 (unknown id:
+ * MOR_E_OUT_OF_RANGE). For monitoring (llama-server's GET /slots). */
+MOR_API int32_t    mor_server_request_slot(const mor_server *srv, mor_request_id id);
 /* Copy a request's generated tokens (and, if depths is not NULL, the depth
  * of each) into out[0..cap-1]; *n_out receives the count (the count needed,
  * with MOR_E_BUFFER_TOO_SMALL). Readable until mor_server_release. */

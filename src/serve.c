@@ -966,6 +966,14 @@ int32_t mor_server_request_cached(const mor_server *s, mor_request_id id)
     return q ? q->n_cached : err_set(MOR_E_OUT_OF_RANGE, "mor_server_request_cached: unknown request %d", id);
 }
 
+int32_t mor_server_request_slot(const mor_server *s, mor_request_id id)
+{
+    err_clear();
+    const serve_req *q = find(s, id);
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_request_slot: unknown request %d", id);
+    return q->state == MOR_REQ_RUNNING ? q->slot : -1;
+}
+
 mor_status mor_server_get_tokens(const mor_server *s, mor_request_id id, mor_token *out, int32_t *depths,
                                  int32_t cap, int32_t *n_out)
 {

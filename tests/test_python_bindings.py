@@ -488,7 +488,12 @@ class Serving(unittest.TestCase):
                         on_token=lambda rid, tok, d: streamed.append((rid, tok, d)), **kw) as srv:
             ids = [srv.submit(p, max_tokens=6, temperature=0) for p in self.prompts(m.n_vocab)]
             self.assertEqual(srv.state(ids[-1]), mor.REQ_QUEUED)   # 5 requests, 3 slots
+            self.assertEqual(srv.slot(ids[-1]), -1)
+            srv.step()
+            running = [srv.slot(rid) for rid in ids if srv.state(rid) == mor.REQ_RUNNING]
+            self.assertEqual(sorted(running), list(range(len(running))) if mode != mor.SERVE_SERIAL else [0])
             srv.run()
+            self.assertEqual([srv.slot(rid) for rid in ids], [-1] * len(ids))   # over: no slot
             out = [srv.tokens(rid) for rid in ids]
             self.assertEqual([srv.state(rid) for rid in ids], [mor.REQ_DONE] * len(ids))
             for rid, (toks, deps) in zip(ids, out):

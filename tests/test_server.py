@@ -1568,6 +1568,18 @@ def test_llama_server_conventions(srv):
     t.check(not missing and gen and mine and float(gen.group(1)) == float(mine.group(1)),
             "/metrics: llama-server's llamacpp:* names beside mor_* (%s missing)" % missing)
 
+    s, _ = open_stream(srv, dict(HELD, stream=True))
+    busy = []
+    wait_for(lambda: busy.append(srv.json("GET", "/slots")[1]) or any(x["is_processing"] for x in busy[-1]))
+    slots = busy[-1]
+    st, _ = srv.json("GET", "/slots?fail_on_no_slot=1")
+    s.close()
+    held = [x for x in slots if x["is_processing"]]
+    t.check(len(slots) == 4 and [x["id"] for x in slots] == [0, 1, 2, 3] and len(held) == 1 and
+            held[0]["id_task"] >= 0 and held[0]["n_prompt_tokens"] > 0 and held[0]["next_token"]["n_decoded"] >= 1 and
+            all(x["id_task"] == -1 for x in slots if not x["is_processing"]) and st == 200,
+            "GET /slots: 4 slots, the held request's with its task, prompt and tokens, the rest idle (%s)" % held)
+
     other = sl.Server(["-np", "2", "-c", "512", "-b", "64", "-a", "court", "--reject-unknown-model",
                        "--api-key", "k3y", "--cors-origins", "https://a.example, http://localhost:3000", "-q"])
     key = {"Authorization": "Bearer k3y"}

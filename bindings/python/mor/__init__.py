@@ -1446,6 +1446,11 @@ class Server(_Handle):
         """Prompt tokens a request reused from a free slot's kept cells (prompt reuse)."""
         return _check(_lib.mor_server_request_cached(self._p, rid))
 
+    def slot(self, rid):
+        """The slot a running request holds, or -1 while queued or once over."""
+        v = _lib.mor_server_request_slot(self._p, rid)
+        return _check(v) if v < -1 else v
+
     def speculation(self, rid):
         """(drafted, accepted): the tokens a speculating request drafted so far
         and those its sampler accepted ((0, 0) without speculation)."""

@@ -190,6 +190,7 @@ PROTOTYPES = {
     "mor_server_cancel": (mor_status, [handle, c_int32]),
     "mor_server_request_state": (c_int32, [handle, c_int32]),
     "mor_server_request_cached": (c_int32, [handle, c_int32]),
+    "mor_server_request_slot": (c_int32, [handle, c_int32]),
     "mor_server_set_speculate": (mor_status, [handle, c_int32, c_int32, c_int32]),
     "mor_server_request_sampler": (handle, [handle, c_int32]),
     "mor_server_request_speculation": (mor_status, [handle, c_int32, POINTER(c_int64), POINTER(c_int64)]),

@@ -27,6 +27,7 @@ struct engine {
     uint32_t        n_slots;
     int32_t         n_waiting;     /* submitted by connections, not running yet */
     engine_stats    stats;
+    engine_slot    *slots;         /* [n_slots], as of the last step */
     int64_t         sec_stamp[16];
     uint64_t        sec_tokens[16];
     /* the engine thread's own */
@@ -419,11 +420,18 @@ static void *engine_main(void *arg)
             e->local.cached_tokens += (uint64_t)c;
         }
         int32_t running = 0, queued = 0;
+        pthread_mutex_lock(&e->mu);
+        for (uint32_t i = 0; i < e->n_slots; i++) e->slots[i] = (engine_slot){ -1, 0, 0 };
+        pthread_mutex_unlock(&e->mu);
         for (job *j = e->active; j; j = j->anext) {
             if (j->state != J_ACTIVE) continue;
-            int32_t s = mor_server_request_state(e->srv, j->id);
+            int32_t s = mor_server_request_state(e->srv, j->id), slot = mor_server_request_slot(e->srv, j->id);
             running += s == MOR_REQ_RUNNING;
             queued += s == MOR_REQ_QUEUED;
+            if (slot < 0 || (uint32_t)slot >= e->n_slots) continue;
+            pthread_mutex_lock(&e->mu);
+            e->slots[slot] = (engine_slot){ j->id, j->n_prompt, j->n_tokens };
+            pthread_mutex_unlock(&e->mu);
         }
         pthread_mutex_lock(&e->mu);
         e->n_waiting = queued;
@@ -455,6 +463,9 @@ engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t
     sp.mode = p->mode;
     sp.n_slots = p->n_slots;
     e->n_slots = p->n_slots;
+    e->slots = malloc(sizeof *e->slots * p->n_slots);
+    if (!e->slots) { free(e); snprintf(err, errcap, "out of memory"); return NULL; }
+    for (uint32_t i = 0; i < p->n_slots; i++) e->slots[i] = (engine_slot){ -1, 0, 0 };
     sp.n_ctx = p->n_ctx;
     sp.n_batch = p->n_batch;
     sp.n_threads = p->n_threads;
@@ -515,7 +526,17 @@ void engine_stop(engine *e)
     mor_server_free(e->srv);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
+    free(e->slots);
     free(e);
+}
+
+int engine_get_slots(engine *e, engine_slot *out, int cap)
+{
+    pthread_mutex_lock(&e->mu);
+    int n = (int)e->n_slots < cap ? (int)e->n_slots : cap;
+    memcpy(out, e->slots, sizeof *out * (size_t)n);
+    pthread_mutex_unlock(&e->mu);
+    return n;
 }
 
 static void enqueue(engine *e, job *j)

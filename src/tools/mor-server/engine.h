@@ -111,6 +111,13 @@ typedef struct {
     double   tokens_per_second;     /* over the last 10 s */
 } engine_stats;
 
+/* What one slot is doing, for GET /slots (engine_get_slots). */
+typedef struct {
+    int32_t id_task;      /* the request's id, -1 when idle */
+    int32_t n_prompt;     /* its prompt tokens */
+    int32_t n_decoded;    /* tokens it has generated */
+} engine_slot;
+
 typedef struct engine engine;
 
 /* Create the mor_server on `model` and start the thread. NULL on failure
@@ -121,6 +128,9 @@ engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t
 void    engine_quit(engine *e);
 /* End every test hold (job.hold), for good: a drain lets held jobs finish. */
 void    engine_release_holds(engine *e);
+/* The slots as of the last step into out[0..n_slots-1] (cap at least
+ * that); the number of slots. */
+int     engine_get_slots(engine *e, engine_slot *out, int cap);
 /* engine_quit, wait for the thread, free the server. No connection may use
  * the engine any more. */
 void    engine_stop(engine *e);

@@ -26,7 +26,7 @@
 
 static const char *const ep_names[EP_N] = { "completions", "chat_completions", "models", "health", "metrics",
                                             "tokenize", "detokenize", "props", "embeddings", "apply_template",
-                                            "other" };
+                                            "slots", "other" };
 
 int endpoint_of(const char *path)
 {
@@ -40,6 +40,7 @@ int endpoint_of(const char *path)
     if (!strcmp(path, "/props")) return EP_PROPS;
     if (!strcmp(path, "/v1/embeddings")) return EP_EMBEDDINGS;
     if (!strcmp(path, "/apply-template")) return EP_APPLY_TEMPLATE;
+    if (!strcmp(path, "/slots") || !strncmp(path, "/slots?", 7)) return EP_SLOTS;
     return EP_OTHER;
 }
 
@@ -905,7 +906,7 @@ void handle(conn *c, request *rq, const char *body, size_t n)
         if (!strcmp(rq->path, "/") && get) {
             static const char page[] = "mor-server: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
                                        "POST /v1/embeddings, GET /health, GET /metrics; llama.cpp's POST /tokenize, "
-                                       "POST /detokenize, GET /props, POST /apply-template\n";
+                                       "POST /detokenize, GET /props, POST /apply-template, GET /slots\n";
             conn_respond(c, rq, 200, "text/plain; charset=utf-8", page, sizeof page - 1, NULL);
             return;
         }
@@ -928,6 +929,7 @@ void handle(conn *c, request *rq, const char *body, size_t n)
     case EP_PROPS: handle_props(c, rq); break;
     case EP_EMBEDDINGS: handle_embeddings(c, rq, body, n); break;
     case EP_APPLY_TEMPLATE: handle_apply_template(c, rq, body, n); break;
+    case EP_SLOTS: handle_slots(c, rq); break;
     default: handle_metrics(c, rq); break;
     }
 }

@@ -228,3 +228,36 @@ void handle_apply_template(conn *c, request *rq, const char *body, size_t n)
     buf_free(&b);
     api_request_free(&ar);
 }
+
+/* GET /slots (llama-server's): what each slot is doing, as of the engine's
+ * last step. /slots?fail_on_no_slot=1 answers 503 when none is idle. */
+void handle_slots(conn *c, request *rq)
+{
+    engine_slot *sl = malloc(sizeof *sl * (size_t)S.o.n_slots);
+    if (!sl) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); return; }
+    int n = engine_get_slots(S.eng, sl, S.o.n_slots), idle = 0;
+    buf b = { 0 };
+    jsonw w;
+    jw_init(&w, &b);
+    jw_arr(&w);
+    for (int i = 0; i < n; i++) {
+        idle += sl[i].id_task < 0;
+        jw_obj(&w);
+        jw_key(&w, "id"); jw_int(&w, i);
+        jw_key(&w, "id_task"); jw_int(&w, sl[i].id_task);
+        jw_key(&w, "n_ctx"); jw_int(&w, S.ctx_limit);
+        jw_key(&w, "is_processing"); jw_bool(&w, sl[i].id_task >= 0);
+        jw_key(&w, "n_prompt_tokens"); jw_int(&w, sl[i].n_prompt);
+        jw_key(&w, "next_token"); jw_obj(&w);
+        jw_key(&w, "n_decoded"); jw_int(&w, sl[i].n_decoded);
+        jw_obj_end(&w);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    free(sl);
+    if (strstr(rq->path, "fail_on_no_slot=1") && !idle)
+        conn_error(c, rq, 503, NULL, "no_slot_available", "no slot is idle");
+    else if (!buf_ok(&b)) conn_error(c, rq, 500, NULL, NULL, "out of memory");
+    else send_json(c, rq, 200, &b);
+    buf_free(&b);
+}

@@ -43,7 +43,7 @@ enum { EVICT_NONE, EVICT_SERVER_CAP, EVICT_CLIENT_CAP };
 
 /* The HTTP counters of /metrics: requests by endpoint and status. */
 enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS, EP_EMBEDDINGS,
-       EP_APPLY_TEMPLATE, EP_OTHER, EP_N };
+       EP_APPLY_TEMPLATE, EP_SLOTS, EP_OTHER, EP_N };
 
 typedef struct {
     options     o;
@@ -127,6 +127,7 @@ void  handle_tokenize(conn *c, request *rq, const char *body, size_t n);
 void  handle_detokenize(conn *c, request *rq, const char *body, size_t n);
 void  handle_props(conn *c, request *rq);
 void  handle_apply_template(conn *c, request *rq, const char *body, size_t n);
+void  handle_slots(conn *c, request *rq);
 
 /* embeddings.c: POST /v1/embeddings; embeddings_free before the model goes */
 void  handle_embeddings(conn *c, request *rq, const char *body, size_t n);

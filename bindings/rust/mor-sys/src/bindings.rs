@@ -1765,6 +1765,9 @@ extern "C" {
     pub fn mor_server_request_cached(srv: *const mor_server, id: mor_request_id) -> i32;
 }
 extern "C" {
+    pub fn mor_server_request_slot(srv: *const mor_server, id: mor_request_id) -> i32;
+}
+extern "C" {
     pub fn mor_server_get_tokens(
         srv: *const mor_server,
         id: mor_request_id,
