@@ -21,7 +21,7 @@ enum {
     JINJA_MAX_DEPTH  = 160,       /* nested syntax, and nested evaluation    */
     JINJA_MAX_CALLS  = 48,        /* macro calls in progress                 */
     JINJA_MAX_STEPS  = 20000000,  /* nodes evaluated by one render           */
-    JINJA_MAX_SOURCE = 1 << 24    /* bytes of a template                     */
+    JINJA_MAX_SOURCE = 1 << 20    /* bytes of a template (real ones: < 100 KB) */
 };
 #define JINJA_MAX_BYTES ((size_t)256 << 20) /* arena bytes of one render (output included) */
 

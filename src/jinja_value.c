@@ -153,8 +153,16 @@ int jv_truthy(jval v)
     }
 }
 
-int jv_eq(jval a, jval b)
+static int eq_at(jval a, jval b, int depth);
+
+int jv_eq(jval a, jval b) { return eq_at(a, b, 0); }
+
+/* Values nested deeper than JINJA_MAX_DEPTH (a loop can make them:
+ * ns.x = [ns.x]) compare unequal and unordered there, and print as [...],
+ * rather than recurse without bound. */
+static int eq_at(jval a, jval b, int depth)
 {
+    if (depth > JINJA_MAX_DEPTH) return 0;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) return a.u.i == b.u.i;
         return jv_num(a) == jv_num(b);
@@ -166,21 +174,26 @@ int jv_eq(jval a, jval b)
     case JV_LIST:
         if (a.tuple != b.tuple || a.u.l->n != b.u.l->n) return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_eq(a.u.l->v[i], b.u.l->v[i])) return 0;
+            if (!eq_at(a.u.l->v[i], b.u.l->v[i], depth + 1)) return 0;
         return 1;
     case JV_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jval *o = jd_get(b.u.d, a.u.d->k[i]);
-            if (!o || !jv_eq(a.u.d->v[i], *o)) return 0;
+            if (!o || !eq_at(a.u.d->v[i], *o, depth + 1)) return 0;
         }
         return 1;
     default: return a.u.d == b.u.d;
     }
 }
 
-int jv_cmp(jval a, jval b)
+static int cmp_at(jval a, jval b, int depth);
+
+int jv_cmp(jval a, jval b) { return cmp_at(a, b, 0); }
+
+static int cmp_at(jval a, jval b, int depth)
 {
+    if (depth > JINJA_MAX_DEPTH) return -2;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) return (a.u.i > b.u.i) - (a.u.i < b.u.i);
         double x = jv_num(a), y = jv_num(b);
@@ -195,8 +208,8 @@ int jv_cmp(jval a, jval b)
     }
     if (a.t == JV_LIST && b.t == JV_LIST && a.tuple == b.tuple) {
         for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
-            if (jv_eq(a.u.l->v[i], b.u.l->v[i])) continue;
-            return jv_cmp(a.u.l->v[i], b.u.l->v[i]);
+            if (eq_at(a.u.l->v[i], b.u.l->v[i], depth + 1)) continue;
+            return cmp_at(a.u.l->v[i], b.u.l->v[i], depth + 1);
         }
         return (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
     }
@@ -348,9 +361,17 @@ static void str_repr(jbuf *b, const char *s, size_t n)
     jb_addc(b, q);
 }
 
-void jv_repr(jbuf *b, jval v)
+static void repr_at(jbuf *b, jval v, int depth);
+
+void jv_repr(jbuf *b, jval v) { repr_at(b, v, 0); }
+
+static void repr_at(jbuf *b, jval v, int depth)
 {
     char t[32];
+    if (depth > JINJA_MAX_DEPTH && (v.t == JV_LIST || v.t == JV_DICT || v.t == JV_NS)) {
+        jb_adds(b, v.t == JV_LIST ? "[...]" : "{...}");
+        return;
+    }
     switch (v.t) {
     case JV_STR: str_repr(b, v.u.s.p, v.u.s.n); return;
     case JV_LIST:
@@ -358,11 +379,11 @@ void jv_repr(jbuf *b, jval v)
             jb_adds(b, v.gen == JG_GEN ? "<generator object>" : "<list_reverseiterator object>");
             return;
         }
-        if (v.gen) { jb_adds(b, jv_type_name(v)); jb_addc(b, '('); v.gen = 0; jv_repr(b, v); jb_addc(b, ')'); return; }
+        if (v.gen) { jb_adds(b, jv_type_name(v)); jb_addc(b, '('); v.gen = 0; repr_at(b, v, depth); jb_addc(b, ')'); return; }
         jb_addc(b, v.tuple ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) jb_adds(b, ", ");
-            jv_repr(b, v.u.l->v[i]);
+            repr_at(b, v.u.l->v[i], depth + 1);
         }
         if (v.tuple && v.u.l->n == 1) jb_addc(b, ',');
         jb_addc(b, v.tuple ? ')' : ']');
@@ -371,9 +392,9 @@ void jv_repr(jbuf *b, jval v)
         jb_adds(b, v.t == JV_NS ? "<Namespace {" : "{");
         for (size_t i = 0; i < v.u.d->n; i++) {
             if (i) jb_adds(b, ", ");
-            jv_repr(b, v.u.d->k[i]);
+            repr_at(b, v.u.d->k[i], depth + 1);
             jb_adds(b, ": ");
-            jv_repr(b, v.u.d->v[i]);
+            repr_at(b, v.u.d->v[i], depth + 1);
         }
         jb_adds(b, v.t == JV_NS ? "}>" : "}");
         return;
