@@ -68,7 +68,7 @@ static int exec_for(jctx *c, jscope *s, const jnode *n)
         /* a fresh scope each iteration; its memory is reused unless a macro
          * defined in the last one holds it, so a long loop does not grow */
         if (!t || t->captured) t = jx_scope(c, s);
-        else t->vars.n = 0;
+        else jd_clear(&t->vars);
         if (!t || jx_assign(c, t, n->a, items->v[i]) < 0 || jd_set(c->ar, &t->vars, jv_cstr("loop"), loop) < 0)
             return c->st ? -1 : jx_nomem(c);
         if (jinja_exec_body(c, t, n->c) < 0) return -1;

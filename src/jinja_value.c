@@ -101,20 +101,55 @@ int jl_push(jarena *a, jlist *l, jval v)
     return 0;
 }
 
+/* a hash that agrees with jv_eq: 1, 1.0 and True hash alike */
+static uint64_t key_hash(jval k)
+{
+    uint64_t h = 1469598103934665603ull;
+    switch (k.t) {
+    case JV_STR:
+        for (size_t i = 0; i < k.u.s.n; i++) h = (h ^ (unsigned char)k.u.s.p[i]) * 1099511628211ull;
+        return h;
+    case JV_FLOAT:
+        if (!(k.u.f == floor(k.u.f) && fabs(k.u.f) < 9.2e18)) {
+            uint64_t bits;
+            memcpy(&bits, &k.u.f, sizeof bits);
+            return bits * 0x9E3779B97F4A7C15ull;
+        }
+        return (uint64_t)(int64_t)k.u.f * 0x9E3779B97F4A7C15ull;
+    case JV_INT: case JV_BOOL: return (uint64_t)k.u.i * 0x9E3779B97F4A7C15ull;
+    case JV_NONE: return 1;
+    default: return 0;   /* containers as keys: all alike, jv_eq decides */
+    }
+}
+
+static void idx_put(jdict *d, size_t e)
+{
+    size_t mask = 2 * d->cap - 1, h = (size_t)(key_hash(d->k[e]) >> 7) & mask;
+    while (d->idx[h]) h = (h + 1) & mask;
+    d->idx[h] = (uint32_t)(e + 1);
+}
+
 jval *jd_get(const jdict *d, jval k)
 {
-    /* dicts here are small (a message, a tool): a linear scan, newest first */
-    for (size_t i = d->n; i-- > 0;)
-        if (jv_eq(d->k[i], k)) return &d->v[i];
+    if (!d->idx) {   /* small dicts (a message, a tool): a scan, newest first */
+        for (size_t i = d->n; i-- > 0;)
+            if (jv_eq(d->k[i], k)) return &d->v[i];
+        return NULL;
+    }
+    size_t mask = 2 * d->cap - 1, h = (size_t)(key_hash(k) >> 7) & mask;
+    for (; d->idx[h]; h = (h + 1) & mask) {
+        size_t e = d->idx[h] - 1;
+        if (e < d->n && jv_eq(d->k[e], k)) return &d->v[e];
+    }
     return NULL;
 }
 
-jval *jd_gets(const jdict *d, const char *k)
+jval *jd_gets(const jdict *d, const char *k) { return jd_get(d, jv_str(k, strlen(k))); }
+
+void jd_clear(jdict *d)
 {
-    size_t n = strlen(k);
-    for (size_t i = d->n; i-- > 0;)
-        if (d->k[i].t == JV_STR && d->k[i].u.s.n == n && !memcmp(d->k[i].u.s.p, k, n)) return &d->v[i];
-    return NULL;
+    d->n = 0;
+    if (d->idx) memset(d->idx, 0, 2 * d->cap * sizeof *d->idx);
 }
 
 int jd_set(jarena *a, jdict *d, jval k, jval v)
@@ -123,15 +158,20 @@ int jd_set(jarena *a, jdict *d, jval k, jval v)
     if (old) { *old = v; return 0; }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
+        if (cap > UINT32_MAX / 2) return -1;
         jval *nk = ja_alloc(a, cap * sizeof *nk), *nv = ja_alloc(a, cap * sizeof *nv);
-        if (!nk || !nv) return -1;
+        uint32_t *ni = cap >= 16 ? ja_alloc(a, 2 * cap * sizeof *ni) : NULL;
+        if (!nk || !nv || (cap >= 16 && !ni)) return -1;
         if (d->n) { memcpy(nk, d->k, d->n * sizeof *nk); memcpy(nv, d->v, d->n * sizeof *nv); }
         d->k = nk;
         d->v = nv;
         d->cap = cap;
+        d->idx = ni;
+        for (size_t i = 0; ni && i < d->n; i++) idx_put(d, i);
     }
     d->k[d->n] = k;
     d->v[d->n++] = v;
+    if (d->idx) idx_put(d, d->n - 1);
     return 0;
 }
 

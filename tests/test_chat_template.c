@@ -533,6 +533,37 @@ static void api_contract(void)
     mor_chat_template_free(NULL);
 }
 
+/* dicts of many keys (a caller's JSON object, a scope of many names) are
+ * looked up in O(1): these took seconds with a scan */
+static void big_dicts(void)
+{
+    SCENARIO("big dicts: 100000 keys from the caller, 30000 names set");
+    enum { N = 100000 };
+    char *extra = malloc((size_t)N * 24 + 64), *src = malloc(30000 * 20 + 64);
+    if (!REQUIRE(extra && src, "malloc")) { free(extra); free(src); return; }
+    size_t k = (size_t)sprintf(extra, "{\"big\": {");
+    for (int i = 0; i < N; i++) k += (size_t)sprintf(extra + k, "%s\"k%d\": %d", i ? ", " : "", i, i);
+    sprintf(extra + k, "}}");
+    mor_chat_params p;
+    MOR_CHAT_PARAMS_INIT(&p);
+    p.messages_json = "[]";
+    p.extra_json = extra;
+    mor_status st;
+    char *got = render_p("{% set ns = namespace(s=0) %}{% for k in big %}{% set ns.s = ns.s + big[k] %}{% endfor %}"
+                         "{{ ns.s }} {{ big == big }} {{ big.k77 }} {{ 'k5' in big }}", &p, &st, NULL);
+    CHECK(got && !strcmp(got, "4999950000 True 77 True"), "a loop over a 100000-key dict, looking each key up (%s)",
+          got ? got : mor_last_error());
+    free(got);
+    k = 0;
+    for (int i = 0; i < 30000; i++) k += (size_t)sprintf(src + k, "{%%set a%d=%d%%}", i, i);
+    sprintf(src + k, "{{ a0 + a29999 }}");
+    got = render_p(src, &p, &st, NULL);
+    CHECK(got && !strcmp(got, "29999"), "30000 names set at the top level (%s)", got ? got : mor_last_error());
+    free(got);
+    free(extra);
+    free(src);
+}
+
 /* several threads render one template at once, each getting the same text */
 typedef struct { const mor_chat_template *t; const char *want; int ok; } thread_arg;
 
@@ -585,6 +616,7 @@ int main(void)
     unit_syntax();
     unit_bounds();
     api_contract();
+    big_dicts();
     threads();
     return check_done();
 }
