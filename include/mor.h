@@ -1201,7 +1201,7 @@ typedef struct mor_chat_template mor_chat_template;
  * Errors (*out untouched): MOR_E_INVALID_ARG (NULL source or out; a syntax
  * error: mor_last_error() names its line and column, e.g. "template syntax
  * error at line 3, column 14: expected 'endfor'"), MOR_E_UNSUPPORTED (a
- * source over 16 MiB, a tag this subset lacks: extends, include, import,
+ * source over 1 MiB, a tag this subset lacks: extends, include, import,
  * recursive loops), MOR_E_NOMEM. Thread-safe. */
 MOR_API mor_status mor_chat_template_create(const char *source, size_t len, mor_chat_template **out);
 MOR_API void       mor_chat_template_free(mor_chat_template *t);   /* NULL ok */

@@ -35,8 +35,9 @@ MOR_API mor_status mor_chat_template_create(const char *source, size_t len, mor_
         return err_set(MOR_E_UNSUPPORTED, FN_CREATE ": a template of %zu bytes (at most %d)", len, JINJA_MAX_SOURCE);
     mor_chat_template *ct = calloc(1, sizeof *ct);
     if (!ct) return err_set(MOR_E_NOMEM, FN_CREATE ": out of memory");
-    /* tokens and tree: a few dozen bytes per source byte at the very most */
-    ct->t.ar.cap = 64 * len + ((size_t)1 << 20);
+    /* tokens and tree: at most a token and a node (and their arrays'
+     * doubling) per source byte, so 512 bytes a byte is a bound, not a limit */
+    ct->t.ar.cap = 512 * len + ((size_t)1 << 20);
     jtoken *toks;
     size_t n_toks;
     if (jinja_lex(&ct->t, source, len, &toks, &n_toks) < 0 || jinja_parse(&ct->t, toks, n_toks) < 0) {

@@ -21,7 +21,7 @@ enum {
     JINJA_MAX_DEPTH  = 160,       /* nested syntax, and nested evaluation    */
     JINJA_MAX_CALLS  = 48,        /* macro calls in progress                 */
     JINJA_MAX_STEPS  = 20000000,  /* nodes evaluated by one render           */
-    JINJA_MAX_SOURCE = 1 << 24    /* bytes of a template                     */
+    JINJA_MAX_SOURCE = 1 << 20    /* bytes of a template (real ones: < 100 KB) */
 };
 #define JINJA_MAX_BYTES ((size_t)256 << 20) /* arena bytes of one render (output included) */
 
@@ -75,7 +75,10 @@ typedef struct {
     } u;
 } jval;
 struct jlist { size_t n, cap; jval *v; };
-struct jdict { size_t n, cap; jval *k, *v; };
+/* a dict keeps its insertion order; from 16 slots on it has a hash index
+ * (idx: 2 * cap slots of entry + 1, 0 empty), so that big ones (a caller's
+ * JSON object, a scope of many names) cost O(1) a lookup */
+struct jdict { size_t n, cap; jval *k, *v; uint32_t *idx; };
 
 jval jv_undef(const char *name);
 jval jv_none(void);
@@ -90,6 +93,7 @@ int  jl_push(jarena *a, jlist *l, jval v);     /* -1 when refused */
 int  jd_set(jarena *a, jdict *d, jval k, jval v);
 jval *jd_get(const jdict *d, jval k);          /* NULL when absent */
 jval *jd_gets(const jdict *d, const char *k);
+void jd_clear(jdict *d);                       /* no entries; the memory is kept */
 
 int  jv_truthy(jval v);
 int  jv_eq(jval a, jval b);

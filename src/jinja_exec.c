@@ -68,7 +68,7 @@ static int exec_for(jctx *c, jscope *s, const jnode *n)
         /* a fresh scope each iteration; its memory is reused unless a macro
          * defined in the last one holds it, so a long loop does not grow */
         if (!t || t->captured) t = jx_scope(c, s);
-        else t->vars.n = 0;
+        else jd_clear(&t->vars);
         if (!t || jx_assign(c, t, n->a, items->v[i]) < 0 || jd_set(c->ar, &t->vars, jv_cstr("loop"), loop) < 0)
             return c->st ? -1 : jx_nomem(c);
         if (jinja_exec_body(c, t, n->c) < 0) return -1;
@@ -144,10 +144,11 @@ static int exec(jctx *c, jscope *s, const jnode *n)
         return c->out->over ? jx_nomem(c) : 0;
     case N_OUTPUT: return jx_eval(c, s, n->a, &v) < 0 ? -1 : emit(c, v);
     case N_IF:
-        if (jx_eval(c, s, n->a, &v) < 0) return -1;
-        if (jv_truthy(v)) return jinja_exec_body(c, s, n->b);
-        if (!n->c) return 0;
-        return n->c->kind == N_IF ? exec(c, s, n->c) : jinja_exec_body(c, s, n->c);
+        for (; n && n->kind == N_IF; n = n->c) {   /* the elif chain, in a loop */
+            if (jx_eval(c, s, n->a, &v) < 0) return -1;
+            if (jv_truthy(v)) return jinja_exec_body(c, s, n->b);
+        }
+        return n ? jinja_exec_body(c, s, n) : 0;
     case N_FOR: return exec_for(c, s, n);
     case N_SET: case N_SET_BLOCK: return exec_set(c, s, n);
     case N_MACRO: {

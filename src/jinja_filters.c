@@ -58,8 +58,10 @@ static int f_tojson(jctx *c, jval v, int na, const jval *args, const char *const
     jbuf b;
     jb_init(&b, c->ar);
     const char *bad = NULL;
-    if (jv_to_json(&b, v, &o, 0, &bad) < 0)
+    if (jv_to_json(&b, v, &o, 0, &bad) < 0) {
+        if (!strncmp(bad, "a value", 7)) return ffail(c, "tojson", "a value nested too deep (more than 160 levels)");
         return jx_fail(c, MOR_E_INVALID_ARG, "Object of type %s is not JSON serializable", bad);
+    }
     return ret_str(c, &b, out);
 }
 
@@ -469,7 +471,19 @@ static int f_items(jctx *c, jval v, jval *out)
     return 0;
 }
 
+static int filter(jctx *c, const char *name, jval v, int na, const jval *args, const char *const *kw, jval *out);
+
 int jb_filter(jctx *c, const char *name, jval v, int na, const jval *args, const char *const *kw, jval *out)
+{
+    /* map('map', 'map', ...) calls filters in filters: a level of nesting each */
+    if (++c->depth > JINJA_MAX_DEPTH)
+        return jx_fail(c, MOR_E_UNSUPPORTED, "evaluation nested deeper than %d", JINJA_MAX_DEPTH);
+    int r = filter(c, name, v, na, args, kw, out);
+    c->depth--;
+    return r;
+}
+
+static int filter(jctx *c, const char *name, jval v, int na, const jval *args, const char *const *kw, jval *out)
 {
     static const char *const strf[] = { "trim", "upper", "lower", "capitalize", "title", "wordcount", "replace", NULL };
     for (int i = 0; strf[i]; i++)

@@ -476,20 +476,25 @@ static int end_tag(parser *P, const char *name)
 
 static jnode *st_if(parser *P)
 {
-    static const char *const ends[] = { "elif", "else", "endif", NULL };
-    jnode *n = mk(P, N_IF);
-    adv(P);
-    if (!n || !(n->a = expr(P)) || block_end(P) < 0 || !(n->b = body(P, ends))) return NULL;
-    adv(P);   /* {% */
-    if (is_name(P, "elif")) { n->c = st_if(P); return n->c ? n : NULL; }
+    static const char *const ends[] = { "elif", "else", "endif", NULL }, *const e2[] = { "endif", NULL };
+    jnode *first = NULL, *last = NULL;
+    /* if, then each elif: a chain of N_IF through c, made in a loop (a
+     * template may have any number of elifs) */
+    do {
+        jnode *n = mk(P, N_IF);
+        adv(P);   /* if / elif */
+        if (!n || !(n->a = expr(P)) || block_end(P) < 0 || !(n->b = body(P, ends))) return NULL;
+        if (last) last->c = n; else first = n;
+        last = n;
+        adv(P);   /* {% */
+    } while (is_name(P, "elif"));
     if (is_name(P, "else")) {
-        static const char *const e2[] = { "endif", NULL };
         adv(P);
-        if (block_end(P) < 0 || !(n->c = body(P, e2))) return NULL;
+        if (block_end(P) < 0 || !(last->c = body(P, e2))) return NULL;
         adv(P);
     }
     adv(P);   /* endif */
-    return block_end(P) < 0 ? NULL : n;
+    return block_end(P) < 0 ? NULL : first;
 }
 
 static jnode *st_for(parser *P)

@@ -101,20 +101,55 @@ int jl_push(jarena *a, jlist *l, jval v)
     return 0;
 }
 
+/* a hash that agrees with jv_eq: 1, 1.0 and True hash alike */
+static uint64_t key_hash(jval k)
+{
+    uint64_t h = 1469598103934665603ull;
+    switch (k.t) {
+    case JV_STR:
+        for (size_t i = 0; i < k.u.s.n; i++) h = (h ^ (unsigned char)k.u.s.p[i]) * 1099511628211ull;
+        return h;
+    case JV_FLOAT:
+        if (!(k.u.f == floor(k.u.f) && fabs(k.u.f) < 9.2e18)) {
+            uint64_t bits;
+            memcpy(&bits, &k.u.f, sizeof bits);
+            return bits * 0x9E3779B97F4A7C15ull;
+        }
+        return (uint64_t)(int64_t)k.u.f * 0x9E3779B97F4A7C15ull;
+    case JV_INT: case JV_BOOL: return (uint64_t)k.u.i * 0x9E3779B97F4A7C15ull;
+    case JV_NONE: return 1;
+    default: return 0;   /* containers as keys: all alike, jv_eq decides */
+    }
+}
+
+static void idx_put(jdict *d, size_t e)
+{
+    size_t mask = 2 * d->cap - 1, h = (size_t)(key_hash(d->k[e]) >> 7) & mask;
+    while (d->idx[h]) h = (h + 1) & mask;
+    d->idx[h] = (uint32_t)(e + 1);
+}
+
 jval *jd_get(const jdict *d, jval k)
 {
-    /* dicts here are small (a message, a tool): a linear scan, newest first */
-    for (size_t i = d->n; i-- > 0;)
-        if (jv_eq(d->k[i], k)) return &d->v[i];
+    if (!d->idx) {   /* small dicts (a message, a tool): a scan, newest first */
+        for (size_t i = d->n; i-- > 0;)
+            if (jv_eq(d->k[i], k)) return &d->v[i];
+        return NULL;
+    }
+    size_t mask = 2 * d->cap - 1, h = (size_t)(key_hash(k) >> 7) & mask;
+    for (; d->idx[h]; h = (h + 1) & mask) {
+        size_t e = d->idx[h] - 1;
+        if (e < d->n && jv_eq(d->k[e], k)) return &d->v[e];
+    }
     return NULL;
 }
 
-jval *jd_gets(const jdict *d, const char *k)
+jval *jd_gets(const jdict *d, const char *k) { return jd_get(d, jv_str(k, strlen(k))); }
+
+void jd_clear(jdict *d)
 {
-    size_t n = strlen(k);
-    for (size_t i = d->n; i-- > 0;)
-        if (d->k[i].t == JV_STR && d->k[i].u.s.n == n && !memcmp(d->k[i].u.s.p, k, n)) return &d->v[i];
-    return NULL;
+    d->n = 0;
+    if (d->idx) memset(d->idx, 0, 2 * d->cap * sizeof *d->idx);
 }
 
 int jd_set(jarena *a, jdict *d, jval k, jval v)
@@ -123,15 +158,20 @@ int jd_set(jarena *a, jdict *d, jval k, jval v)
     if (old) { *old = v; return 0; }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
+        if (cap > UINT32_MAX / 2) return -1;
         jval *nk = ja_alloc(a, cap * sizeof *nk), *nv = ja_alloc(a, cap * sizeof *nv);
-        if (!nk || !nv) return -1;
+        uint32_t *ni = cap >= 16 ? ja_alloc(a, 2 * cap * sizeof *ni) : NULL;
+        if (!nk || !nv || (cap >= 16 && !ni)) return -1;
         if (d->n) { memcpy(nk, d->k, d->n * sizeof *nk); memcpy(nv, d->v, d->n * sizeof *nv); }
         d->k = nk;
         d->v = nv;
         d->cap = cap;
+        d->idx = ni;
+        for (size_t i = 0; ni && i < d->n; i++) idx_put(d, i);
     }
     d->k[d->n] = k;
     d->v[d->n++] = v;
+    if (d->idx) idx_put(d, d->n - 1);
     return 0;
 }
 
@@ -153,8 +193,16 @@ int jv_truthy(jval v)
     }
 }
 
-int jv_eq(jval a, jval b)
+static int eq_at(jval a, jval b, int depth);
+
+int jv_eq(jval a, jval b) { return eq_at(a, b, 0); }
+
+/* Values nested deeper than JINJA_MAX_DEPTH (a loop can make them:
+ * ns.x = [ns.x]) compare unequal and unordered there, and print as [...],
+ * rather than recurse without bound. */
+static int eq_at(jval a, jval b, int depth)
 {
+    if (depth > JINJA_MAX_DEPTH) return 0;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) return a.u.i == b.u.i;
         return jv_num(a) == jv_num(b);
@@ -166,21 +214,26 @@ int jv_eq(jval a, jval b)
     case JV_LIST:
         if (a.tuple != b.tuple || a.u.l->n != b.u.l->n) return 0;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_eq(a.u.l->v[i], b.u.l->v[i])) return 0;
+            if (!eq_at(a.u.l->v[i], b.u.l->v[i], depth + 1)) return 0;
         return 1;
     case JV_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jval *o = jd_get(b.u.d, a.u.d->k[i]);
-            if (!o || !jv_eq(a.u.d->v[i], *o)) return 0;
+            if (!o || !eq_at(a.u.d->v[i], *o, depth + 1)) return 0;
         }
         return 1;
     default: return a.u.d == b.u.d;
     }
 }
 
-int jv_cmp(jval a, jval b)
+static int cmp_at(jval a, jval b, int depth);
+
+int jv_cmp(jval a, jval b) { return cmp_at(a, b, 0); }
+
+static int cmp_at(jval a, jval b, int depth)
 {
+    if (depth > JINJA_MAX_DEPTH) return -2;
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) return (a.u.i > b.u.i) - (a.u.i < b.u.i);
         double x = jv_num(a), y = jv_num(b);
@@ -195,8 +248,8 @@ int jv_cmp(jval a, jval b)
     }
     if (a.t == JV_LIST && b.t == JV_LIST && a.tuple == b.tuple) {
         for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
-            if (jv_eq(a.u.l->v[i], b.u.l->v[i])) continue;
-            return jv_cmp(a.u.l->v[i], b.u.l->v[i]);
+            if (eq_at(a.u.l->v[i], b.u.l->v[i], depth + 1)) continue;
+            return cmp_at(a.u.l->v[i], b.u.l->v[i], depth + 1);
         }
         return (a.u.l->n > b.u.l->n) - (a.u.l->n < b.u.l->n);
     }
@@ -348,9 +401,17 @@ static void str_repr(jbuf *b, const char *s, size_t n)
     jb_addc(b, q);
 }
 
-void jv_repr(jbuf *b, jval v)
+static void repr_at(jbuf *b, jval v, int depth);
+
+void jv_repr(jbuf *b, jval v) { repr_at(b, v, 0); }
+
+static void repr_at(jbuf *b, jval v, int depth)
 {
     char t[32];
+    if (depth > JINJA_MAX_DEPTH && (v.t == JV_LIST || v.t == JV_DICT || v.t == JV_NS)) {
+        jb_adds(b, v.t == JV_LIST ? "[...]" : "{...}");
+        return;
+    }
     switch (v.t) {
     case JV_STR: str_repr(b, v.u.s.p, v.u.s.n); return;
     case JV_LIST:
@@ -358,11 +419,11 @@ void jv_repr(jbuf *b, jval v)
             jb_adds(b, v.gen == JG_GEN ? "<generator object>" : "<list_reverseiterator object>");
             return;
         }
-        if (v.gen) { jb_adds(b, jv_type_name(v)); jb_addc(b, '('); v.gen = 0; jv_repr(b, v); jb_addc(b, ')'); return; }
+        if (v.gen) { jb_adds(b, jv_type_name(v)); jb_addc(b, '('); v.gen = 0; repr_at(b, v, depth); jb_addc(b, ')'); return; }
         jb_addc(b, v.tuple ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) jb_adds(b, ", ");
-            jv_repr(b, v.u.l->v[i]);
+            repr_at(b, v.u.l->v[i], depth + 1);
         }
         if (v.tuple && v.u.l->n == 1) jb_addc(b, ',');
         jb_addc(b, v.tuple ? ')' : ']');
@@ -371,9 +432,9 @@ void jv_repr(jbuf *b, jval v)
         jb_adds(b, v.t == JV_NS ? "<Namespace {" : "{");
         for (size_t i = 0; i < v.u.d->n; i++) {
             if (i) jb_adds(b, ", ");
-            jv_repr(b, v.u.d->k[i]);
+            repr_at(b, v.u.d->k[i], depth + 1);
             jb_adds(b, ": ");
-            jv_repr(b, v.u.d->v[i]);
+            repr_at(b, v.u.d->v[i], depth + 1);
         }
         jb_adds(b, v.t == JV_NS ? "}>" : "}");
         return;

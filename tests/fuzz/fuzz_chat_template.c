@@ -1,7 +1,9 @@
 /* fuzz_chat_template.c - any bytes as a Jinja chat template: parsed by
  * mor_chat_template_create, then rendered by mor_chat_template_render with a
  * fixed conversation (system, user, an assistant's tool call, the tool's
- * answer; two tools; extra variables). Checks: a failure is one of the
+ * answer; two tools; extra variables), or, when the input has a NUL byte,
+ * with the messages JSON after it (the bytes before are the template), so
+ * that the JSON reader of the conversation is fuzzed too. Checks: a failure is one of the
  * documented statuses with a message and leaves the out-params untouched;
  * a render is deterministic; a buffer one byte short gives
  * BUFFER_TOO_SMALL with the same size and writes nothing; the bounds
@@ -34,10 +36,12 @@ static int failure_ok(mor_status st)
 static int fuzz_run(const uint8_t *data, size_t size)
 {
     /* a copy of exactly size bytes: any read past it is ASan's to find */
-    char *src = (char *)fuzz_copy(data, size);
+    const uint8_t *nul = memchr(data, 0, size);
+    size_t tlen = nul ? (size_t)(nul - data) : size;
+    char *src = (char *)fuzz_copy(data, tlen);
     if (!src) return 0;
     mor_chat_template *t = (mor_chat_template *)(uintptr_t)0x10;
-    mor_status st = mor_chat_template_create(src, size, &t);
+    mor_status st = mor_chat_template_create(src, tlen, &t);
     if (st != MOR_OK) {
         FUZZ_ASSERT(failure_ok(st), "create: status %d", (int)st);
         FUZZ_ASSERT(mor_last_error()[0] && t == (mor_chat_template *)(uintptr_t)0x10, "create: a failure without "
@@ -48,7 +52,15 @@ static int fuzz_run(const uint8_t *data, size_t size)
     free(src);   /* the template keeps nothing of the caller's text */
     mor_chat_params p;
     MOR_CHAT_PARAMS_INIT(&p);
-    p.messages_json = MESSAGES;
+    /* the messages after the NUL: exactly their bytes (not NUL-terminated), or one space */
+    size_t mlen = nul ? size - tlen - 1 : 0;
+    char *msgs = NULL;
+    if (nul) {
+        msgs = mlen ? (char *)fuzz_copy(nul + 1, mlen) : malloc(1);
+        if (msgs && !mlen) { msgs[0] = ' '; mlen = 1; }
+    }
+    p.messages_json = nul ? msgs : MESSAGES;
+    p.messages_len = mlen;
     p.tools_json = TOOLS;
     p.extra_json = EXTRA;
     p.add_generation_prompt = 1;
@@ -79,6 +91,7 @@ static int fuzz_run(const uint8_t *data, size_t size)
     }
     free(a);
     free(b);
+    free(msgs);
     mor_chat_template_free(t);
     return accepted;
 }

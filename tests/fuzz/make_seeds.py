@@ -66,6 +66,13 @@ CHAT_TEMPLATE_FEATURES = b"""{#- every construct of the subset, once -#}
 """
 
 
+# a template, a NUL, then the messages JSON the fuzz target renders it with
+CHAT_TEMPLATE_OWN_MESSAGES = (b"{% for m in messages %}<{{ m.role }}>{{ m.content if m.content is string else "
+                              b"m.content | tojson }}{% endfor %}\x00" + json.dumps([
+                                  {"role": "user", "content": "Hi \u00e9 \ud83d\ude00", "n": [1, -2.5e-3, True, None]},
+                                  {"role": "assistant", "content": [{"type": "text", "text": "a\\b\"c\n"}]}]).encode())
+
+
 # ---------------------------------------------------------------------------
 # GGUF v3 writer
 # ---------------------------------------------------------------------------
@@ -653,7 +660,8 @@ def main():
         },
         "chat_template": dict(
             [(name + ".jinja", open(os.path.join(ROOT, "tests", "data", "chat_templates", name + ".jinja"), "rb").read())
-             for name in CHAT_TEMPLATE_SEEDS] + [("features.jinja", CHAT_TEMPLATE_FEATURES)]),
+             for name in CHAT_TEMPLATE_SEEDS] + [("features.jinja", CHAT_TEMPLATE_FEATURES),
+                                                 ("own-messages.bin", CHAT_TEMPLATE_OWN_MESSAGES)]),
         "decode": {
             "prefill.bin": decode_seed(1, 0, add(1) + add(2) + add(3, 1) + add(4) + DECODE + add(5) + add(6, 1) + DECODE),
             "seqops.bin": decode_seed(0, 1, add(7) + add(8) + add(9, 1) + DECODE + [0x31, 1, 2, 0] + add(10, 2) +
