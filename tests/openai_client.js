@@ -36,8 +36,9 @@ async function chatTools() {
   const s = api.stream({ ...body, tool_choice: { type: "function", function: { name: "get_time" } } });
   const final = await s.finalChatCompletion();
   out.streamed = { message: final.choices[0].message, finish: final.choices[0].finish_reason };
-  const call = c.choices[0].message.tool_calls[0];
-  const back = messages.concat([c.choices[0].message, { role: "tool", tool_call_id: call.id, content: "12:00" }]);
+  // the streamed message (with the client's "refusal": null) sent back as it is
+  const call = final.choices[0].message.tool_calls[0];
+  const back = messages.concat([final.choices[0].message, { role: "tool", tool_call_id: call.id, content: "12:00" }]);
   const a = await client.chat.completions.create({ model, messages: back, tools, seed: 2, max_tokens: 8 });
   out.answer = { message: a.choices[0].message, finish: a.choices[0].finish_reason };
   return out;

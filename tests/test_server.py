@@ -1347,6 +1347,13 @@ def test_tools(tmp):
         ok &= good
     t.check(ok, "the tool-call parsers on fixed texts: Hermes/Qwen <tool_call>, Llama 3 JSON (<|python_tag|>), "
             "Mistral [TOOL_CALLS], generic JSON; malformed calls stay content (%s)" % (bad,))
+    safe = [("hermes", "Let me see.\n<tool_c", 11), ("hermes", "Let me see.\n<tool_call>\n{\"na", 11),
+            ("hermes", "Plain text", 10), ("hermes", "a <b> c <", 7), ("mistral", "ok [TOOL", 2),
+            ("llama3", "  {\"name\"", 0), ("llama3", "Hi <|python", 2), ("llama3", "Hi there", 8),
+            ("generic", "{\"tool_calls\"", 0), ("generic", "Hello ", 5)]
+    got = [srv.json("POST", "/test/tools-parse", {"format": f, "text": x})[1]["stream_safe"] for f, x, _ in safe]
+    t.check(got == [n for _, _, n in safe], "streaming with tools: the text that may begin a call (a marker, a "
+            "part of one at the end, the space before, a reply that is a JSON object) is held back (%s)" % got)
     srv.stop()
 
     msgs = [{"role": "user", "content": "What is the weather?"}]
@@ -1390,6 +1397,19 @@ def test_tools(tmp):
             st, a = srv.json("POST", "/v1/chat/completions", dict(base_body, tool_choice="auto"))
             st2, n = srv.json("POST", "/v1/chat/completions", dict(base_body, tool_choice="none"))
             am = a["choices"][0]["message"] if st == 200 else {}
+            g2 = "root ::= \"%s\"" % ("Let me see.\n" + call).replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
+            body2 = dict(base_body, grammar=g2, tool_choice="auto")
+            st3, a2 = srv.json("POST", "/v1/chat/completions", body2)
+            st4, ev = srv.stream("/v1/chat/completions", dict(body2, stream=True))
+            content, scalls, finish = tool_stream_calls(ev)
+            m2 = a2["choices"][0]["message"]
+            first_call = min(i for i, e in enumerate(ev[:-1]) if e["choices"] and e["choices"][0]["delta"].get("tool_calls"))
+            t.check(st3 == 200 and st4 == 200 and m2["content"] == "Let me see." and content == "Let me see." and
+                    [c[1:] for c in scalls] == [(c["function"]["name"], c["function"]["arguments"]) for c in m2["tool_calls"]]
+                    and finish == "tool_calls" and
+                    "".join(e["choices"][0]["delta"].get("content") or "" for e in ev[:first_call]) == "Let me see.",
+                    "tool_choice auto, text before a call: the text as content (streamed as it comes, before the "
+                    "call), the call parsed (%s)" % json.dumps(ev)[:300])
             t.check(st == 200 and a["choices"][0]["finish_reason"] == "tool_calls" and am["content"] is None and
                     [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in am["tool_calls"]] ==
                     [("get_time", {"zone": "CET"})] and st2 == 200 and n["choices"][0]["message"]["content"] == call and

@@ -163,7 +163,9 @@ static int parse_messages(const json *v, api_request *r, api_error *err)
         if (m->type != JSON_OBJECT) return bad(err, "messages", "messages[%zu] must be an object", i);
         for (size_t k = 0; k < m->n; k++)
             if (strcmp(m->keys[k], "role") && strcmp(m->keys[k], "content") && strcmp(m->keys[k], "name") &&
-                strcmp(m->keys[k], "tool_calls") && strcmp(m->keys[k], "tool_call_id"))
+                strcmp(m->keys[k], "tool_calls") && strcmp(m->keys[k], "tool_call_id") &&
+                ((strcmp(m->keys[k], "refusal") && strcmp(m->keys[k], "parsed") && strcmp(m->keys[k], "audio")) ||
+                 m->items[k]->type != JSON_NULL))   /* OpenAI's clients echo these as null */
                 return bad(err, "messages", "messages[%zu]: unrecognized field '%s'", i, m->keys[k]);
         role = json_get(m, "role");
         content = json_get(m, "content");

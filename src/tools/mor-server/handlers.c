@@ -306,17 +306,21 @@ static void tool_message(jsonw *w, const tool_parse *tp)
     jw_arr_end(w);
 }
 
-/* The stream's end of a choice whose text was held back (tools): one event
- * with the role and the content, one per call (its id, name and arguments
- * "", then its arguments), then the finish. */
-static void tool_events(conn *c, request *rq, const reply *r, int index, const char *text, size_t n,
+/* The stream's end of a choice that may hold calls (tools), `released`
+ * bytes of its text sent as content already: an event with the role (when
+ * not sent) and the content not sent yet, two per call (its index, id, type,
+ * name and arguments "", then its arguments), then the finish. */
+static void tool_events(conn *c, request *rq, const reply *r, int index, const char *text, size_t n, size_t released,
                         const char *finish, int role, buf *b)
 {
     tool_parse tp;
     if (tools_parse(S.tools_format, text, n, &tp)) { c->gone = 1; return; }
+    /* the content not sent yet (what was sent is a prefix of it: tools_stream_safe) */
+    size_t rest = tp.content_len >= released && !memcmp(tp.content, text, released) ? tp.content_len - released : 0;
     jsonw w;
     int n_ev = 1 + 2 * tp.n_calls + 1;
     for (int ev = 0; ev < n_ev && !c->gone; ev++) {
+        if (ev == 0 && !role && !rest) continue;
         buf_reset(b);
         jw_init(&w, b);
         jw_obj(&w);
@@ -327,7 +331,7 @@ static void tool_events(conn *c, request *rq, const reply *r, int index, const c
         if (ev == 0) {
             if (role) { jw_key(&w, "role"); jw_str(&w, "assistant"); }
             jw_key(&w, "content");
-            if (tp.n_calls && !tp.content_len) jw_null(&w); else jw_strn(&w, tp.content, tp.content_len);
+            if (tp.n_calls && !rest) jw_null(&w); else jw_strn(&w, tp.content + tp.content_len - rest, rest);
         } else if (ev < n_ev - 1) {
             int k = (ev - 1) / 2, first = (ev - 1) % 2 == 0;
             jw_key(&w, "tool_calls"); jw_arr(&w); jw_obj(&w);
@@ -599,6 +603,8 @@ static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r
 {
     jsonw w;
     int finish = FINISH_NONE, role = r->kind == API_CHAT;
+    size_t released = 0;   /* tools: the text sent as content */
+    int held = 0;          /* tools: a call has begun: the rest waits for the end */
     *sent = 0;
     while (!c->gone) {
         pthread_mutex_lock(&j->mu);
@@ -606,8 +612,23 @@ static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r
         finish = j->finish;
         int32_t n = j->n_tokens;
         buf_reset(b);
-        /* one event per token: its text and depth (none when tools: the
-         * text is held back to the end, where its calls are parsed) */
+        /* tools: the text that cannot be (the start of) a call, as content
+         * (no per-token fields); the rest waits for the end, where the calls
+         * are parsed */
+        size_t safe = 0;
+        if (r->tools && n > *sent && !held)
+            held = tools_stream_safe(S.tools_format, j->text.p ? j->text.p : "", j->text.len, released, &safe);
+        if (safe > released) {
+            jw_init(&w, b);
+            jw_obj(&w);
+            head_fields(&w, r, 1);
+            chunk_choice(&w, r, j, index, released, safe, 0, 0, NULL, role);
+            jw_obj_end(&w);
+            role = 0;
+            released = safe;
+            buf_putc(b, 0);
+        }
+        /* else one event per token: its text and depth */
         for (int32_t i = r->tools ? n : *sent; i < n; i++) {
             size_t t0 = i ? j->text_end[i - 1] : 0;
             jw_init(&w, b);
@@ -618,11 +639,10 @@ static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r
             role = 0;
             buf_putc(b, 0);   /* a separator (JSON has no raw NUL): sent one by one below, unlocked */
         }
-        int32_t from = *sent;
         *sent = n;
         pthread_mutex_unlock(&j->mu);
         if (!buf_ok(b)) { c->gone = 1; break; }
-        for (size_t at = 0; from < n && at < b->len && !c->gone;) {
+        for (size_t at = 0; at < b->len && !c->gone;) {
             size_t len = strlen(b->p + at);
             sse(c, rq, b->p + at, len);
             at += len + 1;
@@ -632,7 +652,7 @@ static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r
     }
     if (c->gone) return finish;
     if (r->tools && (finish == FINISH_STOP || finish == FINISH_LENGTH)) {
-        tool_events(c, rq, r, index, j->text.p ? j->text.p : "", j->text.len, finish_name(finish), role, b);
+        tool_events(c, rq, r, index, j->text.p ? j->text.p : "", j->text.len, released, finish_name(finish), role, b);
         return finish;
     }
     buf_reset(b);
@@ -1017,8 +1037,9 @@ done:
 }
 
 /* --test-hooks: POST /test/tools-parse {"format": "hermes", "text": ...}
- * gives what the reply parser finds: {"content", "tool_calls": [{"name",
- * "arguments"}]} (the parsers unit-tested on fixed texts: test_server.py). */
+ * gives what the reply parser finds: {"content", "stream_safe" (the bytes a
+ * stream may send as content so far), "tool_calls": [{"name", "arguments"}]}
+ * (the parsers unit-tested on fixed texts: test_server.py). */
 static void handle_tools_parse(conn *c, request *rq, const char *body, size_t n)
 {
     char jerr[160];
@@ -1038,6 +1059,9 @@ static void handle_tools_parse(conn *c, request *rq, const char *body, size_t n)
         jw_init(&w, &b);
         jw_obj(&w);
         jw_key(&w, "content"); jw_strn(&w, tp.content, tp.content_len);
+        size_t safe;
+        tools_stream_safe(fmt, t->str, t->str_len, 0, &safe);
+        jw_key(&w, "stream_safe"); jw_int(&w, (int64_t)safe);
         jw_key(&w, "tool_calls");
         jw_arr(&w);
         for (int i = 0; i < tp.n_calls; i++) {

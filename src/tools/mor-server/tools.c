@@ -239,6 +239,13 @@ static json *value_at(const char *t, size_t n, size_t *span)
     return *span ? json_parse(t, *span, e, sizeof e) : NULL;
 }
 
+/* Text [s, o) before a call as content: without the space next to the call. */
+static void put_before(buf *content, const char *s, const char *o)
+{
+    while (o > s && is_space(o[-1])) o--;
+    buf_put(content, s, (size_t)(o - s));
+}
+
 static int parse_hermes(const char *t, size_t n, tool_parse *p, buf *content)
 {
     static const char open[] = "<tool_call>", close[] = "</tool_call>";
@@ -248,7 +255,7 @@ static int parse_hermes(const char *t, size_t n, tool_parse *p, buf *content)
         for (const char *q = s; q + sizeof open - 1 <= e; q++)
             if (!memcmp(q, open, sizeof open - 1)) { o = q; break; }
         if (!o) { buf_put(content, s, (size_t)(e - s)); break; }
-        buf_put(content, s, (size_t)(o - s));
+        put_before(content, s, o);
         const char *b = skip_space(o + sizeof open - 1, e);
         size_t span;
         json *v = value_at(b, (size_t)(e - b), &span);
@@ -259,6 +266,7 @@ static int parse_hermes(const char *t, size_t n, tool_parse *p, buf *content)
         s = skip_space(b + span, e);
         if ((size_t)(e - s) >= sizeof close - 1 && !memcmp(s, close, sizeof close - 1)) s += sizeof close - 1;
         else if (s != e) return -1;   /* unclosed: only at the end */
+        s = skip_space(s, e);   /* the space after a call is not content */
     }
     return 0;
 }
@@ -317,13 +325,13 @@ int tools_parse(int format, const char *t, size_t n, tool_parse *p)
         for (const char *q = t; q + sizeof m - 1 <= e; q++)
             if (!memcmp(q, m, sizeof m - 1)) { o = q; break; }
         if (!o) r = 1;
-        else { buf_put(&content, t, (size_t)(o - t)); r = parse_objects(o + sizeof m - 1, e, p, 0); }
+        else { put_before(&content, t, o); r = parse_objects(o + sizeof m - 1, e, p, 0); }
     } else if (format == TOOLS_LLAMA3) {
         static const char tag[] = "<|python_tag|>";
         const char *b = skip_space(t, e), *o = NULL;
         for (const char *q = t; q + sizeof tag - 1 <= e; q++)
             if (!memcmp(q, tag, sizeof tag - 1)) { o = q; break; }
-        if (o) { buf_put(&content, t, (size_t)(o - t)); r = parse_objects(o + sizeof tag - 1, e, p, 1); }
+        if (o) { put_before(&content, t, o); r = parse_objects(o + sizeof tag - 1, e, p, 1); }
         else r = b < e && *b == '{' ? parse_objects(b, e, p, 1) : 1;
     } else r = parse_generic(t, n, p, &content);
     if (r == -2) { buf_free(&content); tools_parse_free(p); return -1; }
@@ -334,18 +342,51 @@ int tools_parse(int format, const char *t, size_t n, tool_parse *p)
         p->n_calls = 0;
         buf_reset(&content);
         buf_put(&content, t, n);
-    } else {   /* the text beside the calls, trimmed */
-        size_t a = 0, z = content.len;
-        while (a < z && is_space(content.p[a])) a++;
-        while (z > a && is_space(content.p[z - 1])) z--;
-        if (a) memmove(content.p, content.p + a, z - a);
-        content.len = z - a;
     }
     buf_putc(&content, 0);
     if (!buf_ok(&content)) { buf_free(&content); tools_parse_free(p); return -1; }
     p->content = content.p;
     p->content_len = content.len - 1;
     return 0;
+}
+
+/* The first occurrence of m in t[0..n), or n; *partial: the start of a
+ * suffix of t that is a prefix of m (n when none). */
+static size_t find_marker(const char *t, size_t n, const char *m, size_t *partial)
+{
+    size_t k = strlen(m);
+    *partial = n;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = n - i < k ? n - i : k;
+        if (!memcmp(t + i, m, l)) {
+            if (l == k) return i;
+            if (*partial == n) *partial = i;
+        }
+    }
+    return n;
+}
+
+int tools_stream_safe(int format, const char *t, size_t n, size_t from, size_t *safe)
+{
+    size_t partial, at = n;
+    const char *m = format == TOOLS_HERMES ? "<tool_call>" : format == TOOLS_MISTRAL ? "[TOOL_CALLS]" :
+                    format == TOOLS_LLAMA3 ? "<|python_tag|>" : NULL;
+    *safe = 0;
+    if (format == TOOLS_LLAMA3 || format == TOOLS_GENERIC) {   /* a reply that is a JSON object: held whole */
+        size_t b = 0;
+        while (b < n && is_space(t[b])) b++;
+        if (b == n) return 0;
+        if (t[b] == '{') return 1;
+    }
+    *safe = n;
+    if (m) {   /* no marker begins before `from` (the caller's last safe length) */
+        at = find_marker(t + from, n - from, m, &partial);
+        at += from;
+        partial += from;
+        *safe = at < partial ? at : partial;
+    }
+    while (*safe > 0 && is_space(t[*safe - 1])) (*safe)--;   /* the space before a call is not content */
+    return at < n;
 }
 
 void tools_parse_free(tool_parse *p)

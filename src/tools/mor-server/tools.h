@@ -39,7 +39,7 @@ typedef struct {
 typedef struct {
     tool_call *calls;
     int        n_calls;
-    char      *content;      /* the text beside the calls, trimmed; malloc'd ("" when none) */
+    char      *content;      /* the text beside the calls, without the space next to them; malloc'd */
     size_t     content_len;
 } tool_parse;
 
@@ -49,4 +49,13 @@ typedef struct {
 int  tools_parse(int format, const char *text, size_t n, tool_parse *out);
 void tools_parse_free(tool_parse *p);
 
+/* How much of a reply's text t[0..n) so far can be streamed as content
+ * (*safe): none of a call's marker, of the end that may begin one, of the
+ * space before them, nor (Llama 3, generic) of a reply that begins with
+ * '{'. What it gives is a prefix of the content tools_parse finds in any
+ * longer text (the content keeps the reply's text but the space next to
+ * its calls). Markers are looked for from `from` on (a safe length found
+ * before: none begins earlier). 1 when a marker (or the '{') was found:
+ * nothing more will be safe before the end. */
+int tools_stream_safe(int format, const char *t, size_t n, size_t from, size_t *safe);
 #endif
