@@ -1432,6 +1432,22 @@ def test_tools(tmp):
                                                                 "tool_choice": "required", "json_schema": {}})
             t.check(st == 400 and e["error"]["param"] == "tool_choice" and st2 == 400 and st3 == 400,
                     "tool_choice naming no tool, required without tools, beside json_schema: 400s")
+            bad = [({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools"),
+                   ({"tools": WEATHER_TOOLS + WEATHER_TOOLS[:1]}, "tools"),
+                   ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}, "tools"),
+                   ({"tools": WEATHER_TOOLS, "tool_choice": "always"}, "tool_choice"),
+                   ({"tools": WEATHER_TOOLS, "parallel_tool_calls": 1}, "parallel_tool_calls"),
+                   ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages"),
+                   ({"messages": [{"role": "user", "content": "x", "tool_call_id": "a"}]}, "messages"),
+                   ({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"type": "function"}]}]}, "messages"),
+                   ({"messages": [{"role": "user", "content": "x", "refusal": "no"}]}, "messages"),
+                   ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "number",
+                     "multipleOf": 3}}}], "tool_choice": "required"}, "tools")]
+            codes = [(lambda r: (r[0], r[1]["error"]["param"]))(srv.json("POST", "/v1/chat/completions",
+                                                                           dict({"messages": msgs}, **b)))
+                     for b, _ in bad]
+            t.check(codes == [(400, p) for _, p in bad], "malformed tools, tool_choice, tool messages: 400s naming "
+                    "the field (%s)" % codes)
             tools_node(srv)
         srv.stop()
 
