@@ -22,7 +22,33 @@ async function chatLogprobs() {
   return out;
 }
 
+// MOR_TOOLS (a server with a Hermes-format template): function calling as
+// the client does it: a required call, a streamed call assembled by the
+// client's stream helper, the tool's result sent back and the answer.
+async function chatTools() {
+  const tools = JSON.parse(process.env.MOR_TOOLS);
+  const messages = [{ role: "user", content: "What time is it in Paris?" }];
+  const body = { model, messages, tools, tool_choice: "required", seed: 2, max_tokens: 180, parallel_tool_calls: false };
+  const out = {};
+  const c = await client.chat.completions.create(body);
+  out.required = { message: c.choices[0].message, finish: c.choices[0].finish_reason };
+  const api = client.chat.completions.stream ? client.chat.completions : client.beta.chat.completions;
+  const s = api.stream({ ...body, tool_choice: { type: "function", function: { name: "get_time" } } });
+  const final = await s.finalChatCompletion();
+  out.streamed = { message: final.choices[0].message, finish: final.choices[0].finish_reason };
+  // the streamed message (with the client's "refusal": null) sent back as it is
+  const call = final.choices[0].message.tool_calls[0];
+  const back = messages.concat([final.choices[0].message, { role: "tool", tool_call_id: call.id, content: "12:00" }]);
+  const a = await client.chat.completions.create({ model, messages: back, tools, seed: 2, max_tokens: 8 });
+  out.answer = { message: a.choices[0].message, finish: a.choices[0].finish_reason };
+  return out;
+}
+
 (async () => {
+  if (process.env.MOR_TOOLS) {
+    console.log(JSON.stringify(await chatTools()));
+    return;
+  }
   if (process.env.MOR_CHAT_LOGPROBS) {
     console.log(JSON.stringify(await chatLogprobs()));
     return;

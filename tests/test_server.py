@@ -1212,10 +1212,13 @@ def test_chat(tmp):
                        "response_format": {"type": "text"}}
             st3, c3 = srv.json("POST", "/v1/chat/completions", dict(neutral, messages=MESSAGES, max_tokens=20, seed=4))
             st4, e4 = srv.json("POST", "/v1/chat/completions", {"messages": MESSAGES, "tools": [{"type": "function"}]})
+            st5, e5 = srv.json("POST", "/v1/chat/completions", {"messages": MESSAGES, "tools": WEATHER_TOOLS})
             t.check(st3 == 200 and c3["choices"][0]["message"]["content"] == c["choices"][0]["message"]["content"] and
-                    st4 == 400 and e4["error"]["param"] == "tools",
+                    st4 == 400 and e4["error"]["param"] == "tools" and st5 == 400 and e5["error"]["param"] == "tools" and
+                    "Jinja" in e5["error"]["message"],
                     "chat: tools [], tool_choice none, response_format text are accepted and change nothing; "
-                    "a tool is a 400 naming tools")
+                    "a malformed tool is a 400 naming tools, and so are tools with a built-in format (a Jinja template "
+                    "is needed: %s)" % e5["error"]["message"][:60])
         if model == sl.MODEL:
             test_chat_logprobs(srv, c, chatml)
         st, ev = srv.stream("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 20, "seed": 4, "stream": True})
@@ -1225,6 +1228,257 @@ def test_chat(tmp):
                 ev[-2]["choices"][0]["finish_reason"] in ("stop", "length"), "%s: streamed chat deltas" % how)
         srv.stop()
     test_chat_jinja(tmp)
+    test_tools(tmp)
+
+
+WEATHER_TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather of a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                                    "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                   "required": ["city", "days"]}}},
+    {"type": "function", "function": {
+        "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+                                           "required": ["zone"]}}}]
+
+
+def weather_valid(name, args):
+    """args (a JSON string) valid under the WEATHER_TOOLS schema of name."""
+    try:
+        a = json.loads(args)
+    except ValueError:
+        return False
+    if name == "get_weather":
+        return (isinstance(a, dict) and set(a) == {"city", "days"} and isinstance(a["city"], str) and
+                len(a["city"]) <= 12 and type(a["days"]) is int and 1 <= a["days"] <= 7)
+    return name == "get_time" and a in ({"zone": "UTC"}, {"zone": "CET"})
+
+
+# Small templates in each tool-call format (the real ones overflow this
+# model's 256-token context once tools are rendered): the markers pick the parser.
+TOOL_TEMPLATES = {
+    "hermes": "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for c in m.tool_calls %}"
+              "<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}\n"
+              "</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}"
+              "{% if tools %}{{ tools | length }} tools{% endif %}<|im_start|>assistant\n",
+    "llama3": "{# <|python_tag|> #}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+              "{{ m.content }}<|eot_id|>{% endfor %}<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "mistral": "{# [TOOL_CALLS] #}{% for m in messages %}[INST]{{ m.content }}[/INST]{% endfor %}",
+    "generic": "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:",
+}
+
+
+def tool_stream_calls(ev):
+    """The calls of a streamed reply, assembled as OpenAI's clients do:
+    (content, [(id, name, arguments)], finish_reason)."""
+    calls, content, finish = {}, "", None
+    for e in ev[:-1]:
+        for ch in e.get("choices", []):
+            d = ch["delta"]
+            content += d.get("content") or ""
+            for tc in d.get("tool_calls", []):
+                c = calls.setdefault(tc["index"], ["", "", ""])
+                c[0] += tc.get("id", "")
+                c[1] += tc.get("function", {}).get("name", "")
+                c[2] += tc.get("function", {}).get("arguments", "")
+            finish = ch["finish_reason"] or finish
+    return content, [tuple(calls[k]) for k in sorted(calls)], finish
+
+
+def test_tools(tmp):
+    """OpenAI's function calling: tools and tool messages rendered by real
+    tool-use templates as jinja2 does; tool_choice required / a named
+    function forces a call by a grammar (each format); the reply parsers on
+    fixed texts; tool_choice auto parses, none does not."""
+    base = os.path.join(t.ROOT, "tests", "data", "chat_templates")
+    for name in ("Qwen-Qwen2.5-7B-Instruct", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+                 "meta-llama-Llama-3.1-8B-Instruct", "mistralai-Mistral-Nemo-Instruct-2407"):
+        srv = sl.Server(["-q", "--chat-template-file", os.path.join(base, name + ".jinja")])
+        ok, got = True, {}
+        for conv in ("tools", "parallel_tools", "tool_args_string"):
+            with open(os.path.join(base, "conversations", conv, "messages.json")) as f:
+                msgs = json.load(f)
+            with open(os.path.join(base, "conversations", conv, "tools.json")) as f:
+                tools = json.load(f)
+            st, a = srv.json("POST", "/apply-template", {"messages": msgs, "tools": tools})
+            got[conv] = a.get("prompt") if st == 200 else None
+            path = os.path.join(base, "expected", "%s.%s.txt" % (name, conv))
+            if conv == "tool_args_string":   # arguments as a JSON string: the template gets the object (llama.cpp)
+                ok &= got[conv] is not None and got[conv] == got["tools"]
+            elif os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    want = f.read()
+                # the reference's BOS/EOS texts are <s> and </s>: this model's are none and <|endoftext|>
+                ok &= st == 200 and a["prompt"].replace("<|endoftext|>", "</s>") == want.replace("<s>", "", 1)
+            else:   # jinja2 raised: so does the server
+                ok &= st == 400
+        t.check(ok, "%s: /apply-template with tools and tool results renders as jinja2 does (arguments given as "
+                "a JSON string reach the template as the object)" % name)
+        srv.stop()
+
+    srv = sl.Server(["-q", "--test-hooks"])
+    cases = [
+        ("hermes", "Let me see.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+         "Let me see.", [("get_weather", {"city": "Paris"})]),
+        ("hermes", "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, {\"y\": \"}\"}]}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>", "", [("a", {"x": [1, {"y": "}"}]}), ("b", {})]),
+        ("hermes", "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}", "", [("a", {"x": 1})]),
+        ("hermes", "<tool_call>\n{not json}\n</tool_call>", "<tool_call>\n{not json}\n</tool_call>", []),
+        ("hermes", "No call here.", "No call here.", []),
+        ("llama3", "{\"name\": \"get_time\", \"parameters\": {\"zone\": \"UTC\"}}", "", [("get_time", {"zone": "UTC"})]),
+        ("llama3", "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}", "", [("f", {})]),
+        ("llama3", "{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"parameters\": {\"a\": 1}}", "",
+         [("f", {}), ("g", {"a": 1})]),
+        ("llama3", "The {curly} answer.", "The {curly} answer.", []),
+        ("mistral", "ok[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}, \"id\": \"abcdefghi\"}, "
+         "{\"name\": \"b\", \"arguments\": {}}]", "ok", [("a", {"x": 1}), ("b", {})]),
+        ("mistral", "[TOOL_CALLS][{\"name\": \"a\"", "[TOOL_CALLS][{\"name\": \"a\"", []),
+        ("generic", "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {\"q\": \"s\"}}]}", "", [("a", {"q": "s"})]),
+        ("generic", "{\"tool_call\": {\"name\": \"a\", \"arguments\": \"{\\\"q\\\": 1}\"}}", "", [("a", {"q": 1})]),
+        ("generic", "{\"response\": \"Hi there\"}", "Hi there", []),
+        ("generic", "plain text", "plain text", []),
+    ]
+    ok, bad = True, None
+    for fmt, text, content, calls in cases:
+        st, r = srv.json("POST", "/test/tools-parse", {"format": fmt, "text": text})
+        good = (st == 200 and r["content"] == content and
+                [(c["name"], json.loads(c["arguments"])) for c in r["tool_calls"]] == calls)
+        if not good and bad is None:
+            bad = (fmt, text, r)
+        ok &= good
+    t.check(ok, "the tool-call parsers on fixed texts: Hermes/Qwen <tool_call>, Llama 3 JSON (<|python_tag|>), "
+            "Mistral [TOOL_CALLS], generic JSON; malformed calls stay content (%s)" % (bad,))
+    safe = [("hermes", "Let me see.\n<tool_c", 11), ("hermes", "Let me see.\n<tool_call>\n{\"na", 11),
+            ("hermes", "Plain text", 10), ("hermes", "a <b> c <", 7), ("mistral", "ok [TOOL", 2),
+            ("llama3", "  {\"name\"", 0), ("llama3", "Hi <|python", 2), ("llama3", "Hi there", 8),
+            ("generic", "{\"tool_calls\"", 0), ("generic", "Hello ", 5)]
+    got = [srv.json("POST", "/test/tools-parse", {"format": f, "text": x})[1]["stream_safe"] for f, x, _ in safe]
+    t.check(got == [n for _, _, n in safe], "streaming with tools: the text that may begin a call (a marker, a "
+            "part of one at the end, the space before, a reply that is a JSON object) is held back (%s)" % got)
+    srv.stop()
+
+    msgs = [{"role": "user", "content": "What is the weather?"}]
+    for fmt, src in sorted(TOOL_TEMPLATES.items()):
+        path = os.path.join(tmp, "tools-%s.jinja" % fmt)
+        with open(path, "w") as f:
+            f.write(src)
+        srv = sl.Server(["-q", "--chat-template-file", path])
+        ok, why = True, ""
+        for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+            for seed in (1, 2, 3):
+                body = {"messages": msgs, "tools": WEATHER_TOOLS, "tool_choice": choice, "seed": seed,
+                        "max_tokens": 180, "parallel_tool_calls": False}
+                st, r = srv.json("POST", "/v1/chat/completions", body)
+                stream_st, ev = srv.stream("/v1/chat/completions", dict(body, stream=True))
+                if st != 200 or stream_st != 200:
+                    ok, why = False, str(r)[:200]
+                    continue
+                ch = r["choices"][0]
+                m = ch["message"]
+                tc = m.get("tool_calls") or []
+                named = choice != "required"
+                good = (ch["finish_reason"] == "tool_calls" and m["content"] is None and len(tc) == 1 and
+                        tc[0]["type"] == "function" and re.match(r"^call_[A-Za-z0-9]{24}$", tc[0]["id"]) and
+                        isinstance(tc[0]["function"]["arguments"], str) and
+                        weather_valid(tc[0]["function"]["name"], tc[0]["function"]["arguments"]) and
+                        (not named or tc[0]["function"]["name"] == "get_time"))
+                content, scalls, finish = tool_stream_calls(ev)
+                good = good and (finish == "tool_calls" and content == "" and len(scalls) == 1 and
+                                 scalls[0][1:] == (tc[0]["function"]["name"], tc[0]["function"]["arguments"]) and
+                                 scalls[0][0].startswith("call_"))
+                if not good and ok:
+                    why = "seed %d %s: %s / %s" % (seed, choice, json.dumps(r)[:300], json.dumps(ev)[:300])
+                ok &= bool(good)
+        t.check(ok, "%s format: tool_choice required and a named function force a well-formed call (arguments "
+                "valid under its schema), finish_reason tool_calls, whole and streamed (deltas assembled) %s" % (fmt, why))
+        if fmt == "hermes":
+            call = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}\n</tool_call>"
+            g = "root ::= \"%s\"" % call.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
+            base_body = {"messages": msgs, "tools": WEATHER_TOOLS, "grammar": g, "max_tokens": 150, "seed": 1}
+            st, a = srv.json("POST", "/v1/chat/completions", dict(base_body, tool_choice="auto"))
+            st2, n = srv.json("POST", "/v1/chat/completions", dict(base_body, tool_choice="none"))
+            am = a["choices"][0]["message"] if st == 200 else {}
+            g2 = "root ::= \"%s\"" % ("Let me see.\n" + call).replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
+            body2 = dict(base_body, grammar=g2, tool_choice="auto")
+            st3, a2 = srv.json("POST", "/v1/chat/completions", body2)
+            st4, ev = srv.stream("/v1/chat/completions", dict(body2, stream=True))
+            content, scalls, finish = tool_stream_calls(ev)
+            m2 = a2["choices"][0]["message"]
+            first_call = min(i for i, e in enumerate(ev[:-1]) if e["choices"] and e["choices"][0]["delta"].get("tool_calls"))
+            t.check(st3 == 200 and st4 == 200 and m2["content"] == "Let me see." and content == "Let me see." and
+                    [c[1:] for c in scalls] == [(c["function"]["name"], c["function"]["arguments"]) for c in m2["tool_calls"]]
+                    and finish == "tool_calls" and
+                    "".join(e["choices"][0]["delta"].get("content") or "" for e in ev[:first_call]) == "Let me see.",
+                    "tool_choice auto, text before a call: the text as content (streamed as it comes, before the "
+                    "call), the call parsed (%s)" % json.dumps(ev)[:300])
+            t.check(st == 200 and a["choices"][0]["finish_reason"] == "tool_calls" and am["content"] is None and
+                    [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in am["tool_calls"]] ==
+                    [("get_time", {"zone": "CET"})] and st2 == 200 and n["choices"][0]["message"]["content"] == call and
+                    "tool_calls" not in n["choices"][0]["message"] and n["choices"][0]["finish_reason"] == "stop",
+                    "tool_choice auto: a reply in the format is parsed into tool_calls; none: left as content (%s)" %
+                    json.dumps(a)[:200])
+            # a tool result sent back: rendered, and the reply follows
+            conv = msgs + [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": "{\"zone\": \"CET\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "12:00"}]
+            st, p = srv.json("POST", "/apply-template", {"messages": conv, "tools": WEATHER_TOOLS})
+            st2, r = srv.json("POST", "/v1/chat/completions", {"messages": conv, "tools": WEATHER_TOOLS, "max_tokens": 8, "seed": 1})
+            t.check(st == 200 and '"arguments": {"zone": "CET"}' in p["prompt"] and "<|im_start|>tool\n12:00" in p["prompt"]
+                    and "2 tools" in p["prompt"] and st2 == 200 and r["choices"][0]["message"]["role"] == "assistant",
+                    "an assistant's tool_calls (null content) and a tool result are rendered (%s)" % json.dumps(p)[:200])
+            st, e = srv.json("POST", "/v1/chat/completions", {"messages": msgs, "tools": WEATHER_TOOLS,
+                                                               "tool_choice": {"type": "function", "function": {"name": "nope"}}})
+            st2, e2 = srv.json("POST", "/v1/chat/completions", {"messages": msgs, "tool_choice": "required"})
+            st3, e3 = srv.json("POST", "/v1/chat/completions", {"messages": msgs, "tools": WEATHER_TOOLS,
+                                                                "tool_choice": "required", "json_schema": {}})
+            t.check(st == 400 and e["error"]["param"] == "tool_choice" and st2 == 400 and st3 == 400,
+                    "tool_choice naming no tool, required without tools, beside json_schema: 400s")
+            bad = [({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools"),
+                   ({"tools": WEATHER_TOOLS + WEATHER_TOOLS[:1]}, "tools"),
+                   ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}, "tools"),
+                   ({"tools": WEATHER_TOOLS, "tool_choice": "always"}, "tool_choice"),
+                   ({"tools": WEATHER_TOOLS, "parallel_tool_calls": 1}, "parallel_tool_calls"),
+                   ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages"),
+                   ({"messages": [{"role": "user", "content": "x", "tool_call_id": "a"}]}, "messages"),
+                   ({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"type": "function"}]}]}, "messages"),
+                   ({"messages": [{"role": "user", "content": "x", "refusal": "no"}]}, "messages"),
+                   ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "number",
+                     "multipleOf": 3}}}], "tool_choice": "required"}, "tools")]
+            codes = [(lambda r: (r[0], r[1]["error"]["param"]))(srv.json("POST", "/v1/chat/completions",
+                                                                           dict({"messages": msgs}, **b)))
+                     for b, _ in bad]
+            t.check(codes == [(400, p) for _, p in bad], "malformed tools, tool_choice, tool messages: 400s naming "
+                    "the field (%s)" % codes)
+            tools_node(srv)
+        srv.stop()
+
+
+def tools_node(srv):
+    """The OpenAI Node client end to end: a required call, a streamed call
+    assembled by its stream helper, a tool result sent back and the answer."""
+    d = npm_openai()
+    if not d:
+        return
+    env = dict(os.environ, NODE_PATH=os.path.join(d, "node_modules"), MOR_TOOLS=json.dumps(WEATHER_TOOLS),
+               MOR_URL="http://%s:%d/v1" % (srv.host, srv.port))
+    nr = subprocess.run(["node", os.path.join(t.ROOT, "tests", "openai_client.js")], capture_output=True, env=env,
+                        timeout=120 * sl.SLOW)
+    try:
+        out = json.loads(nr.stdout)
+    except ValueError:
+        t.check(False, "openai (Node): tools: %s" % nr.stderr.decode(errors="replace")[-400:])
+        return
+    req, sm, ans = out["required"], out["streamed"], out["answer"]
+    def one_call(m, name=None):
+        tc = m["message"].get("tool_calls") or []
+        return (m["finish"] == "tool_calls" and len(tc) == 1 and tc[0]["id"].startswith("call_") and
+                (name is None or tc[0]["function"]["name"] == name) and
+                weather_valid(tc[0]["function"]["name"], tc[0]["function"]["arguments"]))
+    t.check(one_call(req), "openai (Node): tool_choice required: a call the client reads (%s)" % json.dumps(req)[:200])
+    t.check(one_call(sm, "get_time"), "openai (Node): a streamed named call, assembled by the client's stream helper "
+            "(%s)" % json.dumps(sm)[:200])
+    t.check(ans["message"]["role"] == "assistant" and isinstance(ans["message"]["content"], str) and
+            ans["finish"] in ("stop", "length"),
+            "openai (Node): the tool's result sent back (role tool): the model answers (%s)" % json.dumps(ans)[:200])
 
 
 def test_chat_jinja(tmp):

@@ -58,10 +58,8 @@ static int neutral(const json *v, const char *k, api_error *err)
 {
     int ok = v->type == JSON_NULL;
     if (!strcmp(k, "best_of")) ok |= v->type == JSON_NUMBER && v->num == 1;
-    else if (!strcmp(k, "echo") || !strcmp(k, "parallel_tool_calls")) ok |= v->type == JSON_BOOL && (!v->boolean || k[0] == 'p');
+    else if (!strcmp(k, "echo")) ok |= v->type == JSON_BOOL && !v->boolean;
     else if (!strcmp(k, "suffix")) ok |= v->type == JSON_STRING && v->str_len == 0;
-    else if (!strcmp(k, "tools")) ok |= v->type == JSON_ARRAY && v->n == 0;
-    else if (!strcmp(k, "tool_choice")) ok |= v->type == JSON_STRING && !strcmp(v->str, "none");
     if (!ok) return bad(err, k, "'%s' is not supported by this server beyond its default value", k);
     return 0;
 }
@@ -126,6 +124,31 @@ static int parse_prompt(const json *v, api_request *r, api_error *err)
     return parse_ids(v, r, err);
 }
 
+/* A message's tool_calls (an assistant's) and tool_call_id (a tool's). */
+static int tool_fields(const json *m, size_t i, api_message *am, api_error *err)
+{
+    const json *tc = json_get(m, "tool_calls"), *id = json_get(m, "tool_call_id");
+    if (id && id->type != JSON_NULL) {
+        if (id->type != JSON_STRING) return bad(err, "messages", "messages[%zu].tool_call_id must be a string", i);
+        if (strcmp(am->role, "tool")) return bad(err, "messages", "messages[%zu]: tool_call_id is a tool message's", i);
+        am->tool_call_id = id->str;
+    }
+    if (!tc || tc->type == JSON_NULL) return 0;
+    if (strcmp(am->role, "assistant")) return bad(err, "messages", "messages[%zu]: tool_calls is an assistant message's", i);
+    if (tc->type != JSON_ARRAY) return bad(err, "messages", "messages[%zu].tool_calls must be an array", i);
+    for (size_t k = 0; k < tc->n; k++) {
+        const json *c = tc->items[k], *f = json_get(c, "function"), *t = json_get(c, "type"), *cid = json_get(c, "id");
+        const json *fn = f ? json_get(f, "name") : NULL, *args = f ? json_get(f, "arguments") : NULL;
+        if (c->type != JSON_OBJECT || !f || f->type != JSON_OBJECT || !fn || fn->type != JSON_STRING ||
+            (t && (t->type != JSON_STRING || strcmp(t->str, "function"))) || (cid && cid->type != JSON_STRING) ||
+            (args && args->type != JSON_STRING && args->type != JSON_OBJECT))
+            return bad(err, "messages", "messages[%zu].tool_calls[%zu] must be {\"id\": ..., \"type\": \"function\", "
+                       "\"function\": {\"name\": ..., \"arguments\": a JSON string}}", i, k);
+    }
+    if (tc->n) am->tool_calls = tc;
+    return 0;
+}
+
 static int parse_messages(const json *v, api_request *r, api_error *err)
 {
     if (v->type != JSON_ARRAY) return bad(err, "messages", "'messages' must be an array, not %s", type_name(v));
@@ -139,18 +162,29 @@ static int parse_messages(const json *v, api_request *r, api_error *err)
         r->n_messages = (int32_t)i + 1;
         if (m->type != JSON_OBJECT) return bad(err, "messages", "messages[%zu] must be an object", i);
         for (size_t k = 0; k < m->n; k++)
-            if (strcmp(m->keys[k], "role") && strcmp(m->keys[k], "content") && strcmp(m->keys[k], "name"))
+            if (strcmp(m->keys[k], "role") && strcmp(m->keys[k], "content") && strcmp(m->keys[k], "name") &&
+                strcmp(m->keys[k], "tool_calls") && strcmp(m->keys[k], "tool_call_id") &&
+                ((strcmp(m->keys[k], "refusal") && strcmp(m->keys[k], "parsed") && strcmp(m->keys[k], "audio")) ||
+                 m->items[k]->type != JSON_NULL))   /* OpenAI's clients echo these as null */
                 return bad(err, "messages", "messages[%zu]: unrecognized field '%s'", i, m->keys[k]);
         role = json_get(m, "role");
         content = json_get(m, "content");
         const json *name = json_get(m, "name");
         if (!role || role->type != JSON_STRING) return bad(err, "messages", "messages[%zu].role must be a string", i);
         if (!strcmp(role->str, "developer")) am->role = "system";
-        else if (!strcmp(role->str, "system") || !strcmp(role->str, "user") || !strcmp(role->str, "assistant"))
+        else if (!strcmp(role->str, "system") || !strcmp(role->str, "user") || !strcmp(role->str, "assistant") ||
+                 !strcmp(role->str, "tool"))
             am->role = role->str;
-        else return bad(err, "messages", "messages[%zu].role '%s' is not supported (system, user, assistant)", i,
+        else return bad(err, "messages", "messages[%zu].role '%s' is not supported (system, user, assistant, tool)", i,
                         role->str_len < 40 ? role->str : "...");
         if (name && name->type != JSON_STRING) return bad(err, "messages", "messages[%zu].name must be a string", i);
+        if (name) am->name = name->str;
+        if (tool_fields(m, i, am, err)) return -1;
+        if ((!content || content->type == JSON_NULL) && am->tool_calls) {
+            am->content = "";
+            am->content_null = 1;
+            continue;
+        }
         if (!content) return bad(err, "messages", "messages[%zu] has no content", i);
         if (content->type == JSON_STRING) {
             am->content = content->str;
@@ -365,6 +399,60 @@ static int parse_samplers(const json *v, api_request *r, api_error *err)
     return 0;
 }
 
+/* tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}, ...] */
+static int parse_tools(const json *v, api_request *r, api_error *err)
+{
+    const char *k = "tools";
+    if (v->type != JSON_ARRAY) return bad(err, k, "'tools' must be an array, not %s", type_name(v));
+    if (v->n > 128) return bad(err, k, "'tools' has more than 128 tools");
+    for (size_t i = 0; i < v->n; i++) {
+        const json *t = v->items[i], *ty = json_get(t, "type"), *f = json_get(t, "function");
+        if (t->type != JSON_OBJECT || !ty || ty->type != JSON_STRING || strcmp(ty->str, "function") || !f ||
+            f->type != JSON_OBJECT)
+            return bad(err, k, "tools[%zu] must be {\"type\": \"function\", \"function\": {\"name\": ..., "
+                       "\"parameters\": {...}}}", i);
+        const json *name = json_get(f, "name"), *params = json_get(f, "parameters"), *d = json_get(f, "description");
+        if (!name || name->type != JSON_STRING || !name->str_len || name->str_len > 64)
+            return bad(err, k, "tools[%zu].function.name must be a string of 1 to 64 characters", i);
+        for (size_t c = 0; c < name->str_len; c++) {
+            char ch = name->str[c];
+            if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                  ch == '-' || ch == '.'))
+                return bad(err, k, "tools[%zu].function.name may hold only a-z, A-Z, 0-9, _, - and .", i);
+        }
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(json_get(json_get(v->items[j], "function"), "name")->str, name->str))
+                return bad(err, k, "tools: two functions are named '%s'", name->str);
+        if (params && params->type != JSON_OBJECT && params->type != JSON_NULL)
+            return bad(err, k, "tools[%zu].function.parameters must be a JSON Schema (an object)", i);
+        if (d && d->type != JSON_STRING && d->type != JSON_NULL)
+            return bad(err, k, "tools[%zu].function.description must be a string", i);
+    }
+    r->tools = v->n ? v : NULL;
+    return 0;
+}
+
+static int parse_tool_choice(const json *v, api_request *r, api_error *err)
+{
+    const char *k = "tool_choice";
+    if (v->type == JSON_STRING) {
+        if (!strcmp(v->str, "auto")) r->tool_choice = API_TOOLS_AUTO;
+        else if (!strcmp(v->str, "none")) r->tool_choice = API_TOOLS_NONE;
+        else if (!strcmp(v->str, "required")) r->tool_choice = API_TOOLS_REQUIRED;
+        else return bad(err, k, "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                        "\"function\": {\"name\": ...}}");
+        return 0;
+    }
+    const json *ty = json_get(v, "type"), *f = json_get(v, "function"), *name = f ? json_get(f, "name") : NULL;
+    if (v->type != JSON_OBJECT || !ty || ty->type != JSON_STRING || strcmp(ty->str, "function") || !name ||
+        name->type != JSON_STRING)
+        return bad(err, k, "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                   "\"function\": {\"name\": ...}}");
+    r->tool_choice = API_TOOLS_NAMED;
+    r->tool_name = name->str;
+    return 0;
+}
+
 static int field(api_request *r, const char *k, const json *v, api_error *err)
 {
     if (!strcmp(k, "prompt")) return parse_prompt(v, r, err);
@@ -430,6 +518,9 @@ static int field(api_request *r, const char *k, const json *v, api_error *err)
         return 0;
     }
     if (!strcmp(k, "response_format")) return parse_response_format(v, r, err);
+    if (!strcmp(k, "tools")) return parse_tools(v, r, err);
+    if (!strcmp(k, "tool_choice")) return parse_tool_choice(v, r, err);
+    if (!strcmp(k, "parallel_tool_calls")) return get_bool(v, k, &r->parallel_tool_calls, err);
     if (!strcmp(k, "n")) return get_int(v, k, 1, API_MAX_N, &r->n, err);
     if (!strcmp(k, "stream")) return get_bool(v, k, &r->stream, err);
     if (!strcmp(k, "test_hold")) {
@@ -463,6 +554,7 @@ int api_parse(int kind, const char *body, size_t len, api_request *r, api_error 
     r->kind = kind;
     r->n_samplers = r->n_breakers = -1;
     r->cache_prompt = 1;
+    r->parallel_tool_calls = 1;
     r->doc = json_parse(body, len, jerr, sizeof jerr);
     if (!r->doc) return bad(err, NULL, "the body is not valid JSON (%s)", jerr);
     const json *d = r->doc;
@@ -496,6 +588,15 @@ int api_parse(int kind, const char *body, size_t len, api_request *r, api_error 
     }
     r->n_logprobs = r->logprobs ? (int32_t)r->top_logprobs : -1;
     if (!r->n) r->n = 1;
+    if (r->tool_choice == API_TOOLS_REQUIRED || r->tool_choice == API_TOOLS_NAMED) {
+        if (!r->tools) { bad(err, "tool_choice", "'tool_choice' %s needs 'tools'", r->tool_name ? "naming a function" : "\"required\""); goto fail; }
+        if (r->constraint) { bad(err, "tool_choice", "give '%s' or a 'tool_choice' that forces a call, not both", r->constraint); goto fail; }
+    }
+    if (r->tool_name) {
+        size_t i = 0;
+        while (i < r->tools->n && strcmp(json_get(json_get(r->tools->items[i], "function"), "name")->str, r->tool_name)) i++;
+        if (i == r->tools->n) { bad(err, "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'", r->tool_name); goto fail; }
+    }
     if (r->include_usage & 2) {
         if (!r->stream) { bad(err, "stream_options", "'stream_options' is only allowed with \"stream\": true"); goto fail; }
         r->include_usage &= 1;

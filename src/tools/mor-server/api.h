@@ -48,7 +48,14 @@ typedef struct {
     const char *content;        /* UTF-8; may contain NUL bytes */
     size_t      content_len;
     char       *owned;          /* content when joined from parts (freed with the request) */
+    int         content_null;   /* content was null or absent (an assistant's tool calls) */
+    const json *tool_calls;     /* an assistant's [{id, type, function: {name, arguments}}] (into doc) */
+    const char *tool_call_id;   /* a tool result's (role "tool"), or NULL */
+    const char *name;           /* the message's name, or NULL */
 } api_message;
+
+/* tool_choice (chat): what the model may do with `tools`. */
+enum { API_TOOLS_AUTO, API_TOOLS_NONE, API_TOOLS_REQUIRED, API_TOOLS_NAMED };
 
 typedef struct {
     int          kind;                    /* API_* */
@@ -62,6 +69,14 @@ typedef struct {
     /* chat */
     api_message *messages;                /* malloc'd */
     int32_t      n_messages;
+    /* OpenAI's function calling: tools (a non-empty array of {"type":
+     * "function", "function": {name, description, parameters}}, into doc;
+     * NULL when none), tool_choice (API_TOOLS_*; the named function's
+     * tool_name), parallel_tool_calls (default 1) */
+    const json  *tools;
+    int          tool_choice;
+    const char  *tool_name;
+    int          parallel_tool_calls;
     /* generation; *_set: the field was given (else the server's default) */
     int          max_tokens_set, temperature_set, top_p_set, top_k_set, min_p_set, seed_set;
     int          repeat_penalty_set, repeat_last_n_set;

@@ -18,6 +18,7 @@
 #include "cors.h"
 #include "json.h"
 #include "jsonw.h"
+#include "tools.h"
 #include "server.h"
 #include "sampling_req.h"
 #include "template.h"
@@ -261,7 +262,104 @@ typedef struct {
     int64_t     created;
     const char *object;   /* of the response, or of a stream chunk */
     int         return_tokens;   /* llama.cpp's "tokens" in each choice */
+    int         tools;           /* parse tool calls from the text (tools given, tool_choice not "none") */
 } reply;
+
+static int sse(conn *c, request *rq, const char *data, size_t n);
+static void head_fields(jsonw *w, const reply *r, int chunk);
+
+/* OpenAI's call id: "call_" and 24 letters and digits. */
+static void call_id(char out[32])
+{
+    static const char al[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    uint64_t r = next_random(), r2 = next_random();
+    memcpy(out, "call_", 5);
+    for (int i = 0; i < 24; i++) {
+        uint64_t *x = i < 12 ? &r : &r2;
+        out[5 + i] = al[*x % 62];
+        *x /= 62;
+    }
+    out[29] = 0;
+}
+
+/* A parsed reply's message fields: content (null when there are calls and
+ * no text) and tool_calls. */
+static void tool_message(jsonw *w, const tool_parse *tp)
+{
+    jw_key(w, "content");
+    if (tp->n_calls && !tp->content_len) jw_null(w); else jw_strn(w, tp->content, tp->content_len);
+    if (!tp->n_calls) return;
+    jw_key(w, "tool_calls");
+    jw_arr(w);
+    for (int i = 0; i < tp->n_calls; i++) {
+        char id[32];
+        call_id(id);
+        jw_obj(w);
+        jw_key(w, "id"); jw_str(w, id);
+        jw_key(w, "type"); jw_str(w, "function");
+        jw_key(w, "function");
+        jw_obj(w);
+        jw_key(w, "name"); jw_str(w, tp->calls[i].name);
+        jw_key(w, "arguments"); jw_str(w, tp->calls[i].arguments);
+        jw_obj_end(w);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+}
+
+/* The stream's end of a choice that may hold calls (tools), `released`
+ * bytes of its text sent as content already: an event with the role (when
+ * not sent) and the content not sent yet, two per call (its index, id, type,
+ * name and arguments "", then its arguments), then the finish. */
+static void tool_events(conn *c, request *rq, const reply *r, int index, const char *text, size_t n, size_t released,
+                        const char *finish, int role, buf *b)
+{
+    tool_parse tp;
+    if (tools_parse(S.tools_format, text, n, &tp)) { c->gone = 1; return; }
+    /* the content not sent yet (what was sent is a prefix of it: tools_stream_safe) */
+    size_t rest = tp.content_len >= released && !memcmp(tp.content, text, released) ? tp.content_len - released : 0;
+    jsonw w;
+    int n_ev = 1 + 2 * tp.n_calls + 1;
+    for (int ev = 0; ev < n_ev && !c->gone; ev++) {
+        if (ev == 0 && !role && !rest) continue;
+        buf_reset(b);
+        jw_init(&w, b);
+        jw_obj(&w);
+        head_fields(&w, r, 1);
+        jw_key(&w, "choices"); jw_arr(&w); jw_obj(&w);
+        jw_key(&w, "index"); jw_int(&w, index);
+        jw_key(&w, "delta"); jw_obj(&w);
+        if (ev == 0) {
+            if (role) { jw_key(&w, "role"); jw_str(&w, "assistant"); }
+            jw_key(&w, "content");
+            if (tp.n_calls && !rest) jw_null(&w); else jw_strn(&w, tp.content + tp.content_len - rest, rest);
+        } else if (ev < n_ev - 1) {
+            int k = (ev - 1) / 2, first = (ev - 1) % 2 == 0;
+            jw_key(&w, "tool_calls"); jw_arr(&w); jw_obj(&w);
+            jw_key(&w, "index"); jw_int(&w, k);
+            if (first) {
+                char id[32];
+                call_id(id);
+                jw_key(&w, "id"); jw_str(&w, id);
+                jw_key(&w, "type"); jw_str(&w, "function");
+            }
+            jw_key(&w, "function"); jw_obj(&w);
+            if (first) { jw_key(&w, "name"); jw_str(&w, tp.calls[k].name); }
+            jw_key(&w, "arguments"); jw_str(&w, first ? "" : tp.calls[k].arguments);
+            jw_obj_end(&w);
+            jw_obj_end(&w); jw_arr_end(&w);
+        }
+        jw_obj_end(&w);
+        jw_key(&w, "logprobs"); jw_null(&w);
+        jw_key(&w, "finish_reason");
+        if (ev == n_ev - 1) jw_str(&w, tp.n_calls ? "tool_calls" : finish); else jw_null(&w);
+        jw_obj_end(&w); jw_arr_end(&w);
+        jw_obj_end(&w);
+        if (!buf_ok(b)) { c->gone = 1; break; }
+        sse(c, rq, b->p, b->len);
+    }
+    tools_parse_free(&tp);
+}
 
 static const char *finish_name(int f) { return f == FINISH_STOP ? "stop" : f == FINISH_LENGTH ? "length" : NULL; }
 
@@ -506,6 +604,8 @@ static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r
 {
     jsonw w;
     int finish = FINISH_NONE, role = r->kind == API_CHAT;
+    size_t released = 0;   /* tools: the text sent as content */
+    int held = 0;          /* tools: a call has begun: the rest waits for the end */
     *sent = 0;
     while (!c->gone) {
         pthread_mutex_lock(&j->mu);
@@ -513,8 +613,24 @@ static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r
         finish = j->finish;
         int32_t n = j->n_tokens;
         buf_reset(b);
-        /* one event per token: its text and depth */
-        for (int32_t i = *sent; i < n; i++) {
+        /* tools: the text that cannot be (the start of) a call, as content
+         * (no per-token fields); the rest waits for the end, where the calls
+         * are parsed */
+        size_t safe = 0;
+        if (r->tools && n > *sent && !held)
+            held = tools_stream_safe(S.tools_format, j->text.p ? j->text.p : "", j->text.len, released, &safe);
+        if (safe > released) {
+            jw_init(&w, b);
+            jw_obj(&w);
+            head_fields(&w, r, 1);
+            chunk_choice(&w, r, j, index, released, safe, 0, 0, NULL, role);
+            jw_obj_end(&w);
+            role = 0;
+            released = safe;
+            buf_putc(b, 0);
+        }
+        /* else one event per token: its text and depth */
+        for (int32_t i = r->tools ? n : *sent; i < n; i++) {
             size_t t0 = i ? j->text_end[i - 1] : 0;
             jw_init(&w, b);
             jw_obj(&w);
@@ -524,11 +640,10 @@ static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r
             role = 0;
             buf_putc(b, 0);   /* a separator (JSON has no raw NUL): sent one by one below, unlocked */
         }
-        int32_t from = *sent;
         *sent = n;
         pthread_mutex_unlock(&j->mu);
         if (!buf_ok(b)) { c->gone = 1; break; }
-        for (size_t at = 0; from < n && at < b->len && !c->gone;) {
+        for (size_t at = 0; at < b->len && !c->gone;) {
             size_t len = strlen(b->p + at);
             sse(c, rq, b->p + at, len);
             at += len + 1;
@@ -537,6 +652,10 @@ static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r
         if (conn_wait(c, j) < 0) break;
     }
     if (c->gone) return finish;
+    if (r->tools && (finish == FINISH_STOP || finish == FINISH_LENGTH)) {
+        tool_events(c, rq, r, index, j->text.p ? j->text.p : "", j->text.len, released, finish_name(finish), role, b);
+        return finish;
+    }
     buf_reset(b);
     jw_init(&w, b);
     jw_obj(&w);
@@ -639,19 +758,25 @@ static void whole_reply(conn *c, request *rq, job *const *js, int n_jobs, const 
     jw_arr(&w);
     for (int i = 0; i < n_jobs; i++) {
         const job *j = js[i];
+        int calls = 0;
         jw_obj(&w);
         jw_key(&w, "index"); jw_int(&w, i);
         if (r->kind == API_CHAT) {
             jw_key(&w, "message");
             jw_obj(&w);
             jw_key(&w, "role"); jw_str(&w, "assistant");
-            jw_key(&w, "content"); jw_strn(&w, j->text.p ? j->text.p : "", j->text.len);
+            tool_parse tp = { 0 };
+            if (r->tools && tools_parse(S.tools_format, j->text.p ? j->text.p : "", j->text.len, &tp)) b.err = 1;
+            if (r->tools) tool_message(&w, &tp);
+            else { jw_key(&w, "content"); jw_strn(&w, j->text.p ? j->text.p : "", j->text.len); }
+            calls = tp.n_calls;
+            tools_parse_free(&tp);
             jw_obj_end(&w);
         } else {
             jw_key(&w, "text"); jw_strn(&w, j->text.p ? j->text.p : "", j->text.len);
         }
         logprobs_object(&w, r, j, 0, j->n_tokens);
-        jw_key(&w, "finish_reason"); jw_str(&w, finish_name(j->finish));
+        jw_key(&w, "finish_reason"); jw_str(&w, calls ? "tool_calls" : finish_name(j->finish));
         mor_object(&w, j, 0, j->n_tokens);
         tokens_array(&w, r, j, 0, j->n_tokens);
         jw_obj_end(&w);
@@ -794,8 +919,9 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
     if (kind == API_CHAT) {
         char why[400];
         int bos = 0;
-        if (chat_prompt(&ar, &text, &bos, why, sizeof why)) {
-            conn_error(c, rq, 400, "messages", S.chat_tpl ? NULL : "chat_not_supported", "%s", why);
+        int cr = chat_prompt(&ar, &text, &bos, why, sizeof why);
+        if (cr) {
+            conn_error(c, rq, 400, cr == -2 ? "tools" : "messages", S.chat_tpl ? NULL : "chat_not_supported", "%s", why);
             goto done;
         }
         if (!buf_ok(&text)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
@@ -842,7 +968,19 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
     /* constrained output: the grammar's text */
     const char *gtext = NULL;
     size_t glen = 0;
-    if (ar.grammar) { gtext = ar.grammar; glen = ar.grammar_len; }
+    buf tgram = { 0 };
+    if (kind == API_CHAT && ar.tools && (ar.tool_choice == API_TOOLS_REQUIRED || ar.tool_choice == API_TOOLS_NAMED)) {
+        /* a call is forced: the grammar of the format's calls */
+        ar.constraint = "tool_choice";
+        if (tools_grammar(S.tools_format, ar.tools, ar.tool_name, ar.parallel_tool_calls, &tgram, emsg, sizeof emsg)) {
+            buf_free(&tgram);
+            conn_error(c, rq, 400, "tools", NULL, "%s", emsg);
+            goto done;
+        }
+        gown = tgram.p;
+        gtext = tgram.p;
+        glen = tgram.len;
+    } else if (ar.grammar) { gtext = ar.grammar; glen = ar.grammar_len; }
     else if (ar.json_object) { gtext = JSON_OBJECT_GBNF; glen = sizeof JSON_OBJECT_GBNF - 1; }
     else if (ar.json_schema) {
         if (schema_grammar(ar.json_schema, &gown, &glen, emsg, sizeof emsg)) {
@@ -884,7 +1022,8 @@ static void handle_generate(conn *c, request *rq, const char *body, size_t n, in
             goto done;
         }
     }
-    reply rp = { kind, "", (int64_t)time(NULL), NULL, ar.return_tokens };
+    reply rp = { kind, "", (int64_t)time(NULL), NULL, ar.return_tokens,
+                 kind == API_CHAT && ar.tools && ar.tool_choice != API_TOOLS_NONE };
     uint64_t rid = next_random();
     snprintf(rp.id, sizeof rp.id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : "cmpl", rid);
     if (ar.stream) stream_reply(c, rq, js, n_jobs, &rp, ar.include_usage);
@@ -898,6 +1037,50 @@ done:
     api_request_free(&ar);
 }
 
+/* --test-hooks: POST /test/tools-parse {"format": "hermes", "text": ...}
+ * gives what the reply parser finds: {"content", "stream_safe" (the bytes a
+ * stream may send as content so far), "tool_calls": [{"name", "arguments"}]}
+ * (the parsers unit-tested on fixed texts: test_server.py). */
+static void handle_tools_parse(conn *c, request *rq, const char *body, size_t n)
+{
+    char jerr[160];
+    json *d = json_parse(body, n, jerr, sizeof jerr);
+    const json *f = d ? json_get(d, "format") : NULL, *t = d ? json_get(d, "text") : NULL;
+    int fmt = f && f->type == JSON_STRING ? tools_format_by_name(f->str) : -1;
+    if (fmt < 0 || !t || t->type != JSON_STRING) {
+        conn_error(c, rq, 400, NULL, NULL, "give {\"format\": \"generic|hermes|llama3|mistral\", \"text\": ...}");
+        json_free(d);
+        return;
+    }
+    tool_parse tp;
+    buf b = { 0 };
+    if (tools_parse(fmt, t->str, t->str_len, &tp)) b.err = 1;
+    else {
+        jsonw w;
+        jw_init(&w, &b);
+        jw_obj(&w);
+        jw_key(&w, "content"); jw_strn(&w, tp.content, tp.content_len);
+        size_t safe;
+        tools_stream_safe(fmt, t->str, t->str_len, 0, &safe);
+        jw_key(&w, "stream_safe"); jw_int(&w, (int64_t)safe);
+        jw_key(&w, "tool_calls");
+        jw_arr(&w);
+        for (int i = 0; i < tp.n_calls; i++) {
+            jw_obj(&w);
+            jw_key(&w, "name"); jw_str(&w, tp.calls[i].name);
+            jw_key(&w, "arguments"); jw_str(&w, tp.calls[i].arguments);
+            jw_obj_end(&w);
+        }
+        jw_arr_end(&w);
+        jw_obj_end(&w);
+        tools_parse_free(&tp);
+    }
+    if (!buf_ok(&b)) conn_error(c, rq, 500, NULL, NULL, "out of memory");
+    else send_json(c, rq, 200, &b);
+    buf_free(&b);
+    json_free(d);
+}
+
 void handle(conn *c, request *rq, const char *body, size_t n)
 {
     int ep = endpoint_of(rq->path);
@@ -908,6 +1091,10 @@ void handle(conn *c, request *rq, const char *body, size_t n)
                                        "POST /v1/embeddings, GET /health, GET /metrics; llama.cpp's POST /tokenize, "
                                        "POST /detokenize, GET /props, POST /apply-template, GET /slots\n";
             conn_respond(c, rq, 200, "text/plain; charset=utf-8", page, sizeof page - 1, NULL);
+            return;
+        }
+        if (S.o.test_hooks && !strcmp(rq->path, "/test/tools-parse") && post) {
+            handle_tools_parse(c, rq, body, n);
             return;
         }
         conn_error(c, rq, 404, NULL, NULL, "no such endpoint: %s %s", rq->method, rq->path);

@@ -213,8 +213,9 @@ void handle_apply_template(conn *c, request *rq, const char *body, size_t n)
     buf text = { 0 }, b = { 0 };
     char why[400];
     int bos;
-    if (chat_prompt(&ar, &text, &bos, why, sizeof why)) {
-        conn_error(c, rq, 400, "messages", S.chat_tpl ? NULL : "chat_not_supported", "%s", why);
+    int cr = chat_prompt(&ar, &text, &bos, why, sizeof why);
+    if (cr) {
+        conn_error(c, rq, 400, cr == -2 ? "tools" : "messages", S.chat_tpl ? NULL : "chat_not_supported", "%s", why);
     } else {
         jsonw w;
         jw_init(&w, &b);

@@ -58,6 +58,7 @@ typedef struct {
     mor_token   chat_end_token;                    /* -1: the end marker is not one token */
     mor_chat_template *chat_tpl;                   /* the Jinja template chats render with, or NULL (template.h) */
     char       *chat_source;                       /* its source */
+    int         tools_format;                      /* TOOLS_* of that source (tools.h) */
     int64_t     started;                           /* Unix time */
     int         drain_pipe[2];                     /* readable once draining */
     atomic_int  draining;                          /* set once by main, read by every connection */

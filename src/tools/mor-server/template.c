@@ -1,6 +1,7 @@
 /* template.c - see template.h. */
 #include "template.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "chat.h"
 #include "jsonw.h"
 #include "server.h"
+#include "tools.h"
 
 /* A special token's text ("" for none or when it has no text). */
 static void token_text(mor_token t, char *out, size_t cap)
@@ -66,6 +68,7 @@ static int use_jinja(char *source, size_t n, char *err, size_t cap)
     mor_status st = mor_chat_template_create(source, n, &S.chat_tpl);
     if (st) { snprintf(err, cap, "%s", mor_last_error()); return -1; }
     S.chat_source = source;
+    S.tools_format = tools_format(source, n);
     S.chat_family = chat_detect(source, n);   /* for its end marker only */
     return 0;
 }
@@ -121,16 +124,77 @@ void template_free(void)
     S.chat_source = NULL;
 }
 
-/* The messages as the template's JSON: [{"role", "content"}, ...]. */
+/* A JSON value as text (the request's own values, written again). */
+static void write_value(jsonw *w, const json *v)
+{
+    switch (v->type) {
+    case JSON_NULL: jw_null(w); break;
+    case JSON_BOOL: jw_bool(w, v->boolean); break;
+    case JSON_NUMBER:
+        if (floor(v->num) == v->num && fabs(v->num) <= 9007199254740992.0) jw_int(w, (int64_t)v->num);
+        else jw_double_exact(w, v->num);
+        break;
+    case JSON_STRING: jw_strn(w, v->str, v->str_len); break;
+    case JSON_ARRAY:
+        jw_arr(w);
+        for (size_t i = 0; i < v->n; i++) write_value(w, v->items[i]);
+        jw_arr_end(w);
+        break;
+    default:
+        jw_obj(w);
+        for (size_t i = 0; i < v->n; i++) { jw_key(w, v->keys[i]); write_value(w, v->items[i]); }
+        jw_obj_end(w);
+    }
+}
+
+/* An assistant's tool_calls for the template: each call as given, but
+ * function.arguments that is a string of a JSON object given as that object
+ * (as llama.cpp's server does: templates iterate it, e.g. |items). */
+static void tool_calls_json(jsonw *w, const json *tc)
+{
+    jw_arr(w);
+    for (size_t i = 0; i < tc->n; i++) {
+        const json *c = tc->items[i];
+        jw_obj(w);
+        for (size_t k = 0; k < c->n; k++) {
+            jw_key(w, c->keys[k]);
+            const json *f = c->items[k];
+            if (strcmp(c->keys[k], "function") || f->type != JSON_OBJECT) { write_value(w, f); continue; }
+            jw_obj(w);
+            for (size_t m = 0; m < f->n; m++) {
+                const json *a = f->items[m];
+                json *parsed = NULL;
+                char e[8];
+                jw_key(w, f->keys[m]);
+                if (!strcmp(f->keys[m], "arguments") && a->type == JSON_STRING)
+                    parsed = json_parse(a->str, a->str_len, e, sizeof e);
+                if (parsed && parsed->type == JSON_OBJECT) write_value(w, parsed);
+                else write_value(w, a);
+                json_free(parsed);
+            }
+            jw_obj_end(w);
+        }
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+}
+
+/* The messages as the template's JSON: [{"role", "content", and the
+ * tool fields given}, ...] (content null when it was). */
 static void messages_json(const api_request *ar, buf *out)
 {
     jsonw w;
     jw_init(&w, out);
     jw_arr(&w);
     for (int32_t i = 0; i < ar->n_messages; i++) {
+        const api_message *m = &ar->messages[i];
         jw_obj(&w);
-        jw_key(&w, "role"); jw_str(&w, ar->messages[i].role);
-        jw_key(&w, "content"); jw_strn(&w, ar->messages[i].content, ar->messages[i].content_len);
+        jw_key(&w, "role"); jw_str(&w, m->role);
+        jw_key(&w, "content");
+        if (m->content_null) jw_null(&w); else jw_strn(&w, m->content, m->content_len);
+        if (m->name) { jw_key(&w, "name"); jw_str(&w, m->name); }
+        if (m->tool_call_id) { jw_key(&w, "tool_call_id"); jw_str(&w, m->tool_call_id); }
+        if (m->tool_calls) { jw_key(&w, "tool_calls"); tool_calls_json(&w, m->tool_calls); }
         jw_obj_end(&w);
     }
     jw_arr_end(&w);
@@ -141,20 +205,28 @@ static int render(const api_request *ar, buf *out, int *add_bos, char *err, size
     char bos[128], eos[128];
     token_text(mor_model_token_bos(S.model), bos, sizeof bos);
     token_text(S.eos, eos, sizeof eos);
-    buf msgs = { 0 };
+    buf msgs = { 0 }, tools = { 0 };
     messages_json(ar, &msgs);
+    if (ar->tools) {
+        jsonw w;
+        jw_init(&w, &tools);
+        write_value(&w, ar->tools);
+    }
     mor_chat_params p;
     MOR_CHAT_PARAMS_INIT(&p);
     p.messages_json = msgs.p;
     p.messages_len = msgs.len;
+    p.tools_json = tools.p;
+    p.tools_len = tools.len;
     p.add_generation_prompt = 1;
     p.bos_token = bos;
     p.eos_token = eos;
     size_t n = 0;
-    mor_status st = buf_ok(&msgs) ? mor_chat_template_render(S.chat_tpl, &p, NULL, 0, &n) : MOR_E_NOMEM;
+    mor_status st = buf_ok(&msgs) && buf_ok(&tools) ? mor_chat_template_render(S.chat_tpl, &p, NULL, 0, &n) : MOR_E_NOMEM;
     if (st == MOR_E_BUFFER_TOO_SMALL && buf_reserve(out, n + 1))
         st = mor_chat_template_render(S.chat_tpl, &p, out->p + out->len, n, &n);
     buf_free(&msgs);
+    buf_free(&tools);
     if (st) { snprintf(err, cap, "the chat template: %s", mor_last_error()); return -1; }
     out->len += n;
     /* a template that writes BOS itself (most do) gets no second one */
@@ -165,7 +237,19 @@ static int render(const api_request *ar, buf *out, int *add_bos, char *err, size
 int chat_prompt(const api_request *ar, buf *out, int *add_bos, char *err, size_t cap)
 {
     if (S.chat_tpl) return render(ar, out, add_bos, err, cap);
+    if (ar->tools) {
+        snprintf(err, cap, "'tools' needs a Jinja chat template (the model's own, or --chat-template-file): %s%s%s",
+                 S.chat_family >= 0 ? "the built-in format '" : "", S.chat_family >= 0 ? chat_name(S.chat_family) : S.chat_error,
+                 S.chat_family >= 0 ? "' has no tool calls" : "");
+        return -2;
+    }
     if (S.chat_family < 0) { snprintf(err, cap, "%s", S.chat_error); return -1; }
+    for (int32_t i = 0; i < ar->n_messages; i++)
+        if (ar->messages[i].tool_calls || !strcmp(ar->messages[i].role, "tool")) {
+            snprintf(err, cap, "messages[%d]: tool calls and results need a Jinja chat template (the model's own, "
+                     "or --chat-template-file): the built-in format '%s' has none", (int)i, chat_name(S.chat_family));
+            return -1;
+        }
     chat_format(S.chat_family, ar->messages, ar->n_messages, out);
     *add_bos = S.add_bos;
     return 0;

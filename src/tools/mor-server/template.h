@@ -18,7 +18,8 @@ int  template_setup(char *err, size_t cap);
 void template_free(void);
 /* The prompt text of ar's messages into out; *add_bos: whether tokenizing
  * should add BOS (not when the rendered text begins with it). 0, or -1
- * with a message for a 400 in err (the template raised, or no format). */
+ * with a message for a 400 in err (the template raised, or no format), -2
+ * when the request has tools and there is no Jinja template (param "tools"). */
 int  chat_prompt(const api_request *ar, buf *out, int *add_bos, char *err, size_t cap);
 
 #endif
