@@ -801,34 +801,12 @@ static const char JSON_OBJECT_GBNF[] =
 
 /* The grammar of a JSON Schema: *out (malloc'd, len bytes) or -1 with a
  * message. */
-static void write_value(jsonw *w, const json *v)
-{
-    switch (v->type) {
-    case JSON_NULL: jw_null(w); break;
-    case JSON_BOOL: jw_bool(w, v->boolean); break;
-    case JSON_NUMBER:
-        if (floor(v->num) == v->num && fabs(v->num) <= 9007199254740992.0) jw_int(w, (int64_t)v->num);
-        else jw_double_exact(w, v->num);
-        break;
-    case JSON_STRING: jw_strn(w, v->str, v->str_len); break;
-    case JSON_ARRAY:
-        jw_arr(w);
-        for (size_t i = 0; i < v->n; i++) write_value(w, v->items[i]);
-        jw_arr_end(w);
-        break;
-    default:
-        jw_obj(w);
-        for (size_t i = 0; i < v->n; i++) { jw_key(w, v->keys[i]); write_value(w, v->items[i]); }
-        jw_obj_end(w);
-    }
-}
-
 static int schema_grammar(const json *schema, char **out, size_t *len, char *msg, size_t cap)
 {
     buf b = { 0 };
     jsonw w;
     jw_init(&w, &b);
-    write_value(&w, schema);   /* the schema as text again: the library takes text */
+    jw_json(&w, schema);   /* the schema as text again: the library takes text */
     size_t n = 0;
     mor_status st = buf_ok(&b) ? mor_json_schema_to_grammar(b.p, b.len, NULL, 0, &n) : MOR_E_NOMEM;
     char *g = st == MOR_E_BUFFER_TOO_SMALL ? malloc(n + 1) : NULL;

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include "json.h"
 #include "utf8.h"
 
 void jw_init(jsonw *w, buf *b)
@@ -128,4 +129,26 @@ void jw_null(jsonw *w)
 {
     sep(w);
     buf_puts(w->b, "null");
+}
+
+void jw_json(jsonw *w, const struct json *v)
+{
+    switch (v->type) {
+    case JSON_NULL: jw_null(w); break;
+    case JSON_BOOL: jw_bool(w, v->boolean); break;
+    case JSON_NUMBER:
+        if (floor(v->num) == v->num && fabs(v->num) <= 9007199254740992.0) jw_int(w, (int64_t)v->num);
+        else jw_double_exact(w, v->num);
+        break;
+    case JSON_STRING: jw_strn(w, v->str, v->str_len); break;
+    case JSON_ARRAY:
+        jw_arr(w);
+        for (size_t i = 0; i < v->n; i++) jw_json(w, v->items[i]);
+        jw_arr_end(w);
+        break;
+    default:
+        jw_obj(w);
+        for (size_t i = 0; i < v->n; i++) { jw_key(w, v->keys[i]); jw_json(w, v->items[i]); }
+        jw_obj_end(w);
+    }
 }

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include "buf.h"
 
+struct json;
+
 #define JW_MAX_DEPTH 32
 
 typedef struct {
@@ -38,4 +40,8 @@ void jw_null(jsonw *w);
 
 /* The escaped body of a JSON string (no quotes) for s[0..n), into b. */
 void json_escape(buf *b, const char *s, size_t n);
+/* A parsed JSON value (json.h) written again: integers that a double holds
+ * exactly as integers, other numbers in their shortest exact form. */
+void jw_json(jsonw *w, const struct json *v);
+
 #endif

@@ -124,29 +124,6 @@ void template_free(void)
     S.chat_source = NULL;
 }
 
-/* A JSON value as text (the request's own values, written again). */
-static void write_value(jsonw *w, const json *v)
-{
-    switch (v->type) {
-    case JSON_NULL: jw_null(w); break;
-    case JSON_BOOL: jw_bool(w, v->boolean); break;
-    case JSON_NUMBER:
-        if (floor(v->num) == v->num && fabs(v->num) <= 9007199254740992.0) jw_int(w, (int64_t)v->num);
-        else jw_double_exact(w, v->num);
-        break;
-    case JSON_STRING: jw_strn(w, v->str, v->str_len); break;
-    case JSON_ARRAY:
-        jw_arr(w);
-        for (size_t i = 0; i < v->n; i++) write_value(w, v->items[i]);
-        jw_arr_end(w);
-        break;
-    default:
-        jw_obj(w);
-        for (size_t i = 0; i < v->n; i++) { jw_key(w, v->keys[i]); write_value(w, v->items[i]); }
-        jw_obj_end(w);
-    }
-}
-
 /* An assistant's tool_calls for the template: each call as given, but
  * function.arguments that is a string of a JSON object given as that object
  * (as llama.cpp's server does: templates iterate it, e.g. |items). */
@@ -159,7 +136,7 @@ static void tool_calls_json(jsonw *w, const json *tc)
         for (size_t k = 0; k < c->n; k++) {
             jw_key(w, c->keys[k]);
             const json *f = c->items[k];
-            if (strcmp(c->keys[k], "function") || f->type != JSON_OBJECT) { write_value(w, f); continue; }
+            if (strcmp(c->keys[k], "function") || f->type != JSON_OBJECT) { jw_json(w, f); continue; }
             jw_obj(w);
             for (size_t m = 0; m < f->n; m++) {
                 const json *a = f->items[m];
@@ -168,8 +145,8 @@ static void tool_calls_json(jsonw *w, const json *tc)
                 jw_key(w, f->keys[m]);
                 if (!strcmp(f->keys[m], "arguments") && a->type == JSON_STRING)
                     parsed = json_parse(a->str, a->str_len, e, sizeof e);
-                if (parsed && parsed->type == JSON_OBJECT) write_value(w, parsed);
-                else write_value(w, a);
+                if (parsed && parsed->type == JSON_OBJECT) jw_json(w, parsed);
+                else jw_json(w, a);
                 json_free(parsed);
             }
             jw_obj_end(w);
@@ -210,7 +187,7 @@ static int render(const api_request *ar, buf *out, int *add_bos, char *err, size
     if (ar->tools) {
         jsonw w;
         jw_init(&w, &tools);
-        write_value(&w, ar->tools);
+        jw_json(&w, ar->tools);
     }
     mor_chat_params p;
     MOR_CHAT_PARAMS_INIT(&p);

@@ -42,28 +42,6 @@ int tools_format_by_name(const char *name)
 /* The grammar                                                               */
 /* ------------------------------------------------------------------------ */
 
-static void write_value(jsonw *w, const json *v)
-{
-    switch (v->type) {
-    case JSON_NULL: jw_null(w); break;
-    case JSON_BOOL: jw_bool(w, v->boolean); break;
-    case JSON_NUMBER:
-        if (floor(v->num) == v->num && fabs(v->num) <= 9007199254740992.0) jw_int(w, (int64_t)v->num);
-        else jw_double_exact(w, v->num);
-        break;
-    case JSON_STRING: jw_strn(w, v->str, v->str_len); break;
-    case JSON_ARRAY:
-        jw_arr(w);
-        for (size_t i = 0; i < v->n; i++) write_value(w, v->items[i]);
-        jw_arr_end(w);
-        break;
-    default:
-        jw_obj(w);
-        for (size_t i = 0; i < v->n; i++) { jw_key(w, v->keys[i]); write_value(w, v->items[i]); }
-        jw_obj_end(w);
-    }
-}
-
 static int word_char(char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
@@ -108,7 +86,7 @@ static int args_rules(const json *fn, int i, buf *out, char *msg, size_t cap)
     buf s = { 0 };
     jsonw w;
     jw_init(&w, &s);
-    if (params && params->type == JSON_OBJECT) write_value(&w, params);
+    if (params && params->type == JSON_OBJECT) jw_json(&w, params);
     else buf_puts(&s, "{\"type\": \"object\"}");
     size_t n = 0;
     mor_status st = buf_ok(&s) ? mor_json_schema_to_grammar(s.p, s.len, NULL, 0, &n) : MOR_E_NOMEM;
@@ -214,12 +192,12 @@ static int add_call(tool_parse *p, const json *v)
         if (!inner) return -1;
         jsonw w;
         jw_init(&w, &a);
-        write_value(&w, inner);
+        jw_json(&w, inner);
         json_free(inner);
     } else if (args->type == JSON_OBJECT) {
         jsonw w;
         jw_init(&w, &a);
-        write_value(&w, args);
+        jw_json(&w, args);
     } else return -1;
     tool_call *c = realloc(p->calls, sizeof *c * (size_t)(p->n_calls + 1));
     if (!c || !buf_ok(&a)) { buf_free(&a); if (c) p->calls = c; return -2; }
