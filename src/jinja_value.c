@@ -288,7 +288,7 @@ void jb_add(jbuf *b, const char *s, size_t n)
     if (n > b->cap - b->n) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap - b->n < n) {
-            if (cap > ((size_t)1 << 40)) { b->over = 1; return; }
+            if (cap > SIZE_MAX / 2) { b->over = 1; return; }  /* doubling would wrap */
             cap *= 2;
         }
         /* the old block stays in the arena: doubling wastes at most half */
