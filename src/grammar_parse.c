@@ -286,6 +286,86 @@ static int64_t read_int(gp *s)
     return v;
 }
 
+/* A literal "...": its characters, each one symbol. */
+static void parse_literal(gp *s, int32_t rule, const char *at)
+{
+    s->p++;
+    while (!s->err && (s->p >= s->end || *s->p != '"')) {
+        if (s->p >= s->end || *s->p == '\n') { fail(s, at, "unterminated literal"); return; }
+        int64_t ch = read_char(s);
+        if (ch < 0) return;
+        int32_t ri = range_add(s, (uint32_t)ch, (uint32_t)ch);
+        vec_push(s, &s->body[rule], (gel){ GEL_CHARS, 0, ri, 1 });
+    }
+    s->p++;
+}
+
+/* A character class [...] or [^...]: one symbol of its ranges. */
+static void parse_class(gp *s, int32_t rule, const char *at)
+{
+    s->p++;
+    int neg = s->p < s->end && *s->p == '^';
+    if (neg) s->p++;
+    int32_t first = s->n_ranges, n = 0;
+    while (!s->err && (s->p >= s->end || *s->p != ']')) {
+        if (s->p >= s->end) { fail(s, at, "unterminated character class"); return; }
+        int64_t lo = read_char(s), hi = lo;
+        if (lo < 0) return;
+        if (s->p + 1 < s->end && *s->p == '-' && s->p[1] != ']') {
+            s->p++;
+            hi = read_char(s);
+            if (hi < 0) return;
+            if (hi < lo) { fail(s, at, "character range with its end before its start"); return; }
+        }
+        range_add(s, (uint32_t)lo, (uint32_t)hi);
+        n++;
+    }
+    s->p++;
+    if (!n && !neg) { fail(s, at, "empty character class []"); return; }
+    vec_push(s, &s->body[rule], (gel){ GEL_CHARS, (uint8_t)neg, first, n });
+}
+
+/* A group ( ... ): a rule of its alternatives, referenced. */
+static void parse_group(gp *s, int32_t rule, const char *at)
+{
+    if (++s->nesting > GRAMMAR_MAX_NESTING) { fail(s, at, "parentheses nested deeper than %d", GRAMMAR_MAX_NESTING); return; }
+    s->p++;
+    int32_t g = rule_new(s, rule);
+    if (g < 0) return;
+    parse_alternatives(s, g);
+    skip_space(s, 1);
+    if (s->err) return;
+    if (s->p >= s->end || *s->p != ')') { fail(s, at, "'(' without its ')'"); return; }
+    s->p++;
+    s->nesting--;
+    vec_push(s, &s->body[rule], (gel){ GEL_REF, 0, g, 0 });
+}
+
+/* A repetition operator * + ? or {m}, {m,}, {m,n}, {,n} after the symbol
+ * at body[rule][last..): the symbol rewritten. */
+static void parse_repetition(gp *s, int32_t rule, int32_t last, const char *at)
+{
+    char c = *s->p++;
+    int64_t m = c == '+' ? 1 : 0, n = c == '?' ? 1 : -1;
+    if (c == '{') {
+        skip_space(s, 0);
+        if (s->p < s->end && *s->p == ',') m = 0; else m = read_int(s);
+        skip_space(s, 0);
+        if (s->err) return;
+        if (s->p < s->end && *s->p == ',') {
+            s->p++;
+            skip_space(s, 0);
+            n = s->p < s->end && *s->p == '}' ? -1 : read_int(s);
+            skip_space(s, 0);
+        } else n = m;
+        if (s->err) return;
+        if (s->p >= s->end || *s->p != '}') { fail(s, at, "'{' without its '}'"); return; }
+        s->p++;
+        if (n >= 0 && n < m) { fail(s, at, "repetition {%lld,%lld} with max below min", (long long)m, (long long)n); return; }
+    }
+    repeat(s, rule, last, m, n);
+}
+
 /* A sequence of items into body[rule], up to '|', ')' or the end of the line. */
 static void parse_sequence(gp *s, int32_t rule, int nested)
 {
@@ -295,43 +375,16 @@ static void parse_sequence(gp *s, int32_t rule, int nested)
         if (s->err || s->p >= s->end) return;
         const char *at = s->p;
         char c = *s->p;
+        int32_t start = s->body[rule].n;
         if (c == '"') {
-            s->p++;
-            last = s->body[rule].n;
-            while (!s->err && (s->p >= s->end || *s->p != '"')) {
-                if (s->p >= s->end || *s->p == '\n') { fail(s, at, "unterminated literal"); return; }
-                int64_t ch = read_char(s);
-                if (ch < 0) return;
-                int32_t ri = range_add(s, (uint32_t)ch, (uint32_t)ch);
-                vec_push(s, &s->body[rule], (gel){ GEL_CHARS, 0, ri, 1 });
-            }
-            s->p++;
-            if (s->body[rule].n == last) last = -1;   /* "": nothing to repeat */
+            parse_literal(s, rule, at);
+            last = s->body[rule].n == start ? -1 : start;   /* "": nothing to repeat */
         } else if (c == '[') {
-            s->p++;
-            int neg = s->p < s->end && *s->p == '^';
-            if (neg) s->p++;
-            int32_t first = s->n_ranges, n = 0;
-            while (!s->err && (s->p >= s->end || *s->p != ']')) {
-                if (s->p >= s->end) { fail(s, at, "unterminated character class"); return; }
-                int64_t lo = read_char(s), hi = lo;
-                if (lo < 0) return;
-                if (s->p + 1 < s->end && *s->p == '-' && s->p[1] != ']') {
-                    s->p++;
-                    hi = read_char(s);
-                    if (hi < 0) return;
-                    if (hi < lo) { fail(s, at, "character range with its end before its start"); return; }
-                }
-                range_add(s, (uint32_t)lo, (uint32_t)hi);
-                n++;
-            }
-            s->p++;
-            if (!n && !neg) { fail(s, at, "empty character class []"); return; }
-            last = s->body[rule].n;
-            vec_push(s, &s->body[rule], (gel){ GEL_CHARS, (uint8_t)neg, first, n });
+            parse_class(s, rule, at);
+            last = start;
         } else if (c == '.') {
             s->p++;
-            last = s->body[rule].n;
+            last = start;
             vec_push(s, &s->body[rule], (gel){ GEL_CHARS, 1, s->n_ranges, 0 });
         } else if (is_name_char(c)) {
             const char *q = s->p;
@@ -342,42 +395,14 @@ static void parse_sequence(gp *s, int32_t rule, int nested)
             if (!nested && s->end - r >= 3 && !memcmp(r, "::=", 3)) return;
             int32_t id = text_rule(s, s->p, (size_t)(q - s->p));
             s->p = q;
-            last = s->body[rule].n;
+            last = start;
             vec_push(s, &s->body[rule], (gel){ GEL_REF, 0, id, 0 });
         } else if (c == '(') {
-            if (++s->nesting > GRAMMAR_MAX_NESTING) { fail(s, at, "parentheses nested deeper than %d", GRAMMAR_MAX_NESTING); return; }
-            s->p++;
-            int32_t g = rule_new(s, rule);
-            if (g < 0) return;
-            parse_alternatives(s, g);
-            skip_space(s, 1);
-            if (s->err) return;
-            if (s->p >= s->end || *s->p != ')') { fail(s, at, "'(' without its ')'"); return; }
-            s->p++;
-            s->nesting--;
-            last = s->body[rule].n;
-            vec_push(s, &s->body[rule], (gel){ GEL_REF, 0, g, 0 });
+            parse_group(s, rule, at);
+            last = start;
         } else if (c == '*' || c == '+' || c == '?' || c == '{') {
             if (last < 0) { fail(s, at, "'%c' with nothing before it to repeat", c); return; }
-            s->p++;
-            int64_t m = c == '+' ? 1 : 0, n = c == '?' ? 1 : -1;
-            if (c == '{') {
-                skip_space(s, 0);
-                if (s->p < s->end && *s->p == ',') m = 0; else m = read_int(s);
-                skip_space(s, 0);
-                if (s->err) return;
-                if (s->p < s->end && *s->p == ',') {
-                    s->p++;
-                    skip_space(s, 0);
-                    n = s->p < s->end && *s->p == '}' ? -1 : read_int(s);
-                    skip_space(s, 0);
-                } else n = m;
-                if (s->err) return;
-                if (s->p >= s->end || *s->p != '}') { fail(s, at, "'{' without its '}'"); return; }
-                s->p++;
-                if (n >= 0 && n < m) { fail(s, at, "repetition {%lld,%lld} with max below min", (long long)m, (long long)n); return; }
-            }
-            repeat(s, rule, last, m, n);
+            parse_repetition(s, rule, last, at);
             last = -1;   /* x** would repeat the rule R: allowed by llama.cpp only as written again */
         } else return;   /* '|', ')', newline or something the caller reports */
         if (s->err) return;

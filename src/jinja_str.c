@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "jinja.h"
+#include "unicode.h"
 
 size_t ju_next(const char *s, size_t n, size_t i, uint32_t *cp)
 {
@@ -23,16 +24,7 @@ size_t ju_next(const char *s, size_t n, size_t i, uint32_t *cp)
 static void put_utf8_cp(jbuf *b, uint32_t cp)
 {
     char t[4];
-    if (cp < 0x80) { t[0] = (char)cp; jb_add(b, t, 1); }
-    else if (cp < 0x800) { t[0] = (char)(0xc0 | cp >> 6); t[1] = (char)(0x80 | (cp & 0x3f)); jb_add(b, t, 2); }
-    else if (cp < 0x10000) {
-        t[0] = (char)(0xe0 | cp >> 12); t[1] = (char)(0x80 | (cp >> 6 & 0x3f)); t[2] = (char)(0x80 | (cp & 0x3f));
-        jb_add(b, t, 3);
-    } else {
-        t[0] = (char)(0xf0 | cp >> 18); t[1] = (char)(0x80 | (cp >> 12 & 0x3f));
-        t[2] = (char)(0x80 | (cp >> 6 & 0x3f)); t[3] = (char)(0x80 | (cp & 0x3f));
-        jb_add(b, t, 4);
-    }
+    jb_add(b, t, utf8_encode(cp, t));
 }
 
 /* str.isspace() */

@@ -23,6 +23,7 @@
 
 #include "json_schema.h"
 #include "status.h"
+#include "unicode.h"
 
 #define FN "mor_json_schema_to_grammar"
 enum {
@@ -137,16 +138,7 @@ static int hex4(const char *s, uint32_t *out)
 static void put_utf8(sbuf *b, uint32_t cp)
 {
     char u[4];
-    size_t n;
-    if (cp < 0x80) { u[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { u[0] = (char)(0xC0 | cp >> 6); u[1] = (char)(0x80 | (cp & 63)); n = 2; }
-    else if (cp < 0x10000) {
-        u[0] = (char)(0xE0 | cp >> 12); u[1] = (char)(0x80 | (cp >> 6 & 63)); u[2] = (char)(0x80 | (cp & 63)); n = 3;
-    } else {
-        u[0] = (char)(0xF0 | cp >> 18); u[1] = (char)(0x80 | (cp >> 12 & 63));
-        u[2] = (char)(0x80 | (cp >> 6 & 63)); u[3] = (char)(0x80 | (cp & 63)); n = 4;
-    }
-    jsb_addn(b, u, n);
+    jsb_addn(b, u, utf8_encode(cp, u));
 }
 
 /* Length of the well-formed UTF-8 sequence at s (n bytes left), 0 if none:
@@ -1018,39 +1010,178 @@ static int object_body(conv *c, const char *name, const int *kv, const int *req,
  * that merges: type object (or none), properties, required, annotations. */
 static int32_t resolve_local(conv *c, int32_t sch);
 
-static int object_typed(conv *c, int32_t sch, const char *name, sbuf *o)
+/* The object schema and its allOf members (resolved through $ref), whose
+ * properties merge; returns how many, -1 on error. */
+static int object_parts(conv *c, int32_t sch, int32_t parts[65])
 {
     const jdoc *d = c->d;
-    /* the object and its allOf members (resolved), whose properties merge */
-    int32_t parts[65];
     int np = 0;
     parts[np++] = sch;
     int32_t all = jget(d, sch, "allOf");
-    if (all >= 0) {
-        int i = 0;
-        for (int32_t m = d->v[all].first; m >= 0; m = d->v[m].next, i++) {
-            size_t old = ptr_pushi(c, "allOf", i);
-            int32_t t = resolve_local(c, m);
-            if (t < 0) { ptr_pop(c, old); return -1; }
-            if (d->v[t].type != J_OBJ || np == 65) {
-                cfail(c, MOR_E_INVALID_ARG, "allOf: only up to 64 object schemas can be combined");
-                ptr_pop(c, old);
-                return -1;
+    int i = 0;
+    for (int32_t m = all >= 0 ? d->v[all].first : -1; m >= 0; m = d->v[m].next, i++) {
+        size_t old = ptr_pushi(c, "allOf", i);
+        int32_t t = resolve_local(c, m);
+        if (t >= 0 && (d->v[t].type != J_OBJ || np == 65)) {
+            cfail(c, MOR_E_INVALID_ARG, "allOf: only up to 64 object schemas can be combined");
+            t = -1;
+        }
+        for (int32_t k = t >= 0 ? d->v[t].first : -1; k >= 0; k = d->v[k].next) {
+            int plain = jkey_is(d, k, "properties") || jkey_is(d, k, "required") ||
+                        (jkey_is(d, k, "type") && jstr_is(d, k, "object"));
+            if (!plain && (KW_IN(d, k, ASSERTIONS) || KW_IN(d, k, UNSUPPORTED))) {
+                cfail(c, MOR_E_INVALID_ARG, "allOf: only object schemas with properties and required can be "
+                      "combined (this one has \"%.*s\")", (int)(d->v[k].klen > 64 ? 64 : d->v[k].klen), jkey(d, k));
+                t = -1;
+                break;
             }
-            for (int32_t k = d->v[t].first; k >= 0; k = d->v[k].next) {
-                int plain = jkey_is(d, k, "properties") || jkey_is(d, k, "required") ||
-                            (jkey_is(d, k, "type") && jstr_is(d, k, "object"));
-                if (!plain && (KW_IN(d, k, ASSERTIONS) || KW_IN(d, k, UNSUPPORTED))) {
-                    cfail(c, MOR_E_INVALID_ARG, "allOf: only object schemas with properties and required can be "
-                          "combined (this one has \"%.*s\")", (int)(d->v[k].klen > 64 ? 64 : d->v[k].klen), jkey(d, k));
-                    ptr_pop(c, old);
-                    return -1;
-                }
-            }
-            ptr_pop(c, old);
-            parts[np++] = t;
+        }
+        ptr_pop(c, old);
+        if (t < 0) return -1;
+        parts[np++] = t;
+    }
+    return np;
+}
+
+/* An object's members: each property (via: the properties object it came
+ * from, -1 for a required name without one), whether it is required and
+ * its key-value rule. */
+typedef struct { prop *ps; int32_t *via; int *req, *kv; int n, cap; } members;
+
+static void members_free(members *ms)
+{
+    free(ms->ps);
+    free(ms->via);
+    free(ms->req);
+    free(ms->kv);
+}
+
+static int members_find(const members *ms, const char *key, size_t len)
+{
+    for (int j = 0; j < ms->n; j++)
+        if (ms->ps[j].klen == len && !memcmp(ms->ps[j].key, key, len)) return j;
+    return -1;
+}
+
+static int members_push(conv *c, members *ms, prop p, int32_t via)
+{
+    if (ms->n == ms->cap) {
+        int cap = ms->cap ? ms->cap * 2 : 16;
+        prop *q = realloc(ms->ps, sizeof *q * (size_t)cap);
+        if (q) ms->ps = q;
+        int32_t *v2 = q ? realloc(ms->via, sizeof *v2 * (size_t)cap) : NULL;
+        if (v2) ms->via = v2;
+        if (!q || !v2) return nomem(c);
+        ms->cap = cap;
+    }
+    ms->ps[ms->n] = p;
+    ms->via[ms->n++] = via;
+    return 0;
+}
+
+/* The properties of every part in order; a name defined twice is refused. */
+static int members_properties(conv *c, const int32_t *parts, int np, members *ms)
+{
+    const jdoc *d = c->d;
+    for (int i = 0; i < np; i++) {
+        int32_t pr = jget(d, parts[i], "properties");
+        if (pr < 0) continue;
+        if (d->v[pr].type != J_OBJ) return cfail(c, MOR_E_INVALID_ARG, "properties must be an object"), -1;
+        for (int32_t m = d->v[pr].first; m >= 0; m = d->v[m].next) {
+            int j = members_find(ms, jkey(d, m), d->v[m].klen);
+            if (j >= 0)
+                return cfail(c, MOR_E_INVALID_ARG, "allOf: property \"%.*s\" is defined twice",
+                             (int)(ms->ps[j].klen > 64 ? 64 : ms->ps[j].klen), ms->ps[j].key), -1;
+            if (members_push(c, ms, (prop){ jkey(d, m), d->v[m].klen, m }, pr) < 0) return -1;
         }
     }
+    return 0;
+}
+
+/* Required names: those not among the properties become members of any
+ * value; then every member's required flag. */
+static int members_required(conv *c, const int32_t *parts, int np, members *ms)
+{
+    const jdoc *d = c->d;
+    for (int i = 0; i < np; i++) {
+        int32_t rq = jget(d, parts[i], "required");
+        if (rq < 0) continue;
+        size_t old = ptr_push(c, "required", 8);
+        int idx = 0, bad = d->v[rq].type != J_ARR;
+        for (int32_t m = bad ? -1 : d->v[rq].first; m >= 0 && !bad; m = d->v[m].next, idx++) {
+            if (d->v[m].type != J_STR) { ptr_pop(c, old); ptr_pushi(c, "required", idx); bad = 1; break; }
+            if (members_find(ms, jstr(d, m), d->v[m].slen) < 0 &&
+                members_push(c, ms, (prop){ jstr(d, m), d->v[m].slen, -1 }, -1) < 0) { ptr_pop(c, old); return -1; }
+        }
+        if (bad) cfail(c, MOR_E_INVALID_ARG, "required must be an array of strings");
+        ptr_pop(c, old);
+        if (bad) return -1;
+    }
+    ms->req = calloc((size_t)ms->n + 1, sizeof *ms->req);
+    ms->kv = calloc((size_t)ms->n + 1, sizeof *ms->kv);
+    if (!ms->req || !ms->kv) return nomem(c);
+    for (int i = 0; i < np; i++) {
+        int32_t rq = jget(d, parts[i], "required");
+        for (int32_t m = rq >= 0 ? d->v[rq].first : -1; m >= 0; m = d->v[m].next) {
+            int j = members_find(ms, jstr(d, m), d->v[m].slen);
+            if (j >= 0) ms->req[j] = 1;
+        }
+    }
+    return 0;
+}
+
+/* The rule of other members (additionalProperties not false): any key (the
+ * listed ones included: a limitation) with a value of its schema. Sets
+ * *addl_kv (-1 when there is none); returns -1 on error. */
+static int additional_kv(conv *c, const char *name, int32_t ap, int *addl_kv)
+{
+    const jdoc *d = c->d;
+    *addl_kv = -1;
+    if (ap < 0 || d->v[ap].type == J_FALSE) return 0;
+    sbuf nm = { 0 }, b = { 0 };
+    jsb_add(&nm, name);
+    jsb_add(&nm, "-additional");
+    int vr = -2;
+    if (d->v[ap].type != J_TRUE) {
+        size_t old = ptr_push(c, "additionalProperties", 20);
+        vr = nm.oom ? nomem(c) : visit(c, ap, nm.p);
+        ptr_pop(c, old);
+    }
+    if (vr == -1) { free(nm.p); return -1; }
+    jsb_add(&b, prim(c, P_STRING));
+    jsb_add(&b, " \":\" ");
+    jsb_add(&b, prim(c, P_SPACE));
+    jsb_add(&b, " ");
+    jsb_add(&b, vr == -2 ? prim(c, P_VALUE) : c->rules[vr].name);
+    jsb_add(&nm, "-kv");
+    *addl_kv = nm.oom || b.oom ? nomem(c) : rule_add(c, nm.p, b.p);
+    if (nm.oom || b.oom) free(b.p);
+    free(nm.p);
+    return *addl_kv < 0 ? -1 : 0;
+}
+
+/* Every member's rule, and the object of them. The properties' schemas
+ * are inside an object: a $ref cycle through them consumes. */
+static int object_members(conv *c, const char *name, members *ms, int32_t ap, sbuf *o)
+{
+    int addl_kv = -1, bad = 0;
+    c->consume++;
+    for (int i = 0; i < ms->n && !bad; i++) {
+        /* a property's pointer: .../properties/key (of the allOf member for merged ones) */
+        ms->kv[i] = kv_rule(c, name, &ms->ps[i], ms->via[i] >= 0 ? ms->via[i] : -1);
+        bad = ms->kv[i] < 0;
+    }
+    if (!bad) bad = additional_kv(c, name, ap, &addl_kv) < 0;
+    c->consume--;
+    return bad ? -1 : object_body(c, name, ms->kv, ms->req, ms->n, addl_kv, o);
+}
+
+static int object_typed(conv *c, int32_t sch, const char *name, sbuf *o)
+{
+    const jdoc *d = c->d;
+    int32_t parts[65];
+    int np = object_parts(c, sch, parts);
+    if (np < 0) return -1;
     int32_t ap = jget(d, sch, "additionalProperties");
     int any_props = 0;
     for (int i = 0; i < np; i++) any_props |= jget(d, parts[i], "properties") >= 0 || jget(d, parts[i], "required") >= 0;
@@ -1059,106 +1190,11 @@ static int object_typed(conv *c, int32_t sch, const char *name, sbuf *o)
         if (ap < 0 || d->v[ap].type == J_TRUE) { jsb_add(o, prim(c, P_OBJECT)); return 0; }
         if (d->v[ap].type == J_FALSE) { jsb_add(o, "\"{\" "); jsb_add(o, prim(c, P_SPACE)); jsb_add(o, " \"}\" "); jsb_add(o, prim(c, P_SPACE)); return 0; }
     }
-    /* the properties in order, and the required names */
-    prop *ps = NULL;
-    int *req = NULL, *kv = NULL, n = 0, capn = 0, ret = -1;
-    int32_t *via = NULL;
-    for (int i = 0; i < np; i++) {
-        int32_t pr = jget(d, parts[i], "properties");
-        if (pr < 0) continue;
-        if (d->v[pr].type != J_OBJ) { cfail(c, MOR_E_INVALID_ARG, "properties must be an object"); goto out; }
-        for (int32_t m = d->v[pr].first; m >= 0; m = d->v[m].next) {
-            for (int j = 0; j < n; j++)
-                if (ps[j].klen == d->v[m].klen && !memcmp(ps[j].key, jkey(d, m), ps[j].klen)) {
-                    cfail(c, MOR_E_INVALID_ARG, "allOf: property \"%.*s\" is defined twice",
-                          (int)(ps[j].klen > 64 ? 64 : ps[j].klen), ps[j].key);
-                    goto out;
-                }
-            if (n == capn) {
-                capn = capn ? capn * 2 : 16;
-                prop *q = realloc(ps, sizeof *q * (size_t)capn);
-                int32_t *v2 = q ? realloc(via, sizeof *v2 * (size_t)capn) : NULL;
-                if (q) ps = q;
-                if (v2) via = v2;
-                if (!q || !v2) { nomem(c); goto out; }
-            }
-            ps[n] = (prop){ jkey(d, m), d->v[m].klen, m };
-            via[n++] = pr;
-        }
-    }
-    /* required names not among the properties: members of any value */
-    for (int i = 0; i < np; i++) {
-        int32_t rq = jget(d, parts[i], "required");
-        if (rq < 0) continue;
-        size_t old = ptr_push(c, "required", 8);
-        if (d->v[rq].type != J_ARR) { cfail(c, MOR_E_INVALID_ARG, "required must be an array of strings"); ptr_pop(c, old); goto out; }
-        int idx = 0;
-        for (int32_t m = d->v[rq].first; m >= 0; m = d->v[m].next, idx++) {
-            if (d->v[m].type != J_STR) { ptr_pop(c, old); ptr_pushi(c, "required", idx); cfail(c, MOR_E_INVALID_ARG, "required must be an array of strings"); ptr_pop(c, old); goto out; }
-            int j = 0;
-            while (j < n && !(ps[j].klen == d->v[m].slen && !memcmp(ps[j].key, jstr(d, m), ps[j].klen))) j++;
-            if (j < n) continue;
-            if (n == capn) {
-                capn = capn ? capn * 2 : 16;
-                prop *q = realloc(ps, sizeof *q * (size_t)capn);
-                int32_t *v2 = q ? realloc(via, sizeof *v2 * (size_t)capn) : NULL;
-                if (q) ps = q;
-                if (v2) via = v2;
-                if (!q || !v2) { nomem(c); ptr_pop(c, old); goto out; }
-            }
-            ps[n] = (prop){ jstr(d, m), d->v[m].slen, -1 };
-            via[n++] = -1;
-        }
-        ptr_pop(c, old);
-    }
-    req = calloc((size_t)n + 1, sizeof *req);
-    kv = calloc((size_t)n + 1, sizeof *kv);
-    if (!req || !kv) { nomem(c); goto out; }
-    for (int i = 0; i < np; i++) {
-        int32_t rq = jget(d, parts[i], "required");
-        for (int32_t m = rq >= 0 ? d->v[rq].first : -1; m >= 0; m = d->v[m].next)
-            for (int j = 0; j < n; j++)
-                if (ps[j].klen == d->v[m].slen && !memcmp(ps[j].key, jstr(d, m), ps[j].klen)) req[j] = 1;
-    }
-    /* the properties' schemas are inside an object: a $ref cycle through them consumes */
-    c->consume++;
-    for (int i = 0; i < n; i++) {
-        /* a property's pointer: .../properties/key (of the allOf member for merged ones) */
-        int32_t part = via[i] >= 0 ? via[i] : -1;
-        kv[i] = kv_rule(c, name, &ps[i], part);
-        if (kv[i] < 0) { c->consume--; goto out; }
-    }
-    int addl_kv = -1;
-    if (ap >= 0 && d->v[ap].type != J_FALSE) {
-        /* other members: any key (the listed ones included: a limitation) */
-        sbuf nm = { 0 }, b = { 0 };
-        jsb_add(&nm, name);
-        jsb_add(&nm, "-additional");
-        int vr = -2;
-        if (d->v[ap].type != J_TRUE) {
-            size_t old = ptr_push(c, "additionalProperties", 20);
-            vr = nm.oom ? nomem(c) : visit(c, ap, nm.p);
-            ptr_pop(c, old);
-        }
-        if (vr == -1) { free(nm.p); c->consume--; goto out; }
-        jsb_add(&b, prim(c, P_STRING));
-        jsb_add(&b, " \":\" ");
-        jsb_add(&b, prim(c, P_SPACE));
-        jsb_add(&b, " ");
-        jsb_add(&b, vr == -2 ? prim(c, P_VALUE) : c->rules[vr].name);
-        jsb_add(&nm, "-kv");
-        addl_kv = nm.oom || b.oom ? nomem(c) : rule_add(c, nm.p, b.p);
-        if (nm.oom || b.oom) free(b.p);
-        free(nm.p);
-        if (addl_kv < 0) { c->consume--; goto out; }
-    }
-    c->consume--;
-    ret = object_body(c, name, kv, req, n, addl_kv, o);
-out:
-    free(ps);
-    free(via);
-    free(req);
-    free(kv);
+    members ms = { 0 };
+    int ret = -1;
+    if (members_properties(c, parts, np, &ms) == 0 && members_required(c, parts, np, &ms) == 0)
+        ret = object_members(c, name, &ms, ap, o);
+    members_free(&ms);
     return ret;
 }
 
@@ -1399,6 +1435,120 @@ static int typed_body(conv *c, int32_t sch, int t, const char *name, sbuf *o)
     }
 }
 
+/* The keywords of a schema body_of dispatches on (-1: absent). */
+typedef struct { int32_t ref, any, all, en, cn, other; } schema_kw;
+
+/* Finds them, refusing unsupported keywords and $ref, anyOf or oneOf
+ * beside other assertions. */
+static int scan_keywords(conv *c, int32_t sch, schema_kw *k)
+{
+    const jdoc *d = c->d;
+    *k = (schema_kw){ -1, -1, -1, -1, -1, -1 };
+    for (int32_t m = d->v[sch].first; m >= 0; m = d->v[m].next) {
+        if (KW_IN(d, m, UNSUPPORTED) || (jkey_is(d, m, "uniqueItems") && d->v[m].type == J_TRUE)) {
+            size_t old = ptr_push(c, jkey(d, m), d->v[m].klen);
+            cfail(c, MOR_E_INVALID_ARG, "keyword \"%s\" is not supported (ignoring it would accept values the "
+                  "schema rejects)", jkey(d, m));
+            ptr_pop(c, old);
+            return -1;
+        }
+        if (jkey_is(d, m, "$ref")) k->ref = m;
+        else if (jkey_is(d, m, "anyOf") || jkey_is(d, m, "oneOf")) {
+            if (k->any >= 0) return cfail(c, MOR_E_INVALID_ARG, "anyOf and oneOf together are not supported");
+            k->any = m;
+        } else if (jkey_is(d, m, "allOf")) k->all = m;
+        else if (jkey_is(d, m, "enum")) k->en = m;
+        else if (jkey_is(d, m, "const")) k->cn = m;
+        else if (KW_IN(d, m, ASSERTIONS) && k->other < 0) k->other = m;
+    }
+    int32_t first = k->ref >= 0 ? k->ref : k->any;
+    if (first < 0) return 0;
+    /* $ref, anyOf, oneOf: alone, beside annotations only */
+    for (int32_t m = d->v[sch].first; m >= 0; m = d->v[m].next)
+        if (m != first && KW_IN(d, m, ASSERTIONS))
+            return cfail(c, MOR_E_INVALID_ARG, "\"%s\" beside \"%.*s\" is not supported", jkey(d, first),
+                         (int)(d->v[m].klen > 64 ? 64 : d->v[m].klen), jkey(d, m));
+    return 0;
+}
+
+/* anyOf / oneOf: alternatives (oneOf's "exactly one" is not enforced: the
+ * grammar takes any). */
+static int alternatives_body(conv *c, int32_t any, const char *name, sbuf *o)
+{
+    const jdoc *d = c->d;
+    if (d->v[any].type != J_ARR || !d->v[any].n) {
+        size_t old = ptr_push(c, jkey(d, any), d->v[any].klen);
+        cfail(c, MOR_E_INVALID_ARG, "%s must be a non-empty array of schemas", jkey(d, any));
+        ptr_pop(c, old);
+        return -1;
+    }
+    int i = 0;
+    for (int32_t m = d->v[any].first; m >= 0; m = d->v[m].next, i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", i);
+        size_t old = ptr_pushi(c, jkey(d, any), i);
+        sbuf nm = { 0 };
+        make_name(&nm, name, num, strlen(num));
+        int r = nm.oom ? nomem(c) : visit(c, m, nm.p);
+        free(nm.p);
+        ptr_pop(c, old);
+        if (r < 0) return -1;
+        if (i) jsb_add(o, " | ");
+        jsb_add(o, c->rules[r].name);
+    }
+    return 0;
+}
+
+/* Several types: a rule each, and their alternatives. */
+static int multi_typed_body(conv *c, int32_t sch, const int *order, int n_order, const char *name, sbuf *o)
+{
+    for (int i = 0; i < n_order; i++) {
+        sbuf b = { 0 }, nm = { 0 };
+        if (typed_body(c, sch, order[i], name, &b) < 0) { free(b.p); return -1; }
+        make_name(&nm, name, TYPE_NAMES[order[i]], strlen(TYPE_NAMES[order[i]]));
+        int r = b.oom || nm.oom ? nomem(c) : rule_add(c, nm.p, b.p);
+        if (b.oom || nm.oom) free(b.p);
+        free(nm.p);
+        if (r < 0) return -1;
+        if (i) jsb_add(o, " | ");
+        jsb_add(o, c->rules[r].name);
+    }
+    return 0;
+}
+
+/* A schema without $ref, anyOf or oneOf: allOf, enum / const, its types. */
+static int assertions_body(conv *c, int32_t sch, const schema_kw *k, const char *name, sbuf *o)
+{
+    const jdoc *d = c->d;
+    if (k->all >= 0 && (d->v[k->all].type != J_ARR || !d->v[k->all].n)) {
+        size_t old = ptr_push(c, "allOf", 5);
+        cfail(c, MOR_E_INVALID_ARG, "allOf must be a non-empty array of schemas");
+        ptr_pop(c, old);
+        return -1;
+    }
+    if (k->all >= 0 && d->v[k->all].n == 1 && k->other < 0 && k->en < 0 && k->cn < 0) {
+        /* allOf of one schema, alone: that schema */
+        size_t old = ptr_pushi(c, "allOf", 0);
+        int ret = body_of(c, d->v[k->all].first, name, o);
+        ptr_pop(c, old);
+        return ret;
+    }
+    int order[N_TYPES], n_order;
+    int mask = type_mask(c, sch, order, &n_order);
+    if (mask < 0 || kw_types(c, sch, mask, k->en >= 0 || k->cn >= 0)) return -1;
+    if (k->all >= 0) {
+        /* allOf merges object parts: the schema is then an object */
+        if (mask && mask != 1 << T_OBJECT) return cfail(c, MOR_E_INVALID_ARG, "allOf is supported for objects only");
+        mask = 1 << T_OBJECT;
+        order[0] = T_OBJECT;
+        n_order = 1;
+    }
+    if (k->en >= 0 || k->cn >= 0) return enum_body(c, sch, k->en, k->cn, mask, o);
+    if (!mask) { jsb_add(o, prim(c, P_VALUE)); return 0; }
+    if (n_order == 1) return typed_body(c, sch, order[0], name, o);
+    return multi_typed_body(c, sch, order, n_order, name, o);
+}
+
 /* The body of the rule for schema sch, whose nested rules are named name-... */
 static int body_of(conv *c, int32_t sch, const char *name, sbuf *o)
 {
@@ -1409,117 +1559,19 @@ static int body_of(conv *c, int32_t sch, const char *name, sbuf *o)
     if (c->depth >= JS_MAX_SCHEMA_DEPTH)
         return cfail(c, MOR_E_INVALID_ARG, "schemas nested deeper than %d", JS_MAX_SCHEMA_DEPTH);
     c->depth++;
-    int ret = -1;
-    int32_t ref = -1, any = -1, all = -1, en = -1, cn = -1, other = -1;
-    for (int32_t m = d->v[sch].first; m >= 0; m = d->v[m].next) {
-        if (KW_IN(d, m, UNSUPPORTED) || (jkey_is(d, m, "uniqueItems") && d->v[m].type == J_TRUE)) {
-            size_t old = ptr_push(c, jkey(d, m), d->v[m].klen);
-            cfail(c, MOR_E_INVALID_ARG, "keyword \"%s\" is not supported (ignoring it would accept values the "
-                  "schema rejects)", jkey(d, m));
-            ptr_pop(c, old);
-            goto out;
-        }
-        if (jkey_is(d, m, "$ref")) ref = m;
-        else if (jkey_is(d, m, "anyOf") || jkey_is(d, m, "oneOf")) {
-            if (any >= 0) { cfail(c, MOR_E_INVALID_ARG, "anyOf and oneOf together are not supported"); goto out; }
-            any = m;
-        } else if (jkey_is(d, m, "allOf")) all = m;
-        else if (jkey_is(d, m, "enum")) en = m;
-        else if (jkey_is(d, m, "const")) cn = m;
-        else if (KW_IN(d, m, ASSERTIONS) && other < 0) other = m;
-    }
-    int32_t first_assert = ref >= 0 ? ref : any >= 0 ? any : -1;
-    if (first_assert >= 0) {
-        /* $ref, anyOf, oneOf: alone, beside annotations only */
-        int32_t clash = -1;
-        for (int32_t m = d->v[sch].first; m >= 0 && clash < 0; m = d->v[m].next)
-            if (m != first_assert && KW_IN(d, m, ASSERTIONS)) clash = m;
-        if (clash >= 0) {
-            cfail(c, MOR_E_INVALID_ARG, "\"%s\" beside \"%.*s\" is not supported", jkey(d, first_assert),
-                  (int)(d->v[clash].klen > 64 ? 64 : d->v[clash].klen), jkey(d, clash));
-            goto out;
-        }
-    }
-    if (ref >= 0) {
+    schema_kw k;
+    int ret = scan_keywords(c, sch, &k);
+    if (ret == 0 && k.ref >= 0) {
         size_t old = ptr_push(c, "$ref", 4);
-        int r = ref_rule(c, ref);
+        int r = ref_rule(c, k.ref);
         ptr_pop(c, old);
-        if (r < 0) goto out;
-        jsb_add(o, c->rules[r].name);
-        ret = 0;
-        goto out;
+        if (r >= 0) jsb_add(o, c->rules[r].name);
+        ret = r < 0 ? -1 : 0;
+    } else if (ret == 0 && k.any >= 0) {
+        ret = alternatives_body(c, k.any, name, o);
+    } else if (ret == 0) {
+        ret = assertions_body(c, sch, &k, name, o);
     }
-    if (any >= 0) {
-        /* alternatives (oneOf's "exactly one" is not enforced: the grammar takes any) */
-        if (d->v[any].type != J_ARR || !d->v[any].n) {
-            size_t old = ptr_push(c, jkey(d, any), d->v[any].klen);
-            cfail(c, MOR_E_INVALID_ARG, "%s must be a non-empty array of schemas", jkey(d, any));
-            ptr_pop(c, old);
-            goto out;
-        }
-        int i = 0;
-        for (int32_t m = d->v[any].first; m >= 0; m = d->v[m].next, i++) {
-            char num[16];
-            snprintf(num, sizeof num, "%d", i);
-            size_t old = ptr_pushi(c, jkey(d, any), i);
-            sbuf nm = { 0 };
-            make_name(&nm, name, num, strlen(num));
-            int r = nm.oom ? nomem(c) : visit(c, m, nm.p);
-            free(nm.p);
-            ptr_pop(c, old);
-            if (r < 0) goto out;
-            if (i) jsb_add(o, " | ");
-            jsb_add(o, c->rules[r].name);
-        }
-        ret = 0;
-        goto out;
-    }
-    if (all >= 0 && (d->v[all].type != J_ARR || !d->v[all].n)) {
-        size_t old = ptr_push(c, "allOf", 5);
-        cfail(c, MOR_E_INVALID_ARG, "allOf must be a non-empty array of schemas");
-        ptr_pop(c, old);
-        goto out;
-    }
-    if (all >= 0 && d->v[all].n == 1 && other < 0 && en < 0 && cn < 0) {
-        /* allOf of one schema, alone: that schema */
-        size_t old = ptr_pushi(c, "allOf", 0);
-        ret = body_of(c, d->v[all].first, name, o);
-        ptr_pop(c, old);
-        goto out;
-    }
-    int order[N_TYPES], n_order;
-    int mask = type_mask(c, sch, order, &n_order);
-    if (mask < 0 || kw_types(c, sch, mask, en >= 0 || cn >= 0)) goto out;
-    if (all >= 0) {
-        /* allOf merges object parts: the schema is then an object */
-        if (mask && mask != 1 << T_OBJECT) {
-            cfail(c, MOR_E_INVALID_ARG, "allOf is supported for objects only");
-            goto out;
-        }
-        mask = 1 << T_OBJECT;
-        order[0] = T_OBJECT;
-        n_order = 1;
-    }
-    if (en >= 0 || cn >= 0) {
-        ret = enum_body(c, sch, en, cn, mask, o);
-        goto out;
-    }
-    if (!mask) { jsb_add(o, prim(c, P_VALUE)); ret = 0; goto out; }
-    if (n_order == 1) { ret = typed_body(c, sch, order[0], name, o); goto out; }
-    for (int i = 0; i < n_order; i++) {
-        /* several types: a rule each */
-        sbuf b = { 0 }, nm = { 0 };
-        if (typed_body(c, sch, order[i], name, &b) < 0) { free(b.p); goto out; }
-        make_name(&nm, name, TYPE_NAMES[order[i]], strlen(TYPE_NAMES[order[i]]));
-        int r = b.oom || nm.oom ? nomem(c) : rule_add(c, nm.p, b.p);
-        if (b.oom || nm.oom) free(b.p);
-        free(nm.p);
-        if (r < 0) goto out;
-        if (i) jsb_add(o, " | ");
-        jsb_add(o, c->rules[r].name);
-    }
-    ret = 0;
-out:
     c->depth--;
     if (ret == 0 && o->oom) ret = nomem(c);
     return ret;

@@ -1051,19 +1051,7 @@ static void decompose(uint32_t cp, uint32_t *out, size_t *k)
 static size_t put_utf8(uint32_t cp, uint8_t *o)
 {
     if (cp & RAW_BYTE) { o[0] = (uint8_t)cp; return 1; }
-    if (cp < 0x80) { o[0] = (uint8_t)cp; return 1; }
-    if (cp < 0x800) { o[0] = (uint8_t)(0xC0 | cp >> 6); o[1] = (uint8_t)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | cp >> 12);
-        o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | cp >> 18);
-    o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
+    return utf8_encode(cp, (char *)o);
 }
 
 mor_status nfc_normalize(const uint8_t *s, size_t n, uint8_t **buf, size_t *cap, size_t *out_n)

@@ -33,6 +33,10 @@ enum {
  * truncation) is a unit of length 1 with *cp = UTF8_INVALID. */
 size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
 
+/* Encode code point cp (<= 0x10FFFF) as UTF-8 into out[0..4). Returns its
+ * length (1..4). */
+size_t utf8_encode(uint32_t cp, char out[4]);
+
 /* UF_* bits of a code point; UTF8_INVALID has none. */
 unsigned unicode_flags(uint32_t cp);
 
