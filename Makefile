@@ -219,6 +219,8 @@ FIXTURE_GGUF += $(OUT)/build/fixtures/token_mc3_kvshare.gguf
 # rows of different recursions share a layer call): Gemma 2's three
 # layers (local, global, local) tied into one block looped 3 times, GPT-NeoX's two looped twice
 FIXTURE_GGUF += $(OUT)/build/fixtures/gemma2_cycle3.gguf $(OUT)/build/fixtures/gptneox_cycle2.gguf
+# and llama.cpp's looped Llama (nanbeige, 3 loops, loop norm on, tied output), converted plainly (test_serve)
+FIXTURE_GGUF += $(OUT)/build/fixtures/nanbeige_n3t.gguf
 endif
 fixtures: $(FIXTURE_GGUF)
 
@@ -245,6 +247,9 @@ $(OUT)/build/fixtures/gemma2_cycle3.gguf: tests/data/families/gemma2.lcpp.gguf $
 $(OUT)/build/fixtures/gptneox_cycle2.gguf: tests/data/families/gptneox.lcpp.gguf $(BINOUT)/mor-convert
 	@mkdir -p $(dir $@)
 	$(BINOUT)/mor-convert $< -o $@ --num-recursion 2 --sharing cycle --init average --lora-rank 8
+$(OUT)/build/fixtures/nanbeige_n3t.gguf: tests/data/families/nanbeige-n3t.lcpp.gguf $(BINOUT)/mor-convert
+	@mkdir -p $(dir $@)
+	$(BINOUT)/mor-convert $< -o $@
 $(OUT)/build/fixtures/token_mc3_kvshare.gguf: $(OUT)/build/fixtures/token_mc3_perturbed.st.gguf
 	$(BINOUT)/mor-convert tests/data/fixtures/token_mc3_perturbed/hf_safetensors -o $@ --kv-sharing 1
 

@@ -41,7 +41,7 @@ static const char *const family_keys[] = {
     "mor.family", "mor.norm.type", "mor.attention.layer_norm_epsilon", "mor.norm.post", "mor.ffn.activation",
     "mor.ffn.gated", "mor.attention.bias", "mor.ffn.bias", "mor.residual.parallel", "mor.rope.dimension_count",
     "mor.attention.scale", "mor.attention.logit_softcap", "mor.output.logit_softcap", "mor.embedding.scale",
-    "mor.attention.sliding_window", "mor.attention.sliding_window_layers", NULL
+    "mor.attention.sliding_window", "mor.attention.sliding_window_layers", "mor.recursion.loop_norm", NULL
 };
 
 
@@ -310,6 +310,20 @@ static int role_present(const model_arch *a, int r)
     }
 }
 
+/* mor.recursion.loop_norm (format version 3, checked with the family keys):
+ * the final norm between recursions (a looped model's, Nanbeige's). Only
+ * without routers: a gated update would mix a normed and an unnormed stream. */
+static mor_status load_loop_norm(const gguf_file *g, mor_model *m)
+{
+    mor_status st = opt_bool(g, "mor.recursion.loop_norm", &m->arch.loop_norm);
+    if (st) return st;
+    if (m->arch.loop_norm && m->router_type != MOR_ROUTER_TYPE_NONE)
+        return err_set(MOR_E_UNSUPPORTED, "mor.recursion.loop_norm with routers is not supported");
+    if (m->arch.loop_norm && m->n_rec < 2)
+        return err_set(MOR_E_FORMAT, "mor.recursion.loop_norm needs at least 2 recursions (recursion.count %d)", m->n_rec);
+    return MOR_OK;
+}
+
 static mor_status load_arch(const gguf_file *g, mor_model *m)
 {
     mor_status st;
@@ -379,6 +393,7 @@ static mor_status load_arch(const gguf_file *g, mor_model *m)
     st = gguf_get_bool(g, "mor.kv.shared", &m->kv_shared);
     if (st && st != MOR_E_OUT_OF_RANGE) return st;
     if (st == MOR_E_OUT_OF_RANGE) m->kv_shared = 0;
+    if ((st = load_loop_norm(g, m))) return st;
     err_clear();
     return MOR_OK;
 }

@@ -50,6 +50,7 @@ typedef struct {
     int     attn_bias, ffn_bias;
     int     parallel_residual; /* x + attn(n1(x)) + ffn(n2(x)) */
     int     post_norms;        /* each sub-layer's output normed before its residual add */
+    int     loop_norm;         /* a row entering recursion r >= 1 is first normed by the final norm */
     int32_t rope_dims;         /* dimensions RoPE rotates, from the start of each head (<= head_dim) */
     float   attn_scale;        /* query . key scale: 1/sqrt(head_dim) unless the file says */
     float   attn_softcap;      /* 0: none; else c * tanh(s / c) on the scaled scores */

@@ -273,6 +273,9 @@ mor_status rec_pass(rec_engine *e, const int32_t *list, int32_t n)
         const int32_t i = list[t];
         memcpy(rec_hprev(e, i), rec_x(e, i), sizeof(float) * (size_t)d);   /* for the saturation measure */
         e->gskip[t] = rec_at(e, i)->life == ROW_DISCARD;
+        /* a looped model's norm between recursions: on the way in, so that a row
+         * exiting after recursion r is normed once, as a model of r loops would */
+        if (m->arch.loop_norm && rec_at(e, i)->rec > 0) model_output_norm(m, e->gx + (size_t)t * d, e->gx + (size_t)t * d);
     }
     for (int32_t j = 0; j < m->base_depth; j++) {
         mor_status st = poll(e);

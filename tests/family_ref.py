@@ -205,8 +205,14 @@ class Ref:
         if gem and "embed_scale" not in off:
             xs = [[v * math.sqrt(d) for v in x] for x in xs]
         T = len(ids)
-        for l in range(L):
-            p = "model.layers.%d." % l
+        # a looped model (NanbeigeForCausalLM): the L layers num_loops times, the
+        # final norm between loops unless skip_loop_final_norm (llama.cpp's nanbeige.cpp)
+        loops = c.get("num_loops", 1)
+        loop_norm = not c.get("skip_loop_final_norm", False) and "loop_norm" not in off
+        for l in range(L * loops):
+            if l and l % L == 0 and loop_norm:
+                xs = [norm(x, "model.norm.weight") for x in xs]
+            p = "model.layers.%d." % (l % L)
             local = g2 and window and types[l] == "sliding_attention"
             ns = [norm(x, p + "input_layernorm.weight") for x in xs]
             qs = [rope(matvec(self.W(p + "self_attn.q_proj.weight"), n), H, hd, hd, t, theta, layout) for t, n in enumerate(ns)]
@@ -332,6 +338,12 @@ SHAPES = {
 # of 256): llama.cpp quantizes it to real k-quants (tests/peer/run.sh)
 K256 = dict(d=256, H=4, Hkv=2, hd=64, F=512, L=1, V=256)
 IDS = [1, 17, 42, 99, 5, 63, 120, 7]
+# llama.cpp's looped Llama (architecture nanbeige), tests/peer/make_nanbeige.py:
+# the llama model's weights as files named nanbeige-<name>.lcpp.gguf, each
+# (num_loops, skip_loop_final_norm, tied output); n1 and n2t are the depths
+# that FORCED routing of n2 / n3t stops at
+NANBEIGE = {"n2": (2, False, False), "n2s": (2, True, False), "n3t": (3, False, True), "n3st": (3, True, True),
+            "n1": (1, False, False), "n2t": (2, False, True)}
 
 
 def _mat(rng, r, c, s):

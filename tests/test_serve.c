@@ -977,13 +977,18 @@ int main(void)
     }
     /* other model families, relaxed recursive, without routers: rows of different recursions of one
      * tied block run in one layer call under DEPTHWISE; Gemma 2's tied layers differ in their window */
-    static const char *const fams[] = { "gemma2_cycle3", "gptneox_cycle2" };
-    for (int f = 0; f < 2; f++) {
+    /* and llama.cpp's looped Llama (nanbeige), 3 loops with the norm between them, where the
+     * confidence exits (no router needed) stop tokens after fewer loops */
+    static const char *const fams[] = { "gemma2_cycle3", "gptneox_cycle2", "nanbeige_n3t" };
+    for (int f = 0; f < 3; f++) {
         char path[800];
         snprintf(path, sizeof path, "%s/%s.gguf", fixture_dir, fams[f]);
         mor_model *m = NULL;
-        if (!REQUIRE(mor_model_load_file(path, NULL, &m) == MOR_OK && m->arch.family != FAMILY_LLAMA && m->lora,
-                   "load %s (a relaxed model of another family): %s", fams[f], mor_last_error())) {
+        const int looped = f == 2;
+        if (!REQUIRE(mor_model_load_file(path, NULL, &m) == MOR_OK &&
+                     (looped ? m->arch.loop_norm && m->n_rec == 3 : m->arch.family != FAMILY_LLAMA && m->lora),
+                   "load %s (%s): %s", fams[f], looped ? "a looped model" : "a relaxed model of another family",
+                   mor_last_error())) {
             mor_model_free(m);
             continue;
         }
@@ -1003,6 +1008,7 @@ int main(void)
                     snprintf(what, sizeof what, "%s %s 32 requests in %d slots", fams[f], mode_name[mode], k ? 32 : 9);
                     serve_and_compare(m, what, mode, 32, k ? 32 : 9, 0, 0, 0);
                 }
+        if (looped) confidence_exits(m, 0);
         unprepare();
         mor_model_free(m);
     }

@@ -5,7 +5,12 @@
  *   llama_logits MODEL.gguf 1,17,42,...
  * prints one line per position: the n_vocab logits after that token, each
  * "%.9g", from one llama_decode of the whole sequence on one thread, with
- * an F32 KV cache and without flash attention. */
+ * an F32 KV cache and without flash attention.
+ *
+ *   llama_logits MODEL.gguf 1,17,42,... N
+ * prints instead, on one line, the N token ids greedy decoding gives after
+ * the sequence (the first from its last logits, then one llama_decode per
+ * token through the KV cache; the first maximum wins a tie). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +24,8 @@ static void quiet(enum ggml_log_level level, const char *text, void *ud)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) { fprintf(stderr, "usage: %s MODEL.gguf ID,ID,...\n", argv[0]); return 2; }
+    if (argc != 3 && argc != 4) { fprintf(stderr, "usage: %s MODEL.gguf ID,ID,... [N]\n", argv[0]); return 2; }
+    const int n_gen = argc == 4 ? atoi(argv[3]) : 0;
     llama_token ids[512];
     int n = 0;
     for (char *p = argv[2]; *p && n < 512;) {
@@ -52,7 +58,19 @@ int main(int argc, char **argv)
     b.n_tokens = n;
     if (llama_decode(ctx, b)) { fprintf(stderr, "llama_decode failed\n"); return 1; }
     const int nv = llama_vocab_n_tokens(llama_model_get_vocab(model));
-    for (int i = 0; i < n; i++) {
+    for (int g = 0, at = n - 1; g < n_gen; g++, at = 0) {
+        const float *l = llama_get_logits_ith(ctx, at);
+        int best = 0;
+        for (int v = 1; v < nv; v++)
+            if (l[v] > l[best]) best = v;
+        printf("%s%d", g ? " " : "", best);
+        b.token[0] = best;
+        b.pos[0] = n + g;
+        b.n_tokens = 1;
+        if (g + 1 < n_gen && llama_decode(ctx, b)) { fprintf(stderr, "llama_decode failed\n"); return 1; }
+    }
+    if (n_gen) printf("\n");
+    for (int i = 0; i < n && !n_gen; i++) {
         const float *l = llama_get_logits_ith(ctx, i);
         for (int v = 0; v < nv; v++) printf("%s%.9g", v ? " " : "", l[v]);
         printf("\n");

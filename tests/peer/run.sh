@@ -32,6 +32,24 @@ for f in llama gemma gemma2 gptneox; do
     } > "$OUT/$f.lcpp.logits"
     echo "wrote $OUT/$f.lcpp.gguf and $OUT/$f.lcpp.logits"
 done
+# llama.cpp's looped Llama (nanbeige): the llama model's weights in each
+# variant of family_ref.NANBEIGE, llama.cpp's logits of the fixed ids and its
+# greedy continuation of their first 5 (7 tokens, one decode per token)
+NB=$(python3 -c 'import sys; sys.path.insert(0, "tests"); import family_ref; print(" ".join(family_ref.NANBEIGE))')
+PROMPT=$(python3 -c 'import sys; sys.path.insert(0, "tests"); import family_ref; print(",".join(map(str, family_ref.IDS[:5])))')
+for v in $NB; do
+    f=nanbeige-$v
+    PYTHONPATH="$LLAMA_CPP/gguf-py" "$PYTHON" tests/peer/make_nanbeige.py "$v" "$OUT/$f.lcpp.gguf"
+    {
+        echo "# llama.cpp $COMMIT logits of $f.lcpp.gguf for ids $IDS (F32, F32 KV cache, 1 thread): one row per position"
+        "$TMP/llama_logits" "$OUT/$f.lcpp.gguf" "$IDS"
+    } > "$OUT/$f.lcpp.logits"
+    {
+        echo "# llama.cpp $COMMIT greedy ids of $f.lcpp.gguf after ids $PROMPT (F32 KV cache, 1 thread)"
+        "$TMP/llama_logits" "$OUT/$f.lcpp.gguf" "$PROMPT" 7
+    } > "$OUT/$f.lcpp.greedy"
+    echo "wrote $OUT/$f.lcpp.gguf, .logits and .greedy"
+done
 # k-quants: the llama model at family_ref.K256 quantized by llama-quantize
 # (its defaults for each type), and llama.cpp's logits of each file
 PYTHONPATH="$LLAMA_CPP/gguf-py" "$PYTHON" tests/peer/make_gguf.py llama-k256 "$TMP/k256.f32.gguf"

@@ -278,6 +278,22 @@ static int gather_settings(const convert_opts *o, const hf_config *cfg, cv_setti
     return 0;
 }
 
+/* A looped model (llama.cpp's nanbeige) is recursive already: its loops
+ * become N_r = n_loops recursions of the whole stack (cycle sharing), which
+ * the settings may repeat but not change. */
+static int loop_settings(const convert_opts *o, const hf_config *cfg, cv_settings *s, char *err, size_t errcap)
+{
+    if (o->init != INIT_NONE)
+        return cv_fail(err, errcap, "the model is looped already (%u loops of its layers): it converts plainly, "
+                       "without --init", cfg->n_loops);
+    if ((s->num_recursion && s->num_recursion != (int)cfg->n_loops) || (s->sharing >= 0 && s->sharing != SHARE_CYCLE))
+        return cv_fail(err, errcap, "the model is looped: its %u loops convert as %u recursions with cycle sharing",
+                       cfg->n_loops, cfg->n_loops);
+    s->num_recursion = (int)cfg->n_loops;
+    s->sharing = SHARE_CYCLE;
+    return 0;
+}
+
 /* ---- writing -------------------------------------------------------------------- */
 
 typedef struct {
@@ -474,6 +490,7 @@ static int write_arch_keys(gguf_writer *w, const cv_arch *a, int n_layer, char *
     if (a->attn_softcap > 0) gguf_writer_add_f32(w, "mor.attention.logit_softcap", a->attn_softcap);
     if (a->final_softcap > 0) gguf_writer_add_f32(w, "mor.output.logit_softcap", a->final_softcap);
     if (a->embd_scale > 0) gguf_writer_add_f32(w, "mor.embedding.scale", a->embd_scale);
+    if (a->loop_norm) gguf_writer_add_bool(w, "mor.recursion.loop_norm", 1);
     if (a->window) {
         int32_t *fl = malloc(sizeof(int32_t) * (size_t)n_layer);
         if (!fl) return cv_fail(err, errcap, "out of memory");
@@ -543,6 +560,7 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
          * relaxes (--init) computes with their values, and --outtype converts them: both read them as F32 */
         const int keep_quant = o->init == INIT_NONE && o->outtype == OUTTYPE_AUTO;
         if (gguf_input_open(&gi, o->dir, keep_quant, &ck, &cfg, err, errcap) || gather_settings(o, &cfg, &s, err, errcap)) goto done;
+        if (cfg.n_loops > 1 && loop_settings(o, &cfg, &s, err, errcap)) goto done;
     } else {
         if (!(path = cv_path_join(o->dir, "config.json"))) return cv_fail(err, errcap, "out of memory");
         if (hf_config_load(&cfg, path, err, errcap)) goto done;

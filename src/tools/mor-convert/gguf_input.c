@@ -110,6 +110,7 @@ static int unpermute(gguf_input *gi, tensor *w, int64_t hd, char *err, size_t er
 /* The llama.cpp architectures that convert, and their families. */
 static const struct { const char *arch; int family; } lcpp_arch[] = {
     {"llama", CV_FAMILY_LLAMA}, {"gemma", CV_FAMILY_GEMMA}, {"gemma2", CV_FAMILY_GEMMA2}, {"gptneox", CV_FAMILY_GPTNEOX},
+    {"nanbeige", CV_FAMILY_LLAMA},
 };
 #define N_LCPP_ARCH (sizeof lcpp_arch / sizeof lcpp_arch[0])
 
@@ -176,6 +177,29 @@ static int split_qkv(gguf_input *gi, checkpoint *ck, const gguf_file *g, int l, 
     return 0;
 }
 
+/* llama.cpp's nanbeige: a Llama whose block_count layers run num_loops
+ * times (default 1), the final norm applied to the stream between loops
+ * unless skip_loop_final_norm (src/models/nanbeige.cpp); and, as for a
+ * llama, attention.scale when the file sets it. */
+static int nanbeige_keys(const gguf_file *g, const char *path, hf_config *cfg, char *err, size_t errcap)
+{
+    char k[128];
+    int skip = 0;
+    float sc;
+    if (llama_u32(g, akey(k, sizeof k, "nanbeige", "num_loops"), 1, &cfg->n_loops, err, errcap)) return -1;
+    mor_status st = gguf_get_bool(g, akey(k, sizeof k, "nanbeige", "skip_loop_final_norm"), &skip);
+    if (st && st != MOR_E_OUT_OF_RANGE) return cv_fail(err, errcap, "%s: key '%s' is not a bool", path, k);
+    if (cfg->n_loops > MOR_MAX_RECURSIONS || (uint64_t)cfg->n_loops * cfg->n_layer > CV_MAX_LAYERS)
+        return cv_fail(err, errcap, "%s: %u loops of %u layers; libmor runs up to %d recursions, %d layers", path,
+                       cfg->n_loops, cfg->n_layer, MOR_MAX_RECURSIONS, CV_MAX_LAYERS);
+    cfg->arch.loop_norm = cfg->n_loops > 1 && !skip;
+    if (!gguf_get_f32(g, akey(k, sizeof k, "nanbeige", "attention.scale"), &sc) && sc != 0) {
+        if (!(sc > 0) || !(sc < 3e38f)) return cv_fail(err, errcap, "%s: key '%s' is not a positive number", path, k);
+        cfg->arch.attn_scale = sc;
+    }
+    return 0;
+}
+
 /* A llama.cpp file of architecture `arch`: the dimensions and features from
  * its <arch>.* keys, the tensors renamed into the HF grammar (layout.h), Q
  * and K of the "llama" architecture put back in HF order. What llama.cpp
@@ -213,6 +237,7 @@ static int open_llamacpp(gguf_input *gi, const char *path, const char *arch, int
         return cv_fail(err, errcap, "%s: value_length %u differs from key_length %u", path, v, cfg->head_dim);
     if (cfg->n_layer > CV_MAX_LAYERS || cfg->n_head % cfg->n_head_kv)
         return cv_fail(err, errcap, "%s: %u layers, %u heads, %u KV heads", path, cfg->n_layer, cfg->n_head, cfg->n_head_kv);
+    if (strcmp(arch, "nanbeige") == 0 && nanbeige_keys(g, path, cfg, err, errcap)) return -1;
     if (neox && cfg->n_head_kv != cfg->n_head)
         return cv_fail(err, errcap, "%s: a GPT-NeoX model has as many KV heads as heads", path);
     if (llama_u32(g, akey(k, sizeof k, arch, "rope.dimension_count"), cfg->head_dim, &v, err, errcap)) return -1;
@@ -291,14 +316,18 @@ static int open_llamacpp(gguf_input *gi, const char *path, const char *arch, int
                 (family == CV_FAMILY_LLAMA && (role == CV_ROLE_ATTN_Q || role == CV_ROLE_ATTN_K) &&
                  unpermute(gi, &w, cfg->head_dim, err, errcap)))
                 return -1;
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, cv_role_hf[role]);
-            if (add_weight(gi, ck, name, &w, vec, err, errcap)) return -1;
+            /* a looped model's layer l is also unrolled layer r*K + l of each loop r: the same bytes */
+            for (uint32_t r = 0; r < (cfg->n_loops ? cfg->n_loops : 1); r++) {
+                snprintf(name, sizeof name, "model.layers.%u.%s", r * cfg->n_layer + (uint32_t)l, cv_role_hf[role]);
+                if (add_weight(gi, ck, name, &w, vec, err, errcap)) return -1;
+            }
         }
         if (family == CV_FAMILY_GEMMA2 &&
             (move(gi, ck, g, l, "post_attention_norm", "weight", "attn_post_norm.weight", err, errcap) ||
              move(gi, ck, g, l, "post_ffw_norm", "weight", "ffn_post_norm.weight", err, errcap)))
             return -1;
     }
+    if (cfg->n_loops > 1) cfg->n_layer *= cfg->n_loops;   /* unrolled, as the layers were named */
     /* The tokenizer is copied when libmor can run it; otherwise the reason
      * goes into the converter's summary. */
     if (!gguf_get_str(g, "tokenizer.ggml.model", &s) && (gguf_str_eq(s, "no_vocab") || gguf_str_eq(s, "none"))) {
@@ -332,7 +361,7 @@ static int map_if_llamacpp(gguf_input *gi, const char *path, int *family, const 
             *arch_name = lcpp_arch[i].arch;
             return 1;
         }
-    return cv_fail(err, errcap, "%s: llama.cpp architecture '%.*s' is not supported (llama, gemma, gemma2, gptneox)", path,
+    return cv_fail(err, errcap, "%s: llama.cpp architecture '%.*s' is not supported (llama, gemma, gemma2, gptneox, nanbeige)", path,
                    (int)(arch.n > 40 ? 40 : arch.n), arch.p);
 }
 
@@ -387,6 +416,8 @@ int gguf_input_open(gguf_input *gi, const char *path, int keep_quant, checkpoint
         a->final_softcap = ma->final_softcap;
         a->embd_scale = ma->embd_scale;
         a->window = (uint32_t)ma->window;
+        a->loop_norm = ma->loop_norm;
+        if (ma->loop_norm) cfg->n_loops = (uint32_t)m->n_rec;   /* its layers unrolled already; they stay looped */
         for (int32_t l = 0; ma->local && l < m->n_layer && l < CV_MAX_LAYERS; l++) a->local[l] = ma->local[l];
     }
     ck->format = CKPT_SAFETENSORS;

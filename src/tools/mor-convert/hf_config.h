@@ -30,6 +30,7 @@ typedef struct {
     float attn_softcap, final_softcap, embd_scale;   /* 0: none */
     uint32_t window;            /* sliding window, 0: none */
     unsigned char local[CV_MAX_LAYERS];              /* per layer: the window applies */
+    int loop_norm;              /* a looped model's final norm between its loops (Nanbeige) */
 } cv_arch;
 
 /* Whether arch is a plain Llama's (else the file is format version 3). */
@@ -47,6 +48,7 @@ typedef struct {
     int64_t kv_base_depth, kv_num_recursion;   /* 0 when null/absent */
     char kv_sharing[32];                       /* "" when null/absent */
     int64_t bos, eos, pad;       /* -1 when absent or null */
+    uint32_t n_loops;            /* a looped model (llama.cpp's nanbeige): its layers run this many times; 0 or 1: not */
     cv_arch arch;
 } hf_config;
 

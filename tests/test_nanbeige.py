@@ -1,0 +1,214 @@
+"""test_nanbeige.py - llama.cpp's looped Llama (architecture `nanbeige`,
+Nanbeige4.2) converted by bin/mor-convert into a recursive model and run.
+
+The files are tests/data/families/nanbeige-<name>.lcpp.gguf, which llama.cpp's
+own gguf-py wrote (tests/peer/make_nanbeige.py) from family_ref's llama model
+(GQA, 2 layers) in the variants of family_ref.NANBEIGE: num_loops 1, 2 and 3,
+skip_loop_final_norm on and off, output tied and untied. Checked:
+  - a plain conversion stores the 2 physical layers once, byte for byte, as
+    the shared block of N_r = num_loops recursions (cycle sharing), with
+    mor.recursion.loop_norm exactly when llama.cpp norms between loops;
+  - bin/mor-run's logits are those of a float64 oracle of the looped model
+    (family_ref.Ref with num_loops: llama.cpp's src/models/nanbeige.cpp as a
+    Hugging Face forward) within 1e-4, and greedy decoding through the
+    per-recursion KV caches gives the oracle's ids; the loop norm, the tied
+    output and each loop move the logits far more than that;
+  - FORCED depth k (--routing forced:k) gives the logits of the same weights
+    looped k times (the oracle's; bitwise the converted 1-loop file's);
+  - the converter and the loader refuse what does not fit (--init on a looped
+    model, another recursion count; a loop norm without 2 recursions or in
+    a format version 1 file); a converted file converts again unchanged.
+"""
+import os
+import struct
+import subprocess
+import tempfile
+
+import family_ref as F
+import gguf_py
+import testlib as t
+
+CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
+RUN = os.path.join(t.OUT, "bin", "mor-run")
+DATA = os.path.join(t.ROOT, "tests", "data", "families")
+TOL = 1e-4
+PROMPT, N_GEN = F.IDS[:5], 7
+
+
+def src(name):
+    return os.path.join(DATA, "nanbeige-%s.lcpp.gguf" % name)
+
+
+def convert(path, out, flags=()):
+    p = subprocess.run([CONVERT, path, "-o", out] + list(flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p.returncode == 0, (p.stdout + p.stderr).strip()
+
+
+def run_logits(gguf, tmp, extra=()):
+    out = os.path.join(tmp, "L.f32")
+    p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, F.IDS)), "--dump-logits", out] + list(extra),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode:
+        return None, p.stderr.strip()
+    with open(out, "rb") as f:
+        raw = f.read()
+    return list(struct.unpack("<%df" % (len(raw) // 4), raw)), ""
+
+
+def greedy(gguf):
+    p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, PROMPT)), "-n", str(N_GEN), "--greedy",
+                        "--print-ids"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return [int(x) for x in p.stdout.split()] if p.returncode == 0 else None
+
+
+def flat(rows_):
+    return [x for r in rows_ for x in r]
+
+
+def maxdiff(a, b):
+    return max(abs(x - y) for x, y in zip(a, b)) if a and b and len(a) == len(b) else float("inf")
+
+
+def rows(x):
+    nr = x.dims[1] if len(x.dims) > 1 else 1
+    n = len(x.data) // nr
+    return sorted(x.data[i * n:(i + 1) * n] for i in range(nr))
+
+
+def check_layout(name, conv):
+    """The physical layers stored once, byte for byte (Q and K rows in
+    another order: libmor undoes llama.cpp's RoPE permutation), looped."""
+    loops, skip, tied = F.NANBEIGE[name]
+    g, c = gguf_py.read(src(name)), gguf_py.read(conv)
+    K = g.get("nanbeige.block_count")
+    blk = [x for x in c.tensors if x.name.startswith("blk.")]
+    same = [x.name for x in g.tensors if x.name.startswith("blk.") and c.tensor(x.name) is not None and
+            c.tensor(x.name).type == x.type and rows(c.tensor(x.name)) == rows(x)]
+    t.check(len(blk) == len(same) == 9 * K, "%s: the %d physical layers are stored once, every tensor the same rows of "
+            "bytes as llama.cpp's file (%d of %d)" % (name, K, len(same), len(blk)))
+    plan = (c.get("mor.recursion.count"), c.get("mor.recursion.base_depth"), c.get("mor.layer_count"),
+            c.get("mor.recursion.sharing"), c.get("mor.layer_map")[1])
+    want = (loops, K, loops * K, "cycle" if loops > 1 else "none", list(range(K)) * loops)
+    t.check(plan == want, "%s: num_loops %d is N_r with the block of %d layers, cycle-shared (%s)" % (name, loops, K, plan))
+    norm = loops > 1 and not skip
+    t.check(bool(c.get("mor.recursion.loop_norm")) == norm and c.get("mor.format_version") == (3 if norm else 1),
+            "%s: mor.recursion.loop_norm %s (format version %s)" % (name, "set" if norm else "absent",
+                                                                      c.get("mor.format_version")))
+    t.check((c.tensor("output.weight") is None) == tied, "%s: the output %s" % (name, "tied" if tied else "untied"))
+
+
+def check_variant(name, tmp):
+    loops, skip, tied = F.NANBEIGE[name]
+    conv = os.path.join(tmp, name + ".gguf")
+    ok, msg = convert(src(name), conv)
+    if not t.check(ok, "%s: converts (%s)" % (name, msg[-200:])):
+        return None
+    check_layout(name, conv)
+    a, err = run_logits(conv, tmp)
+    # the float64 oracle of the same weights as a Hugging Face checkpoint with num_loops
+    cfg, w = F.make_model("llama")
+    cfg.update(num_loops=loops, skip_loop_final_norm=skip)
+    if tied:
+        del w["lm_head.weight"]
+    d = F.write_model(os.path.join(tmp, "hf_" + name), cfg, w)
+    want = flat(F.Ref(d).forward(F.IDS))
+    do = maxdiff(a, want)
+    t.check(do <= TOL, "%s: logits = the float64 oracle's of the looped model (%.2g)" % (name, do))
+    if loops > 1 and not skip:
+        dn = maxdiff(flat(F.Ref(d, ["loop_norm"]).forward(F.IDS)), want)
+        t.check(dn > 100 * TOL, "%s: the loop norm matters: the oracle without it is %.3g away" % (name, dn))
+    if name in ("n2", "n3t"):   # greedy decoding: the oracle's argmax over the sequence so far, step by step
+        ids, seq, ref = greedy(conv), list(PROMPT), F.Ref(d)
+        for _ in range(N_GEN):
+            row = ref.forward(seq)[-1]
+            seq.append(row.index(max(row)))
+        t.check(ids == seq[len(PROMPT):], "%s: greedy decoding, one token at a time through each recursion's KV "
+                "cache, gives the oracle's ids %s (%s)" % (name, seq[len(PROMPT):], ids))
+    b, _ = run_logits(conv, tmp, ["--threads", "2"])
+    t.check(a is not None and a == b, "%s: 2 threads give the same bits as 1" % name)
+    return a
+
+
+def oracle(name, loops=None):
+    n_loops, skip, tied = F.NANBEIGE[name]
+    cfg, w = F.make_model("llama")
+    cfg.update(num_loops=loops or n_loops, skip_loop_final_norm=skip)
+    if tied:
+        del w["lm_head.weight"]
+    return flat(F.Ref(F.write_model(tempfile.mkdtemp(dir=TMP[0]), cfg, w)).forward(F.IDS))
+
+
+def check_forced(tmp):
+    """A token stopped after recursion k has the logits of the model looped
+    k times: the loop norm is applied on the way into a recursion, never on
+    the way out."""
+    for name, k in (("n2", 1), ("n2s", 1), ("n3t", 2), ("n3t", 1)):
+        conv = os.path.join(tmp, name + ".gguf")
+        a, err = run_logits(conv, tmp, ["--routing", "forced:%d" % k])
+        d = maxdiff(a, oracle(name, k))
+        full, _ = run_logits(conv, tmp)
+        dd = maxdiff(a, full)
+        t.check(d <= TOL and dd > 100 * TOL, "%s --routing forced:%d: the oracle's logits of the model looped %d "
+                "times (%.2g), %.3g from full depth" % (name, k, k, d, dd))
+    a, _ = run_logits(os.path.join(tmp, "n2.gguf"), tmp, ["--routing", "forced:1"])
+    b, _ = run_logits(os.path.join(tmp, "n1.gguf"), tmp)
+    t.check(a is not None and a == b, "n2 --routing forced:1: the bits of the converted 1-loop file n1")
+
+
+def check_features():
+    """The features the test files switch, each far beyond the tolerance:
+    the tied output, a third loop, a second one."""
+    for a, b, what in (("n2", "n2t", "the tied output"), ("n2t", "n3t", "a third loop"), ("n1", "n2", "a second loop")):
+        d = maxdiff(oracle(a), oracle(b))
+        t.check(d > 100 * TOL, "%s matters: the oracle's %s and %s differ by %.3g" % (what, a, b, d))
+
+
+def check_refusals(tmp):
+    ok, msg = convert(src("n2"), os.path.join(tmp, "bad.gguf"), ["--num-recursion", "2", "--sharing", "cycle",
+                                                                 "--init", "average"])
+    t.check(not ok and "looped" in msg, "converter refuses --init on a looped model: %s" % msg[-150:])
+    ok, msg = convert(src("n2"), os.path.join(tmp, "bad.gguf"), ["--num-recursion", "4"])
+    t.check(not ok and "looped" in msg, "converter refuses another recursion count: %s" % msg[-150:])
+    g = gguf_py.read(src("n2"))
+    g.set("nanbeige.num_loops", gguf_py.U32, 0)
+    bad = os.path.join(tmp, "zero.gguf")
+    gguf_py.write(bad, g)
+    ok, msg = convert(bad, os.path.join(tmp, "bad.gguf"))
+    t.check(not ok and "num_loops" in msg, "converter refuses num_loops 0: %s" % msg[-150:])
+    edits = [
+        ("n1", lambda f: (f.set("mor.format_version", gguf_py.U32, 3), f.set("mor.recursion.loop_norm", gguf_py.BOOL, True)),
+         "at least 2 recursions", "a loop norm in a model of 1 recursion"),
+        ("n2", lambda f: (f.set("mor.format_version", gguf_py.U32, 1), f.drop("mor.family")),
+         "'mor.recursion.loop_norm' needs mor.format_version >= 3", "a loop norm in a version-1 file"),
+    ]
+    for n, (name, edit, want, what) in enumerate(edits):
+        f = gguf_py.read(os.path.join(tmp, name + ".gguf"))
+        edit(f)
+        p = os.path.join(tmp, "edit%d.gguf" % n)
+        gguf_py.write(p, f)
+        got, err = run_logits(p, tmp)
+        t.check(got is None and want in err, "loader refuses %s: %s" % (what, err[-160:]))
+    # a converted looped model converts again (a `mor` file as input) to the same logits
+    again = os.path.join(tmp, "again.gguf")
+    ok, msg = convert(os.path.join(tmp, "n3t.gguf"), again)
+    a, _ = run_logits(os.path.join(tmp, "n3t.gguf"), tmp)
+    b, _ = run_logits(again, tmp) if ok else (None, msg)
+    t.check(ok and a is not None and a == b, "a converted looped model converts again to the same bits (%s)" % msg[-120:])
+
+
+TMP = [None]
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        TMP[0] = tmp
+        for name in F.NANBEIGE:
+            check_variant(name, tmp)
+        check_features()
+        check_forced(tmp)
+        check_refusals(tmp)
+    t.finish()
+
+
+if __name__ == "__main__":
+    main()
