@@ -17,7 +17,8 @@
  * xtc_threshold, top_n_sigma, dynatemp_range, dynatemp_exponent, samplers,
  * n_probs (logprobs' count), ignore_eos, return_tokens, and accepted with
  * nothing to do here: cache_prompt (prompt reuse is the server's and gives
- * the same tokens either way), n_keep (no context shift: a request must fit),
+ * the same tokens either way), n_keep (no context shift: an OpenAI request
+ * must fit, a /completion ends when the context is full),
  * id_slot (the server picks the slot); libmor's: speculate,
  * speculate_depth. Checks that need the model (token ids < n_vocab, texts
  * to tokenize, the context length) are the caller's. */
