@@ -1857,6 +1857,110 @@ def test_llama_server_conventions(srv):
     other.stop()
 
 
+# ---- llama.cpp's native /completion --------------------------------------------
+
+def native(srv, body, path="/completion"):
+    return srv.json("POST", path, body)
+
+
+def test_completion_native(srv):
+    """llama.cpp's POST /completion (and /completions): the same tokens as
+    /v1/completions for the same seed, in llama.cpp's shape; its stream
+    (no [DONE]); n_predict -1 and 0; stop words; n_probs; mixed prompts."""
+    prompt, seed = "The jury said that", 7
+    _, oai = completion(srv, {"prompt": prompt, "max_tokens": 12, "seed": seed, "logprobs": 2})
+    oc = oai["choices"][0]
+    st, r = native(srv, {"prompt": prompt, "n_predict": 12, "seed": seed, "return_tokens": True})
+    t.check(st == 200 and r["content"] == oc["text"] and r["tokens"] == oc["mor"]["token_ids"] and
+            r["stop"] is True and r["stop_type"] == "limit" and r["stopping_word"] == "" and
+            r["tokens_predicted"] == 12 and r["tokens_evaluated"] == oai["usage"]["prompt_tokens"] and
+            r["truncated"] is False and r["model"] == "brown-mor" and r["prompt"] == prompt and
+            r["mor"]["depths"] == oc["mor"]["depths"],
+            "POST /completion: /v1/completions' text and tokens for the seed, llama.cpp's fields")
+    gs = r["generation_settings"]
+    t.check(gs["n_predict"] == 12 and gs["seed"] == seed and abs(gs["temperature"] - 0.8) < 1e-6 and
+            gs["top_k"] == 40 and gs["n_ctx"] == 256 and gs["stop"] == [] and "samplers" in gs and
+            set(r["timings"]) >= {"cache_n", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
+                                  "predicted_per_second"} and r["timings"]["predicted_n"] == 12 and
+            r["timings"]["prompt_n"] + r["timings"]["cache_n"] == r["tokens_evaluated"] and
+            "completion_probabilities" not in r,
+            "/completion: generation_settings, timings (prompt_n + cache_n = tokens_evaluated)")
+    st, r2 = native(srv, {"prompt": prompt, "n_predict": 12, "seed": seed}, "/completions")
+    t.check(st == 200 and r2["content"] == r["content"] and r2["tokens"] == [],
+            "POST /completions (llama-server's alias): the same; tokens empty without return_tokens")
+    # n_probs: each token's log-probability and the most likely, /v1/completions' numbers
+    st, p = native(srv, {"prompt": prompt, "n_predict": 12, "seed": seed, "n_probs": 2})
+    cp = p.get("completion_probabilities", [])
+    lp = oc["logprobs"]
+    t.check(st == 200 and len(cp) == 12 and [x["id"] for x in cp] == oc["mor"]["token_ids"] and
+            all(len(x["top_logprobs"]) == 2 and near(x["logprob"], v) for x, v in zip(cp, lp["token_logprobs"])) and
+            all(bytes(x["bytes"]).decode(errors="ignore").startswith(x["token"]) for x in cp) and
+            p["generation_settings"]["n_probs"] == 2,
+            "n_probs 2: completion_probabilities {id, token, bytes, logprob, top_logprobs} per token")
+    # stop words: stop_type word, the word named, the text cut before it
+    full = native(srv, {"prompt": prompt, "n_predict": 40, "seed": 5})[1]["content"]
+    words = [w for w in full.split(" ") if len(w) >= 3]
+    if words:
+        stop = words[len(words) // 2][:3]
+        st, w = native(srv, {"prompt": prompt, "n_predict": 40, "seed": 5, "stop": ["zzzz", stop]})
+        t.check(st == 200 and w["stop_type"] == "word" and w["stopping_word"] == stop and
+                w["content"] == full[:full.find(stop)] and w["truncated"] is False,
+                "stop %r: stop_type word, stopping_word, the content before it" % stop)
+    # a grammar's end is the end token's: stop_type eos
+    st, e = native(srv, {"prompt": prompt, "n_predict": 40, "seed": 5, "grammar": 'root ::= " yes"'})
+    t.check(st == 200 and e["content"] == " yes" and e["stop_type"] == "eos", "a grammar's end: stop_type eos")
+    # n_predict -1 (and absent): until the context is full, truncated
+    for body in ({"prompt": prompt, "seed": 3}, {"prompt": prompt, "seed": 3, "n_predict": -1}):
+        st, f = native(srv, body)
+        t.check(st == 200 and f["stop_type"] == "limit" and f["truncated"] is True and
+                f["tokens_predicted"] + f["tokens_evaluated"] == 256 and f["generation_settings"]["n_predict"] == -1,
+                "%s: generates until the context (256) is full, truncated" % json.dumps(body))
+    st, z = native(srv, {"prompt": prompt, "n_predict": 0})
+    t.check(st == 200 and z["content"] == "" and z["tokens_predicted"] == 0 and z["stop_type"] == "limit" and
+            z["tokens_evaluated"] == 5, "n_predict 0: no tokens")
+    # a mixed prompt: ids and texts, as llama.cpp tokenizes it
+    ids = srv.json("POST", "/tokenize", {"content": "The jury"})[1]["tokens"]
+    rest = srv.json("POST", "/tokenize", {"content": " said that"})[1]["tokens"]
+    _, want = completion(srv, {"prompt": ids + rest, "max_tokens": 6, "seed": 2})
+    st, m = native(srv, {"prompt": ids + [" said that"], "n_predict": 6, "seed": 2})
+    st2, m2 = completion(srv, {"prompt": ids + [" said that"], "max_tokens": 6, "seed": 2})
+    t.check(st == 200 and m["content"] == want["choices"][0]["text"] and m["tokens_evaluated"] == len(ids + rest) and
+            st2 == 200 and m2["choices"][0]["text"] == m["content"],
+            "a mixed prompt [ids..., \" said that\"]: the ids and the text's tokens (both endpoints)")
+    # the stream: llama.cpp's events, the whole response's text, the final object last, no [DONE]
+    st, ev = srv.stream("/completion", {"prompt": prompt, "n_predict": 12, "seed": seed, "stream": True,
+                                        "n_probs": 1})
+    parts, last = ev[:-1], ev[-1] if ev else {}
+    t.check(st == 200 and "[DONE]" not in ev and last.get("stop") is True and last["content"] == "" and
+            all(x["stop"] is False for x in parts) and "".join(x["content"] for x in parts) == r["content"] and
+            sum((x["tokens"] for x in parts), []) == r["tokens"] and
+            all(len(x["completion_probabilities"]) == len(x["tokens"]) for x in parts) and
+            last["tokens_predicted"] == 12 and last["stop_type"] == "limit" and "timings" in last,
+            "stream: one event per token {content, tokens, stop: false}, then the final object; no [DONE]")
+    st, ev = srv.stream("/completion", {"prompt": prompt, "n_predict": 0, "stream": True})
+    t.check(st == 200 and len(ev) == 1 and ev[0]["stop"] is True and ev[0]["tokens_predicted"] == 0,
+            "stream with n_predict 0: the final object alone")
+    # bad requests: 400 naming the field
+    for body, param in [({"prompt": prompt, "n_predict": -2}, "n_predict"),
+                        ({"prompt": prompt, "n_predict": 2, "max_tokens": 2}, "max_tokens"),
+                        ({"prompt": prompt, "n_predict": "8"}, "n_predict"),
+                        ({"prompt": prompt, "n": 2}, "n"),
+                        ({"prompt": prompt, "timings_per_token": True}, "timings_per_token"),
+                        ({"prompt": [1, {"x": 1}]}, "prompt"),
+                        ({"prompt": [1, -5, "a"]}, "prompt"),
+                        ({"prompt": [1, 999999, "a"]}, "prompt"),
+                        ({"prompt": "x " * 300}, "prompt"),
+                        ({"n_predict": 2}, "prompt"),
+                        ({"prompt": prompt, "frobnicate": 1}, "frobnicate")]:
+        st, e = native(srv, body)
+        t.check(st == 400 and e["error"]["param"] == param and e["error"]["message"],
+                "/completion %s: 400 naming %s" % (json.dumps(body)[:60], param))
+    st, e = completion(srv, {"prompt": prompt, "n_predict": 2})
+    t.check(st == 400 and e["error"]["param"] == "n_predict", "/v1/completions keeps OpenAI's fields: n_predict is 400")
+    st, _, _ = srv.request("GET", "/completion")
+    t.check(st == 405, "GET /completion: 405")
+
+
 # ---------------------------------------------------------------------------------
 
 def main():
@@ -1869,7 +1973,7 @@ def main():
         srv = sl.Server(["--slots", "4", "--max-body", "65536", "--test-hooks"])
         for f in (test_basics, test_mor_run, test_stream, test_prompt_reuse, test_speculation, test_n_choices, test_grammar, test_errors, test_http, test_llama_endpoints,
                   test_sampling,
-                  test_embeddings, test_llama_server_conventions,
+                  test_embeddings, test_llama_server_conventions, test_completion_native,
                   test_disconnect,
                   test_curl, test_node):
             f(srv)

@@ -94,7 +94,7 @@ static void stream_text(const char *t, size_t n, const api_request *r, uint32_t 
 static int fuzz_run(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    int kind = data[0] & 1 ? API_CHAT : API_COMPLETIONS;
+    int kind = data[0] & 1 ? API_CHAT : data[0] & 2 ? API_NATIVE : API_COMPLETIONS;   /* NATIVE: /completion */
     uint32_t seed = data[0] >> 1;
     char *body = (char *)fuzz_copy(data + 1, size - 1);
     if (!body) return 0;
@@ -108,7 +108,7 @@ static int fuzz_run(const uint8_t *data, size_t size)
     }
     FUZZ_ASSERT(!r.temperature_set || (r.temperature >= 0 && r.temperature <= 2), "temperature");
     FUZZ_ASSERT(!r.top_p_set || (r.top_p > 0 && r.top_p <= 1), "top_p");
-    FUZZ_ASSERT(!r.max_tokens_set || r.max_tokens >= 1, "max_tokens");
+    FUZZ_ASSERT(!r.max_tokens_set || r.max_tokens >= (kind == API_NATIVE ? 0 : 1), "max_tokens");   /* n_predict 0 */
     FUZZ_ASSERT(r.n_stop >= 0 && r.n_stop <= API_MAX_STOP, "n_stop");
     for (int k = 0; k < r.n_stop; k++) FUZZ_ASSERT(r.stop_len[k] >= 1 && r.stop_len[k] <= API_MAX_STOP_LEN, "stop length");
     if (kind == API_CHAT) {

@@ -60,6 +60,10 @@ static int neutral(const json *v, const char *k, api_error *err)
     if (!strcmp(k, "best_of")) ok |= v->type == JSON_NUMBER && v->num == 1;
     else if (!strcmp(k, "echo")) ok |= v->type == JSON_BOOL && !v->boolean;
     else if (!strcmp(k, "suffix")) ok |= v->type == JSON_STRING && v->str_len == 0;
+    else if (!strcmp(k, "n_indent") || !strcmp(k, "t_max_predict_ms")) ok |= v->type == JSON_NUMBER && v->num == 0;
+    else if (!strcmp(k, "n_cmpl")) ok |= v->type == JSON_NUMBER && v->num == 1;
+    else if (!strcmp(k, "timings_per_token") || !strcmp(k, "post_sampling_probs") || !strcmp(k, "return_progress"))
+        ok |= v->type == JSON_BOOL && !v->boolean;
     if (!ok) return bad(err, k, "'%s' is not supported by this server beyond its default value", k);
     return 0;
 }
@@ -106,6 +110,32 @@ static int parse_ids(const json *v, api_request *r, api_error *err)
     return 0;
 }
 
+/* llama.cpp's one mixed prompt: ids and texts, at least one of each (ids
+ * alone are the usual array; texts alone, a batch of prompts). */
+static int is_mixed(const json *v)
+{
+    int ids = 0, texts = 0;
+    if (v->type != JSON_ARRAY) return 0;
+    for (size_t i = 0; i < v->n; i++) {
+        if (v->items[i]->type == JSON_NUMBER) ids = 1;
+        else if (v->items[i]->type == JSON_STRING) texts = 1;
+        else return 0;
+    }
+    return ids && texts;
+}
+
+static int parse_mixed(const json *v, api_request *r, api_error *err)
+{
+    for (size_t i = 0; i < v->n; i++) {
+        int64_t t;
+        const json *e = v->items[i];
+        if (e->type == JSON_NUMBER && !json_as_int(e, 0, INT32_MAX, &t))
+            return bad(err, "prompt", "'prompt' token ids must be integers in [0, 2147483647] (item %zu)", i);
+    }
+    r->prompt_mixed = v;
+    return 0;
+}
+
 static int parse_prompt(const json *v, api_request *r, api_error *err)
 {
     if (v->type == JSON_STRING) {
@@ -115,10 +145,11 @@ static int parse_prompt(const json *v, api_request *r, api_error *err)
     }
     if (v->type != JSON_ARRAY)
         return bad(err, "prompt", "'prompt' must be a string or an array of token ids, not %s", type_name(v));
+    if (is_mixed(v)) return parse_mixed(v, r, err);
     if (v->n >= 1 && (v->items[0]->type == JSON_STRING || v->items[0]->type == JSON_ARRAY)) {
         /* a batch of prompts: one is fine */
         if (v->n != 1) return bad(err, "prompt", "one prompt per request: 'prompt' holds %zu", v->n);
-        if (v->items[0]->type == JSON_STRING) return parse_prompt(v->items[0], r, err);
+        if (v->items[0]->type == JSON_STRING || is_mixed(v->items[0])) return parse_prompt(v->items[0], r, err);
         return parse_ids(v->items[0], r, err);
     }
     return parse_ids(v, r, err);
@@ -239,8 +270,18 @@ static const struct { const char *name; char kinds; } fields[] = {
     /* OpenAI's, accepted with their neutral value only */
     { "best_of", 'C' }, { "echo", 'C' }, { "suffix", 'C' },
     { "tools", 'H' }, { "tool_choice", 'H' }, { "parallel_tool_calls", 'H' },
+    /* llama.cpp's /completion (and there, the completions' fields too) */
+    { "n_predict", 'N' }, { "n_indent", 'N' }, { "t_max_predict_ms", 'N' }, { "n_cmpl", 'N' },
+    { "timings_per_token", 'N' }, { "post_sampling_probs", 'N' }, { "return_progress", 'N' },
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
+
+static int field_of_kind(char kinds, int kind)
+{
+    if (kinds == 'B') return 1;
+    if (kind == API_CHAT) return kinds == 'H';
+    return kinds == 'C' || (kind == API_NATIVE && kinds == 'N');
+}
 
 /* One constraint per request. */
 static int constraint(api_request *r, const char *k, api_error *err)
@@ -453,6 +494,45 @@ static int parse_tool_choice(const json *v, api_request *r, api_error *err)
     return 0;
 }
 
+/* llama.cpp's n_predict: -1 no limit but the context's, 0 nothing generated. */
+static int parse_n_predict(const json *v, api_request *r, api_error *err)
+{
+    const char *k = "n_predict";
+    int64_t x;
+    if (r->max_tokens_set) return bad(err, k, "give n_predict or max_tokens, not both");
+    if (get_int(v, k, -1, INT32_MAX, &x, err)) return -1;
+    r->n_predict_set = 1;
+    r->max_tokens_set = x >= 0;
+    r->max_tokens = x >= 0 ? x : 0;
+    return 0;
+}
+
+/* chat: a boolean; completions: how many of the most likely per token. */
+static int parse_logprobs(const json *v, api_request *r, api_error *err)
+{
+    const char *k = "logprobs";
+    if (r->kind == API_CHAT) return get_bool(v, k, &r->logprobs, err);
+    if (v->type == JSON_BOOL && !v->boolean) return 0;   /* false: none, as null */
+    if (v->type != JSON_NUMBER)
+        return bad(err, k, "'logprobs' must be an integer in [0, %d] (how many of the most likely tokens "
+                   "to list beside each token), not %s", API_MAX_LOGPROBS, type_name(v));
+    r->logprobs = 1;
+    return get_int(v, k, 0, API_MAX_LOGPROBS, &r->top_logprobs, err);
+}
+
+static int parse_stream_options(const json *v, api_request *r, api_error *err)
+{
+    const char *k = "stream_options";
+    if (v->type == JSON_NULL) return 0;
+    if (v->type != JSON_OBJECT) return bad(err, k, "'stream_options' must be an object");
+    for (size_t i = 0; i < v->n; i++) {
+        if (strcmp(v->keys[i], "include_usage")) return bad(err, k, "stream_options: unrecognized field '%s'", v->keys[i]);
+        if (get_bool(v->items[i], "stream_options.include_usage", &r->include_usage, err)) return -1;
+    }
+    r->include_usage |= 2;   /* given: checked against stream below */
+    return 0;
+}
+
 static int field(api_request *r, const char *k, const json *v, api_error *err)
 {
     if (!strcmp(k, "prompt")) return parse_prompt(v, r, err);
@@ -463,8 +543,10 @@ static int field(api_request *r, const char *k, const json *v, api_error *err)
         r->model = v->str;
         return 0;
     }
+    if (!strcmp(k, "n_predict")) return parse_n_predict(v, r, err);
     if (!strcmp(k, "max_tokens") || !strcmp(k, "max_completion_tokens")) {
-        if (r->max_tokens_set) return bad(err, k, "give max_tokens or max_completion_tokens, not both");
+        if (r->max_tokens_set || r->n_predict_set)
+            return bad(err, k, "give %s or %s, not both", r->n_predict_set ? "n_predict" : "max_tokens", k);
         r->max_tokens_set = 1;
         return get_int(v, k, 1, INT32_MAX, &r->max_tokens, err);
     }
@@ -491,15 +573,7 @@ static int field(api_request *r, const char *k, const json *v, api_error *err)
         r->seed = (uint64_t)(s >= 0 ? s : 0);
         return 0;
     }
-    if (!strcmp(k, "logprobs")) {
-        if (r->kind == API_CHAT) return get_bool(v, k, &r->logprobs, err);
-        if (v->type == JSON_BOOL && !v->boolean) return 0;   /* false: none, as null */
-        if (v->type != JSON_NUMBER)
-            return bad(err, k, "'logprobs' must be an integer in [0, %d] (how many of the most likely tokens "
-                       "to list beside each token), not %s", API_MAX_LOGPROBS, type_name(v));
-        r->logprobs = 1;
-        return get_int(v, k, 0, API_MAX_LOGPROBS, &r->top_logprobs, err);
-    }
+    if (!strcmp(k, "logprobs")) return parse_logprobs(v, r, err);
     if (!strcmp(k, "top_logprobs")) { r->top_logprobs_set = 1; return get_int(v, k, 0, API_MAX_LOGPROBS, &r->top_logprobs, err); }
     if (!strcmp(k, "stop")) return parse_stop(v, r, err);
     if (!strcmp(k, "grammar")) {
@@ -529,16 +603,7 @@ static int field(api_request *r, const char *k, const json *v, api_error *err)
         r->test_hold = 2 | hold;   /* 2: given (refused without --test-hooks) */
         return 0;
     }
-    if (!strcmp(k, "stream_options")) {
-        if (v->type == JSON_NULL) return 0;
-        if (v->type != JSON_OBJECT) return bad(err, k, "'stream_options' must be an object");
-        for (size_t i = 0; i < v->n; i++) {
-            if (strcmp(v->keys[i], "include_usage")) return bad(err, k, "stream_options: unrecognized field '%s'", v->keys[i]);
-            if (get_bool(v->items[i], "stream_options.include_usage", &r->include_usage, err)) return -1;
-        }
-        r->include_usage |= 2;   /* given: checked against stream below */
-        return 0;
-    }
+    if (!strcmp(k, "stream_options")) return parse_stream_options(v, r, err);
     if (!strcmp(k, "user")) {
         if (v->type != JSON_STRING) return bad(err, k, "'user' must be a string");
         return 0;
@@ -563,8 +628,7 @@ int api_parse(int kind, const char *body, size_t len, api_request *r, api_error 
     for (size_t i = 0; i < d->n; i++) {
         const char *k = d->keys[i];
         size_t f = 0;
-        while (f < N_FIELDS && (strcmp(fields[f].name, k) || (fields[f].kinds != 'B' && fields[f].kinds != (kind == API_CHAT ? 'H' : 'C'))))
-            f++;
+        while (f < N_FIELDS && (strcmp(fields[f].name, k) || !field_of_kind(fields[f].kinds, kind))) f++;
         if (f == N_FIELDS) {
             char shown[40];
             snprintf(shown, sizeof shown, "%s", k);
@@ -575,7 +639,11 @@ int api_parse(int kind, const char *body, size_t len, api_request *r, api_error 
         if (seen[f]++) { bad(err, k, "'%s' is given twice", k); goto fail; }
         if (field(r, k, d->items[i], err)) goto fail;
     }
-    if (kind == API_COMPLETIONS && !r->prompt_text && !r->prompt_ids) { bad(err, "prompt", "'prompt' is required"); goto fail; }
+    if (kind == API_NATIVE && r->n > 1) {
+        bad(err, "n", "llama.cpp's /completion gives one completion: for n > 1 use /v1/completions");
+        goto fail;
+    }
+    if (kind != API_CHAT && !r->prompt_text && !r->prompt_ids && !r->prompt_mixed) { bad(err, "prompt", "'prompt' is required"); goto fail; }
     if (kind == API_CHAT && !r->messages) { bad(err, "messages", "'messages' is required"); goto fail; }
     if (kind == API_CHAT && r->top_logprobs_set && r->top_logprobs > 0 && !r->logprobs) {
         bad(err, "top_logprobs", "'top_logprobs' needs \"logprobs\": true");

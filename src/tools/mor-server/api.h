@@ -17,7 +17,8 @@
  * xtc_threshold, top_n_sigma, dynatemp_range, dynatemp_exponent, samplers,
  * n_probs (logprobs' count), ignore_eos, return_tokens, and accepted with
  * nothing to do here: cache_prompt (prompt reuse is the server's and gives
- * the same tokens either way), n_keep (no context shift: a request must fit),
+ * the same tokens either way), n_keep (no context shift: an OpenAI request
+ * must fit, a /completion ends when the context is full),
  * id_slot (the server picks the slot); libmor's: speculate,
  * speculate_depth. Checks that need the model (token ids < n_vocab, texts
  * to tokenize, the context length) are the caller's. */
@@ -27,7 +28,12 @@
 #include <stdint.h>
 #include "json.h"
 
-enum { API_COMPLETIONS, API_CHAT };
+/* API_NATIVE: llama.cpp's POST /completion, the completions' fields and
+ * n_predict (-1: until the context is full; 0: nothing generated), with
+ * llama.cpp's own that need no work here accepted at their neutral value
+ * (n_indent 0, t_max_predict_ms 0, timings_per_token, post_sampling_probs
+ * and return_progress false, n_cmpl 1); one completion (n 1). */
+enum { API_COMPLETIONS, API_CHAT, API_NATIVE };
 
 #define API_MAX_STOP     16     /* stop strings per request */
 #define API_MAX_STOP_LEN 1024   /* bytes per stop string */
@@ -66,6 +72,8 @@ typedef struct {
     size_t       prompt_len;
     int32_t     *prompt_ids;              /* malloc'd */
     int32_t      n_prompt_ids;
+    const json  *prompt_mixed;            /* llama.cpp's [id, "text", ...] (ids checked >= 0; texts
+                                             tokenized by the caller), into doc */
     /* chat */
     api_message *messages;                /* malloc'd */
     int32_t      n_messages;
@@ -78,6 +86,7 @@ typedef struct {
     const char  *tool_name;
     int          parallel_tool_calls;
     /* generation; *_set: the field was given (else the server's default) */
+    int          n_predict_set;           /* n_predict was given (-1 leaves max_tokens unset) */
     int          max_tokens_set, temperature_set, top_p_set, top_k_set, min_p_set, seed_set;
     int          repeat_penalty_set, repeat_last_n_set;
     int64_t      max_tokens, top_k, repeat_last_n;

@@ -59,6 +59,7 @@ job *job_new(void)
     j->refs = 1;
     j->id = -1;
     j->n_top = -1;
+    j->stop_word = -1;
     MOR_SAMPLER_PARAMS_INIT(&j->sp);
     return j;
 }
@@ -195,6 +196,7 @@ static void on_token(mor_request_id id, mor_token tok, int32_t depth, const floa
     j->n_tokens = n + 1;
     if (ending) {
         j->finish = stop_token || j->ts.stopped ? FINISH_STOP : FINISH_LENGTH;
+        j->stop_word = !stop_token && j->ts.stopped ? j->ts.stop_index : -1;
         j->t_done = engine_now();
     }
     pthread_mutex_unlock(&j->mu);

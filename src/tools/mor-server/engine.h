@@ -73,6 +73,8 @@ struct job {
     int32_t    n_tokens;
     buf        text;
     int        finish;                   /* FINISH_*, set once at the end */
+    int        stop_word;                /* FINISH_STOP by a stop string: its index in the
+                                            job's ts (the request's stop list first); else -1 */
     int32_t    n_cached;                 /* prompt tokens reused from a slot's kept K/V */
     char       error[200];               /* FINISH_ERROR: why */
     int        signalled;                /* a byte is in the pipe */

@@ -2,7 +2,8 @@
  *   POST /v1/completions, POST /v1/chat/completions   (api.h; streamed as
  *        server-sent events with "stream": true)
  *   GET  /v1/models[/ID], /health, /metrics (Prometheus text)
- *   (and llama.cpp's POST /tokenize, /detokenize, GET /props: llama_endpoints.c)
+ *   (and llama.cpp's POST /tokenize, /detokenize, GET /props: llama_endpoints.c;
+ *   its POST /completion: completion_native.c, from the same jobs: generate.h)
  * A generated token's recursion depth is in the extension object "mor" of
  * each choice: {"token_ids": [...], "depths": [...]}, per event when
  * streaming; logprobs, when asked for, in OpenAI's "logprobs" of each choice
@@ -15,6 +16,7 @@
 #include <time.h>
 #include "api.h"
 #include "chat.h"
+#include "generate.h"
 #include "cors.h"
 #include "json.h"
 #include "jsonw.h"
@@ -27,12 +29,13 @@
 
 static const char *const ep_names[EP_N] = { "completions", "chat_completions", "models", "health", "metrics",
                                             "tokenize", "detokenize", "props", "embeddings", "apply_template",
-                                            "slots", "other" };
+                                            "slots", "completion", "other" };
 
 int endpoint_of(const char *path)
 {
     if (!strcmp(path, "/v1/completions")) return EP_COMPLETIONS;
     if (!strcmp(path, "/v1/chat/completions")) return EP_CHAT;
+    if (!strcmp(path, "/completion") || !strcmp(path, "/completions")) return EP_COMPLETION;   /* llama.cpp's both */
     if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) return EP_MODELS;
     if (!strcmp(path, "/health")) return EP_HEALTH;
     if (!strcmp(path, "/metrics")) return EP_METRICS;
@@ -265,7 +268,6 @@ typedef struct {
     int         tools;           /* parse tool calls from the text (tools given, tool_choice not "none") */
 } reply;
 
-static int sse(conn *c, request *rq, const char *data, size_t n);
 static void head_fields(jsonw *w, const reply *r, int chunk);
 
 /* OpenAI's call id: "call_" and 24 letters and digits. */
@@ -369,13 +371,13 @@ static const char *finish_name(int f) { return f == FINISH_STOP ? "stop" : f == 
  * request's). */
 static void usage_object(jsonw *w, job *const *js, int n)
 {
-    int64_t gen = 0;
-    for (int i = 0; i < n; i++) gen += js[i]->n_tokens;
+    int64_t n_gen = 0;
+    for (int i = 0; i < n; i++) n_gen += js[i]->n_tokens;
     jw_key(w, "usage");
     jw_obj(w);
     jw_key(w, "prompt_tokens"); jw_int(w, js[0]->n_prompt);
-    jw_key(w, "completion_tokens"); jw_int(w, gen);
-    jw_key(w, "total_tokens"); jw_int(w, js[0]->n_prompt + gen);
+    jw_key(w, "completion_tokens"); jw_int(w, n_gen);
+    jw_key(w, "total_tokens"); jw_int(w, js[0]->n_prompt + n_gen);
     jw_key(w, "prompt_tokens_details");   /* OpenAI's: the prompt tokens a cache gave */
     jw_obj(w);
     jw_key(w, "cached_tokens"); jw_int(w, js[0]->n_cached);
@@ -427,7 +429,7 @@ static void mor_object(jsonw *w, const job *j, int32_t a, int32_t b)
 /* The bytes of token t as logprobs show it, into *b (reset first): its piece
  * (mor_token_to_piece: its bytes inside the text; a control token's text);
  * without a tokenizer, its id in decimal. */
-static void token_bytes(buf *b, mor_token t)
+void token_bytes(buf *b, mor_token t)
 {
     size_t len = 0;
     buf_reset(b);
@@ -459,7 +461,7 @@ static void token_string(buf *out, const buf *bytes)
 
 /* A log-probability: a float; -inf (a token the model rules out) as -9999,
  * JSON having no infinity. */
-static void jw_logprob(jsonw *w, float v) { jw_double(w, v > -9999.0f ? (double)v : -9999.0); }
+void jw_logprob(jsonw *w, float v) { jw_double(w, v > -9999.0f ? (double)v : -9999.0); }
 
 /* {"token", "logprob", "bytes"} of chat's entries and their top_logprobs */
 static void chat_token_fields(jsonw *w, mor_token t, float lp, buf *bytes, buf *str)
@@ -585,7 +587,7 @@ static void chunk_choice(jsonw *w, const reply *r, const job *j, int index, size
 
 /* Write an SSE event "data: ...\n\n" (a chunk of the chunked body when
  * HTTP/1.1). */
-static int sse(conn *c, request *rq, const char *data, size_t n)
+int sse(conn *c, request *rq, const char *data, size_t n)
 {
     buf *o = &c->out;
     buf_reset(o);
@@ -681,20 +683,33 @@ static int stream_choice(conn *c, request *rq, job *j, int index, const reply *r
     return finish;
 }
 
+void sse_begin(conn *c, request *rq)
+{
+    buf b = { 0 };
+    if (atomic_load(&S.draining)) rq->keep_alive = 0;
+    if (!rq->minor) rq->keep_alive = 0;   /* HTTP/1.0: the end of the body is the close */
+    buf_printf(&b, "HTTP/1.1 200 OK\r\nServer: mor-server/%s\r\nContent-Type: text/event-stream\r\n"
+               "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%sConnection: %s\r\n", mor_version_string(),
+               rq->minor ? "Transfer-Encoding: chunked\r\n" : "", rq->keep_alive ? "keep-alive" : "close");
+    cors_headers(rq->origin, &b);
+    buf_puts(&b, "\r\n");
+    if (buf_ok(&b)) conn_send(c, b.p, b.len);
+    else c->gone = 1;
+    buf_free(&b);
+}
+
+void sse_end(conn *c, request *rq)
+{
+    if (rq->minor && !c->gone) conn_send(c, "0\r\n\r\n", 5);
+}
+
 /* n choices streamed one after the other (each choice's events carry its
  * index; the others run meanwhile and their tokens wait in their jobs). */
 static void stream_reply(conn *c, request *rq, job *const *js, int n_jobs, const reply *r, int include_usage)
 {
     buf b = { 0 };
     jsonw w;
-    if (atomic_load(&S.draining)) rq->keep_alive = 0;
-    if (!rq->minor) rq->keep_alive = 0;
-    buf_printf(&b, "HTTP/1.1 200 OK\r\nServer: mor-server/%s\r\nContent-Type: text/event-stream\r\n"
-               "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%sConnection: %s\r\n", mor_version_string(),
-               rq->minor ? "Transfer-Encoding: chunked\r\n" : "", rq->keep_alive ? "keep-alive" : "close");
-    cors_headers(rq->origin, &b);
-    buf_puts(&b, "\r\n");
-    conn_send(c, b.p, b.len);
+    sse_begin(c, rq);
     int32_t sent = 0, total = 0;
     int ok = 1;
     for (int i = 0; i < n_jobs && !c->gone; i++) {
@@ -716,7 +731,7 @@ static void stream_reply(conn *c, request *rq, job *const *js, int n_jobs, const
             sse(c, rq, b.p, b.len);
         }
         sse(c, rq, "[DONE]", 6);
-        if (rq->minor) conn_send(c, "0\r\n\r\n", 5);
+        sse_end(c, rq);
     }
     count_request(r->kind == API_CHAT ? EP_CHAT : EP_COMPLETIONS, 200);
     if (!S.o.quiet)
@@ -725,7 +740,9 @@ static void stream_reply(conn *c, request *rq, job *const *js, int n_jobs, const
     buf_free(&b);
 }
 
-static void whole_reply(conn *c, request *rq, job *const *js, int n_jobs, const reply *r)
+/* Wait for every job's end: 0, or -1 after cancelling them (the client is
+ * gone) or answering a failed one's error. */
+static int wait_jobs(conn *c, request *rq, job *const *js, int n_jobs)
 {
     for (int i = 0; i < n_jobs; i++)
         for (;;) {
@@ -741,14 +758,22 @@ static void whole_reply(conn *c, request *rq, job *const *js, int n_jobs, const 
                 if (!S.o.quiet)
                     fprintf(stderr, "mor-server: %s \"%s %s\" client gone: cancelled %.3fs\n", c->peer, rq->method,
                             rq->path, engine_now() - rq->t_start);
-                return;
+                return -1;
             }
         }
     /* the engine writes nothing more to a finished job */
     for (int i = 0; i < n_jobs; i++) {
-        if (js[i]->finish == FINISH_CANCELLED) { conn_error(c, rq, 503, NULL, NULL, "the server is shutting down"); return; }
-        if (js[i]->finish == FINISH_ERROR) { conn_error(c, rq, 500, NULL, NULL, "%s", js[i]->error); return; }
+        if (js[i]->finish == FINISH_CANCELLED) { conn_error(c, rq, 503, NULL, NULL, "the server is shutting down"); return -1; }
+        if (js[i]->finish == FINISH_ERROR) { conn_error(c, rq, 500, NULL, NULL, "%s", js[i]->error); return -1; }
     }
+    return 0;
+}
+
+int gen_wait(conn *c, request *rq, gen *g) { return g->submitted ? wait_jobs(c, rq, g->js, g->n_jobs) : 0; }
+
+static void whole_reply(conn *c, request *rq, job *const *js, int n_jobs, const reply *r)
+{
+    if (wait_jobs(c, rq, js, n_jobs)) return;
     buf b = { 0 };
     jsonw w;
     jw_init(&w, &b);
@@ -868,151 +893,251 @@ static job *make_job(const api_request *ar, const req_sampling *rs, int kind, co
     return j;
 }
 
-static void handle_generate(conn *c, request *rq, const char *body, size_t n, int kind)
+/* llama.cpp's mixed prompt [12, "text", 34]: a text tokenized where it
+ * stands, BOS (when the model adds one) only before a first text, as
+ * llama.cpp's tokenize_mixed. */
+static int mixed_prompt(conn *c, request *rq, const json *v, mor_token **out, int32_t *n_out)
 {
-    api_request ar;
-    api_error ae;
-    if (api_parse(kind, body, n, &ar, &ae)) {
-        conn_error(c, rq, ae.status, ae.param, NULL, "%s", ae.msg);
-        return;
+    buf ids = { 0 };
+    for (size_t i = 0; i < v->n; i++) {
+        const json *e = v->items[i];
+        if (e->type == JSON_NUMBER) {   /* api.c checked it is an id >= 0 */
+            mor_token t = (mor_token)e->num;
+            if (t >= S.n_vocab) {
+                conn_error(c, rq, 400, "prompt", NULL, "token id %d is out of range (the vocabulary has %d)", t, S.n_vocab);
+                buf_free(&ids);
+                return -1;
+            }
+            buf_put(&ids, &t, sizeof t);
+            continue;
+        }
+        if (!S.has_tokenizer) {
+            conn_error(c, rq, 400, "prompt", NULL, "this model has no tokenizer: give the prompt as token ids");
+            buf_free(&ids);
+            return -1;
+        }
+        mor_token *part = NULL;
+        int32_t n_part = 0;
+        uint32_t flags = MOR_TOKENIZE_PARSE_SPECIAL | (i == 0 && S.add_bos ? MOR_TOKENIZE_ADD_BOS : 0);
+        mor_status st = text_tokenize(S.model, e->str, e->str_len, flags, &part, &n_part);
+        if (!st) buf_put(&ids, part, sizeof *part * (size_t)n_part);
+        free(part);
+        if (st) {
+            conn_error(c, rq, 500, "prompt", NULL, "tokenizing the prompt failed: %s", mor_last_error());
+            buf_free(&ids);
+            return -1;
+        }
     }
-    job *js[API_MAX_N];
-    int n_jobs = 0;
-    buf text = { 0 };
-    mor_token *prompt = NULL;
-    int32_t n_prompt = 0;
+    if (!buf_ok(&ids) || ids.len / sizeof(mor_token) > INT32_MAX) {
+        conn_error(c, rq, 500, NULL, NULL, "out of memory");
+        buf_free(&ids);
+        return -1;
+    }
+    *n_out = (int32_t)(ids.len / sizeof(mor_token));
+    *out = (mor_token *)ids.p;   /* the buf's malloc'd bytes, now the caller's */
+    return 0;
+}
+
+/* The request's prompt as tokens into g->prompt: a chat rendered, a text,
+ * ids or a mixed array. 0, or -1 answered. */
+static int gen_prompt(conn *c, request *rq, int kind, gen *g)
+{
+    api_request *ar = &g->ar;
     mor_status st = MOR_OK;
-    char *gown = NULL, emsg[300];
-    req_sampling rs = { 0 };
-    if (ar.test_hold && !S.o.test_hooks) {
-        conn_error(c, rq, 400, "test_hold", NULL, "Unrecognized request argument supplied: test_hold "
-                   "(a test hook: start mor-server with --test-hooks)");
-        goto done;
-    }
-    if (ar.model && S.o.reject_unknown_model && strcmp(ar.model, S.model_id)) {
-        conn_error(c, rq, 404, "model", "model_not_found", "The model '%.100s' does not exist (this server has '%s')",
-                   ar.model, S.model_id);
-        goto done;
-    }
     if (kind == API_CHAT) {
         char why[400];
         int bos = 0;
-        int cr = chat_prompt(&ar, &text, &bos, why, sizeof why);
+        int cr = chat_prompt(ar, &g->text, &bos, why, sizeof why);
         if (cr) {
             conn_error(c, rq, 400, cr == -2 ? "tools" : "messages", S.chat_tpl ? NULL : "chat_not_supported", "%s", why);
-            goto done;
+            return -1;
         }
-        if (!buf_ok(&text)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
-        st = text_tokenize(S.model, text.p ? text.p : "", text.len,
-                           MOR_TOKENIZE_PARSE_SPECIAL | (bos ? MOR_TOKENIZE_ADD_BOS : 0), &prompt, &n_prompt);
-    } else if (ar.prompt_text) {
+        if (!buf_ok(&g->text)) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); return -1; }
+        st = text_tokenize(S.model, g->text.p ? g->text.p : "", g->text.len,
+                           MOR_TOKENIZE_PARSE_SPECIAL | (bos ? MOR_TOKENIZE_ADD_BOS : 0), &g->prompt, &g->n_prompt);
+    } else if (ar->prompt_mixed) {
+        if (mixed_prompt(c, rq, ar->prompt_mixed, &g->prompt, &g->n_prompt)) return -1;
+    } else if (ar->prompt_text) {
         if (!S.has_tokenizer) {
             conn_error(c, rq, 400, "prompt", NULL, "this model has no tokenizer: give the prompt as token ids");
-            goto done;
+            return -1;
         }
-        st = tokenize(ar.prompt_text, ar.prompt_len, &prompt, &n_prompt);
+        st = tokenize(ar->prompt_text, ar->prompt_len, &g->prompt, &g->n_prompt);
     } else {
-        for (int32_t i = 0; i < ar.n_prompt_ids; i++)
-            if (ar.prompt_ids[i] >= S.n_vocab) {
+        for (int32_t i = 0; i < ar->n_prompt_ids; i++)
+            if (ar->prompt_ids[i] >= S.n_vocab) {
                 conn_error(c, rq, 400, "prompt", NULL, "token id %d is out of range (the vocabulary has %d)",
-                           ar.prompt_ids[i], S.n_vocab);
-                goto done;
+                           ar->prompt_ids[i], S.n_vocab);
+                return -1;
             }
-        prompt = ar.prompt_ids;
-        n_prompt = ar.n_prompt_ids;
-        ar.prompt_ids = NULL;
+        g->prompt = ar->prompt_ids;
+        g->n_prompt = ar->n_prompt_ids;
+        ar->prompt_ids = NULL;
     }
-    if (st) { conn_error(c, rq, 500, "prompt", NULL, "tokenizing the prompt failed: %s", mor_last_error()); goto done; }
-    if (n_prompt == 0) { conn_error(c, rq, 400, "prompt", NULL, "the prompt is empty"); goto done; }
-    int64_t max_tokens = ar.max_tokens_set ? ar.max_tokens : kind == API_CHAT ? S.ctx_limit - n_prompt : 16;
-    if (max_tokens < 1 || n_prompt + max_tokens > S.ctx_limit) {
+    if (st) { conn_error(c, rq, 500, "prompt", NULL, "tokenizing the prompt failed: %s", mor_last_error()); return -1; }
+    if (g->n_prompt == 0) { conn_error(c, rq, 400, "prompt", NULL, "the prompt is empty"); return -1; }
+    return 0;
+}
+
+/* The tokens each job may generate. OpenAI's endpoints refuse a request
+ * that does not fit the context; llama.cpp's /completion (n_predict -1 is
+ * no limit) generates until the context is full and says so (truncated). */
+static int gen_limits(conn *c, request *rq, int kind, gen *g)
+{
+    const api_request *ar = &g->ar;
+    int64_t room = S.ctx_limit - g->n_prompt;
+    if (kind == API_NATIVE && room >= 1) {
+        g->ctx_bound = !ar->max_tokens_set || ar->max_tokens > room;
+        g->max_tokens = g->ctx_bound ? room : ar->max_tokens;
+    } else {
+        g->max_tokens = ar->max_tokens_set ? ar->max_tokens : kind == API_CHAT ? room : 16;
+    }
+    if (kind == API_NATIVE ? room < 1 : g->max_tokens < 1 || g->max_tokens > room) {
+        int64_t mt = g->max_tokens > 0 ? g->max_tokens : 0;
         conn_error(c, rq, 400, kind == API_CHAT ? "messages" : "prompt", "context_length_exceeded",
                    "This model's maximum context length is %d tokens, however you requested %lld tokens "
                    "(%d in your prompt; %lld for the completion). Please reduce your prompt or completion length.",
-                   S.ctx_limit, (long long)(n_prompt + (max_tokens > 0 ? max_tokens : 0)), n_prompt,
-                   (long long)(max_tokens > 0 ? max_tokens : 0));
-        goto done;
+                   S.ctx_limit, (long long)(g->n_prompt + mt), g->n_prompt, (long long)mt);
+        return -1;
     }
-    if (ar.speculate_set && ar.speculate > S.o.n_batch - 1) {
+    if (ar->speculate_set && ar->speculate > S.o.n_batch - 1) {
         conn_error(c, rq, 400, "speculate", NULL, "'speculate' is at most %d here (the server's --batch less one)",
                    S.o.n_batch - 1);
-        goto done;
+        return -1;
     }
-    if (ar.speculate_depth_set && ar.speculate_depth > mor_model_n_recursion(S.model)) {
+    if (ar->speculate_depth_set && ar->speculate_depth > mor_model_n_recursion(S.model)) {
         conn_error(c, rq, 400, "speculate_depth", NULL, "'speculate_depth' is at most the model's %d recursions",
                    mor_model_n_recursion(S.model));
-        goto done;
+        return -1;
     }
-    /* constrained output: the grammar's text */
-    const char *gtext = NULL;
-    size_t glen = 0;
-    buf tgram = { 0 };
-    if (kind == API_CHAT && ar.tools && (ar.tool_choice == API_TOOLS_REQUIRED || ar.tool_choice == API_TOOLS_NAMED)) {
+    return 0;
+}
+
+/* The text of the grammar that constrains the output (*gtext NULL: none);
+ * 0, or -1 answered. */
+static int gen_grammar(conn *c, request *rq, int kind, gen *g, const char **gtext, size_t *glen)
+{
+    api_request *ar = &g->ar;
+    char emsg[300];
+    *gtext = NULL;
+    *glen = 0;
+    if (kind == API_CHAT && ar->tools && (ar->tool_choice == API_TOOLS_REQUIRED || ar->tool_choice == API_TOOLS_NAMED)) {
         /* a call is forced: the grammar of the format's calls */
-        ar.constraint = "tool_choice";
-        if (tools_grammar(S.tools_format, ar.tools, ar.tool_name, ar.parallel_tool_calls, &tgram, emsg, sizeof emsg)) {
+        buf tgram = { 0 };
+        ar->constraint = "tool_choice";
+        if (tools_grammar(S.tools_format, ar->tools, ar->tool_name, ar->parallel_tool_calls, &tgram, emsg, sizeof emsg)) {
             buf_free(&tgram);
             conn_error(c, rq, 400, "tools", NULL, "%s", emsg);
-            goto done;
+            return -1;
         }
-        gown = tgram.p;
-        gtext = tgram.p;
-        glen = tgram.len;
-    } else if (ar.grammar) { gtext = ar.grammar; glen = ar.grammar_len; }
-    else if (ar.json_object) { gtext = JSON_OBJECT_GBNF; glen = sizeof JSON_OBJECT_GBNF - 1; }
-    else if (ar.json_schema) {
-        if (schema_grammar(ar.json_schema, &gown, &glen, emsg, sizeof emsg)) {
-            conn_error(c, rq, 400, ar.constraint, NULL, "%s", emsg);
-            goto done;
+        g->gown = tgram.p;
+        *gtext = tgram.p;
+        *glen = tgram.len;
+    } else if (ar->grammar) { *gtext = ar->grammar; *glen = ar->grammar_len; }
+    else if (ar->json_object) { *gtext = JSON_OBJECT_GBNF; *glen = sizeof JSON_OBJECT_GBNF - 1; }
+    else if (ar->json_schema) {
+        if (schema_grammar(ar->json_schema, &g->gown, glen, emsg, sizeof emsg)) {
+            conn_error(c, rq, 400, ar->constraint, NULL, "%s", emsg);
+            return -1;
         }
-        gtext = gown;
+        *gtext = g->gown;
     }
-    if (gtext && !S.has_tokenizer) {
-        conn_error(c, rq, 400, ar.constraint, NULL, "'%s' needs a model with a tokenizer", ar.constraint);
-        goto done;
+    if (*gtext && !S.has_tokenizer) {
+        conn_error(c, rq, 400, ar->constraint, NULL, "'%s' needs a model with a tokenizer", ar->constraint);
+        return -1;
     }
-    /* the logit bias (texts tokenized), DRY's breakers, ignore_eos */
-    if (req_sampling_make(&ar, kind, &rs, &ae)) {
-        conn_error(c, rq, ae.status, ae.param[0] ? ae.param : NULL, NULL, "%s", ae.msg);
-        goto done;
-    }
-    /* n choices: n jobs with seeds seed, seed + 1, ... (choice i is the
-     * request alone with seed + i); each decodes the prompt in its own slot */
-    const uint64_t seed = ar.seed_set ? ar.seed : next_random();
-    for (n_jobs = 0; n_jobs < (int)ar.n; n_jobs++) {
-        job *j = js[n_jobs] = make_job(&ar, &rs, kind, prompt, n_prompt, max_tokens, seed + (uint64_t)n_jobs);
-        if (!j) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); goto done; }
+    return 0;
+}
+
+/* n choices: n jobs with seeds seed, seed + 1, ... (choice i is the request
+ * alone with seed + i); each decodes the prompt in its own slot. Submitted
+ * unless there is nothing to generate (llama.cpp's n_predict 0). */
+static int gen_jobs(conn *c, request *rq, int kind, gen *g, const char *gtext, size_t glen)
+{
+    const api_request *ar = &g->ar;
+    mor_status st;
+    const uint64_t seed = ar->seed_set ? ar->seed : next_random();
+    for (g->n_jobs = 0; g->n_jobs < (int)ar->n; g->n_jobs++) {
+        job *j = g->js[g->n_jobs] = make_job(ar, &g->rs, kind, g->prompt, g->n_prompt, g->max_tokens,
+                                             seed + (uint64_t)g->n_jobs);
+        if (!j) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); return -1; }
         /* its grammar ends at the job's stop tokens (EOS, the chat's end) */
         if (gtext && (st = mor_grammar_create(S.model, gtext, glen, NULL, j->stop_tokens, j->n_stop_tokens, &j->grammar))) {
-            n_jobs++;
+            g->n_jobs++;
             if (st == MOR_E_NOMEM) conn_error(c, rq, 500, NULL, NULL, "out of memory");
-            else conn_error(c, rq, 400, ar.constraint, NULL, "%s", mor_last_error());
-            goto done;
+            else conn_error(c, rq, 400, ar->constraint, NULL, "%s", mor_last_error());
+            return -1;
         }
     }
-    for (int i = 0; i < n_jobs; i++) {
-        int r = engine_submit(S.eng, js[i], S.o.max_queue);
+    if (g->max_tokens == 0) return 0;
+    for (int i = 0; i < g->n_jobs; i++) {
+        int r = engine_submit(S.eng, g->js[i], S.o.max_queue);
         if (r) {
-            for (int k = 0; k < i; k++) engine_cancel(S.eng, js[k]);
+            for (int k = 0; k < i; k++) engine_cancel(S.eng, g->js[k]);
             if (r == -1) conn_error(c, rq, 503, NULL, "server_busy", "%d requests are waiting already (--max-queue)", S.o.max_queue);
             else if (r == -2) conn_error(c, rq, 503, NULL, NULL, "the server is shutting down");
             else conn_error(c, rq, 500, NULL, NULL, "out of memory");
-            goto done;
+            return -1;
         }
     }
-    reply rp = { kind, "", (int64_t)time(NULL), NULL, ar.return_tokens,
-                 kind == API_CHAT && ar.tools && ar.tool_choice != API_TOOLS_NONE };
-    uint64_t rid = next_random();
-    snprintf(rp.id, sizeof rp.id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : "cmpl", rid);
-    if (ar.stream) stream_reply(c, rq, js, n_jobs, &rp, ar.include_usage);
-    else whole_reply(c, rq, js, n_jobs, &rp);
-done:
-    for (int i = 0; i < n_jobs; i++) job_unref(js[i]);
-    req_sampling_free(&rs);
-    free(prompt);
-    free(gown);
-    buf_free(&text);
-    api_request_free(&ar);
+    g->submitted = 1;
+    return 0;
+}
+
+int gen_start(conn *c, request *rq, int kind, const char *body, size_t n, gen *g)
+{
+    api_error ae;
+    memset(g, 0, sizeof *g);
+    if (api_parse(kind, body, n, &g->ar, &ae)) {
+        conn_error(c, rq, ae.status, ae.param, NULL, "%s", ae.msg);
+        return -1;
+    }
+    const api_request *ar = &g->ar;
+    if (ar->test_hold && !S.o.test_hooks) {
+        conn_error(c, rq, 400, "test_hold", NULL, "Unrecognized request argument supplied: test_hold "
+                   "(a test hook: start mor-server with --test-hooks)");
+        return -1;
+    }
+    if (ar->model && S.o.reject_unknown_model && strcmp(ar->model, S.model_id)) {
+        conn_error(c, rq, 404, "model", "model_not_found", "The model '%.100s' does not exist (this server has '%s')",
+                   ar->model, S.model_id);
+        return -1;
+    }
+    const char *gtext;
+    size_t glen;
+    if (gen_prompt(c, rq, kind, g) || gen_limits(c, rq, kind, g) || gen_grammar(c, rq, kind, g, &gtext, &glen))
+        return -1;
+    /* the logit bias (texts tokenized), DRY's breakers, ignore_eos */
+    if (req_sampling_make(ar, kind, &g->rs, &ae)) {
+        conn_error(c, rq, ae.status, ae.param[0] ? ae.param : NULL, NULL, "%s", ae.msg);
+        return -1;
+    }
+    return gen_jobs(c, rq, kind, g, gtext, glen);
+}
+
+void gen_free(gen *g)
+{
+    for (int i = 0; i < g->n_jobs; i++) job_unref(g->js[i]);
+    req_sampling_free(&g->rs);
+    free(g->prompt);
+    free(g->gown);
+    buf_free(&g->text);
+    api_request_free(&g->ar);
+    memset(g, 0, sizeof *g);
+}
+
+static void handle_generate(conn *c, request *rq, const char *body, size_t n, int kind)
+{
+    gen g;
+    if (!gen_start(c, rq, kind, body, n, &g)) {
+        const api_request *ar = &g.ar;
+        reply rp = { kind, "", (int64_t)time(NULL), NULL, ar->return_tokens,
+                     kind == API_CHAT && ar->tools && ar->tool_choice != API_TOOLS_NONE };
+        snprintf(rp.id, sizeof rp.id, "%s-%016" PRIx64, kind == API_CHAT ? "chatcmpl" : "cmpl", next_random());
+        if (ar->stream) stream_reply(c, rq, g.js, g.n_jobs, &rp, ar->include_usage);
+        else whole_reply(c, rq, g.js, g.n_jobs, &rp);
+    }
+    gen_free(&g);
 }
 
 /* --test-hooks: POST /test/tools-parse {"format": "hermes", "text": ...}
@@ -1066,7 +1191,7 @@ void handle(conn *c, request *rq, const char *body, size_t n)
     if (ep == EP_OTHER) {
         if (!strcmp(rq->path, "/") && get) {
             static const char page[] = "mor-server: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
-                                       "POST /v1/embeddings, GET /health, GET /metrics; llama.cpp's POST /tokenize, "
+                                       "POST /v1/embeddings, GET /health, GET /metrics; llama.cpp's POST /completion, POST /tokenize, "
                                        "POST /detokenize, GET /props, POST /apply-template, GET /slots\n";
             conn_respond(c, rq, 200, "text/plain; charset=utf-8", page, sizeof page - 1, NULL);
             return;
@@ -1078,7 +1203,7 @@ void handle(conn *c, request *rq, const char *body, size_t n)
         conn_error(c, rq, 404, NULL, NULL, "no such endpoint: %s %s", rq->method, rq->path);
         return;
     }
-    int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_TOKENIZE || ep == EP_DETOKENIZE ||
+    int want_post = ep == EP_COMPLETIONS || ep == EP_CHAT || ep == EP_COMPLETION || ep == EP_TOKENIZE || ep == EP_DETOKENIZE ||
                     ep == EP_EMBEDDINGS || ep == EP_APPLY_TEMPLATE;
     if (want_post ? !post : !get) {
         conn_error(c, rq, 405, NULL, NULL, "%s takes %s, not %s", rq->path, want_post ? "POST" : "GET", rq->method);
@@ -1087,6 +1212,7 @@ void handle(conn *c, request *rq, const char *body, size_t n)
     switch (ep) {
     case EP_COMPLETIONS: handle_generate(c, rq, body, n, API_COMPLETIONS); break;
     case EP_CHAT: handle_generate(c, rq, body, n, API_CHAT); break;
+    case EP_COMPLETION: handle_completion_native(c, rq, body, n); break;
     case EP_MODELS: handle_models(c, rq); break;
     case EP_HEALTH: handle_health(c, rq); break;
     case EP_TOKENIZE: handle_tokenize(c, rq, body, n); break;

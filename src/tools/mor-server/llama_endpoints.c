@@ -136,6 +136,44 @@ void handle_detokenize(conn *c, request *rq, const char *body, size_t n)
     buf_free(&b);
 }
 
+/* The sampler's settings in llama.cpp's names (after the caller's first
+ * keys): /props' defaults, /completion's generation_settings. */
+void sampler_settings(jsonw *w, const mor_sampler_params *sp)
+{
+    jw_key(w, "temperature"); jw_double(w, sp->temperature);
+    jw_key(w, "top_k"); jw_int(w, sp->top_k);
+    jw_key(w, "top_p"); jw_double(w, sp->top_p);
+    jw_key(w, "min_p"); jw_double(w, sp->min_p);
+    jw_key(w, "repeat_penalty"); jw_double(w, sp->repeat_penalty);
+    jw_key(w, "repeat_last_n"); jw_int(w, sp->repeat_last_n);
+    jw_key(w, "presence_penalty"); jw_double(w, sp->presence_penalty);
+    jw_key(w, "frequency_penalty"); jw_double(w, sp->frequency_penalty);
+    jw_key(w, "typical_p"); jw_double(w, sp->typical_p);
+    jw_key(w, "min_keep"); jw_int(w, sp->min_keep);
+    jw_key(w, "top_n_sigma"); jw_double(w, sp->top_n_sigma);
+    jw_key(w, "dynatemp_range"); jw_double(w, sp->dynatemp_range);
+    jw_key(w, "dynatemp_exponent"); jw_double(w, sp->dynatemp_exponent);
+    jw_key(w, "xtc_probability"); jw_double(w, sp->xtc_probability);
+    jw_key(w, "xtc_threshold"); jw_double(w, sp->xtc_threshold);
+    jw_key(w, "mirostat"); jw_int(w, sp->mirostat);
+    jw_key(w, "mirostat_tau"); jw_double(w, sp->mirostat_tau);
+    jw_key(w, "mirostat_eta"); jw_double(w, sp->mirostat_eta);
+    jw_key(w, "dry_multiplier"); jw_double(w, sp->dry_multiplier);
+    jw_key(w, "dry_base"); jw_double(w, sp->dry_base);
+    jw_key(w, "dry_allowed_length"); jw_int(w, sp->dry_allowed_length);
+    jw_key(w, "dry_penalty_last_n"); jw_int(w, sp->dry_penalty_last_n);
+    jw_key(w, "samplers");   /* the order, llama.cpp's names */
+    jw_arr(w);
+    static const int order[] = { MOR_STAGE_PENALTIES, MOR_STAGE_DRY, MOR_STAGE_TOP_N_SIGMA, MOR_STAGE_TEMPERATURE,
+                                 MOR_STAGE_TOP_K, MOR_STAGE_TYPICAL_P, MOR_STAGE_TOP_P, MOR_STAGE_MIN_P, MOR_STAGE_XTC };
+    if (sp->n_samplers > 0)
+        for (int32_t i = 0; i < sp->n_samplers && i < MOR_SAMPLERS_MAX; i++) jw_str(w, sampling_stage_name(sp->samplers[i]));
+    else
+        for (int i = 0; i < 9; i++) jw_str(w, sampling_stage_name(order[i]));
+    jw_arr_end(w);
+}
+
+
 void handle_props(conn *c, request *rq)
 {
     mor_sampler_params sp;
@@ -150,38 +188,11 @@ void handle_props(conn *c, request *rq)
     jw_key(&w, "params");
     jw_obj(&w);
     jw_key(&w, "n_predict"); jw_int(&w, 16);   /* handlers.c: completions' default max_tokens */
-    jw_key(&w, "temperature"); jw_double(&w, sp.temperature);
-    jw_key(&w, "top_k"); jw_int(&w, sp.top_k);
-    jw_key(&w, "top_p"); jw_double(&w, sp.top_p);
-    jw_key(&w, "min_p"); jw_double(&w, sp.min_p);
-    jw_key(&w, "repeat_penalty"); jw_double(&w, sp.repeat_penalty);
-    jw_key(&w, "repeat_last_n"); jw_int(&w, sp.repeat_last_n);
-    jw_key(&w, "presence_penalty"); jw_double(&w, sp.presence_penalty);
-    jw_key(&w, "frequency_penalty"); jw_double(&w, sp.frequency_penalty);
-    jw_key(&w, "typical_p"); jw_double(&w, sp.typical_p);
-    jw_key(&w, "min_keep"); jw_int(&w, sp.min_keep);
-    jw_key(&w, "top_n_sigma"); jw_double(&w, sp.top_n_sigma);
-    jw_key(&w, "dynatemp_range"); jw_double(&w, sp.dynatemp_range);
-    jw_key(&w, "dynatemp_exponent"); jw_double(&w, sp.dynatemp_exponent);
-    jw_key(&w, "xtc_probability"); jw_double(&w, sp.xtc_probability);
-    jw_key(&w, "xtc_threshold"); jw_double(&w, sp.xtc_threshold);
-    jw_key(&w, "mirostat"); jw_int(&w, sp.mirostat);
-    jw_key(&w, "mirostat_tau"); jw_double(&w, sp.mirostat_tau);
-    jw_key(&w, "mirostat_eta"); jw_double(&w, sp.mirostat_eta);
-    jw_key(&w, "dry_multiplier"); jw_double(&w, sp.dry_multiplier);
-    jw_key(&w, "dry_base"); jw_double(&w, sp.dry_base);
-    jw_key(&w, "dry_allowed_length"); jw_int(&w, sp.dry_allowed_length);
-    jw_key(&w, "dry_penalty_last_n"); jw_int(&w, sp.dry_penalty_last_n);
     jw_key(&w, "dry_sequence_breakers");
     jw_arr(&w);
     for (int i = 0; i < 4; i++) jw_str(&w, SAMPLING_DRY_DEFAULT_BREAKERS[i]);
     jw_arr_end(&w);
-    jw_key(&w, "samplers");   /* the default order, llama.cpp's names */
-    jw_arr(&w);
-    static const int order[] = { MOR_STAGE_PENALTIES, MOR_STAGE_DRY, MOR_STAGE_TOP_N_SIGMA, MOR_STAGE_TEMPERATURE,
-                                 MOR_STAGE_TOP_K, MOR_STAGE_TYPICAL_P, MOR_STAGE_TOP_P, MOR_STAGE_MIN_P, MOR_STAGE_XTC };
-    for (int i = 0; i < 9; i++) jw_str(&w, sampling_stage_name(order[i]));
-    jw_arr_end(&w);
+    sampler_settings(&w, &sp);
     jw_obj_end(&w);
     jw_obj_end(&w);
     jw_key(&w, "total_slots"); jw_int(&w, S.o.n_slots);

@@ -5,6 +5,7 @@
  *   conn.c      a connection's thread: read requests, write responses
  *   handlers.c  the endpoints (completions, chat, models, health, metrics)
  *   llama_endpoints.c  llama.cpp's own: tokenize, detokenize, props
+ *   completion_native.c  llama.cpp's POST /completion
  *   embeddings.c  POST /v1/embeddings, on a context of its own
  *   sampling_req.c  a request's llama.cpp sampling fields for its jobs
  *   engine.c    the thread that owns the mor_server (engine.h) */
@@ -17,6 +18,7 @@
 #include "buf.h"
 #include "engine.h"
 #include "http.h"
+#include "jsonw.h"
 #include "mor.h"
 
 typedef struct {
@@ -43,7 +45,7 @@ enum { EVICT_NONE, EVICT_SERVER_CAP, EVICT_CLIENT_CAP };
 
 /* The HTTP counters of /metrics: requests by endpoint and status. */
 enum { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE, EP_PROPS, EP_EMBEDDINGS,
-       EP_APPLY_TEMPLATE, EP_SLOTS, EP_OTHER, EP_N };
+       EP_APPLY_TEMPLATE, EP_SLOTS, EP_COMPLETION, EP_OTHER, EP_N };
 
 typedef struct {
     options     o;
@@ -129,6 +131,11 @@ void  handle_detokenize(conn *c, request *rq, const char *body, size_t n);
 void  handle_props(conn *c, request *rq);
 void  handle_apply_template(conn *c, request *rq, const char *body, size_t n);
 void  handle_slots(conn *c, request *rq);
+/* The sampler's fields in llama.cpp's names, as keys of the open object. */
+void  sampler_settings(jsonw *w, const mor_sampler_params *sp);
+
+/* completion_native.c: llama.cpp's POST /completion (and /completions) */
+void  handle_completion_native(conn *c, request *rq, const char *body, size_t n);
 
 /* embeddings.c: POST /v1/embeddings; embeddings_free before the model goes */
 void  handle_embeddings(conn *c, request *rq, const char *body, size_t n);

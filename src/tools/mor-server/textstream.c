@@ -8,6 +8,7 @@
 int ts_init(textstream *ts, const char *const *stops, const size_t *lens, int n)
 {
     memset(ts, 0, sizeof *ts);
+    ts->stop_index = -1;
     if (n <= 0) return 0;
     ts->stops = calloc((size_t)n, sizeof *ts->stops);
     if (!ts->stops) return -1;
@@ -55,18 +56,20 @@ size_t ts_push(textstream *ts, const char *bytes, size_t n, const char **out)
     for (size_t i = start; i < ts->text.len; i++) {
         char c = ts->text.p[i];
         size_t cut = (size_t)-1;   /* where the text ends when a stop string completes here */
+        int which = -1;
         for (int k = 0; k < ts->n_stops; k++) {
             ts_stop *s = &ts->stops[k];
             while (s->state && c != s->s[s->state]) s->state = s->fail[s->state - 1];
             if (c == s->s[s->state]) s->state++;
             if (s->state == s->n) {
                 size_t at = i + 1 - s->n;
-                if (at < cut) cut = at;
+                if (at < cut) { cut = at; which = k; }
                 s->state = s->fail[s->n - 1];
             }
         }
         if (cut != (size_t)-1) {
             ts->stopped = 1;
+            ts->stop_index = which;
             ts->text.len = cut;
             ts->text.p[cut] = 0;
             return release(ts, cut, out);

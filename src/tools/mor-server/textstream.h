@@ -30,6 +30,7 @@ typedef struct {
     ts_stop *stops;
     int      n_stops;
     int      stopped;    /* a stop string was found */
+    int      stop_index; /* which one (into the strings given to ts_init), -1 before */
 } textstream;
 
 /* Copies the stop strings. 0 on success, -1 out of memory. */
