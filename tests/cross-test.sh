@@ -12,7 +12,8 @@
 # when checks were skipped; without qemu-user everything is one skip). Not
 # part of make test:
 # the emulated suite takes minutes. Shell and Python tests are host tests and
-# are not run here. TEST_FILTER and TEST_TIMEOUT (seconds, default 1800) as
+# are not run here. JOBS programs run at once (default 2). TEST_FILTER and
+# TEST_TIMEOUT (seconds, default 1800) as
 # in tests/run.sh. MOR_TEST_EMULATED=1 tells the programs they run emulated:
 # qemu-user runs every float operation through softfloat (a float-heavy
 # test is 100-1000x slower than natively), and a program may then cover the
@@ -39,20 +40,37 @@ TIMEOUT=
 command -v timeout >/dev/null 2>&1 && TIMEOUT="timeout $TEST_TIMEOUT"
 
 echo "# cross tests: OUT=$OUT under $QEMU"
-total_pass=0
-total_fail=0
-total_skip=0
-n=0
+# The programs run JOBS at a time (default 2: qemu-user runs one thread per
+# program, and the emulated suite is most of the CI's wall time); each leaves
+# its log, exit status and seconds in LOGDIR, read back in name order below.
+JOBS=${JOBS:-2}
+list=$LOGDIR/.programs
+: >"$list"
 for prog in "$OUT"/build/tests/*; do
     [ -f "$prog" ] && [ -x "$prog" ] || continue
     name=$(basename "$prog")
     case $name in *"$TEST_FILTER"*) ;; *) continue ;; esac
+    rm -f "$LOGDIR/$name.log.rc" "$LOGDIR/$name.log.secs"
+    echo "$prog" >>"$list"
+done
+export QEMU TIMEOUT LOGDIR
+# shellcheck disable=SC2016
+xargs -P "$JOBS" -I{} sh -c '
+    log=$LOGDIR/$(basename "$1").log
+    start=$(date +%s)
+    $TIMEOUT $QEMU "$1" </dev/null >"$log" 2>&1
+    echo $? >"$log.rc"
+    echo $(( $(date +%s) - start )) >"$log.secs"' _ {} <"$list"
+total_pass=0
+total_fail=0
+total_skip=0
+n=0
+while read -r prog; do
+    name=$(basename "$prog")
     n=$((n + 1))
     log=$LOGDIR/$name.log
-    start=$(date +%s)
-    $TIMEOUT $QEMU "$prog" </dev/null >"$log" 2>&1
-    rc=$?
-    secs=$(( $(date +%s) - start ))
+    rc=$(cat "$log.rc" 2>/dev/null || echo 255)
+    secs=$(cat "$log.secs" 2>/dev/null || echo 0)
     line=$(grep -E '^# checks: [0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?( \([0-9]+ scenarios\))?$' "$log" | tail -n 1)
     note=
     k=0
@@ -77,7 +95,7 @@ for prog in "$OUT"/build/tests/*; do
         grep -E '^FAIL' "$log" | head -n 40 | sed 's/^/    /'
         [ -n "$note" ] && tail -n 15 "$log" | sed 's/^/    /'
     fi
-done
+done <"$list"
 if [ "$n" = 0 ]; then
     echo "FAIL no test programs in $OUT/build/tests"
     total_fail=$((total_fail + 1))
