@@ -148,7 +148,7 @@ def act_fn(name, off):
 def family_of(cfg):
     arch = (cfg.get("architectures") or [""])[0]
     return {"LlamaForCausalLM": "llama", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
-            "GPTNeoXForCausalLM": "gptneox"}[arch]
+            "GPTNeoXForCausalLM": "gptneox", "NanbeigeForCausalLM": "llama"}[arch]
 
 
 class Ref:

@@ -17,7 +17,14 @@ skip_loop_final_norm on and off, output tied and untied. Checked:
     looped k times (the oracle's; bitwise the converted 1-loop file's);
   - the converter and the loader refuse what does not fit (--init on a looped
     model, another recursion count; a loop norm without 2 recursions or in
-    a format version 1 file); a converted file converts again unchanged.
+    a format version 1 file); a converted file converts again unchanged;
+  - the Hugging Face checkpoint of each variant (NanbeigeForCausalLM, the
+    same weights in model.safetensors, config.json's num_loops,
+    skip_loop_final_norm, tie_word_embeddings) converts to the same bytes as
+    its llama.cpp file, so to the same logits bit for bit, the float64
+    oracle's within 1e-4; num_loops absent, null or 0 is one loop and an
+    absent skip_loop_final_norm false (llama.cpp's conversion/nanbeige.py),
+    num_loops on a LlamaForCausalLM is not read; bad values are refused.
 """
 import os
 import struct
@@ -196,6 +203,70 @@ def check_refusals(tmp):
     t.check(ok and a is not None and a == b, "a converted looped model converts again to the same bits (%s)" % msg[-120:])
 
 
+DROP = object()
+
+
+def hf_dir(tmp, name, **over):
+    """The Hugging Face checkpoint of variant `name`: make_nanbeige.py's
+    weights (family_ref's llama model) in HF order, config.json's keys as
+    NanbeigeForCausalLM's; `over` replaces keys (DROP: removes one)."""
+    loops, skip, tied = F.NANBEIGE[name]
+    cfg, w = F.make_model("llama")
+    cfg.update(architectures=["NanbeigeForCausalLM"], num_loops=loops, skip_loop_final_norm=skip,
+               tie_word_embeddings=tied)
+    if tied:
+        del w["lm_head.weight"]
+    for k, v in over.items():
+        cfg.pop(k) if v is DROP else cfg.update({k: v})
+    return F.write_model(tempfile.mkdtemp(dir=tmp), cfg, w)
+
+
+def same_bytes(a, b):
+    with open(a, "rb") as f, open(b, "rb") as g:
+        return f.read() == g.read()
+
+
+def check_hf(tmp):
+    """HF checkpoints convert to the llama.cpp files' conversions (check_variant's)."""
+    for name in F.NANBEIGE:
+        d, out = hf_dir(tmp, name), os.path.join(tmp, "hf_%s.gguf" % name)
+        ok, msg = convert(d, out)
+        if not t.check(ok, "HF %s: converts (%s)" % (name, msg[-200:])):
+            continue
+        check_layout(name, out)
+        a, _ = run_logits(out, tmp)
+        b, _ = run_logits(os.path.join(tmp, name + ".gguf"), tmp)
+        do = maxdiff(a, flat(F.Ref(d).forward(F.IDS)))
+        t.check(same_bytes(out, os.path.join(tmp, name + ".gguf")) and a is not None and a == b and do <= TOL,
+                "HF %s: the same file as from llama.cpp's, the same logits bit for bit, the float64 oracle's "
+                "(%.2g)" % (name, do))
+    # llama.cpp's converter: num_loops absent, null or 0 -> 1 loop; skip_loop_final_norm absent -> false;
+    # a LlamaForCausalLM's num_loops is not read
+    same = [(dict(num_loops=DROP), "n1", "num_loops absent is 1 loop"),
+            (dict(num_loops=None), "n1", "num_loops null is 1 loop"),
+            (dict(num_loops=0), "n1", "num_loops 0 is 1 loop"),
+            (dict(architectures=["LlamaForCausalLM"]), "n1", "a LlamaForCausalLM's num_loops 2 is not read"),
+            (dict(skip_loop_final_norm=DROP), "n2", "skip_loop_final_norm absent is false")]
+    for over, name, what in same:
+        out = os.path.join(tmp, "hf_same.gguf")
+        ok, msg = convert(hf_dir(tmp, "n2", **over), out)
+        t.check(ok and same_bytes(out, os.path.join(tmp, name + ".gguf")), "HF: %s (the file of %s; %s)" %
+                (what, name, msg[-120:]))
+    bad = [(dict(num_loops=-1), "num_loops is not a non-negative integer"),
+           (dict(num_loops=2.5), "num_loops is not a non-negative integer"),
+           (dict(num_loops="2"), "num_loops is not a non-negative integer"),
+           (dict(num_loops=True), "num_loops is not a non-negative integer"),
+           (dict(num_loops=17), "17 loops of 2 layers; libmor runs up to 16 recursions"),
+           (dict(skip_loop_final_norm="no"), "'skip_loop_final_norm' is not a boolean"),
+           (dict(num_hidden_layers=1), "is not in one of the 1 layers that config.json's num_hidden_layers loops")]
+    for over, want in bad:
+        ok, msg = convert(hf_dir(tmp, "n2", **over), os.path.join(tmp, "bad.gguf"))
+        t.check(not ok and want in msg, "HF: converter refuses %s: %s" % (over, msg[-160:]))
+    ok, msg = convert(hf_dir(tmp, "n2"), os.path.join(tmp, "bad.gguf"), ["--num-recursion", "2", "--sharing", "cycle",
+                                                                         "--init", "average"])
+    t.check(not ok and "looped" in msg, "HF: converter refuses --init on a looped model: %s" % msg[-150:])
+
+
 TMP = [None]
 
 
@@ -207,6 +278,7 @@ def main():
         check_features()
         check_forced(tmp)
         check_refusals(tmp)
+        check_hf(tmp)
     t.finish()
 
 

@@ -560,7 +560,6 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
          * relaxes (--init) computes with their values, and --outtype converts them: both read them as F32 */
         const int keep_quant = o->init == INIT_NONE && o->outtype == OUTTYPE_AUTO;
         if (gguf_input_open(&gi, o->dir, keep_quant, &ck, &cfg, err, errcap) || gather_settings(o, &cfg, &s, err, errcap)) goto done;
-        if (cfg.n_loops > 1 && loop_settings(o, &cfg, &s, err, errcap)) goto done;
     } else {
         if (!(path = cv_path_join(o->dir, "config.json"))) return cv_fail(err, errcap, "out of memory");
         if (hf_config_load(&cfg, path, err, errcap)) goto done;
@@ -569,8 +568,9 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
         if (!(path = weights_path(o, err, errcap))) goto done;
         if (ckpt_open(&ck, path, err, errcap)) goto done;
     }
-    /* the other families' keys in the Llama grammar (family.h) */
-    const int mapped = !from_gguf && cfg.arch.family != CV_FAMILY_LLAMA;
+    if (cfg.n_loops > 1 && loop_settings(o, &cfg, &s, err, errcap)) goto done;
+    /* the other families' keys in the Llama grammar, a looped model's layers unrolled (family.h) */
+    const int mapped = !from_gguf && (cfg.arch.family != CV_FAMILY_LLAMA || cfg.n_loops > 1);
     if (mapped && family_map(&fck, &ck, &cfg, err, errcap)) goto done;
     if (layout_build(&lo, mapped ? &fck.ck : &ck, err, errcap) || layout_check_shapes(&lo, &cfg, err, errcap)) goto done;
     if (o->init != INIT_NONE) {

@@ -163,6 +163,33 @@ static int map_neox(family_ckpt *f, const checkpoint *in, const hf_config *cfg, 
     return 0;
 }
 
+/* A looped Llama (Nanbeige): physical layer l is also unrolled layer
+ * r*K + l of each loop r, the same bytes, as the GGUF route names them; the
+ * dedup that follows stores them once, the block that cycle sharing repeats. */
+static int map_loops(family_ckpt *f, const checkpoint *in, const hf_config *cfg, char *err, size_t errcap)
+{
+    const uint32_t K = cfg->n_layer / cfg->n_loops;
+    for (size_t i = 0; i < in->n; i++) {
+        const ckpt_tensor *t = &in->t[i];
+        const char *rest, *tail;
+        char layer[32], name[300], *end;
+        unsigned long l;
+        if (!take(t->name, "model.layers.", &rest) || !split_layer(rest, layer, sizeof layer, &tail)) {
+            if (add(f, t->name, t, t->dtype, t->shape, t->data, err, errcap)) return -1;
+            continue;
+        }
+        l = strtoul(layer, &end, 10);
+        if (end == layer || *end != '.' || l >= K)
+            return cv_fail(err, errcap, "tensor '%.200s' is not in one of the %u layers that config.json's "
+                                        "num_hidden_layers loops", t->name, K);
+        for (uint32_t r = 0; r < cfg->n_loops; r++) {
+            snprintf(name, sizeof name, "model.layers.%lu.%s", r * K + l, tail);
+            if (add(f, name, t, t->dtype, t->shape, t->data, err, errcap)) return -1;
+        }
+    }
+    return 0;
+}
+
 int family_map(family_ckpt *out, const checkpoint *in, const hf_config *cfg, char *err, size_t errcap)
 {
     int rc;
@@ -173,6 +200,7 @@ int family_map(family_ckpt *out, const checkpoint *in, const hf_config *cfg, cha
     case CV_FAMILY_GEMMA2: rc = map_gemma(out, in, cfg, err, errcap); break;
     case CV_FAMILY_GPTNEOX: rc = map_neox(out, in, cfg, err, errcap); break;
     default:
+        if (cfg->n_loops > 1) { rc = map_loops(out, in, cfg, err, errcap); break; }
         rc = 0;
         for (size_t i = 0; i < in->n && !rc; i++) rc = add(out, in->t[i].name, &in->t[i], in->t[i].dtype, in->t[i].shape,
                                                          in->t[i].data, err, errcap);

@@ -1,6 +1,7 @@
 /* family.h - checkpoints of the model families beyond Llama (Gemma, Gemma 2,
- * GPT-NeoX), mapped onto the key grammar of layout.h, so that the rest of
- * the converter (layout, tying, LoRA, writing) sees one kind of layer:
+ * GPT-NeoX, the looped Llama Nanbeige), mapped onto the key grammar of
+ * layout.h, so that the rest of the converter (layout, tying, LoRA, writing)
+ * sees one kind of layer:
  *
  *   Gemma      names as Llama's; every norm weight w becomes the F32 1 + w
  *              that GemmaRMSNorm multiplies by (so libmor's RMSNorm computes
@@ -19,6 +20,9 @@
  *              GPTNeoXAttention views them), split into q_proj, k_proj and
  *              v_proj (weights and biases); the buffers attention.bias,
  *              attention.masked_bias and rotary_emb.inv_freq are dropped.
+ *   Nanbeige   a looped Llama (hf_config.h's n_loops > 1): each of its K
+ *              layers' tensors also under the names of unrolled layers
+ *              r*K + l, r < n_loops (the same bytes), as a llama.cpp file's.
  * Keys outside a family's grammar are left for layout.c to refuse. */
 #ifndef CV_FAMILY_H
 #define CV_FAMILY_H
@@ -32,7 +36,7 @@ typedef struct {
     size_t n_own;
 } family_ckpt;
 
-/* Map in (which must outlive out) for cfg's family; a Llama's is copied as it is. */
+/* Map in (which must outlive out) for cfg's family; a plain Llama's is copied as it is. */
 int  family_map(family_ckpt *out, const checkpoint *in, const hf_config *cfg, char *err, size_t errcap);
 void family_free(family_ckpt *f);
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "mor.h"
 #include "util.h"
 
 /* A positive integer key; `def` when absent (0 = required). */
@@ -72,12 +73,13 @@ int cv_arch_is_llama(const cv_arch *a)
 }
 
 /* The architecture classes config.json may name, and their family. */
-static const struct { const char *cls, *model_type; int family, mor; } known_arch[] = {
-    {"LlamaForCausalLM", "llama", CV_FAMILY_LLAMA, 0},
-    {"MoRLlamaForCausalLM", NULL, CV_FAMILY_LLAMA, 1},
-    {"GemmaForCausalLM", "gemma", CV_FAMILY_GEMMA, 0},
-    {"Gemma2ForCausalLM", "gemma2", CV_FAMILY_GEMMA2, 0},
-    {"GPTNeoXForCausalLM", "gpt_neox", CV_FAMILY_GPTNEOX, 0},
+static const struct { const char *cls, *model_type; int family, mor, looped; } known_arch[] = {
+    {"LlamaForCausalLM", "llama", CV_FAMILY_LLAMA, 0, 0},
+    {"MoRLlamaForCausalLM", NULL, CV_FAMILY_LLAMA, 1, 0},
+    {"GemmaForCausalLM", "gemma", CV_FAMILY_GEMMA, 0, 0},
+    {"Gemma2ForCausalLM", "gemma2", CV_FAMILY_GEMMA2, 0, 0},
+    {"GPTNeoXForCausalLM", "gpt_neox", CV_FAMILY_GPTNEOX, 0, 0},
+    {"NanbeigeForCausalLM", NULL, CV_FAMILY_LLAMA, 0, 1},
 };
 #define N_KNOWN_ARCH (sizeof known_arch / sizeof known_arch[0])
 
@@ -91,11 +93,13 @@ static int family_of(const json *root, hf_config *c, char *err, size_t errcap)
                 if (strcmp(s, known_arch[k].cls) == 0) {
                     c->arch.family = known_arch[k].family;
                     c->is_mor |= known_arch[k].mor;
+                    c->n_loops = (uint32_t)known_arch[k].looped;   /* 1 marks a looped architecture until loop_keys */
                     return 0;
                 }
         }
         return cv_fail(err, errcap, "config.json: architecture '%.60s' is not supported (LlamaForCausalLM, "
-                                    "MoRLlamaForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, GPTNeoXForCausalLM)",
+                                    "MoRLlamaForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, GPTNeoXForCausalLM, "
+                                    "NanbeigeForCausalLM)",
                        a->n && json_as_str(a->items[0]) ? a->items[0]->str : "?");
     }
     const char *mt = json_as_str(json_get(root, "model_type"));
@@ -139,6 +143,30 @@ static int get_bool(const json *o, const char *k, int def, int *out, char *err, 
     if (!v || v->type == JSON_NULL) { *out = def; return 0; }
     if (v->type != JSON_BOOL) return cv_fail(err, errcap, "config.json: '%s' is not a boolean", k);
     *out = v->boolean;
+    return 0;
+}
+
+/* NanbeigeForCausalLM (Nanbeige4.2): a Llama whose num_hidden_layers layers
+ * run num_loops times, the final norm between loops unless
+ * skip_loop_final_norm. As llama.cpp's converter reads them
+ * (conversion/nanbeige.py): num_loops absent, null or 0 is 1 loop, and
+ * skip_loop_final_norm defaults to false. The layers are counted unrolled, as
+ * the GGUF route counts them; family_map names the copies. */
+static int loop_keys(const json *root, hf_config *c, char *err, size_t errcap)
+{
+    const json *v = json_get(root, "num_loops");
+    int64_t n = 1;
+    int skip = 0;
+    if (v && v->type != JSON_NULL && !json_as_int(v, 0, INT32_MAX, &n))
+        return cv_fail(err, errcap, "config.json: num_loops is not a non-negative integer (absent, null or 0: 1 loop)");
+    if (n == 0) n = 1;
+    if (n > MOR_MAX_RECURSIONS || (uint64_t)n * c->n_layer > CV_MAX_LAYERS)
+        return cv_fail(err, errcap, "config.json: %lld loops of %u layers; libmor runs up to %d recursions, %d layers",
+                       (long long)n, c->n_layer, MOR_MAX_RECURSIONS, CV_MAX_LAYERS);
+    if (get_bool(root, "skip_loop_final_norm", 0, &skip, err, errcap)) return -1;
+    c->n_loops = (uint32_t)n;
+    c->arch.loop_norm = n > 1 && !skip;
+    c->n_layer *= c->n_loops;
     return 0;
 }
 
@@ -269,7 +297,7 @@ int hf_config_parse(hf_config *c, const char *text, size_t len, char *err, size_
     if (get_token(root, "bos_token_id", &c->bos, err, errcap) || get_token(root, "eos_token_id", &c->eos, err, errcap) ||
         get_token(root, "pad_token_id", &c->pad, err, errcap))
         goto done;
-    if (family_features(root, c, err, errcap)) goto done;
+    if (family_features(root, c, err, errcap) || (c->n_loops && loop_keys(root, c, err, errcap))) goto done;
 
     v = json_get(root, "kv_sharing");
     if (v && v->type == JSON_OBJECT) {

@@ -2,7 +2,8 @@
  * a Llama / MoR-Llama (LlamaConfig, with its defaults), or one of the other
  * model families libmor runs (GemmaConfig, Gemma2Config, GPTNeoXConfig, with
  * theirs), whose architecture features go to `arch` (docs/FORMAT.md "Model
- * families"). Another architecture is refused, by name. */
+ * families"), or the looped Llama NanbeigeForCausalLM (num_loops, n_layer
+ * counted unrolled). Another architecture is refused, by name. */
 #ifndef CV_HF_CONFIG_H
 #define CV_HF_CONFIG_H
 #include <stddef.h>
@@ -48,7 +49,8 @@ typedef struct {
     int64_t kv_base_depth, kv_num_recursion;   /* 0 when null/absent */
     char kv_sharing[32];                       /* "" when null/absent */
     int64_t bos, eos, pad;       /* -1 when absent or null */
-    uint32_t n_loops;            /* a looped model (llama.cpp's nanbeige): its layers run this many times; 0 or 1: not */
+    uint32_t n_loops;            /* a looped model (nanbeige, NanbeigeForCausalLM): its n_layer / n_loops layers run
+                                    this many times; 0 or 1: not */
     cv_arch arch;
 } hf_config;
 
