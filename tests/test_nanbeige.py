@@ -4,17 +4,21 @@ Nanbeige4.2) converted by bin/mor-convert into a recursive model and run.
 The files are tests/data/families/nanbeige-<name>.lcpp.gguf, which llama.cpp's
 own gguf-py wrote (tests/peer/make_nanbeige.py) from family_ref's llama model
 (GQA, 2 layers) in the variants of family_ref.NANBEIGE: num_loops 1, 2 and 3,
-skip_loop_final_norm on and off, output tied and untied. Checked:
+skip_loop_final_norm on and off, output tied and untied; beside each,
+llama.cpp's logits of the fixed ids and its greedy continuation of their
+first five (tests/peer/run.sh, llama.cpp 84f71294). Checked:
   - a plain conversion stores the 2 physical layers once, byte for byte, as
     the shared block of N_r = num_loops recursions (cycle sharing), with
     mor.recursion.loop_norm exactly when llama.cpp norms between loops;
   - bin/mor-run's logits are those of a float64 oracle of the looped model
     (family_ref.Ref with num_loops: llama.cpp's src/models/nanbeige.cpp as a
-    Hugging Face forward) within 1e-4, and greedy decoding through the
-    per-recursion KV caches gives the oracle's ids; the loop norm, the tied
-    output and each loop move the logits far more than that;
+    Hugging Face forward) within 1e-4 and llama.cpp's within 1e-3, and
+    greedy decoding through the per-recursion KV caches gives the oracle's
+    and llama.cpp's ids; the loop norm, the tied output and each loop move
+    the logits far more than that;
   - FORCED depth k (--routing forced:k) gives the logits of the same weights
-    looped k times (the oracle's; bitwise the converted 1-loop file's);
+    looped k times (the oracle's; llama.cpp's of the file with k loops;
+    bitwise the converted 1-loop file's);
   - the converter and the loader refuse what does not fit (--init on a looped
     model, another recursion count; a loop norm without 2 recursions or in
     a format version 1 file); a converted file converts again unchanged;
@@ -38,7 +42,7 @@ import testlib as t
 CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
 DATA = os.path.join(t.ROOT, "tests", "data", "families")
-TOL = 1e-4
+TOL, PEER_TOL = 1e-4, 1e-3
 PROMPT, N_GEN = F.IDS[:5], 7
 
 
@@ -66,6 +70,13 @@ def greedy(gguf):
     p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, PROMPT)), "-n", str(N_GEN), "--greedy",
                         "--print-ids"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return [int(x) for x in p.stdout.split()] if p.returncode == 0 else None
+
+
+def peer(name, ext="logits"):
+    """llama.cpp's numbers kept beside the file (tests/peer/run.sh)."""
+    with open(os.path.join(DATA, "nanbeige-%s.lcpp.%s" % (name, ext))) as f:
+        vals = [x for line in f if not line.startswith("#") for x in line.split()]
+    return [float(x) for x in vals] if ext == "logits" else [int(x) for x in vals]
 
 
 def flat(rows_):
@@ -121,6 +132,12 @@ def check_variant(name, tmp):
     want = flat(F.Ref(d).forward(F.IDS))
     do = maxdiff(a, want)
     t.check(do <= TOL, "%s: logits = the float64 oracle's of the looped model (%.2g)" % (name, do))
+    dp = maxdiff(a, peer(name))
+    t.check(dp <= PEER_TOL, "%s (%d loops, loop norm %s, %s output): logits within %.0e of llama.cpp's (%.2g)" %
+            (name, loops, "off" if skip or loops == 1 else "on", "tied" if tied else "untied", PEER_TOL, dp))
+    ids, want = greedy(conv), peer(name, "greedy")
+    t.check(ids == want, "%s: greedy decoding, one token at a time through each recursion's KV cache, gives "
+            "llama.cpp's ids %s (%s)" % (name, want, ids))
     if loops > 1 and not skip:
         dn = maxdiff(flat(F.Ref(d, ["loop_norm"]).forward(F.IDS)), want)
         t.check(dn > 100 * TOL, "%s: the loop norm matters: the oracle without it is %.3g away" % (name, dn))
@@ -157,6 +174,11 @@ def check_forced(tmp):
         dd = maxdiff(a, full)
         t.check(d <= TOL and dd > 100 * TOL, "%s --routing forced:%d: the oracle's logits of the model looped %d "
                 "times (%.2g), %.3g from full depth" % (name, k, k, d, dd))
+    # the same weights with fewer loops in llama.cpp: n3t (3 loops) stopped after 2 is its n2t
+    a, _ = run_logits(os.path.join(tmp, "n3t.gguf"), tmp, ["--routing", "forced:2"])
+    d = maxdiff(a, peer("n2t"))
+    t.check(d <= PEER_TOL, "n3t --routing forced:2: within %.0e of llama.cpp's logits of n2t, the same weights "
+            "looped twice (%.2g)" % (PEER_TOL, d))
     a, _ = run_logits(os.path.join(tmp, "n2.gguf"), tmp, ["--routing", "forced:1"])
     b, _ = run_logits(os.path.join(tmp, "n1.gguf"), tmp)
     t.check(a is not None and a == b, "n2 --routing forced:1: the bits of the converted 1-loop file n1")
