@@ -504,6 +504,19 @@ static mor_status load_routers(loader *ld, mor_model *m)
     return MOR_OK;
 }
 
+/* Ouro's early-exit gate (FORMAT.md): exit_gate.weight [n_embd, 1] and
+ * exit_gate.bias [1], F32, both or neither; sigmoid(w . x + b) is a token's
+ * exit probability after a loop, x the stream the loop norm makes. */
+static mor_status load_exit_gate(loader *ld, mor_model *m)
+{
+    const int w = gguf_find_tensor(ld->g, "exit_gate.weight") != NULL, b = gguf_find_tensor(ld->g, "exit_gate.bias") != NULL;
+    mor_status st;
+    if (!w && !b) return MOR_OK;
+    if (!w || !b) return err_set(MOR_E_FORMAT, "the exit gate needs both exit_gate.weight and exit_gate.bias");
+    if ((st = get_tensor(ld, "exit_gate.weight", m->n_embd, 1, 1, &m->exit_gate))) return st;
+    return get_tensor(ld, "exit_gate.bias", 1, 0, 1, &m->exit_gate_b);
+}
+
 static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model_params *p)
 {
     mor_status st;
@@ -525,6 +538,7 @@ static mor_status load_weights(const gguf_file *g, mor_model *m, const mor_model
 
     if ((st = load_layers(&ld, m, p, map))) goto done;
     if ((st = load_routers(&ld, m))) goto done;
+    if ((st = load_exit_gate(&ld, m))) goto done;
 
     if ((st = lora_load(g, m, ld.used))) goto done;
     for (uint64_t i = 0; i < g->n_tensors; i++) {

@@ -81,6 +81,7 @@ struct mor_model {
     /* weights */
     model_arch arch;
     tensor  tok_embd, output, output_norm, output_norm_b;   /* output_norm_b: LayerNorm only */
+    tensor  exit_gate, exit_gate_b;   /* Ouro's early-exit gate [d] -> 1 and its bias, or data NULL */
     layer_weights  *layers;                    /* [n_layer], views into the file */
     /* tokenizer, file */
     tokenizer *tok;

@@ -15,6 +15,13 @@ returns the logits of one forward over a list of token ids:
              scores * query_pre_attn_scalar^-0.5, attention and final logit
              soft-capping (c * tanh(x / c)), sliding-window attention on the
              layers layer_types (or every other layer, from the first) says
+  Ouro       (OuroForCausalLM, vLLM's models/ouro.py) the L layers run
+             total_ut_steps times, each sandwich-normed: h = x +
+             input_layernorm_2(attn(input_layernorm(x))), out = h +
+             post_attention_layernorm_2(mlp(post_attention_layernorm(h)));
+             after every loop the stream becomes model.norm of it, the
+             logits are lm_head of that; forward_ouro also returns the exit
+             gate's probability sigmoid(early_exit_gate(stream)) per loop
   GPT-NeoX   LayerNorm with bias, fused query_key_value whose rows are per
              head [q; k; v], partial rotary (the first int(head_dim *
              rotary_pct) dims of each head, rotate_half over those),
@@ -148,7 +155,7 @@ def act_fn(name, off):
 def family_of(cfg):
     arch = (cfg.get("architectures") or [""])[0]
     return {"LlamaForCausalLM": "llama", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
-            "GPTNeoXForCausalLM": "gptneox", "NanbeigeForCausalLM": "llama"}[arch]
+            "GPTNeoXForCausalLM": "gptneox", "NanbeigeForCausalLM": "llama", "OuroForCausalLM": "ouro"}[arch]
 
 
 class Ref:
@@ -170,7 +177,7 @@ class Ref:
 
     def forward(self, ids):
         return {"llama": self._llama_like, "gemma": self._llama_like, "gemma2": self._llama_like,
-                "gptneox": self._neox}[self.fam](ids)
+                "gptneox": self._neox, "ouro": lambda i: self.forward_ouro(i)[0]}[self.fam](ids)
 
     # Llama, Gemma, Gemma 2: one decoder code with the Gemma features switched by family
     def _llama_like(self, ids):
@@ -253,6 +260,55 @@ class Ref:
             logits = [[fcap * math.tanh(v / fcap) for v in r] for r in logits]
         return logits
 
+    def forward_ouro(self, ids, loops=None):
+        """(logits, gates) of an Ouro model stopped after `loops` loops (all by
+        default): gates[r][t] is token t's exit probability after loop r."""
+        c = self.c
+        d, H = c["hidden_size"], c["num_attention_heads"]
+        Hkv = c.get("num_key_value_heads") or H
+        hd = c.get("head_dim") or d // H
+        eps, theta = c.get("rms_norm_eps", 1e-6), c.get("rope_theta", 10000.0)
+        L, group, scale = c["num_hidden_layers"], H // Hkv, 1.0 / math.sqrt(hd)
+
+        def norm(x, key):
+            return [a * b for a, b in zip(rms_hat(x, eps), self.v(key))]
+
+        def attn(p, ns):
+            qs = [rope(matvec(self.W(p + "self_attn.q_proj.weight"), n), H, hd, hd, t, theta) for t, n in enumerate(ns)]
+            ks = [rope(matvec(self.W(p + "self_attn.k_proj.weight"), n), Hkv, hd, hd, t, theta) for t, n in enumerate(ns)]
+            vs = [matvec(self.W(p + "self_attn.v_proj.weight"), n) for n in ns]
+            out = []
+            for t in range(len(ns)):
+                att = []
+                for h in range(H):
+                    g = h // group
+                    qh = qs[t][h * hd:(h + 1) * hd]
+                    pr = softmax([sum(map(operator.mul, qh, ks[u][g * hd:(g + 1) * hd])) * scale for u in range(t + 1)])
+                    att += [sum(pr[u] * vs[u][g * hd + i] for u in range(t + 1)) for i in range(hd)]
+                out.append(matvec(self.W(p + "self_attn.o_proj.weight"), att))
+            return out
+
+        def mlp(p, x):
+            gt = matvec(self.W(p + "mlp.gate_proj.weight"), x)
+            up = matvec(self.W(p + "mlp.up_proj.weight"), x)
+            return matvec(self.W(p + "mlp.down_proj.weight"), [silu(a) * b for a, b in zip(gt, up)])
+
+        emb = self.W("model.embed_tokens.weight")
+        xs = [list(emb[i]) for i in ids]
+        gw, gb = self.v("model.early_exit_gate.weight"), self.v("model.early_exit_gate.bias")[0]
+        gates = []
+        for _ in range(loops or c.get("total_ut_steps", 4)):
+            for l in range(L):
+                p = "model.layers.%d." % l
+                a = attn(p, [norm(x, p + "input_layernorm.weight") for x in xs])
+                hs = [add(x, norm(y, p + "input_layernorm_2.weight")) for x, y in zip(xs, a)]
+                xs = [add(h, norm(mlp(p, norm(h, p + "post_attention_layernorm.weight")), p + "post_attention_layernorm_2.weight"))
+                      for h in hs]
+            xs = [norm(x, "model.norm.weight") for x in xs]
+            gates.append([1.0 / (1.0 + math.exp(-(sum(map(operator.mul, gw, x)) + gb))) for x in xs])
+        head = self.W("lm_head.weight") if "lm_head.weight" in self.t else emb
+        return [matvec(head, x) for x in xs], gates
+
     def _neox(self, ids):
         c, off = self.c, self.off
         d, H = c["hidden_size"], c["num_attention_heads"]
@@ -333,6 +389,8 @@ SHAPES = {
     "gemma2": dict(d=64, H=4, Hkv=2, hd=32, F=128, L=3, V=128),
     # rotary_pct 0.5 of head_dim 16
     "gptneox": dict(d=64, H=4, Hkv=4, hd=16, F=128, L=2, V=128),
+    # Ouro: GQA, 2 layers looped total_ut_steps (3) times
+    "ouro": dict(d=64, H=4, Hkv=2, hd=16, F=128, L=2, V=128),
 }
 # the llama model with every matrix 256 wide or a multiple (k-quant super-blocks
 # of 256): llama.cpp quantizes it to real k-quants (tests/peer/run.sh)
@@ -392,29 +450,38 @@ def make_model(family, seed=1, ffn_out=0.015, head=1.0, **over):
             w[p + "mlp.dense_4h_to_h.bias"] = _vec(rng, d, 0.0, 0.1)
             w[p + "attention.rotary_emb.inv_freq"] = ([hd // 4], [1.0 / 10000 ** (2 * i / (hd // 2)) for i in range(hd // 4)])
     else:
-        gem = family != "llama"
-        cls = {"llama": "LlamaForCausalLM", "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM"}[family]
+        gem = family in ("gemma", "gemma2")
+        cls = {"llama": "LlamaForCausalLM", "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
+               "ouro": "OuroForCausalLM"}[family]
         cfg = {"architectures": [cls], "model_type": family, "hidden_size": d, "intermediate_size": F,
                "num_attention_heads": H, "num_key_value_heads": Hkv, "head_dim": hd, "num_hidden_layers": L,
                "vocab_size": V, "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
                "tie_word_embeddings": gem}
-        if family == "llama":
+        if not gem:
             cfg.update(hidden_act="silu", rms_norm_eps=1e-5)
         else:
             cfg.update(hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh")
+        if family == "ouro":
+            cfg.update(total_ut_steps=3)
         if family == "gemma2":
             cfg.update(query_pre_attn_scalar=hd, attn_logit_softcapping=4.0, final_logit_softcapping=6.0,
                        sliding_window=3)
-        cfg.update({k: v for k, v in over.items() if k in cfg or k in ("query_pre_attn_scalar", "layer_types")})
+        cfg.update({k: v for k, v in over.items() if k in cfg or k in ("query_pre_attn_scalar", "layer_types",
+                                                                          "total_ut_steps")})
         # Gemma's norm weights are the w of (1 + w): around 0
         nmean = 0.0 if gem else 1.0
         w["model.embed_tokens.weight"] = _mat(rng, V, d, (0.15 if gem else 1.0) * head)
         w["model.norm.weight"] = _vec(rng, d, nmean, 0.2)
-        if family == "llama":
+        if not gem:
             w["lm_head.weight"] = _mat(rng, V, d, 0.3)
+        if family == "ouro":
+            w["model.early_exit_gate.weight"] = _mat(rng, 1, d, 0.3)
+            w["model.early_exit_gate.bias"] = _vec(rng, 1, 0.0, 0.5)
         norms = ["input_layernorm", "post_attention_layernorm"]
         if family == "gemma2":
             norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+        if family == "ouro":
+            norms += ["input_layernorm_2", "post_attention_layernorm_2"]
         for l in range(L):
             p = "model.layers.%d." % l
             for n in norms:
@@ -430,7 +497,7 @@ def make_model(family, seed=1, ffn_out=0.015, head=1.0, **over):
             w[p + "self_attn.o_proj.weight"] = _mat(rng, d, H * hd, 0.15)
             w[p + "mlp.gate_proj.weight"] = _mat(rng, F, d, 0.2)
             w[p + "mlp.up_proj.weight"] = _mat(rng, F, d, 0.2)
-            w[p + "mlp.down_proj.weight"] = _mat(rng, d, F, 0.1 if family == "llama" else ffn_out)
+            w[p + "mlp.down_proj.weight"] = _mat(rng, d, F, ffn_out if gem else 0.1)
     w = {k: (s, [_f32(x) for x in v]) for k, (s, v) in w.items()}
     return cfg, w
 

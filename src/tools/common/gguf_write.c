@@ -279,7 +279,7 @@ void gguf_writer_add_matrix_f32(gguf_writer *w, const char *name, uint32_t type,
 
 int gguf_retype_keeps(const char *name, uint32_t n_dims)
 {
-    return n_dims != 2 || !strncmp(name, "rtr", 3) || !strncmp(name, "lora.", 5);
+    return n_dims != 2 || !strncmp(name, "rtr", 3) || !strncmp(name, "lora.", 5) || !strncmp(name, "exit_gate.", 10);
 }
 
 /* llama-quantize's type for rows that are not whole blocks of `type`

@@ -570,7 +570,7 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     }
     if (cfg.n_loops > 1 && loop_settings(o, &cfg, &s, err, errcap)) goto done;
     /* the other families' keys in the Llama grammar, a looped model's layers unrolled (family.h) */
-    const int mapped = !from_gguf && (cfg.arch.family != CV_FAMILY_LLAMA || cfg.n_loops > 1);
+    const int mapped = !from_gguf && (cfg.arch.family != CV_FAMILY_LLAMA || cfg.n_loops > 1 || cfg.ouro);
     if (mapped && family_map(&fck, &ck, &cfg, err, errcap)) goto done;
     if (layout_build(&lo, mapped ? &fck.ck : &ck, err, errcap) || layout_check_shapes(&lo, &cfg, err, errcap)) goto done;
     if (o->init != INIT_NONE) {
@@ -692,6 +692,10 @@ int convert_model(const convert_opts *o, FILE *out, char *summary, size_t sumcap
     if (add_f32(w, "output_norm.weight", lo.norm, &own, err, errcap)) goto done;
     if (lo.norm_b && add_f32(w, "output_norm.bias", lo.norm_b, &own, err, errcap)) goto done;
     if (head_d) add_tensor(w, "output.weight", lo.lm_head, matrix_type(o, lo.lm_head), head_d, head_n);
+    /* Ouro's exit gate, F32 as the routers: a token's exit probability after each loop */
+    if (lo.exit_w && (add_f32(w, "exit_gate.weight", lo.exit_w, &own, err, errcap) ||
+                      add_f32(w, "exit_gate.bias", lo.exit_b, &own, err, errcap)))
+        goto done;
     for (int role = 0; role < CV_ROLE_ALL; role++)
         if (b.n_blocks[role] > max_blocks) max_blocks = b.n_blocks[role];
     for (int k = 0; k < max_blocks; k++)

@@ -163,9 +163,19 @@ static int map_neox(family_ckpt *f, const checkpoint *in, const hf_config *cfg, 
     return 0;
 }
 
-/* A looped Llama (Nanbeige): physical layer l is also unrolled layer
+/* Ouro's sandwich norms onto libmor's post-norm roles: its
+ * post_attention_layernorm is the pre-FFN norm, as Llama's. */
+static const char *ouro_tail(const char *tail)
+{
+    if (strcmp(tail, "input_layernorm_2.weight") == 0) return "attn_post_norm.weight";
+    if (strcmp(tail, "post_attention_layernorm_2.weight") == 0) return "ffn_post_norm.weight";
+    return tail;
+}
+
+/* A looped Llama (Nanbeige, Ouro): physical layer l is also unrolled layer
  * r*K + l of each loop r, the same bytes, as the GGUF route names them; the
- * dedup that follows stores them once, the block that cycle sharing repeats. */
+ * dedup that follows stores them once, the block that cycle sharing repeats.
+ * Ouro's norms are plain RMSNorm weights (w * x_hat): only renamed. */
 static int map_loops(family_ckpt *f, const checkpoint *in, const hf_config *cfg, char *err, size_t errcap)
 {
     const uint32_t K = cfg->n_layer / cfg->n_loops;
@@ -183,7 +193,7 @@ static int map_loops(family_ckpt *f, const checkpoint *in, const hf_config *cfg,
             return cv_fail(err, errcap, "tensor '%.200s' is not in one of the %u layers that config.json's "
                                         "num_hidden_layers loops", t->name, K);
         for (uint32_t r = 0; r < cfg->n_loops; r++) {
-            snprintf(name, sizeof name, "model.layers.%lu.%s", r * K + l, tail);
+            snprintf(name, sizeof name, "model.layers.%lu.%s", r * K + l, cfg->ouro ? ouro_tail(tail) : tail);
             if (add(f, name, t, t->dtype, t->shape, t->data, err, errcap)) return -1;
         }
     }
@@ -200,7 +210,7 @@ int family_map(family_ckpt *out, const checkpoint *in, const hf_config *cfg, cha
     case CV_FAMILY_GEMMA2: rc = map_gemma(out, in, cfg, err, errcap); break;
     case CV_FAMILY_GPTNEOX: rc = map_neox(out, in, cfg, err, errcap); break;
     default:
-        if (cfg->n_loops > 1) { rc = map_loops(out, in, cfg, err, errcap); break; }
+        if (cfg->n_loops > 1 || cfg->ouro) { rc = map_loops(out, in, cfg, err, errcap); break; }
         rc = 0;
         for (size_t i = 0; i < in->n && !rc; i++) rc = add(out, in->t[i].name, &in->t[i], in->t[i].dtype, in->t[i].shape,
                                                          in->t[i].data, err, errcap);

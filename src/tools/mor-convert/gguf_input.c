@@ -424,7 +424,9 @@ int gguf_input_open(gguf_input *gi, const char *path, int keep_quant, checkpoint
     if (add_weight(gi, ck, "model.embed_tokens.weight", &m->tok_embd, 0, err, errcap) ||
         add_weight(gi, ck, "model.norm.weight", &m->output_norm, 1, err, errcap) ||
         (m->output_norm_b.data && add_weight(gi, ck, "model.norm.bias", &m->output_norm_b, 1, err, errcap)) ||
-        (!cfg->tie_embeddings && add_weight(gi, ck, "lm_head.weight", &m->output, 0, err, errcap)))
+        (!cfg->tie_embeddings && add_weight(gi, ck, "lm_head.weight", &m->output, 0, err, errcap)) ||
+        (m->exit_gate.data && (add_weight(gi, ck, "model.early_exit_gate.weight", &m->exit_gate, 0, err, errcap) ||
+                               add_weight(gi, ck, "model.early_exit_gate.bias", &m->exit_gate_b, 1, err, errcap))))
         return -1;
     for (int32_t l = 0; l < m->n_layer; l++)
         for (int role = 0; role < CV_ROLE_ALL; role++) {   /* model.h's ROLE_* are CV_ROLE_*, in FORMAT.md's order */

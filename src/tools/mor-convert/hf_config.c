@@ -80,6 +80,7 @@ static const struct { const char *cls, *model_type; int family, mor, looped; } k
     {"Gemma2ForCausalLM", "gemma2", CV_FAMILY_GEMMA2, 0, 0},
     {"GPTNeoXForCausalLM", "gpt_neox", CV_FAMILY_GPTNEOX, 0, 0},
     {"NanbeigeForCausalLM", NULL, CV_FAMILY_LLAMA, 0, 1},
+    {"OuroForCausalLM", NULL, CV_FAMILY_LLAMA, 0, 2},   /* looped 2: Ouro's keys (loop_keys) */
 };
 #define N_KNOWN_ARCH (sizeof known_arch / sizeof known_arch[0])
 
@@ -93,13 +94,14 @@ static int family_of(const json *root, hf_config *c, char *err, size_t errcap)
                 if (strcmp(s, known_arch[k].cls) == 0) {
                     c->arch.family = known_arch[k].family;
                     c->is_mor |= known_arch[k].mor;
-                    c->n_loops = (uint32_t)known_arch[k].looped;   /* 1 marks a looped architecture until loop_keys */
+                    c->n_loops = known_arch[k].looped > 0;   /* 1 marks a looped architecture until loop_keys */
+                    c->ouro = known_arch[k].looped == 2;
                     return 0;
                 }
         }
         return cv_fail(err, errcap, "config.json: architecture '%.60s' is not supported (LlamaForCausalLM, "
                                     "MoRLlamaForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, GPTNeoXForCausalLM, "
-                                    "NanbeigeForCausalLM)",
+                                    "NanbeigeForCausalLM, OuroForCausalLM)",
                        a->n && json_as_str(a->items[0]) ? a->items[0]->str : "?");
     }
     const char *mt = json_as_str(json_get(root, "model_type"));
@@ -150,22 +152,29 @@ static int get_bool(const json *o, const char *k, int def, int *out, char *err, 
  * run num_loops times, the final norm between loops unless
  * skip_loop_final_norm. As llama.cpp's converter reads them
  * (conversion/nanbeige.py): num_loops absent, null or 0 is 1 loop, and
- * skip_loop_final_norm defaults to false. The layers are counted unrolled, as
- * the GGUF route counts them; family_map names the copies. */
+ * skip_loop_final_norm defaults to false. OuroForCausalLM: total_ut_steps
+ * loops (absent: 4, as vLLM's ouro.py), the final norm after every loop, and
+ * each layer sandwich-normed (post_norms: its input_layernorm_2 and
+ * post_attention_layernorm_2). The layers are counted unrolled, as the GGUF
+ * route counts them; family_map names the copies. */
 static int loop_keys(const json *root, hf_config *c, char *err, size_t errcap)
 {
-    const json *v = json_get(root, "num_loops");
-    int64_t n = 1;
+    const char *key = c->ouro ? "total_ut_steps" : "num_loops";
+    const json *v = json_get(root, key);
+    int64_t n = c->ouro ? 4 : 1;
     int skip = 0;
-    if (v && v->type != JSON_NULL && !json_as_int(v, 0, INT32_MAX, &n))
-        return cv_fail(err, errcap, "config.json: num_loops is not a non-negative integer (absent, null or 0: 1 loop)");
+    if (c->ouro ? v && !json_as_int(v, 1, INT32_MAX, &n)
+                : v && v->type != JSON_NULL && !json_as_int(v, 0, INT32_MAX, &n))
+        return cv_fail(err, errcap, c->ouro ? "config.json: total_ut_steps is not a positive integer"
+                                            : "config.json: num_loops is not a non-negative integer (absent, null or 0: 1 loop)");
     if (n == 0) n = 1;
     if (n > MOR_MAX_RECURSIONS || (uint64_t)n * c->n_layer > CV_MAX_LAYERS)
         return cv_fail(err, errcap, "config.json: %lld loops of %u layers; libmor runs up to %d recursions, %d layers",
                        (long long)n, c->n_layer, MOR_MAX_RECURSIONS, CV_MAX_LAYERS);
-    if (get_bool(root, "skip_loop_final_norm", 0, &skip, err, errcap)) return -1;
+    if (!c->ouro && get_bool(root, "skip_loop_final_norm", 0, &skip, err, errcap)) return -1;
     c->n_loops = (uint32_t)n;
     c->arch.loop_norm = n > 1 && !skip;
+    c->arch.post_norms = c->ouro;
     c->n_layer *= c->n_loops;
     return 0;
 }

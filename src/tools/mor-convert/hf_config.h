@@ -3,7 +3,8 @@
  * model families libmor runs (GemmaConfig, Gemma2Config, GPTNeoXConfig, with
  * theirs), whose architecture features go to `arch` (docs/FORMAT.md "Model
  * families"), or the looped Llama NanbeigeForCausalLM (num_loops, n_layer
- * counted unrolled). Another architecture is refused, by name. */
+ * counted unrolled), or Ouro's OuroForCausalLM (total_ut_steps loops, sandwich
+ * norms, its exit gate). Another architecture is refused, by name. */
 #ifndef CV_HF_CONFIG_H
 #define CV_HF_CONFIG_H
 #include <stddef.h>
@@ -51,6 +52,7 @@ typedef struct {
     int64_t bos, eos, pad;       /* -1 when absent or null */
     uint32_t n_loops;            /* a looped model (nanbeige, NanbeigeForCausalLM): its n_layer / n_loops layers run
                                     this many times; 0 or 1: not */
+    int ouro;                    /* OuroForCausalLM: a looped model with sandwich norms and an early-exit gate */
     cv_arch arch;
 } hf_config;
 

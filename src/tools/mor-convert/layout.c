@@ -36,7 +36,7 @@ int cv_role_is_vector(int role)
 }
 
 /* what a key is */
-enum { K_IGNORE, K_EMBED, K_NORM, K_NORM_B, K_LM_HEAD, K_PLAIN, K_EXPERT, K_TOKEN, K_ROUTER, K_AUX, K_BIAS };
+enum { K_IGNORE, K_EMBED, K_NORM, K_NORM_B, K_LM_HEAD, K_EXIT_W, K_EXIT_B, K_PLAIN, K_EXPERT, K_TOKEN, K_ROUTER, K_AUX, K_BIAS };
 /* router parts */
 enum { P_W, P_FC1, P_FC2 };
 
@@ -119,6 +119,8 @@ static int classify(const ckpt_tensor *t, keyinfo *k, char *err, size_t errcap)
     if (strcmp(s, "model.norm.weight") == 0) { k->what = K_NORM; return 0; }
     if (strcmp(s, "model.norm.bias") == 0) { k->what = K_NORM_B; return 0; }
     if (strcmp(s, "lm_head.weight") == 0) { k->what = K_LM_HEAD; return 0; }
+    if (strcmp(s, "model.early_exit_gate.weight") == 0) { k->what = K_EXIT_W; return 0; }
+    if (strcmp(s, "model.early_exit_gate.bias") == 0) { k->what = K_EXIT_B; return 0; }
     if (ends_with(s, ".rotary_emb.inv_freq")) { k->what = K_IGNORE; return 0; }
     if (strncmp(s, "model.layers.", 13) == 0) {
         s += 13;
@@ -212,6 +214,8 @@ int layout_build(cv_layout *lo, const checkpoint *ck, char *err, size_t errcap)
         case K_NORM: lo->norm = k->t; continue;
         case K_NORM_B: lo->norm_b = k->t; continue;
         case K_LM_HEAD: lo->lm_head = k->t; continue;
+        case K_EXIT_W: lo->exit_w = k->t; continue;
+        case K_EXIT_B: lo->exit_b = k->t; continue;
         case K_IGNORE: continue;
         case K_PLAIN: want = L_PLAIN; break;
         case K_EXPERT: want = L_EXPERT; break;
@@ -423,8 +427,11 @@ int layout_check_shapes(const cv_layout *lo, const hf_config *c, char *err, size
     for (int r = CV_ROLE_ATTN_NORM_B; r <= CV_ROLE_FFN_DOWN_B; r++) shape[r][0] = shape[r - CV_ROLE_COUNT][0];
     shape[CV_ROLE_ATTN_POST_NORM][0] = shape[CV_ROLE_FFN_POST_NORM][0] = d;
     if (shape_is(lo->embed, 2, v, d, err, errcap) || shape_is(lo->norm, 1, d, 0, err, errcap) ||
-        (lo->lm_head && shape_is(lo->lm_head, 2, v, d, err, errcap)) || (lo->norm_b && shape_is(lo->norm_b, 1, d, 0, err, errcap)))
+        (lo->lm_head && shape_is(lo->lm_head, 2, v, d, err, errcap)) || (lo->norm_b && shape_is(lo->norm_b, 1, d, 0, err, errcap)) ||
+        (lo->exit_w && shape_is(lo->exit_w, 2, 1, d, err, errcap)) || (lo->exit_b && shape_is(lo->exit_b, 1, 1, 0, err, errcap)))
         return -1;
+    if (!lo->exit_w != !lo->exit_b)
+        return cv_fail(err, errcap, "model.early_exit_gate needs both its weight and its bias");
     if (!lo->norm_b != !c->arch.layer_norm)
         return cv_fail(err, errcap, "model.norm.bias %s (the model's norms are %s)", lo->norm_b ? "is unexpected" : "is missing",
                        c->arch.layer_norm ? "LayerNorms" : "RMSNorms");

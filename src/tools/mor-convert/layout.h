@@ -13,7 +13,7 @@
  * post_attention_layernorm.weight or mlp.{gate,up,down}_proj.weight, and for
  * the other families (family.h maps their checkpoints onto this grammar)
  * the same with .bias, attn_post_norm.weight and ffn_post_norm.weight, and
- * model.norm.bias.
+ * model.norm.bias, and Ouro's model.early_exit_gate.{weight [1, d], bias [1]}.
  * A relaxed (PEFT LoRA) checkpoint names a projection's weight
  * <proj>.base_layer.weight instead and adds <proj>.lora_A.default.weight
  * [r, in] and <proj>.lora_B.default.weight [out, r] (adapter "default").
@@ -59,6 +59,7 @@ typedef struct {
     const ckpt_tensor *(*role)[CV_ROLE_ALL];
     const ckpt_tensor *embed, *norm, *lm_head;   /* lm_head may be NULL */
     const ckpt_tensor *norm_b;                   /* model.norm.bias (LayerNorm), or NULL */
+    const ckpt_tensor *exit_w, *exit_b;          /* Ouro's model.early_exit_gate weight and bias, or NULL */
     int arch;                 /* ARCH_LINEAR / ARCH_MLP of the routers; -1 for plain */
     lo_router *router;        /* expert: [n_rec]; token: [1] */
     lo_router *aux;           /* expert with mlp_router: [n_rec]; else NULL */

@@ -1,0 +1,151 @@
+"""test_ouro.py - Ouro (ByteDance Seed's LoopLM, OuroForCausalLM) converted by
+bin/mor-convert from a Hugging Face checkpoint into a recursive model and run.
+
+The checkpoint is family_ref's random "ouro" model, written here: GQA, 2
+layers looped total_ut_steps = 3 times, sandwich norms, untied output, the
+early-exit gate. Checked:
+  - the 2 layers are stored once as the shared block of N_r = 3 recursions
+    (cycle sharing), with the loop norm and the post-sub-layer norms, and the
+    exit gate kept as exit_gate.weight / exit_gate.bias, F32, bit for bit;
+  - bin/mor-run's logits are those of a float64 reference of vLLM's forward
+    (family_ref.Ref.forward_ouro) within 1e-4 at full depth, and with every
+    token stopped after loop K (--routing forced:K) those of the model
+    looped K times; each loop and each sandwich norm moves the logits far
+    more than that;
+  - the reference's per-loop exit probabilities of the gate are
+    probabilities that move from loop to loop (the learned exit's input);
+  - total_ut_steps absent is 4 loops (vLLM's default); bad values, a gate
+    without its bias, and --init are refused; a converted file converts
+    again to the same bytes; mor-quantize keeps the gate F32.
+"""
+import os
+import struct
+import subprocess
+import tempfile
+
+import family_ref as F
+import gguf_py
+import testlib as t
+
+CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
+RUN = os.path.join(t.OUT, "bin", "mor-run")
+QUANT = os.path.join(t.OUT, "bin", "mor-quantize")
+TOL = 1e-4
+DROP = object()
+
+
+def convert(path, out, flags=()):
+    p = subprocess.run([CONVERT, path, "-o", out] + list(flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p.returncode == 0, (p.stdout + p.stderr).strip()
+
+
+def run_logits(gguf, tmp, extra=()):
+    out = os.path.join(tmp, "L.f32")
+    p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, F.IDS)), "--dump-logits", out] + list(extra),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode:
+        return None
+    with open(out, "rb") as f:
+        raw = f.read()
+    return list(struct.unpack("<%df" % (len(raw) // 4), raw))
+
+
+def flat(rows_):
+    return [x for r in rows_ for x in r]
+
+
+def maxdiff(a, b):
+    return max(abs(x - y) for x, y in zip(a, b)) if a and b and len(a) == len(b) else float("inf")
+
+
+def hf_dir(tmp, drop_w=(), **over):
+    cfg, w = F.make_model("ouro")
+    for k, v in over.items():
+        cfg.pop(k) if v is DROP else cfg.update({k: v})
+    for k in drop_w:
+        del w[k]
+    return F.write_model(tempfile.mkdtemp(dir=tmp), cfg, w)
+
+
+def check_layout(d, conv):
+    c = gguf_py.read(conv)
+    blk = [x for x in c.tensors if x.name.startswith("blk.")]
+    t.check(len(blk) == 11 * 2, "the 2 layers are stored once (%d block tensors)" % len(blk))
+    plan = (c.get("mor.recursion.count"), c.get("mor.recursion.base_depth"), c.get("mor.recursion.sharing"),
+            bool(c.get("mor.recursion.loop_norm")), bool(c.get("mor.norm.post")))
+    t.check(plan == (3, 2, "cycle", True, True), "total_ut_steps 3 is N_r over the cycle-shared block of 2, loop "
+            "norm and post norms on (%s)" % (plan,))
+    _, w = F.make_model("ouro")
+    gw, gb = c.tensor("exit_gate.weight"), c.tensor("exit_gate.bias")
+    t.check(gw is not None and gb is not None and gw.type == 0 and gb.type == 0 and gw.floats() == w[
+        "model.early_exit_gate.weight"][1] and gb.floats() == w["model.early_exit_gate.bias"][1],
+        "the exit gate kept as exit_gate.weight [d, 1] and exit_gate.bias [1], F32, bit for bit")
+
+
+def check_logits(d, conv, tmp):
+    ref = F.Ref(d)
+    full = run_logits(conv, tmp)
+    dd = maxdiff(full, flat(ref.forward_ouro(F.IDS)[0]))
+    t.check(dd <= TOL, "full depth: the float64 reference's logits (%.2g)" % dd)
+    for k in (1, 2):
+        a = run_logits(conv, tmp, ["--routing", "forced:%d" % k])
+        dk = maxdiff(a, flat(ref.forward_ouro(F.IDS, k)[0]))
+        far = maxdiff(a, full)
+        t.check(dk <= TOL and far > 100 * TOL, "--routing forced:%d: the reference's logits of %d loops (%.2g), "
+                "%.3g from full depth" % (k, k, dk, far))
+    # the sandwich norms matter: the same model with their weights all 1 is far off
+    ones = F.Ref(d)
+    ones.t = {k: ((v[0], [1.0] * len(v[1])) if "layernorm_2" in k else v) for k, v in ones.t.items()}
+    t.check(maxdiff(full, flat(ones.forward_ouro(F.IDS)[0])) > 100 * TOL,
+            "the trained sandwich-norm weights move the logits far more than the tolerance")
+
+
+def check_gates(d):
+    _, gates = F.Ref(d).forward_ouro(F.IDS)
+    ok = len(gates) == 3 and all(len(g) == len(F.IDS) and all(0 < p < 1 for p in g) for g in gates)
+    moved = max(abs(a - b) for a, b in zip(gates[0], gates[1]))
+    t.check(ok and moved > 1e-3, "the gate's exit probability per loop and token, moving between loops (%.3g)" % moved)
+
+
+def check_more(d, conv, tmp):
+    out = os.path.join(tmp, "again.gguf")
+    ok, msg = convert(conv, out)
+    with open(conv, "rb") as f, open(out, "rb") as g:
+        t.check(ok and f.read() == g.read(), "a converted file converts again to the same bytes (%s)" % msg[-120:])
+    ok, msg = convert(hf_dir(tmp, total_ut_steps=DROP), out)
+    t.check(ok and gguf_py.read(out).get("mor.recursion.count") == 4, "total_ut_steps absent: 4 loops (%s)" % msg[-80:])
+    bad = [(dict(total_ut_steps=0), (), "total_ut_steps is not a positive integer"),
+           (dict(total_ut_steps="3"), (), "total_ut_steps is not a positive integer"),
+           (dict(total_ut_steps=None), (), "total_ut_steps is not a positive integer"),
+           (dict(total_ut_steps=17), (), "17 loops of 2 layers; libmor runs up to 16 recursions"),
+           ({}, ("model.early_exit_gate.bias",), "model.early_exit_gate needs both its weight and its bias"),
+           ({}, ("model.layers.1.input_layernorm_2.weight",), "attn_post_norm.weight is missing")]
+    for over, drop_w, want in bad:
+        ok, msg = convert(hf_dir(tmp, drop_w, **over), os.path.join(tmp, "bad.gguf"))
+        t.check(not ok and want in msg, "converter refuses %s %s: %s" % (over, drop_w, msg[-160:]))
+    ok, msg = convert(d, os.path.join(tmp, "bad.gguf"), ["--num-recursion", "3", "--sharing", "cycle", "--init", "average"])
+    t.check(not ok and "looped" in msg, "converter refuses --init on Ouro: %s" % msg[-150:])
+    q = os.path.join(tmp, "q8.gguf")
+    p = subprocess.run([QUANT, conv, q, "q8_0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    g = gguf_py.read(q) if p.returncode == 0 else None
+    a = run_logits(q, tmp) if g else None
+    t.check(g is not None and g.tensor("exit_gate.weight").type == 0 and g.tensor("blk.0.attn_q.weight").type != 0 and
+            a is not None and len(a) == 8 * 128 and all(abs(x) < 1e6 for x in a),
+            "mor-quantize q8_0: the gate stays F32, the layers are quantized, the file runs (%s)" %
+            p.stderr.strip()[-120:])
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        d, conv = hf_dir(tmp), os.path.join(tmp, "ouro.gguf")
+        ok, msg = convert(d, conv)
+        if t.check(ok, "OuroForCausalLM converts (%s)" % msg[-200:]):
+            check_layout(d, conv)
+            check_logits(d, conv, tmp)
+            check_gates(d)
+            check_more(d, conv, tmp)
+    t.finish()
+
+
+if __name__ == "__main__":
+    main()
