@@ -16,6 +16,8 @@ first five (tests/peer/run.sh, llama.cpp 84f71294). Checked:
     greedy decoding through the per-recursion KV caches gives the oracle's
     and llama.cpp's ids; the loop norm, the tied output and each loop move
     the logits far more than that;
+  - self-speculation drafting with 1 or 2 of 3 loops prints llama.cpp's
+    greedy ids;
   - FORCED depth k (--routing forced:k) gives the logits of the same weights
     looped k times (the oracle's; llama.cpp's of the file with k loops;
     bitwise the converted 1-loop file's);
@@ -66,9 +68,9 @@ def run_logits(gguf, tmp, extra=()):
     return list(struct.unpack("<%df" % (len(raw) // 4), raw)), ""
 
 
-def greedy(gguf):
+def greedy(gguf, extra=()):
     p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, PROMPT)), "-n", str(N_GEN), "--greedy",
-                        "--print-ids"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                        "--print-ids"] + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return [int(x) for x in p.stdout.split()] if p.returncode == 0 else None
 
 
@@ -160,6 +162,16 @@ def oracle(name, loops=None):
     if tied:
         del w["lm_head.weight"]
     return flat(F.Ref(F.write_model(tempfile.mkdtemp(dir=TMP[0]), cfg, w)).forward(F.IDS))
+
+
+def check_speculation(tmp):
+    """Self-speculation with fewer loops as the draft: drafts of 4 tokens
+    through the first loop or two, verified through all three, print
+    llama.cpp's greedy ids of the 3-loop file."""
+    conv, want = os.path.join(tmp, "n3t.gguf"), peer("n3t", "greedy")
+    for depth in (1, 2):
+        ids = greedy(conv, ["--speculate", "4", "--speculate-depth", str(depth)])
+        t.check(ids == want, "n3t --speculate 4 --speculate-depth %d: llama.cpp's greedy ids %s (%s)" % (depth, want, ids))
 
 
 def check_forced(tmp):
@@ -299,6 +311,7 @@ def main():
             check_variant(name, tmp)
         check_features()
         check_forced(tmp)
+        check_speculation(tmp)
         check_refusals(tmp)
         check_hf(tmp)
     t.finish()
