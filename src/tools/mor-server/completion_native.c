@@ -126,17 +126,7 @@ static void token_fields(jsonw *w, const job *j, int32_t a, int32_t b, int ids)
     jw_arr(w);
     for (int32_t i = a; ids && i < b; i++) jw_int(w, j->tokens[i]);
     jw_arr_end(w);
-    jw_key(w, "mor");
-    jw_obj(w);
-    jw_key(w, "token_ids");
-    jw_arr(w);
-    for (int32_t i = a; i < b; i++) jw_int(w, j->tokens[i]);
-    jw_arr_end(w);
-    jw_key(w, "depths");
-    jw_arr(w);
-    for (int32_t i = a; i < b; i++) jw_int(w, j->depths[i]);
-    jw_arr_end(w);
-    jw_obj_end(w);
+    mor_object(w, j, a, b);
 }
 
 /* The prompt as text (llama.cpp's "prompt": the tokens detokenized); ""

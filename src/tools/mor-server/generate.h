@@ -44,4 +44,7 @@ void sse_end(conn *c, request *rq);
 void token_bytes(buf *b, mor_token t);
 /* A log-probability as JSON: -inf (ruled out) as -9999. */
 void jw_logprob(jsonw *w, float v);
+/* "mor": {"token_ids", "depths"} of job j's tokens [a, b): libmor's own
+ * fields beside every endpoint's response. */
+void mor_object(jsonw *w, const job *j, int32_t a, int32_t b);
 #endif

@@ -407,7 +407,7 @@ static void tokens_array(jsonw *w, const reply *r, const job *j, int32_t a, int3
     jw_arr_end(w);
 }
 
-static void mor_object(jsonw *w, const job *j, int32_t a, int32_t b)
+void mor_object(jsonw *w, const job *j, int32_t a, int32_t b)
 {
     jw_key(w, "mor");
     jw_obj(w);
