@@ -517,6 +517,14 @@ MOR_API float      mor_router_get_threshold(const mor_router *r, int32_t recursi
 /* Cap every token's depth at max_depth recursions (0 = no cap). Applies to
  * every mode. */
 MOR_API mor_status mor_router_set_max_depth(mor_router *r, int32_t max_depth);
+/* Exits for mor_decode on this context's router: exit_mode MOR_EXIT_* (see
+ * there) with its threshold, on top of the mode's depths; MOR_EXIT_NONE
+ * (the default) turns them off. MOR_E_UNSUPPORTED: MOR_EXIT_LEARNED on a
+ * model without an exit gate, any exit on a token-choice model, or a
+ * server's router (a server's exits are its mor_server_params');
+ * MOR_E_INVALID_ARG: an unknown mode, a NaN threshold, or a learned-exit q
+ * outside [0, 1]. A failed call changes nothing. Applies to the next decode. */
+MOR_API mor_status mor_router_set_exit(mor_router *r, int32_t exit_mode, float threshold);
 
 /* After a decode: the number of recursions row i ran (0..N_r), for the rows of
  * the last successful mor_decode. Writes min(n, rows) values and returns the
@@ -991,18 +999,30 @@ enum {
                                 same step and its row refilled at the next      */
 };
 
-/* Early exit by confidence (CALM family), DEPTHWISE only, on top of the
- * router's exits (and the only exits of a model without routers). Before
+/* Early exits, on top of the router's exits (and the only exits of a model
+ * without routers): a server's (mor_server_params.exit_mode, DEPTHWISE
+ * only) or a context's (mor_router_set_exit, for mor_decode). Before
  * recursion r >= 1 a token stops when its measure >= exit_threshold:
  *  MARGIN: softmax top-1 minus top-2 probability of the exit logits
  *          (final RMSNorm + output matrix on the hidden state so far);
  *  SATURATION: cos(h_r, h_{r-1}), the hidden state before recursion r vs
- *          before recursion r-1.
+ *          before recursion r-1;
+ *  LEARNED: Ouro's learned exit (models with an exit gate, arXiv 2510.25741,
+ *          the Q-exit of its adaptive computation): after loop t the gate
+ *          gives lambda_t = sigmoid(w . norm(h_t) + b), norm the final norm
+ *          (the loop norm); the exit distribution is p(t) = lambda_t
+ *          prod_{j<t} (1 - lambda_j), the last loop taking the remainder,
+ *          and a token exits after the first loop t < N_r where its CDF
+ *          1 - prod_{j<=t} (1 - lambda_j) >= q, q = exit_threshold in
+ *          [0, 1] (0: every token after loop 1; 1: never early, full depth).
+ *          Per token and causal: the decision reads only the token's own
+ *          state, which attends to earlier tokens only.
  * Missing keys and values: an exited token stores no K/V in the layers of
  * the recursions it skipped. Under recursion-wise caching later tokens at
  * those depths do not see it (as MoR's own router exits); under KV sharing
- * they read its recursion-0 K/V, as for every token. */
-enum { MOR_EXIT_NONE = 0, MOR_EXIT_MARGIN = 1, MOR_EXIT_SATURATION = 2 };
+ * they read its recursion-0 K/V, as for every token. (mor_decode under
+ * MOR_KV_DENSE still runs the skipped recursions for their K/V only.) */
+enum { MOR_EXIT_NONE = 0, MOR_EXIT_MARGIN = 1, MOR_EXIT_SATURATION = 2, MOR_EXIT_LEARNED = 3 };
 
 /* State of a request. */
 enum { MOR_REQ_QUEUED = 0, MOR_REQ_RUNNING = 1, MOR_REQ_DONE = 2, MOR_REQ_CANCELLED = 3 };
@@ -1070,7 +1090,8 @@ MOR_API void mor_server_params_init(mor_server_params *p, size_t size);
 /* Create a server on a model (which must outlive it). params may be NULL.
  * Errors: MOR_E_INVALID_ARG, MOR_E_ABI, MOR_E_NOMEM, MOR_E_UNSUPPORTED
  * (an exit_mode with a mode other than DEPTHWISE, or with MOR_KV_DENSE,
- * where every token runs every recursion for its K/V). */
+ * where every token runs every recursion for its K/V; MOR_EXIT_LEARNED on a
+ * model without an exit gate). */
 MOR_API mor_status mor_server_create(mor_model *model, const mor_server_params *params, mor_server **out);
 /* Free a server and every request it holds. NULL ok. */
 MOR_API void       mor_server_free(mor_server *srv);

@@ -157,6 +157,44 @@ int32_t router_decide_token(const mor_router *r, const float *x, float *z, float
     return best + 1;
 }
 
+/* Whether row c exits before recursion rec >= 1 by the router's exit mode.
+ * LEARNED (Ouro's Q-exit): lambda of the loop just run joins the row's CDF,
+ * and the row exits at the first loop where the CDF reaches q; q >= 1
+ * never exits early (the remainder of the exit distribution belongs to the
+ * last loop, which every row that gets there runs). */
+static int exits_now(const mor_router *r, exec_ctx *ex, const router_cand *c, router_scratch *s)
+{
+    if (r->exit_mode == MOR_EXIT_NONE) return 0;
+    if (r->exit_mode != MOR_EXIT_LEARNED)
+        return router_confidence(r->m, ex, r->exit_mode, c->x, c->xprev, s->tmp, s->vocab) >= r->exit_threshold;
+    const double lambda = router_exit_lambda(r->m, c->x, s->tmp);
+    c->rr->exit_cdf = 1.0 - (1.0 - c->rr->exit_cdf) * (1.0 - lambda);   /* 1 - prod (1 - lambda_j) */
+    return r->exit_threshold < 1.0f && c->rr->exit_cdf >= (double)r->exit_threshold;
+}
+
+double router_exit_lambda(const mor_model *m, const float *x, float *tmp)
+{
+    const float *w = m->exit_gate.data;
+    double z = *(const float *)m->exit_gate_b.data;
+    model_output_norm(m, tmp, x);   /* the gate reads the loop-normed stream, as Ouro trains it */
+    for (int32_t i = 0; i < m->n_embd; i++) z += (double)w[i] * tmp[i];
+    return 1.0 / (1.0 + exp(-z));
+}
+
+mor_status router_exit_check(const mor_model *m, int32_t mode, float thr, const char *who)
+{
+    if (mode < MOR_EXIT_NONE || mode > MOR_EXIT_LEARNED || isnan(thr))
+        return err_set(MOR_E_INVALID_ARG, "%s: exit mode %d or its threshold (NaN) invalid", who, mode);
+    if (mode == MOR_EXIT_LEARNED && !m->exit_gate.data)
+        return err_set(MOR_E_UNSUPPORTED, "%s: the learned exit needs a model with an exit gate (Ouro's "
+                       "exit_gate.weight); this one has none", who);
+    if (mode == MOR_EXIT_LEARNED && !(thr >= 0.0f && thr <= 1.0f))
+        return err_set(MOR_E_INVALID_ARG, "%s: the learned exit's threshold q %g is not in [0, 1]", who, (double)thr);
+    if (mode != MOR_EXIT_NONE && m->router_type == MOR_ROUTER_TYPE_TOKEN)
+        return err_set(MOR_E_UNSUPPORTED, "%s: exits need a model with expert-choice routers or none", who);
+    return MOR_OK;
+}
+
 void router_verdicts(const mor_router *r, exec_ctx *ex, int32_t rec, const router_cand *c, int32_t n,
                      const int32_t *seq_rows, router_scratch *s, uint8_t *verdict)
 {
@@ -169,8 +207,7 @@ void router_verdicts(const mor_router *r, exec_ctx *ex, int32_t rec, const route
     for (int32_t t = 0; t < n; t++) {
         verdict[t] = ROUTE_DROPPED;
         if (c[t].rr->dropped) continue;
-        if (r->exit_mode != MOR_EXIT_NONE && rec >= 1 &&
-            router_confidence(m, ex, r->exit_mode, c[t].x, c[t].xprev, s->tmp, s->vocab) >= r->exit_threshold) {
+        if (rec >= 1 && exits_now(r, ex, &c[t], s)) {
             c[t].rr->dropped = 1;
             continue;
         }
@@ -272,6 +309,19 @@ mor_status mor_router_set_mode(mor_router *r, int32_t mode, int32_t forced_depth
     }
     r->mode = mode;
     r->forced_depth = mode == MOR_ROUTE_FORCED ? forced_depth : 0;
+    return MOR_OK;
+}
+
+mor_status mor_router_set_exit(mor_router *r, int32_t exit_mode, float threshold)
+{
+    err_clear();
+    if (!r) return err_set(MOR_E_INVALID_ARG, "mor_router_set_exit: router is NULL");
+    if (r->server_owned)   /* its prompt reuse and modes were checked against the params' exits */
+        return err_set(MOR_E_UNSUPPORTED, "mor_router_set_exit: a server's exits are its mor_server_params'");
+    mor_status st = router_exit_check(r->m, exit_mode, threshold, "mor_router_set_exit");
+    if (st) return st;
+    r->exit_mode = exit_mode;
+    r->exit_threshold = threshold;
     return MOR_OK;
 }
 

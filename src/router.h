@@ -13,9 +13,10 @@ struct mor_router {
     int32_t n_rows, cap_rows;
     int32_t *depth;
     float   *scores, *logits;
-    /* confidence exits (serving): MOR_EXIT_*, threshold */
+    /* exits (MOR_EXIT_*, threshold): the server's params, or mor_router_set_exit */
     int32_t exit_mode;
     float   exit_threshold;
+    uint8_t server_owned;   /* a server's: its exits are fixed at creation */
     /* statistics since the last reset */
     uint64_t n_tokens, depth_sum, n_at_depth[MOR_MAX_RECURSIONS + 1];
 };
@@ -56,6 +57,13 @@ void    router_update(const mor_model *m, float *x, const float *y, float gate);
  * MOR_EXIT_SATURATION: cos(x, xprev), xprev the state before the last pass. */
 float   router_confidence(const mor_model *m, exec_ctx *e, int32_t mode, const float *x, const float *xprev,
                           float *tmp, float *vocab);
+/* Ouro's exit probability lambda = sigmoid(w . norm(x) + b) of the model's
+ * exit gate, norm the final norm (the loop norm the gate was trained
+ * behind); tmp: n_embd floats. The model must have a gate. */
+double  router_exit_lambda(const mor_model *m, const float *x, float *tmp);
+/* Whether an exit mode and threshold can run on m: MOR_OK, or the status
+ * (message set, prefixed by who) why not. */
+mor_status router_exit_check(const mor_model *m, int32_t mode, float threshold, const char *who);
 
 /* ---- verdicts: every depth decision of a row in flight ---- */
 
@@ -65,6 +73,7 @@ typedef struct {
     float   gate;       /* of its last verdict */
     int32_t tdepth;     /* token-choice: the depth chosen at recursion 0 */
     uint8_t dropped;    /* not taken once: never taken again */
+    double  exit_cdf;   /* MOR_EXIT_LEARNED: 1 - prod (1 - lambda_j) over its loops so far */
 } router_row;
 
 /* One row before its verdict at a recursion. */

@@ -178,11 +178,9 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     if (p.n_slots == 0 || p.n_slots > 4096 || p.n_batch == 0 || p.n_batch > (1u << 16))
         return err_set(MOR_E_INVALID_ARG, "mor_server_create: n_slots %u or n_batch %u out of range",
                        p.n_slots, p.n_batch);
-    if (p.exit_mode < MOR_EXIT_NONE || p.exit_mode > MOR_EXIT_SATURATION || !(p.exit_threshold == p.exit_threshold))
-        return err_set(MOR_E_INVALID_ARG, "mor_server_create: exit_mode %d or exit_threshold invalid", p.exit_mode);
-    if (p.exit_mode != MOR_EXIT_NONE && (p.mode != MOR_SERVE_DEPTHWISE || m->router_type == MOR_ROUTER_TYPE_TOKEN))
-        return err_set(MOR_E_UNSUPPORTED, "mor_server_create: confidence exits need MOR_SERVE_DEPTHWISE and a "
-                       "model with expert-choice routers or none");
+    if ((st = router_exit_check(m, p.exit_mode, p.exit_threshold, "mor_server_create"))) return st;
+    if (p.exit_mode != MOR_EXIT_NONE && p.mode != MOR_SERVE_DEPTHWISE)
+        return err_set(MOR_E_UNSUPPORTED, "mor_server_create: exits need MOR_SERVE_DEPTHWISE");
     if (p.mode == MOR_SERVE_SERIAL) p.n_slots = 1;
     if (p.flags & ~(uint32_t)(MOR_SERVE_NO_PROMPT_REUSE | MOR_SERVE_FAST_BF16))
         return err_set(MOR_E_INVALID_ARG, "mor_server_create: unknown flags 0x%x", p.flags);
@@ -209,6 +207,7 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     if (m->router_type == MOR_ROUTER_TYPE_EXPERT) mor_router_set_mode(s->ctx->router, MOR_ROUTE_THRESHOLD, 0);
     s->ctx->router->exit_mode = p.exit_mode;
     s->ctx->router->exit_threshold = p.exit_threshold;
+    s->ctx->router->server_owned = 1;
     const size_t nb = p.n_batch;
     int ok = mor_batch_create((int32_t)nb, &s->batch) == MOR_OK;
     /* The slots, their saved copies and the step's lists in one allocation, planned here. */

@@ -260,9 +260,16 @@ class Ref:
             logits = [[fcap * math.tanh(v / fcap) for v in r] for r in logits]
         return logits
 
-    def forward_ouro(self, ids, loops=None):
+    def forward_ouro(self, ids, loops=None, q=None):
         """(logits, gates) of an Ouro model stopped after `loops` loops (all by
-        default): gates[r][t] is token t's exit probability after loop r."""
+        default): gates[r][t] is token t's exit probability after loop r.
+        With q, Ouro's learned exit (the Q-exit) as well, returning (logits,
+        gates, depths, cdfs): token t stops after the first loop r < N where
+        cdfs[r][t] = 1 - prod_{j<=r} (1 - gates[j][t]) >= q (q < 1), and its
+        logits are those of its state then; a stopped token leaves no keys
+        and values in the deeper loops (recursion-wise KV: the tokens after
+        it do not see it there), and gates/cdfs of loops it did not run are
+        None."""
         c = self.c
         d, H = c["hidden_size"], c["num_attention_heads"]
         Hkv = c.get("num_key_value_heads") or H
@@ -273,12 +280,12 @@ class Ref:
         def norm(x, key):
             return [a * b for a, b in zip(rms_hat(x, eps), self.v(key))]
 
-        def attn(p, ns):
-            qs = [rope(matvec(self.W(p + "self_attn.q_proj.weight"), n), H, hd, hd, t, theta) for t, n in enumerate(ns)]
-            ks = [rope(matvec(self.W(p + "self_attn.k_proj.weight"), n), Hkv, hd, hd, t, theta) for t, n in enumerate(ns)]
+        def attn(p, ns, pos):
+            qs = [rope(matvec(self.W(p + "self_attn.q_proj.weight"), n), H, hd, hd, t, theta) for t, n in zip(pos, ns)]
+            ks = [rope(matvec(self.W(p + "self_attn.k_proj.weight"), n), Hkv, hd, hd, t, theta) for t, n in zip(pos, ns)]
             vs = [matvec(self.W(p + "self_attn.v_proj.weight"), n) for n in ns]
             out = []
-            for t in range(len(ns)):
+            for t in range(len(ns)):   # the running tokens only: each sees those before it
                 att = []
                 for h in range(H):
                     g = h // group
@@ -296,18 +303,32 @@ class Ref:
         emb = self.W("model.embed_tokens.weight")
         xs = [list(emb[i]) for i in ids]
         gw, gb = self.v("model.early_exit_gate.weight"), self.v("model.early_exit_gate.bias")[0]
-        gates = []
-        for _ in range(loops or c.get("total_ut_steps", 4)):
+        gates, cdfs, n = [], [], loops or c.get("total_ut_steps", 4)
+        depths, surv = [None] * len(ids), [1.0] * len(ids)
+        for r in range(n):
+            pos = [t for t in range(len(ids)) if depths[t] is None]
+            ys = [xs[t] for t in pos]
             for l in range(L):
                 p = "model.layers.%d." % l
-                a = attn(p, [norm(x, p + "input_layernorm.weight") for x in xs])
-                hs = [add(x, norm(y, p + "input_layernorm_2.weight")) for x, y in zip(xs, a)]
-                xs = [add(h, norm(mlp(p, norm(h, p + "post_attention_layernorm.weight")), p + "post_attention_layernorm_2.weight"))
+                a = attn(p, [norm(x, p + "input_layernorm.weight") for x in ys], pos)
+                hs = [add(x, norm(y, p + "input_layernorm_2.weight")) for x, y in zip(ys, a)]
+                ys = [add(h, norm(mlp(p, norm(h, p + "post_attention_layernorm.weight")), p + "post_attention_layernorm_2.weight"))
                       for h in hs]
-            xs = [norm(x, "model.norm.weight") for x in xs]
-            gates.append([1.0 / (1.0 + math.exp(-(sum(map(operator.mul, gw, x)) + gb))) for x in xs])
+            g, cd = [None] * len(ids), [None] * len(ids)
+            for t, y in zip(pos, ys):
+                xs[t] = norm(y, "model.norm.weight")
+                g[t] = 1.0 / (1.0 + math.exp(-(sum(map(operator.mul, gw, xs[t])) + gb)))
+                surv[t] *= 1.0 - g[t]
+                cd[t] = 1.0 - surv[t]
+                if q is not None and r < n - 1 and q < 1 and cd[t] >= q:
+                    depths[t] = r + 1
+            gates.append(g)
+            cdfs.append(cd)
         head = self.W("lm_head.weight") if "lm_head.weight" in self.t else emb
-        return [matvec(head, x) for x in xs], gates
+        logits = [matvec(head, x) for x in xs]
+        if q is None:
+            return logits, gates
+        return logits, gates, [n if d is None else d for d in depths], cdfs
 
     def _neox(self, ids):
         c, off = self.c, self.off

@@ -130,7 +130,7 @@ static int other_enums_unique(int32_t v)
     default: break;
     }
     switch (v) {
-    case MOR_EXIT_NONE: case MOR_EXIT_MARGIN: case MOR_EXIT_SATURATION: n++; break;
+    case MOR_EXIT_NONE: case MOR_EXIT_MARGIN: case MOR_EXIT_SATURATION: case MOR_EXIT_LEARNED: n++; break;
     default: break;
     }
     switch (v) {

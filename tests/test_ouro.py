@@ -14,10 +14,16 @@ early-exit gate. Checked:
     more than that;
   - the reference's per-loop exit probabilities of the gate are
     probabilities that move from loop to loop (the learned exit's input);
+  - --exit learned:Q (Ouro's Q-exit): each token's depth is the first loop
+    where the CDF of the reference's exit distribution reaches Q, its logits
+    the reference's at that depth (under recursion-wise KV); Q out of [0, 1]
+    and a model without the gate are refused; depth-wise serving with the
+    learned exit gives each request its own decode loop's tokens and depths;
   - total_ut_steps absent is 4 loops (vLLM's default); bad values, a gate
     without its bias, and --init are refused; a converted file converts
     again to the same bytes; mor-quantize keeps the gate F32.
 """
+import json
 import os
 import struct
 import subprocess
@@ -26,6 +32,10 @@ import tempfile
 import family_ref as F
 import gguf_py
 import testlib as t
+
+t.reexec_under_asan()
+t.use_bindings()
+import mor  # noqa: E402
 
 CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
@@ -107,6 +117,81 @@ def check_gates(d):
     t.check(ok and moved > 1e-3, "the gate's exit probability per loop and token, moving between loops (%.3g)" % moved)
 
 
+def run_exit(gguf, tmp, q):
+    """(depths, logits) of bin/mor-run with --exit learned:q, or (None, message)."""
+    out, rt = os.path.join(tmp, "L.f32"), os.path.join(tmp, "R.json")
+    p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, F.IDS)), "--exit", "learned:%r" % q,
+                        "--dump-logits", out, "--dump-routing", rt], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    if p.returncode:
+        return None, p.stderr.strip()
+    with open(out, "rb") as f:
+        raw = f.read()
+    with open(rt) as f:
+        return json.load(f)["depth"], list(struct.unpack("<%df" % (len(raw) // 4), raw))
+
+
+def check_exit(d, conv, tmp):
+    """The learned exit (--exit learned:Q): each token's depth is the first
+    loop where the reference's CDF of its exit distribution reaches q, and its
+    logits are the reference's at that depth. The reference follows libmor's
+    recursion-wise KV (a token that stopped leaves nothing in the deeper
+    loops, so the tokens after it attend without it there), which the
+    whole-prompt decode runs. Each q is checked only where no CDF the rule
+    compares lies within 1e-3 of it (0 and 1 are exact by the rule)."""
+    ref, mixed = F.Ref(d), set()
+    for q in (0.0, 0.5, 0.8, 0.9, 0.95, 0.99, 0.999, 1.0):
+        logits, _, depths, cdfs = ref.forward_ouro(F.IDS, q=q)
+        near = min([abs(c - q) for cd in cdfs[:-1] for c in cd if c is not None] or [1])
+        if 0 < q < 1 and near < 1e-3:
+            continue
+        got, lg = run_exit(conv, tmp, q)
+        dk = maxdiff(lg, flat(logits)) if got is not None else float("inf")
+        t.check(got == depths and dk <= TOL, "--exit learned:%g: depths %s are the rule's on the reference's gates (%s), "
+                "logits at each token's depth (%.2g)" % (q, got, depths, dk))
+        if 0 < q < 1:
+            mixed.add(len(set(depths)))
+        if q == 0.0:
+            t.check(depths == [1] * len(F.IDS), "q 0: every token stops after loop 1")
+        if q == 1.0:
+            t.check(depths == [3] * len(F.IDS), "q 1: every token runs every loop")
+    t.check(max(mixed or {0}) == 3, "some q gives tokens of all three depths, and the deeper ones attend past "
+            "the stopped ones (%s)" % sorted(mixed))
+    for q, want in ((1.5, "not in [0, 1]"), (-0.1, "not in [0, 1]")):
+        got, msg = run_exit(conv, tmp, q)
+        t.check(got is None and want in msg, "--exit learned:%g refused: %s" % (q, msg[-120:]))
+    nog = os.path.join(tmp, "nogate.gguf")
+    ok, msg = convert(hf_dir(tmp, ("model.early_exit_gate.weight", "model.early_exit_gate.bias")), nog)
+    got, msg = run_exit(nog, tmp, 0.5) if ok else (None, msg)
+    t.check(ok and got is None and "exit gate" in msg, "a model without the gate refuses the learned exit: %s" %
+            msg[-160:])
+
+
+def check_serve_exit(conv):
+    """Depth-wise batching with the learned exit (mor_server_params.exit_mode
+    MOR_EXIT_LEARNED): 5 greedy requests on 3 slots give each request the
+    tokens and depths of its own decode loop with mor_router_set_exit."""
+    q, prompts = 0.9, [[(i * 31 + k * 17 + 3) % 128 for k in range(1 + i % 4)] for i in range(5)]
+    with mor.Model(conv) as m:
+        ref = []
+        for p in prompts:
+            with m.context(n_ctx=64) as ctx:
+                ctx.router.set_exit(mor.EXIT_LEARNED, q)
+                toks = list(ctx.generate(p, max_tokens=6, temperature=0.0, stop_at_eos=False))
+                ref.append(([x.id for x in toks], [x.depth for x in toks]))
+        with mor.Server(m, mode=mor.SERVE_DEPTHWISE, n_slots=3, n_ctx=256, n_batch=32, exit_mode=mor.EXIT_LEARNED,
+                        exit_threshold=q) as srv:
+            ids = [srv.submit(p, max_tokens=6, temperature=0) for p in prompts]
+            srv.run()
+            got = [srv.tokens(rid) for rid in ids]
+    # the server reports with a token the depth of the input token that gave
+    # it; generate() the depth the token itself ran when decoded: one apart
+    same = all(list(a) == r[0] and list(b)[1:] == r[1][:-1] for (a, b), r in zip(got, ref))
+    deps = {d for _, ds in ref for d in ds}
+    t.check(same and len(deps) > 1, "depth-wise serving with the learned exit (q %g): each request's tokens and "
+            "depths are its own decode loop's, depths %s" % (q, sorted(deps)))
+
+
 def check_more(d, conv, tmp):
     out = os.path.join(tmp, "again.gguf")
     ok, msg = convert(conv, out)
@@ -143,6 +228,8 @@ def main():
             check_layout(d, conv)
             check_logits(d, conv, tmp)
             check_gates(d)
+            check_exit(d, conv, tmp)
+            check_serve_exit(conv)
             check_more(d, conv, tmp)
     t.finish()
 

@@ -239,6 +239,8 @@ static void misuse(mor_model *m)
     CHECK(mor_server_create(m, &p, &s) == MOR_E_INVALID_ARG, "create: unknown mode");
     p.mode = MOR_SERVE_SEQUENCE; p.exit_mode = MOR_EXIT_MARGIN;
     CHECK(mor_server_create(m, &p, &s) == MOR_E_UNSUPPORTED, "create: confidence exits need DEPTHWISE");
+    p.mode = MOR_SERVE_DEPTHWISE; p.exit_mode = MOR_EXIT_LEARNED; p.exit_threshold = 0.5f;
+    CHECK(mor_server_create(m, &p, &s) == MOR_E_UNSUPPORTED && !s, "create: the learned exit needs an exit gate");
     MOR_SERVER_PARAMS_INIT(&p);
     p.flags = 1u << 5;
     CHECK(mor_server_create(m, &p, &s) == MOR_E_INVALID_ARG && !s, "create: unknown flags");
@@ -255,6 +257,8 @@ static void misuse(mor_model *m)
     mor_sampler_params sp; MOR_SAMPLER_PARAMS_INIT(&sp); sp.top_p = -1;
     CHECK(mor_server_submit(s, pr, 3, &sp, 4, NULL, 0, &id) == MOR_E_INVALID_ARG, "submit: bad sampler params");
     CHECK(id == -1, "failed submits give no id");
+    CHECK(mor_router_set_exit(mor_server_router(s), MOR_EXIT_MARGIN, 0.5f) == MOR_E_UNSUPPORTED &&
+          serve_context(s)->router->exit_mode == MOR_EXIT_NONE, "a server's router: its exits are its params'");
     CHECK(mor_server_submit(s, pr, 3, NULL, 4, NULL, 0, &id) == MOR_OK && id == 0, "submit ok");
     CHECK(mor_server_release(s, id) == MOR_E_INVALID_ARG, "release: still queued");
     CHECK(mor_server_cancel(s, 99) == MOR_E_OUT_OF_RANGE, "cancel: unknown id");

@@ -55,7 +55,7 @@ ROUTE_DEFAULT, ROUTE_TOPK, ROUTE_THRESHOLD, ROUTE_FORCED, ROUTE_TOKEN = 0, 1, 2,
 TOKENIZE_ADD_BOS, TOKENIZE_PARSE_SPECIAL, TOKENIZE_PARSE_USER_DEFINED = 1, 2, 4
 KV_UNIQUE_LAYERS, KV_ALL = -1, -2
 SERVE_SERIAL, SERVE_SEQUENCE, SERVE_DEPTHWISE = 0, 1, 2
-EXIT_NONE, EXIT_MARGIN, EXIT_SATURATION = 0, 1, 2
+EXIT_NONE, EXIT_MARGIN, EXIT_SATURATION, EXIT_LEARNED = 0, 1, 2, 3
 REQ_QUEUED, REQ_RUNNING, REQ_DONE, REQ_CANCELLED = 0, 1, 2, 3
 SERVE_NO_PROMPT_REUSE, SERVE_FAST_BF16 = 1, 2
 
@@ -1199,6 +1199,11 @@ class Router(_Borrowed):
     def set_max_depth(self, max_depth):
         """Cap every token's depth at max_depth recursions (0: no cap), in every mode."""
         _check(_lib.mor_router_set_max_depth(self._p, max_depth))
+
+    def set_exit(self, exit_mode, threshold):
+        """Exits for decode (EXIT_*: margin, saturation, or the learned exit of
+        a model with an exit gate at CDF threshold q in [0, 1]); EXIT_NONE: off."""
+        _check(_lib.mor_router_set_exit(self._p, exit_mode, threshold))
 
     def depths(self):
         """The number of recursions each row of the last decode ran."""

@@ -143,6 +143,7 @@ PROTOTYPES = {
     "mor_router_set_threshold": (mor_status, [handle, c_int32, c_float]),
     "mor_router_get_threshold": (c_float, [handle, c_int32]),
     "mor_router_set_max_depth": (mor_status, [handle, c_int32]),
+    "mor_router_set_exit": (mor_status, [handle, c_int32, c_float]),
     "mor_router_get_depths": (c_int32, [handle, P_i32, c_int32]),
     "mor_router_get_scores": (c_int32, [handle, c_int32, P_f32, c_int32]),
     "mor_router_get_logits": (c_int32, [handle, c_int32, P_f32, c_int32]),

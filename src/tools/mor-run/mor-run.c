@@ -33,6 +33,7 @@ typedef struct {
     int greedy, temp_set, no_check_tensors, fast_bf16;
     int embedding, no_normalize;   /* --embedding: MOR_POOL_* (0: generate) */
     int speculate, speculate_depth;   /* --speculate N (0: off), --speculate-depth D */
+    int exit_mode; float exit_threshold;   /* --exit MODE:T (MOR_EXIT_NONE: off) */
     const char *grammar, *grammar_file;   /* --grammar TEXT, --grammar-file FILE (GBNF) */
     const char *schema, *schema_file;     /* --json-schema TEXT, --json-schema-file FILE */
     char       *grammar_buf;              /* the grammar's bytes when read from a file, owned */
@@ -111,6 +112,10 @@ static void usage(FILE *f)
         "                           expert-choice, which gives every decoded token all recursions)\n"
         "  --threshold V[,V...]     THRESHOLD-mode thresholds per recursion (default: the model's)\n"
         "  --max-depth N            cap every token's recursions at N (0: no cap)\n"
+        "  --exit MODE:T            early exits on top of the routing: learned:Q (Ouro's exit gate:\n"
+        "                           a token stops after the first loop where the CDF of its exit\n"
+        "                           distribution reaches Q in [0, 1]; 1: full depth), margin:T or\n"
+        "                           saturation:T (confidence >= T); none (the default)\n"
         "context and cache:\n"
         "  --ctx N                  KV cells per layer (default: --max-pos if given, else\n"
         "                           min(training context, 4096))\n"
@@ -198,6 +203,23 @@ static void parse_bias(options *o, const char *flag, const char *v)
     if (o->n_bias == 256) cli_usage_error("%s: at most 256 biases", flag);
     o->bias_id[o->n_bias] = (mor_token)id;
     o->bias[o->n_bias++] = (float)(sign == '-' ? -b : b);
+}
+
+/* --exit MODE:T: none, or learned:Q / margin:T / saturation:T (the library
+ * checks the value against the model; only the spelling is checked here). */
+static void parse_exit(options *o, const char *a, const char *v)
+{
+    static const char *const modes[] = { "learned", "margin", "saturation", NULL };
+    static const int values[] = { MOR_EXIT_LEARNED, MOR_EXIT_MARGIN, MOR_EXIT_SATURATION };
+    const char *colon = strchr(v, ':');
+    if (!strcmp(v, "none")) { o->exit_mode = MOR_EXIT_NONE; return; }
+    if (!colon) cli_usage_error("--exit needs MODE:T (learned:Q, margin:T, saturation:T) or none");
+    char name[16];
+    const size_t n = (size_t)(colon - v);
+    if (n >= sizeof name) cli_usage_error("--exit: unknown mode in '%s'", v);
+    memcpy(name, v, n); name[n] = 0;
+    o->exit_mode = values[cli_choice(a, name, modes)];
+    o->exit_threshold = (float)cli_double(a, colon + 1, -1e30, 1e30, 0);
 }
 
 /* llama.cpp's sampling flags beyond mor-run's first ones: 1 when `a` was one. */
@@ -297,6 +319,7 @@ static void parse_args(int argc, char **argv, options *o)
                 o->routing = values[cli_choice(a, v, modes)];
             }
         }
+        else if (FLAG("--exit")) parse_exit(o, a, VALUE());
         else if (FLAG("--threshold")) o->n_thresholds = cli_float_list(a, VALUE(), o->thresholds, 32, -1e30, 1e30);
         else if (FLAG("--max-depth")) o->max_depth = (int)cli_int(a, VALUE(), 0, mor_max_recursions());
         else if (FLAG("--kv")) o->kv_mode = kv_mode_values[cli_choice(a, VALUE(), kv_modes)];
@@ -840,6 +863,10 @@ int main(int argc, char **argv)
     if ((o->routing_set || chosen) && (st = mor_router_set_mode(router, o->routing, o->forced))) {
         run_free(&R);
         return lib_error(NULL, "--routing", st);
+    }
+    if (o->exit_mode != MOR_EXIT_NONE && (st = mor_router_set_exit(router, o->exit_mode, o->exit_threshold))) {
+        run_free(&R);
+        return lib_error(NULL, "--exit", st);
     }
     for (int i = 0; i < o->n_thresholds; i++)
         if ((st = mor_router_set_threshold(router, i, o->thresholds[i]))) { run_free(&R); return lib_error(NULL, "--threshold", st); }

@@ -620,6 +620,9 @@ extern "C" {
     pub fn mor_router_set_max_depth(r: *mut mor_router, max_depth: i32) -> mor_status;
 }
 extern "C" {
+    pub fn mor_router_set_exit(r: *mut mor_router, exit_mode: i32, threshold: f32) -> mor_status;
+}
+extern "C" {
     pub fn mor_router_get_depths(r: *const mor_router, depths: *mut i32, n: i32) -> i32;
 }
 extern "C" {
@@ -1408,6 +1411,7 @@ pub type _bindgen_ty_14 = u32;
 pub const MOR_EXIT_NONE: _bindgen_ty_15 = 0;
 pub const MOR_EXIT_MARGIN: _bindgen_ty_15 = 1;
 pub const MOR_EXIT_SATURATION: _bindgen_ty_15 = 2;
+pub const MOR_EXIT_LEARNED: _bindgen_ty_15 = 3;
 pub type _bindgen_ty_15 = u32;
 pub const MOR_REQ_QUEUED: _bindgen_ty_16 = 0;
 pub const MOR_REQ_RUNNING: _bindgen_ty_16 = 1;

@@ -850,6 +850,12 @@ impl<'c> Router<'c> {
         check(unsafe { sys::mor_router_set_max_depth(self.ptr, max_depth) }).map(|_| ())
     }
 
+    /// Exits for decode (MOR_EXIT_*; the learned exit of a model with an
+    /// exit gate takes the CDF threshold q in [0, 1]); MOR_EXIT_NONE: off.
+    pub fn set_exit(&mut self, exit_mode: i32, threshold: f32) -> Result<()> {
+        check(unsafe { sys::mor_router_set_exit(self.ptr, exit_mode, threshold) }).map(|_| ())
+    }
+
     pub fn depths(&self) -> Vec<i32> {
         router_depths(self.ptr)
     }
