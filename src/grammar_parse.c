@@ -487,7 +487,7 @@ static int32_t find_left_recursion(const grammar_rules *g, int32_t *off, int32_t
             }
     }
     off[g->n_rules] = ne;
-    memset(state, 0, (size_t)g->n_rules);
+    if (g->n_rules > 0) memset(state, 0, (size_t)g->n_rules);   /* the test tells gcc the size is not negative */
     for (int32_t start = 0; start < g->n_rules; start++) {
         if (state[start]) continue;
         int32_t top = 0;
