@@ -41,7 +41,6 @@ import family_ref as F
 import gguf_py
 import testlib as t
 
-CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
 DATA = os.path.join(t.ROOT, "tests", "data", "families")
 TOL, PEER_TOL, KQ_TOL = 1e-4, 1e-3, 1e-4
@@ -54,21 +53,9 @@ FEATURES = {
 }
 
 
-def convert(src, out, flags=()):
-    p = subprocess.run([CONVERT, src, "-o", out] + list(flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return p.returncode == 0, (p.stdout + p.stderr).strip()
+convert = t.mor_convert
 
-
-def run_logits(gguf, ids, tmp, extra=()):
-    out = os.path.join(tmp, "L.f32")
-    p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, ids)), "--dump-logits", out] + list(extra),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if p.returncode:
-        return None, p.stderr.strip()
-    with open(out, "rb") as f:
-        raw = f.read()
-    return list(struct.unpack("<%df" % (len(raw) // 4), raw)), ""
-
+run_logits = t.mor_logits
 
 def flat(rows):
     return [x for r in rows for x in r]

@@ -33,7 +33,6 @@ first five (tests/peer/run.sh, llama.cpp 84f71294). Checked:
     num_loops on a LlamaForCausalLM is not read; bad values are refused.
 """
 import os
-import struct
 import subprocess
 import tempfile
 
@@ -41,7 +40,6 @@ import family_ref as F
 import gguf_py
 import testlib as t
 
-CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
 DATA = os.path.join(t.ROOT, "tests", "data", "families")
 TOL, PEER_TOL = 1e-4, 1e-3
@@ -52,21 +50,10 @@ def src(name):
     return os.path.join(DATA, "nanbeige-%s.lcpp.gguf" % name)
 
 
-def convert(path, out, flags=()):
-    p = subprocess.run([CONVERT, path, "-o", out] + list(flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return p.returncode == 0, (p.stdout + p.stderr).strip()
-
+convert = t.mor_convert
 
 def run_logits(gguf, tmp, extra=()):
-    out = os.path.join(tmp, "L.f32")
-    p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, F.IDS)), "--dump-logits", out] + list(extra),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if p.returncode:
-        return None, p.stderr.strip()
-    with open(out, "rb") as f:
-        raw = f.read()
-    return list(struct.unpack("<%df" % (len(raw) // 4), raw)), ""
-
+    return t.mor_logits(gguf, F.IDS, tmp, extra)
 
 def greedy(gguf, extra=()):
     p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, PROMPT)), "-n", str(N_GEN), "--greedy",

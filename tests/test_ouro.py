@@ -37,28 +37,16 @@ t.reexec_under_asan()
 t.use_bindings()
 import mor  # noqa: E402
 
-CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
 QUANT = os.path.join(t.OUT, "bin", "mor-quantize")
 TOL = 1e-4
 DROP = object()
 
 
-def convert(path, out, flags=()):
-    p = subprocess.run([CONVERT, path, "-o", out] + list(flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return p.returncode == 0, (p.stdout + p.stderr).strip()
-
+convert = t.mor_convert
 
 def run_logits(gguf, tmp, extra=()):
-    out = os.path.join(tmp, "L.f32")
-    p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, F.IDS)), "--dump-logits", out] + list(extra),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if p.returncode:
-        return None
-    with open(out, "rb") as f:
-        raw = f.read()
-    return list(struct.unpack("<%df" % (len(raw) // 4), raw))
-
+    return t.mor_logits(gguf, F.IDS, tmp, extra)[0]
 
 def flat(rows_):
     return [x for r in rows_ for x in r]

@@ -34,7 +34,6 @@ import tempfile
 import mor_ref
 import testlib as t
 
-CONVERT = os.path.join(t.OUT, "bin", "mor-convert")
 RUN = os.path.join(t.OUT, "bin", "mor-run")
 TOL = 1e-4
 D, H, HKV, HD, F, V = 32, 4, 2, 8, 64, 97
@@ -76,21 +75,10 @@ def write(d, top, layers, extra=None):
     return d
 
 
-def convert(src, out, flags):
-    p = subprocess.run([CONVERT, src, "-o", out] + flags, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return p.returncode == 0, (p.stdout + p.stderr).strip()
-
+convert = t.mor_convert
 
 def logits(gguf, ids, tmp):
-    out = os.path.join(tmp, "L.f32")
-    p = subprocess.run([RUN, "-q", "-m", gguf, "--ids", ",".join(map(str, ids)), "--dump-logits", out],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if p.returncode:
-        return None
-    with open(out, "rb") as f:
-        raw = f.read()
-    return list(struct.unpack("<%df" % (len(raw) // 4), raw))
-
+    return t.mor_logits(gguf, ids, tmp)[0]
 
 def ref_logits(d, ids, mor=None):
     with open(os.path.join(d, "config.json")) as f:

@@ -16,6 +16,7 @@ OUT/lib hold what make built.
 import os
 import struct
 import shutil
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,6 +25,26 @@ _passed = 0
 _failed = 0
 _skipped = 0
 
+
+
+def mor_convert(src, out, flags=()):
+    """bin/mor-convert SRC -o OUT FLAGS: (converted?, its output)."""
+    p = subprocess.run([os.path.join(OUT, "bin", "mor-convert"), src, "-o", out] + list(flags),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p.returncode == 0, (p.stdout + p.stderr).strip()
+
+
+def mor_logits(gguf, ids, tmp, extra=()):
+    """bin/mor-run's logits of one pass over ids (--dump-logits, into tmp):
+    (the floats of every position in a row, ""), or (None, its stderr)."""
+    out = os.path.join(tmp, "L.f32")
+    p = subprocess.run([os.path.join(OUT, "bin", "mor-run"), "-q", "-m", gguf, "--ids", ",".join(map(str, ids)),
+                        "--dump-logits", out] + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode:
+        return None, p.stderr.strip()
+    with open(out, "rb") as f:
+        raw = f.read()
+    return list(struct.unpack("<%df" % (len(raw) // 4), raw)), ""
 
 def check(cond, what):
     """Print "ok - what" or "FAIL - what"; return cond."""
