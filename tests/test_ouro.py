@@ -19,6 +19,8 @@ early-exit gate. Checked:
     the reference's at that depth (under recursion-wise KV); Q out of [0, 1]
     and a model without the gate are refused; depth-wise serving with the
     learned exit gives each request its own decode loop's tokens and depths;
+    mor-bench --exit reports the depths the rule gives (1 at q 0, all at q 1);
+    mor-server --exit learned:Q generates mor-run --exit's tokens and depths;
   - total_ut_steps absent is 4 loops (vLLM's default); bad values, a gate
     without its bias, and --init are refused; a converted file converts
     again to the same bytes; mor-quantize keeps the gate F32.
@@ -155,6 +157,62 @@ def check_exit(d, conv, tmp):
             msg[-160:])
 
 
+def check_bench_exit(conv):
+    """mor-bench --model F --exit learned:Q measures full depth beside the
+    exits, each row with the mean depth it ran: 1 at q 0 and every loop at
+    q 1 (exact by the rule), between them at q 0.5."""
+    bench = os.path.join(t.OUT, "bin", "mor-bench")
+    depth = {}
+    for q in (0.0, 0.5, 1.0):
+        p = subprocess.run([bench, "--model", conv, "--exit", "learned:%r" % q, "-r", "1", "-p", "8", "-n", "8",
+                            "-t", "1", "--no-probe"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in p.stdout.splitlines():
+            c = [x.strip() for x in line.split("|")]
+            if len(c) > 8 and c[2] in ("unfolded", "exit"):
+                depth[(q, c[2], c[5][:2])] = float(c[7])
+        t.check(p.returncode == 0 and len([k for k in depth if k[0] == q]) == 4,
+                "mor-bench --exit learned:%g: full-depth and exit rows of pp and tg (%s)" % (q, p.stderr.strip()[-120:]))
+    full = all(depth.get((q, "unfolded", s)) == 3.0 for q in (0.0, 0.5, 1.0) for s in ("pp", "tg"))
+    t.check(full and depth.get((0.0, "exit", "tg")) == 1.0 and depth.get((1.0, "exit", "tg")) == 3.0 and
+            1.0 < depth.get((0.5, "exit", "tg"), 0) < 3.0 and depth.get((0.0, "exit", "pp")) == 1.0,
+            "mor-bench's depth column: 3 at full depth, 1 at q 0, 3 at q 1, between at q 0.5 (%s)" % sorted(depth.items()))
+    p = subprocess.run([bench, "--model", conv, "--exit", "learned"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    t.check(p.returncode == 2 and "--exit needs MODE:T" in p.stderr, "mor-bench --exit learned (no q): usage error "
+            "(%s)" % p.stderr.strip()[-100:])
+
+
+def check_server_cli_exit(conv):
+    """mor-server --exit learned:Q: a greedy /completion's tokens and depths
+    are mor-run --exit learned:Q's; a server without the flag runs every
+    loop; --exit with --mode sequence is refused at start."""
+    import serverlib
+    ids, n = [1, 5, 9, 3], 6
+    base = [RUN, "-q", "-m", conv, "--ids", ",".join(map(str, ids)), "-n", str(n), "--temp", "0", "--exit",
+            "learned:0.5"]
+    want_ids = [int(x) for x in subprocess.run(base + ["--print-ids"], capture_output=True, text=True).stdout.split()]
+    shown = subprocess.run(base + ["--show-depth"], capture_output=True, text=True).stdout
+    want_depths = [int(x.split("]")[0]) for x in shown.split("[")[1:]]
+    body = {"prompt": ids, "n_predict": n, "temperature": 0}
+    got = {}
+    for args in (["--exit", "learned:0.5"], []):
+        srv = serverlib.Server(args, model=conv)
+        try:
+            st, js = srv.json("POST", "/completion", body)
+            got[bool(args)] = (st, js.get("mor", {}).get("token_ids"), js.get("mor", {}).get("depths"))
+        finally:
+            srv.stop()
+    t.check(got[True] == (200, want_ids, want_depths) and len(set(want_depths)) > 1,
+            "mor-server --exit learned:0.5: /completion's tokens and depths are mor-run --exit's (%s; %s %s)" %
+            (got[True], want_ids, want_depths))
+    t.check(got[False][0] == 200 and got[False][2] == [3] * n, "without --exit every token runs all 3 loops (%s)" %
+            (got[False],))
+    p = subprocess.run([serverlib.BIN, "-m", conv, "--port", "0", "--mode", "sequence", "--exit", "learned:0.5"],
+                       capture_output=True, text=True, timeout=60)
+    t.check(p.returncode != 0 and "DEPTHWISE" in p.stderr, "mor-server --exit with --mode sequence is refused: %s" %
+            p.stderr.strip()[-160:])
+
+
 def check_serve_exit(conv):
     """Depth-wise batching with the learned exit (mor_server_params.exit_mode
     MOR_EXIT_LEARNED): 5 greedy requests on 3 slots give each request the
@@ -218,6 +276,8 @@ def main():
             check_gates(d)
             check_exit(d, conv, tmp)
             check_serve_exit(conv)
+            check_bench_exit(conv)
+            check_server_cli_exit(conv)
             check_more(d, conv, tmp)
     t.finish()
 

@@ -1,6 +1,7 @@
 /* cli.c - strict command-line parsing, escaped messages and output-file
  * safety for every tool (cli.h). */
 #include "cli.h"
+#include "mor.h"
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -169,6 +170,21 @@ int cli_choice(const char *flag, const char *v, const char *const *names)
         k += (size_t)snprintf(list + k, k < sizeof list ? sizeof list - k : 0, "%s%s", i ? "|" : "", names[i]);
     }
     cli_usage_error("%s: expected %s, got '%s'", flag, list, v);
+}
+
+void cli_exit(const char *flag, const char *v, int *mode, float *threshold)
+{
+    static const char *const modes[] = { "learned", "margin", "saturation", NULL };
+    static const int values[] = { MOR_EXIT_LEARNED, MOR_EXIT_MARGIN, MOR_EXIT_SATURATION };
+    const char *colon = strchr(v, ':');
+    if (!strcmp(v, "none")) { *mode = MOR_EXIT_NONE; return; }
+    if (!colon) cli_usage_error("%s needs MODE:T (learned:Q, margin:T, saturation:T) or none", flag);
+    char name[16];
+    const size_t n = (size_t)(colon - v);
+    if (n >= sizeof name) cli_usage_error("%s: unknown mode in '%s'", flag, v);
+    memcpy(name, v, n); name[n] = 0;
+    *mode = values[cli_choice(flag, name, modes)];
+    *threshold = (float)cli_double(flag, colon + 1, -1e30, 1e30, 0);
 }
 
 void cli_conflict(int a_set, const char *a, int b_set, const char *b)

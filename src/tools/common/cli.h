@@ -56,6 +56,10 @@ int cli_int_list(const char *flag, const char *v, int *out, int cap, long long l
 int cli_float_list(const char *flag, const char *v, float *out, int cap, double lo, double hi);
 /* The index of v in names[] (NULL-terminated), else exit 2 listing them. */
 int cli_choice(const char *flag, const char *v, const char *const *names);
+/* --exit MODE:T: "none" (MOR_EXIT_NONE), or learned:Q / margin:T /
+ * saturation:T into *mode (MOR_EXIT_*) and *threshold; the library checks
+ * the value against the model, only the spelling is checked here. */
+void cli_exit(const char *flag, const char *v, int *mode, float *threshold);
 
 /* Exit 2 with "A and B cannot be used together" when both are set. */
 void cli_conflict(int a_set, const char *a, int b_set, const char *b);

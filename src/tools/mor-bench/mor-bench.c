@@ -12,10 +12,12 @@
  *   mor-bench [-s 135m,360m,k256] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]
  *             [-p 128] [-n 64] [-r 5] [--dir build/bench] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]
  *             [--no-probe] [--quick]
- *   mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--fast-bf16] [--no-probe]
+ *   mor-bench --model FILE[,FILE...] [--exit MODE:T] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K]
+ *             [--fast-bf16] [--no-probe]
  *             models from files (a relaxed model's LoRA deltas: each loaded unfolded and folded,
- *             MOR_MODEL_FOLD_LORA, the two measured interleaved); the roofline counts the base
- *             weights at full depth
+ *             MOR_MODEL_FOLD_LORA, the two measured interleaved; with --exit, full depth beside
+ *             the same model with early exits); the depth column is the router's mean, and the
+ *             roofline counts the base weights at that depth
  *   mor-bench --stream [-w TYPES] [-t 2] [-r 32] [--mib 512]: the matrix-vector products' read rate as
  *             a share of the bandwidth probe's, measured in pairs at the same moment (bench_stream.h)
  */
@@ -269,7 +271,114 @@ static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" :
 /* --model: each file loaded twice, LoRA deltas unfolded (the default) and
  * folded at load, measured interleaved rep by rep like the variants above
  * (a file without deltas gives the same model twice). Routing is the
- * model's default. */
+ * model's default. With --exit MODE:T the second variant is instead the
+ * same model (loaded once) with those early exits on its context
+ * (mor_router_set_exit): full depth and exits side by side. */
+static int bench_exit_mode = MOR_EXIT_NONE;
+static float bench_exit_threshold;
+
+static const char *files_label(int k)
+{
+    return k == 0 ? "unfolded" : bench_exit_mode != MOR_EXIT_NONE ? "exit" : "folded";
+}
+
+static int files_load(const char *path, variant var[2])
+{
+    memset(var, 0, 2 * sizeof *var);
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && bench_exit_mode != MOR_EXIT_NONE) { var[1].m = var[0].m; break; }
+        mor_model_params mp;
+        MOR_MODEL_PARAMS_INIT(&mp);
+        mp.flags = MOR_MODEL_NO_MMAP | (k ? MOR_MODEL_FOLD_LORA : 0);
+        if (mor_model_load_file(path, &mp, &var[k].m)) { fprintf(stderr, "%s: %s\n", path, mor_last_error()); return 1; }
+        if (mor_model_n_vocab(var[k].m) < 32000) make_tokens(mor_model_n_vocab(var[k].m));
+    }
+    return 0;
+}
+
+static void files_free(variant var[2])
+{
+    if (var[1].m != var[0].m) mor_model_free(var[1].m);
+    mor_model_free(var[0].m);
+}
+
+static int files_contexts(variant var[2], mor_batch *b, int np, int ng, int nt, const kernel_set *ks)
+{
+    for (int k = 0; k < 2; k++) {
+        mor_context_params cp;
+        MOR_CONTEXT_PARAMS_INIT(&cp);
+        cp.n_ctx = (uint32_t)(np > ng ? np : ng) + 8;
+        cp.n_batch = (uint32_t)np;
+        cp.n_threads = nt;
+        cp.flags = fast_bf16 ? MOR_CTX_FAST_BF16 : 0;
+        var[k].nt = nt;
+        var[k].ok = 1;
+        if (mor_context_create(var[k].m, &cp, &var[k].c)) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }
+        if (k == 1 && bench_exit_mode != MOR_EXIT_NONE &&
+            mor_router_set_exit(mor_context_router(var[k].c), bench_exit_mode, bench_exit_threshold)) {
+            fprintf(stderr, "--exit: %s\n", mor_last_error());
+            return 1;
+        }
+        hook_context_kernels(var[k].c, ks);
+        run_pp(&var[k], b, np);   /* warm-up */
+        run_tg(&var[k], b, ng < 8 ? ng : 8);
+        var[k].n_cpu = 0;
+    }
+    return 0;
+}
+
+/* The mean depth of the test just run on v (router statistics; full depth
+ * for a model whose router counted nothing). */
+static double files_depth(variant *v)
+{
+    mor_router_stats st = { .size = sizeof st };
+    mor_router_get_stats(mor_context_router(v->c), &st);
+    mor_router_reset_stats(mor_context_router(v->c));
+    return st.n_tokens ? st.mean_depth : v->m->n_rec;
+}
+
+static void files_reps(variant var[2], mor_batch *b, int np, int ng, int reps, int nt, roof_machine *rm)
+{
+    for (int r = 0; r < reps; r++) {
+        for (int k = 0; k < 2; k++) {
+            mor_router_reset_stats(mor_context_router(var[k].c));
+            var[k].pp[r] = run_pp(&var[k], b, np);
+            var[k].depth_pp = files_depth(&var[k]);
+            var[k].tg[r] = run_tg(&var[k], b, ng);
+            var[k].depth_tg = files_depth(&var[k]);
+        }
+        if (rm) rm->round++;   /* the bound's probes, between the rounds */
+        for (int test = 0; rm && test < 2; test++) {
+            const roof_work w = test_work(var[0].m, test, test ? ng : np, var[0].m->n_rec);
+            roof_sample_work(rm, nt, &w);
+        }
+    }
+}
+
+static void files_print(const char *path, variant var[2], int np, int ng, int reps, int nt,
+                        const kernel_set *ks, roof_machine *rm)
+{
+    const char *base = strrchr(path, '/');
+    for (int k = 0; k < 2; k++)
+        for (int test = 0; test < 2; test++) {
+            const rep_stats rs = summarize(&var[k], test, reps);
+            const double depth = test ? var[k].depth_tg : var[k].depth_pp;
+            char roofs[400] = "-";
+            if (rm) {
+                /* the bytes of the depth the test ran (LoRA deltas not counted) */
+                const mor_model *m = var[k].m;
+                const roof_work w = test_work(m, test, test ? ng : np, depth);
+                char what[256];
+                const double bound = roof_bound(rm, nt, ks, m->layers[m->prelude].w[ROLE_FFN_UP].type, &w, what, sizeof what);
+                roof_column(rs.med, bound, what, roofs, sizeof roofs);
+            }
+            printf("| %s | %s | %.0f | %d | %s%d | %.1f [%.1f-%.1f] | %.3f | %.0f%% | %s |\n", base ? base + 1 : path,
+                   files_label(k), (double)mor_model_size_bytes(var[k].m) / 1e6, nt, test ? "tg" : "pp",
+                   test ? ng : np, rs.med, rs.mn, rs.mx, depth, 100 * rs.busy, roofs);
+        }
+    fflush(stdout);
+}
+
 static int bench_files(const char *files, const int *threads, int n_threads, int np, int ng, int reps,
                        const kernel_set *ks, roof_machine *rm)
 {
@@ -278,69 +387,22 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
     mor_batch *b = NULL;
     if (mor_batch_create(np > ng ? np : ng, &b)) return 1;
     make_tokens(32000);
-    printf("\n| model | LoRA | size MB | thr | test | tok/s median [min-max] | cpu | roofline |\n");
-    printf("|---|---|---:|---:|---|---|---:|---|\n");
-    for (char *path = strtok(list, ","); path; path = strtok(NULL, ",")) {
+    printf("\n| model | LoRA | size MB | thr | test | tok/s median [min-max] | depth | cpu | roofline |\n");
+    printf("|---|---|---:|---:|---|---|---:|---:|---|\n");
+    int rc = 0;
+    for (char *path = strtok(list, ","); path && !rc; path = strtok(NULL, ",")) {
         variant var[2];
-        memset(var, 0, sizeof var);
-        for (int k = 0; k < 2; k++) {
-            mor_model_params mp;
-            MOR_MODEL_PARAMS_INIT(&mp);
-            mp.flags = MOR_MODEL_NO_MMAP | (k ? MOR_MODEL_FOLD_LORA : 0);
-            if (mor_model_load_file(path, &mp, &var[k].m)) { fprintf(stderr, "%s: %s\n", path, mor_last_error()); return 1; }
-            if (mor_model_n_vocab(var[k].m) < 32000) make_tokens(mor_model_n_vocab(var[k].m));
-        }
-        for (int ti = 0; ti < n_threads; ti++) {
-            for (int k = 0; k < 2; k++) {
-                mor_context_params cp;
-                MOR_CONTEXT_PARAMS_INIT(&cp);
-                cp.n_ctx = (uint32_t)(np > ng ? np : ng) + 8;
-                cp.n_batch = (uint32_t)np;
-                cp.n_threads = threads[ti];
-                cp.flags = fast_bf16 ? MOR_CTX_FAST_BF16 : 0;
-                var[k].nt = threads[ti];
-                var[k].ok = 1;
-                if (mor_context_create(var[k].m, &cp, &var[k].c)) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }
-                hook_context_kernels(var[k].c, ks);
-                run_pp(&var[k], b, np);   /* warm-up */
-                run_tg(&var[k], b, ng < 8 ? ng : 8);
-                var[k].n_cpu = 0;
-            }
-            for (int r = 0; r < reps; r++) {
-                for (int k = 0; k < 2; k++) {
-                    var[k].pp[r] = run_pp(&var[k], b, np);
-                    var[k].tg[r] = run_tg(&var[k], b, ng);
-                }
-                if (rm) rm->round++;   /* the bound's probes, between the rounds */
-                for (int test = 0; rm && test < 2; test++) {
-                    const roof_work w = test_work(var[0].m, test, test ? ng : np, var[0].m->n_rec);
-                    roof_sample_work(rm, threads[ti], &w);
-                }
-            }
-            for (int k = 0; k < 2; k++)
-                for (int test = 0; test < 2; test++) {
-                    const rep_stats rs = summarize(&var[k], test, reps);
-                    const char *base = strrchr(path, '/');
-                    char roofs[400] = "-";
-                    if (rm) {
-                        /* the model's default routing: full depth (LoRA deltas not counted) */
-                        const mor_model *m = var[k].m;
-                        const roof_work w = test_work(m, test, test ? ng : np, m->n_rec);
-                        char what[256];
-                        const double bound = roof_bound(rm, threads[ti], ks, m->layers[m->prelude].w[ROLE_FFN_UP].type, &w, what, sizeof what);
-                        roof_column(rs.med, bound, what, roofs, sizeof roofs);
-                    }
-                    printf("| %s | %s | %.0f | %d | %s%d | %.1f [%.1f-%.1f] | %.0f%% | %s |\n", base ? base + 1 : path,
-                           k ? "folded" : "unfolded", (double)mor_model_size_bytes(var[k].m) / 1e6, threads[ti],
-                           test ? "tg" : "pp", test ? ng : np, rs.med, rs.mn, rs.mx, 100 * rs.busy, roofs);
-                }
-            fflush(stdout);
+        if (files_load(path, var)) { rc = 1; break; }
+        for (int ti = 0; ti < n_threads && !rc; ti++) {
+            rc = files_contexts(var, b, np, ng, threads[ti], ks);
+            if (!rc) files_reps(var, b, np, ng, reps, threads[ti], rm);
+            if (!rc) files_print(path, var, np, ng, reps, threads[ti], ks, rm);
             for (int k = 0; k < 2; k++) { mor_context_free(var[k].c); var[k].c = NULL; }
         }
-        for (int k = 0; k < 2; k++) mor_model_free(var[k].m);
+        files_free(var);
     }
     mor_batch_free(b);
-    return 0;
+    return rc;
 }
 
 static void usage(FILE *f)
@@ -349,7 +411,7 @@ static void usage(FILE *f)
         "usage: mor-bench [-s 135m,360m,k256] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]\n"
         "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]\n"
         "                 [--no-probe] [--quick]\n"
-        "       mor-bench --model FILE[,FILE...] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--fast-bf16] [--no-probe]\n"
+        "       mor-bench --model FILE[,FILE...] [--exit MODE:T] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--fast-bf16] [--no-probe]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
         "       mor-bench --grammar [--vocab FILE,...] [--tokens N] [--reps N]: what a grammar costs per token\n"
         "       mor-bench --stream [-w TYPES] [-t 2] [-r 32] [--mib 512]: the matrix-vector products' read\n"
@@ -374,6 +436,8 @@ static void usage(FILE *f)
         "                 units the kernels use): no roofline column\n"
         "  --quick        -r 2 -p 32 -n 8\n"
         "  --model FILES  models from files (LoRA deltas: each loaded unfolded and folded)\n"
+        "  --exit MODE:T  with --model: the second row is the same model with early exits\n"
+        "                 (learned:Q, margin:T, saturation:T; as mor-run's) instead of folded\n"
         "  --serve        serving throughput four ways (serial, lockstep, sequence, depth-wise;\n"
         "                 docs/BATCHING.md); the same as bin/mor-bench-serve\n"
         "  -h, --help\n");
@@ -416,6 +480,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--no-probe")) do_probe = 0;
         else if (!strcmp(a, "--fast-bf16")) fast_bf16 = 1;
         else if (!strcmp(a, "--model")) files = cli_value(argc, argv, &i);
+        else if (!strcmp(a, "--exit")) cli_exit(a, cli_value(argc, argv, &i), &bench_exit_mode, &bench_exit_threshold);
         else if (!strcmp(a, "--quick")) { reps = 2; np = 32; ng = 8; }
         else if (!strcmp(a, "--serve")) cli_usage_error("--serve must come first (mor-bench --serve ...)");
         else cli_usage_error("unknown option '%s'", a);

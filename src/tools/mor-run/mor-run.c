@@ -205,23 +205,6 @@ static void parse_bias(options *o, const char *flag, const char *v)
     o->bias[o->n_bias++] = (float)(sign == '-' ? -b : b);
 }
 
-/* --exit MODE:T: none, or learned:Q / margin:T / saturation:T (the library
- * checks the value against the model; only the spelling is checked here). */
-static void parse_exit(options *o, const char *a, const char *v)
-{
-    static const char *const modes[] = { "learned", "margin", "saturation", NULL };
-    static const int values[] = { MOR_EXIT_LEARNED, MOR_EXIT_MARGIN, MOR_EXIT_SATURATION };
-    const char *colon = strchr(v, ':');
-    if (!strcmp(v, "none")) { o->exit_mode = MOR_EXIT_NONE; return; }
-    if (!colon) cli_usage_error("--exit needs MODE:T (learned:Q, margin:T, saturation:T) or none");
-    char name[16];
-    const size_t n = (size_t)(colon - v);
-    if (n >= sizeof name) cli_usage_error("--exit: unknown mode in '%s'", v);
-    memcpy(name, v, n); name[n] = 0;
-    o->exit_mode = values[cli_choice(a, name, modes)];
-    o->exit_threshold = (float)cli_double(a, colon + 1, -1e30, 1e30, 0);
-}
-
 /* llama.cpp's sampling flags beyond mor-run's first ones: 1 when `a` was one. */
 static int parse_sampling_flag(options *o, const char *a, int argc, char **argv, int *i)
 {
@@ -319,7 +302,7 @@ static void parse_args(int argc, char **argv, options *o)
                 o->routing = values[cli_choice(a, v, modes)];
             }
         }
-        else if (FLAG("--exit")) parse_exit(o, a, VALUE());
+        else if (FLAG("--exit")) cli_exit(a, VALUE(), &o->exit_mode, &o->exit_threshold);
         else if (FLAG("--threshold")) o->n_thresholds = cli_float_list(a, VALUE(), o->thresholds, 32, -1e30, 1e30);
         else if (FLAG("--max-depth")) o->max_depth = (int)cli_int(a, VALUE(), 0, mor_max_recursions());
         else if (FLAG("--kv")) o->kv_mode = kv_mode_values[cli_choice(a, VALUE(), kv_modes)];

@@ -472,6 +472,7 @@ engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t
     sp.n_batch = p->n_batch;
     sp.n_threads = p->n_threads;
     sp.kv_mode = p->kv_mode;
+    if (p->exit_mode != MOR_EXIT_NONE) { sp.exit_mode = p->exit_mode; sp.exit_threshold = p->exit_threshold; }
     if (p->no_prompt_reuse) sp.flags |= MOR_SERVE_NO_PROMPT_REUSE;
     if (p->fast_bf16) sp.flags |= MOR_SERVE_FAST_BF16;
     sp.on_token_logits = on_token;

@@ -97,6 +97,8 @@ typedef struct {
     int32_t  mode, n_threads, kv_mode, max_depth;
     float    thresholds[16];
     int32_t  n_thresholds;
+    int32_t  exit_mode;   /* mor_server_params.exit_mode, exit_threshold */
+    float    exit_threshold;
     int      no_prompt_reuse;
     int      fast_bf16;   /* MOR_SERVE_FAST_BF16 */
 } engine_params;

@@ -54,6 +54,10 @@ static void usage(FILE *f)
         "  --kv recursion|shared   KV caching across recursions (default: the model's)\n"
         "  --threshold V[,V...]    THRESHOLD routing thresholds per recursion (default: the model's)\n"
         "  --max-depth N           cap every token's recursions at N\n"
+        "  --exit MODE:T           early exits on top of the routing (depthwise mode): learned:Q\n"
+        "                          (Ouro's exit gate: a token stops once the CDF of its exit\n"
+        "                          distribution reaches Q), margin:T or saturation:T (confidence of\n"
+        "                          the exit logits, any model); default none\n"
         "  --chat-template NAME    a built-in chat format instead of the model's template:\n"
         "                          %s\n"
         "  --chat-template-file F  a Jinja chat template instead of the model's\n"
@@ -152,6 +156,7 @@ static int parse_args(int argc, char **argv, options *o)
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--mode")) o->mode = cli_choice(a, v, modes);
         else if (!strcmp(a, "--kv")) o->kv_mode = cli_choice(a, v, kvs) ? MOR_KV_SHARED : MOR_KV_RECURSION_WISE;
+        else if (!strcmp(a, "--exit")) cli_exit(a, v, &o->exit_mode, &o->exit_threshold);
         else if (!strcmp(a, "--threshold")) o->n_thresholds = cli_float_list(a, v, o->thresholds, 16, 0, 1);
         else if (!strcmp(a, "--chat-template")) {
             if (chat_from_name(v) < 0) cli_usage_error("--chat-template: expected one of %s, got '%s'", chat_names(), v);
@@ -500,6 +505,8 @@ int main(int argc, char **argv)
     ep.max_depth = S.o.max_depth;
     memcpy(ep.thresholds, S.o.thresholds, sizeof ep.thresholds);
     ep.n_thresholds = S.o.n_thresholds;
+    ep.exit_mode = S.o.exit_mode;
+    ep.exit_threshold = S.o.exit_threshold;
     ep.no_prompt_reuse = S.o.no_prompt_reuse;
     ep.fast_bf16 = S.o.fast_bf16;
     char err[256];

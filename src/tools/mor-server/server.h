@@ -28,6 +28,8 @@ typedef struct {
     int32_t     port, n_slots, mode, n_threads, n_ctx, n_batch, kv_mode, max_depth;
     float       thresholds[16];
     int32_t     n_thresholds;
+    int         exit_mode;             /* --exit MODE:T (MOR_EXIT_*; NONE: off) */
+    float       exit_threshold;
     int64_t     max_body, max_header;
     int32_t     max_conns, max_queue, timeout_s, drain_timeout_s, quiet, no_check_tensors;
     int32_t     max_conns_per_client;   /* open connections from one address at most (0: no cap) */
