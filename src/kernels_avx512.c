@@ -1261,9 +1261,34 @@ AI void mm_kquant_gemm(uint32_t t, const tensor *w, const char *x, size_t xs, fl
     }
 }
 
+/* One activation row (decode): the row's sum stays in a register from
+ * super-block to super-block (the 4-row loop below keeps its sums in
+ * memory, a store and a load on the float chain of every super-block). */
+AI void mm_kquant_vec(uint32_t t, const tensor *w, const char *x, float *y, int64_t o0, int64_t o1, int acc)
+{
+    const int sh = KQZ_SHIFT(t);
+    const int64_t K = w->cols, nb = K / QK_K;
+    const size_t rb = tensor_row_bytes(t, K), bs = (size_t)tensor_row_bytes(t, QK_K);
+    const uint8_t *W = (const uint8_t *)w->data;
+    const int8_t *xq = act_q8_qs(x);
+    const int16_t *bsum = act_q8k_bsums(x, K);
+    const float *xd = act_q8k_d(x, K);
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *row = W + (size_t)o * rb;
+        float s = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            kqz v;
+            kqz_load(t, row + (size_t)b * bs, &v);
+            s = kqz_dot(&v, sh, xq + b * QK_K, bsum + b * 16, xd[b], s);
+        }
+        y[o] = acc ? y[o] + s : s;
+    }
+}
+
 AI void mm_kquant_t(uint32_t t, const tensor *w, const char *x, size_t xs, float *y, int64_t ldy, int32_t n,
                     int64_t o0, int64_t o1, int acc, float *scratch)
 {
+    if (n == 1) { mm_kquant_vec(t, w, x, y, o0, o1, acc); return; }
     const int sh = KQZ_SHIFT(t);
     const int64_t K = w->cols, nb = K / QK_K;
     const size_t rb = tensor_row_bytes(t, K), bs = (size_t)tensor_row_bytes(t, QK_K);
