@@ -1192,6 +1192,17 @@ MOR_API mor_status mor_server_request_speculation(const mor_server *srv, mor_req
  * function. NULL for an unknown id or a request no longer queued. */
 MOR_API mor_sampler *mor_server_request_sampler(mor_server *srv, mor_request_id id);
 
+/* The exit threshold of a queued request, in place of the server's
+ * mor_server_params.exit_threshold, under the server's exit_mode (its rows
+ * exit by it in every recursion; the other requests' rows by theirs); NaN
+ * goes back to the server's. The K/V a finished request leaves for prompt
+ * reuse are reused only by a request of the same threshold. Errors:
+ * MOR_E_INVALID_ARG (NULL server, a request no longer queued, a threshold
+ * the mode refuses: for MOR_EXIT_LEARNED outside [0, 1]), MOR_E_OUT_OF_RANGE
+ * (unknown id), MOR_E_UNSUPPORTED (a server created without exits); on error
+ * the request is as it was. */
+MOR_API mor_status mor_server_set_exit(mor_server *srv, mor_request_id id, float threshold);
+
 /* Thread-safety: a mor_server, like a context, is used by one thread at a
  * time; several servers may share one model. */
 

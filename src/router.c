@@ -37,7 +37,30 @@ mor_status router_create(const mor_model *m, int32_t cap_rows, mor_router **out)
 
 void router_free(mor_router *r)
 {
+    if (r) free(r->seq_exit);
     free(r);
+}
+
+mor_status router_seq_exits(mor_router *r, int32_t n_seq)
+{
+    float *t = malloc(sizeof *t * (size_t)(n_seq > 0 ? n_seq : 1));
+    if (!t) return err_set(MOR_E_NOMEM, "out of memory");
+    for (int32_t i = 0; i < n_seq; i++) t[i] = NAN;
+    free(r->seq_exit);
+    r->seq_exit = t;
+    r->n_seq_exit = n_seq;
+    return MOR_OK;
+}
+
+void router_set_seq_exit(mor_router *r, int32_t seq, float thr)
+{
+    if (seq >= 0 && seq < r->n_seq_exit) r->seq_exit[seq] = thr;
+}
+
+float router_exit_threshold(const mor_router *r, int32_t seq)
+{
+    if (seq >= 0 && seq < r->n_seq_exit && !isnan(r->seq_exit[seq])) return r->seq_exit[seq];
+    return r->exit_threshold;
 }
 
 int32_t router_mode(const mor_router *r)
@@ -165,11 +188,12 @@ int32_t router_decide_token(const mor_router *r, const float *x, float *z, float
 static int exits_now(const mor_router *r, exec_ctx *ex, const router_cand *c, router_scratch *s)
 {
     if (r->exit_mode == MOR_EXIT_NONE) return 0;
+    const float thr = router_exit_threshold(r, c->seq);
     if (r->exit_mode != MOR_EXIT_LEARNED)
-        return router_confidence(r->m, ex, r->exit_mode, c->x, c->xprev, s->tmp, s->vocab) >= r->exit_threshold;
+        return router_confidence(r->m, ex, r->exit_mode, c->x, c->xprev, s->tmp, s->vocab) >= thr;
     const double lambda = router_exit_lambda(r->m, c->x, s->tmp);
     c->rr->exit_cdf = 1.0 - (1.0 - c->rr->exit_cdf) * (1.0 - lambda);   /* 1 - prod (1 - lambda_j) */
-    return r->exit_threshold < 1.0f && c->rr->exit_cdf >= (double)r->exit_threshold;
+    return thr < 1.0f && c->rr->exit_cdf >= (double)thr;
 }
 
 double router_exit_lambda(const mor_model *m, const float *x, float *tmp)

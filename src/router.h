@@ -17,6 +17,10 @@ struct mor_router {
     int32_t exit_mode;
     float   exit_threshold;
     uint8_t server_owned;   /* a server's: its exits are fixed at creation */
+    /* per sequence (a server's slots, router_seq_exits): the exit threshold
+     * of the request in it, NaN for exit_threshold */
+    float  *seq_exit;
+    int32_t n_seq_exit;
     /* statistics since the last reset */
     uint64_t n_tokens, depth_sum, n_at_depth[MOR_MAX_RECURSIONS + 1];
 };
@@ -28,6 +32,14 @@ void       router_free(mor_router *r);
 int32_t    router_mode(const mor_router *r);
 /* Depth cap from max_depth and FORCED (N_r when none). */
 int32_t    router_depth_cap(const mor_router *r);
+
+/* Room for a threshold per sequence 0 .. n_seq - 1 (a server's slots, whose
+ * requests may each set their own), all NaN: exit_threshold. MOR_E_NOMEM. */
+mor_status router_seq_exits(mor_router *r, int32_t n_seq);
+/* Sequence seq's exit threshold from now on (NaN: exit_threshold). */
+void       router_set_seq_exit(mor_router *r, int32_t seq, float thr);
+/* The threshold the rows of sequence seq exit by. */
+float      router_exit_threshold(const mor_router *r, int32_t seq);
 
 /* Scratch element of the TOPK ranking (the caller provides n of them). */
 typedef struct { float p; int32_t row; } router_rank;

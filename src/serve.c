@@ -63,6 +63,7 @@ typedef struct {
     /* self-speculative decoding (mor_server_set_speculate): drafts per step
      * (0: off), their depth, the step's buffers (one allocation), counts */
     int32_t      spec_n, spec_d;
+    float        exit_thr;   /* mor_server_set_exit: its rows' exit threshold (NaN: the server's) */
     spec_bufs    spec;
     int32_t     *spec_depth; /* [spec_n + 1]: each verified input's depth */
     void        *spec_mem;
@@ -76,6 +77,7 @@ typedef struct {
     uint64_t stamp;
     int32_t  mode, forced_depth, max_depth;
     float    threshold[MOR_MAX_RECURSIONS];
+    float    exit_thr;   /* the exit threshold its rows ran under (0 without exits) */
 } serve_kept;
 
 typedef struct {
@@ -210,6 +212,7 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     s->ctx->router->server_owned = 1;
     const size_t nb = p.n_batch;
     int ok = mor_batch_create((int32_t)nb, &s->batch) == MOR_OK;
+    if (ok && p.exit_mode != MOR_EXIT_NONE) ok = router_seq_exits(s->ctx->router, (int32_t)p.n_slots) == MOR_OK;
     /* The slots, their saved copies and the step's lists in one allocation, planned here. */
     const size_t ns = p.n_slots, a_slots = up8(sizeof(serve_slot) * ns), a_list = up8(sizeof(int32_t) * (nb + 1)),
                  a_logits = up8(sizeof(float) * ns * (size_t)m->n_vocab), a_rows = up8(rec_span(&s->ctx->eng, (int32_t)nb)),
@@ -297,6 +300,23 @@ mor_status mor_server_set_speculate(mor_server *s, mor_request_id id, int32_t n_
     return MOR_OK;
 }
 
+mor_status mor_server_set_exit(mor_server *s, mor_request_id id, float threshold)
+{
+    if (!s) return err_set(MOR_E_INVALID_ARG, "mor_server_set_exit: NULL server");
+    serve_req *q = find(s, id);
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_exit: no request %d", (int)id);
+    if (q->state != MOR_REQ_QUEUED)
+        return err_set(MOR_E_INVALID_ARG, "mor_server_set_exit: request %d is not queued any more", (int)id);
+    const mor_router *r = s->ctx->router;
+    if (r->exit_mode == MOR_EXIT_NONE)
+        return err_set(MOR_E_UNSUPPORTED, "mor_server_set_exit: the server has no exits (mor_server_params.exit_mode)");
+    mor_status st = isnan(threshold) ? MOR_OK : router_exit_check(s->m, r->exit_mode, threshold, "mor_server_set_exit");
+    if (st) return st;
+    q->exit_thr = threshold;
+    err_clear();
+    return MOR_OK;
+}
+
 mor_status mor_server_request_speculation(const mor_server *s, mor_request_id id, int64_t *drafted,
                                           int64_t *accepted)
 {
@@ -361,7 +381,7 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
     if (n_stop) memcpy(q->stop, stop, sizeof(mor_token) * (size_t)n_stop);
     for (int32_t i = 0; i < n_prompt; i++) mor_sampler_accept(q->smp, prompt[i]);
     q->n_prompt = n_prompt; q->n_stop = n_stop; q->max_tokens = max_tokens;
-    q->id = s->n_reqs; q->state = MOR_REQ_QUEUED; q->slot = -1;
+    q->id = s->n_reqs; q->state = MOR_REQ_QUEUED; q->slot = -1; q->exit_thr = NAN;
     s->reqs[s->n_reqs++] = q;
     s->queue[s->q_head + s->q_len++] = q->id;
     *id_out = q->id;
@@ -371,18 +391,19 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
 
 static int64_t req_need(const serve_req *q) { return (int64_t)q->n_prompt + q->max_tokens; }
 
-/* The router settings a slot's cells are computed under. */
-static void kept_settings(const mor_server *s, serve_kept *k)
+/* The router settings request q's cells are computed under. */
+static void kept_settings(const mor_server *s, const serve_req *q, serve_kept *k)
 {
     const mor_router *r = s->ctx->router;
     k->mode = r->mode; k->forced_depth = r->forced_depth; k->max_depth = r->max_depth;
     memcpy(k->threshold, r->threshold, sizeof k->threshold);
+    k->exit_thr = r->exit_mode == MOR_EXIT_NONE ? 0.0f : isnan(q->exit_thr) ? r->exit_threshold : q->exit_thr;
 }
 
 static int same_settings(const serve_kept *a, const serve_kept *b)
 {
     return a->mode == b->mode && a->forced_depth == b->forced_depth && a->max_depth == b->max_depth &&
-           !memcmp(a->threshold, b->threshold, sizeof a->threshold);
+           !memcmp(a->threshold, b->threshold, sizeof a->threshold) && a->exit_thr == b->exit_thr;
 }
 
 /* Drop what free slot sl keeps from position n on. */
@@ -407,7 +428,7 @@ static void slot_release(mor_server *s, int32_t sl)
         k->n = S->n_pos;
         for (int32_t i = 0; i < k->n; i++) t[i] = i < q->n_prompt ? q->prompt[i] : q->out[i - q->n_prompt];
         k->stamp = ++s->stamp;
-        kept_settings(s, k);
+        kept_settings(s, q, k);
     } else {
         mor_kv_seq_rm(s->ctx->kv, sl, -1, -1);
     }
@@ -425,7 +446,7 @@ static int32_t pick_slot(const mor_server *s, const serve_req *q, int32_t *commo
     int32_t best = -1, best_n = -1;
     *common = 0;
     serve_kept now;
-    if (s->kept) kept_settings(s, &now);
+    if (s->kept) kept_settings(s, q, &now);
     for (int32_t i = 0; i < (int32_t)s->p.n_slots; i++) {
         if (s->slots[i].req) continue;
         int32_t n = 0;
@@ -467,7 +488,7 @@ static int32_t share_from(const mor_server *s, const serve_req *q, int32_t *n, i
     int32_t best = -1;
     *n = *ready = 0;
     serve_kept now;
-    kept_settings(s, &now);
+    kept_settings(s, q, &now);
     for (int32_t i = 0; i < (int32_t)s->p.n_slots; i++) {
         const serve_slot *S = &s->slots[i];
         if (!S->req || S->req->state != MOR_REQ_RUNNING || !same_settings(&S->made, &now)) continue;
@@ -519,7 +540,8 @@ static void admit(mor_server *s, int record)
         memset(S, 0, sizeof *S);
         S->req = q; S->waiting = 1; S->n_pos = common;
         S->copied = copied && record;
-        kept_settings(s, &S->made);
+        kept_settings(s, q, &S->made);
+        router_set_seq_exit(s->ctx->router, sl, q->exit_thr);
     }
 }
 

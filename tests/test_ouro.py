@@ -21,6 +21,8 @@ early-exit gate. Checked:
     learned exit gives each request its own decode loop's tokens and depths;
     mor-bench --exit reports the depths the rule gives (1 at q 0, all at q 1);
     mor-server --exit learned:Q generates mor-run --exit's tokens and depths;
+    per-request thresholds (mor_server_set_exit, the request field
+    exit_threshold) in one batch give each request its own loop's tokens;
   - total_ut_steps absent is 4 loops (vLLM's default); bad values, a gate
     without its bias, and --init are refused; a converted file converts
     again to the same bytes; mor-quantize keeps the gate F32.
@@ -194,14 +196,30 @@ def check_server_cli_exit(conv):
     shown = subprocess.run(base + ["--show-depth"], capture_output=True, text=True).stdout
     want_depths = [int(x.split("]")[0]) for x in shown.split("[")[1:]]
     body = {"prompt": ids, "n_predict": n, "temperature": 0}
-    got = {}
+    got, per = {}, {}
+
+    def mor_of(js):
+        return js.get("mor", {}).get("token_ids"), js.get("mor", {}).get("depths")
     for args in (["--exit", "learned:0.5"], []):
         srv = serverlib.Server(args, model=conv)
         try:
             st, js = srv.json("POST", "/completion", body)
-            got[bool(args)] = (st, js.get("mor", {}).get("token_ids"), js.get("mor", {}).get("depths"))
+            got[bool(args)] = (st,) + mor_of(js)
+            for q in (0.3, 1.0, 2.0):   # the request field exit_threshold
+                st, js = srv.json("POST", "/completion", dict(body, exit_threshold=q))
+                per[(bool(args), q)] = (st,) + (mor_of(js) if st == 200 else (js["error"]["message"],))
         finally:
             srv.stop()
+    for q in (0.3, 1.0):
+        w = base[:-1] + ["learned:%r" % q]
+        wi = [int(x) for x in subprocess.run(w + ["--print-ids"], capture_output=True, text=True).stdout.split()]
+        wd = [int(x.split("]")[0]) for x in subprocess.run(w + ["--show-depth"], capture_output=True,
+                                                           text=True).stdout.split("[")[1:]]
+        t.check(per[(True, q)] == (200, wi, wd), "\"exit_threshold\": %g on mor-server --exit learned:0.5: mor-run "
+                "--exit learned:%g's tokens and depths (%s)" % (q, q, per[(True, q)]))
+    t.check(per[(True, 2.0)][0] == 400 and "[0, 1]" in per[(True, 2.0)][1] and per[(False, 0.3)][0] == 400 and
+            "--exit" in per[(False, 0.3)][1], "exit_threshold out of [0, 1], or without --exit: 400 (%s; %s)" %
+            (per[(True, 2.0)], per[(False, 0.3)]))
     t.check(got[True] == (200, want_ids, want_depths) and len(set(want_depths)) > 1,
             "mor-server --exit learned:0.5: /completion's tokens and depths are mor-run --exit's (%s; %s %s)" %
             (got[True], want_ids, want_depths))
@@ -236,6 +254,46 @@ def check_serve_exit(conv):
     deps = {d for _, ds in ref for d in ds}
     t.check(same and len(deps) > 1, "depth-wise serving with the learned exit (q %g): each request's tokens and "
             "depths are its own decode loop's, depths %s" % (q, sorted(deps)))
+
+
+def check_serve_mixed_exit(conv):
+    """Per-request thresholds (mor_server_set_exit) in one depth-wise batch:
+    6 greedy requests with q 0.9 (the server's, by NaN and by default), 0.3,
+    0.6 and 1 on 3 slots, the last one the first's prompt again with another
+    q (the kept K/V of the first, computed under 0.9, must not be reused):
+    each request gets its own decode loop's tokens and depths; a request's
+    threshold out of [0, 1] and one on a server without exits are refused."""
+    prompts = [[(i * 31 + k * 17 + 3) % 128 for k in range(1 + i % 4)] for i in range(5)]
+    prompts.append(prompts[0])
+    qs = [None, 0.3, 0.6, float("nan"), 1.0, 0.3]
+    with mor.Model(conv) as m:
+        ref = []
+        for p, q in zip(prompts, qs):
+            with m.context(n_ctx=64) as ctx:
+                ctx.router.set_exit(mor.EXIT_LEARNED, 0.9 if q is None or q != q else q)
+                toks = list(ctx.generate(p, max_tokens=6, temperature=0.0, stop_at_eos=False))
+                ref.append(([x.id for x in toks], [x.depth for x in toks]))
+        with mor.Server(m, mode=mor.SERVE_DEPTHWISE, n_slots=3, n_ctx=256, n_batch=32, exit_mode=mor.EXIT_LEARNED,
+                        exit_threshold=0.9) as srv:
+            ids = [srv.submit(p, max_tokens=6, temperature=0, exit_threshold=q) for p, q in zip(prompts, qs)]
+            srv.run()
+            got = [srv.tokens(rid) for rid in ids]
+            refused = []
+            for q in (1.5, -0.1):
+                try:
+                    srv.submit(prompts[0], max_tokens=2, temperature=0, exit_threshold=q)
+                except mor.MorError as e:
+                    refused.append(str(e))
+        with mor.Server(m, mode=mor.SERVE_DEPTHWISE, n_slots=1, n_ctx=64, n_batch=32) as plain:
+            try:
+                plain.submit(prompts[0], max_tokens=2, temperature=0, exit_threshold=0.5)
+            except mor.MorError as e:
+                refused.append(str(e))
+    same = [list(a) == r[0] and list(b)[1:] == r[1][:-1] for (a, b), r in zip(got, ref)]
+    t.check(all(same) and ref[0] != ref[5], "per-request exit thresholds in one depth-wise batch: each request's "
+            "tokens and depths are its own decode loop's (%s; the repeated prompt under another q differs)" % same)
+    t.check(len(refused) == 3 and "not in [0, 1]" in refused[0] and "no exits" in refused[2],
+            "a request's q out of [0, 1], and a threshold on a server without exits, are refused: %s" % refused)
 
 
 def check_more(d, conv, tmp):
@@ -276,6 +334,7 @@ def main():
             check_gates(d)
             check_exit(d, conv, tmp)
             check_serve_exit(conv)
+            check_serve_mixed_exit(conv)
             check_bench_exit(conv)
             check_server_cli_exit(conv)
             check_more(d, conv, tmp)

@@ -1370,7 +1370,7 @@ class Server(_Handle):
 
     def submit(self, prompt, max_tokens=64, stop=(), seed=None, temperature=None, top_k=None, top_p=None,
                min_p=None, repeat_penalty=None, repeat_last_n=None, grammar=None, json_schema=None,
-               speculate=0, speculate_depth=1, logit_bias=None, dry_breakers=None, **more):
+               speculate=0, speculate_depth=1, logit_bias=None, dry_breakers=None, exit_threshold=None, **more):
         """Queue a request: prompt (token ids, or text: tokenized with BOS),
         at most max_tokens generated tokens, stop token ids; sampling settings
         as Sampler's, with its keyword arguments (None: libmor's default; the default temperature samples,
@@ -1379,7 +1379,9 @@ class Server(_Handle):
         json_schema: a JSON Schema instead (json_schema_to_grammar);
         speculate=N: self-speculative steps drafting N tokens at
         speculate_depth recursions (mor_server_set_speculate: the same
-        tokens, up to N + 1 per step; speculation(id) counts them).
+        tokens, up to N + 1 per step; speculation(id) counts them);
+        exit_threshold: this request's threshold under the server's
+        exit_mode instead of its exit_threshold (mor_server_set_exit).
         Returns the request id."""
         if json_schema is not None:
             if grammar is not None:
@@ -1409,14 +1411,23 @@ class Server(_Handle):
             st = _lib.mor_server_set_grammar(self._p, rid.value, g)
             if st:
                 _lib.mor_grammar_free(g)
-                _lib.mor_server_cancel(self._p, rid.value)
-                _check(st)
+                self._refuse(rid.value, st)
         if speculate:
             st = _lib.mor_server_set_speculate(self._p, rid.value, speculate, speculate_depth)
             if st:
-                _lib.mor_server_cancel(self._p, rid.value)
-                _check(st)
+                self._refuse(rid.value, st)
+        if exit_threshold is not None:
+            st = _lib.mor_server_set_exit(self._p, rid.value, float(exit_threshold))
+            if st:
+                self._refuse(rid.value, st)
         return rid.value
+
+    def _refuse(self, rid, st):
+        """Cancel request rid, which a setting refused with st, and raise
+        that error (its message read before the cancel clears it)."""
+        e = _error(st)
+        _lib.mor_server_cancel(self._p, rid)
+        raise e
 
     def _reraise(self):
         e, self._exc = self._exc, None

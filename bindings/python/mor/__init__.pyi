@@ -524,6 +524,7 @@ class Server(_Handle):
         speculate_depth: int = 1,
         logit_bias: Mapping[int, float] | Iterable[tuple[int, float]] | None = None,
         dry_breakers: Iterable[Sequence[int]] | None = None,
+        exit_threshold: float | None = None,
         *,
         presence_penalty: float | None = None,
         frequency_penalty: float | None = None,

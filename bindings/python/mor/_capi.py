@@ -193,6 +193,7 @@ PROTOTYPES = {
     "mor_server_request_cached": (c_int32, [handle, c_int32]),
     "mor_server_request_slot": (c_int32, [handle, c_int32]),
     "mor_server_set_speculate": (mor_status, [handle, c_int32, c_int32, c_int32]),
+    "mor_server_set_exit": (mor_status, [handle, c_int32, c_float]),
     "mor_server_request_sampler": (handle, [handle, c_int32]),
     "mor_server_request_speculation": (mor_status, [handle, c_int32, POINTER(c_int64), POINTER(c_int64)]),
     "mor_server_get_tokens": (mor_status, [handle, c_int32, POINTER(mor_token), P_i32, c_int32, P_i32]),

@@ -258,7 +258,7 @@ static const struct { const char *name; char kinds; } fields[] = {
     { "test_hold", 'B' },   /* a test hook: handlers.c refuses it unless mor-server --test-hooks */
     { "logprobs", 'B' }, { "top_logprobs", 'H' }, { "n", 'B' },
     { "grammar", 'B' }, { "json_schema", 'B' }, { "response_format", 'B' },
-    { "speculate", 'B' }, { "speculate_depth", 'B' },
+    { "speculate", 'B' }, { "speculate_depth", 'B' }, { "exit_threshold", 'B' },
     /* llama.cpp's sampling set (and OpenAI's penalties and logit_bias) */
     { "presence_penalty", 'B' }, { "frequency_penalty", 'B' }, { "min_keep", 'B' }, { "typical_p", 'B' },
     { "top_n_sigma", 'B' }, { "dynatemp_range", 'B' }, { "dynatemp_exponent", 'B' }, { "xtc_probability", 'B' },
@@ -557,6 +557,7 @@ static int field(api_request *r, const char *k, const json *v, api_error *err)
     if (!strcmp(k, "repeat_penalty")) { r->repeat_penalty_set = 1; return get_num(v, k, 0, 10, 1, &r->repeat_penalty, err); }
     if (!strcmp(k, "speculate")) { r->speculate_set = 1; return get_int(v, k, 0, 65535, &r->speculate, err); }
     if (!strcmp(k, "speculate_depth")) { r->speculate_depth_set = 1; return get_int(v, k, 1, 64, &r->speculate_depth, err); }
+    if (!strcmp(k, "exit_threshold")) { r->exit_threshold_set = 1; return get_num(v, k, -1e30, 1e30, 0, &r->exit_threshold, err); }
     if (!strcmp(k, "repeat_last_n")) { r->repeat_last_n_set = 1; return get_int(v, k, -1, 65536, &r->repeat_last_n, err); }
     for (int i = 0; i < API_N_NUM; i++)
         if (!strcmp(k, nums[i].name)) return parse_num(r, i, v, err);

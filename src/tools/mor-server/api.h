@@ -20,7 +20,7 @@
  * the same tokens either way), n_keep (no context shift: an OpenAI request
  * must fit, a /completion ends when the context is full),
  * id_slot (the server picks the slot); libmor's: speculate,
- * speculate_depth. Checks that need the model (token ids < n_vocab, texts
+ * speculate_depth, exit_threshold. Checks that need the model (token ids < n_vocab, texts
  * to tokenize, the context length) are the caller's. */
 #ifndef MORSRV_API_H
 #define MORSRV_API_H
@@ -106,6 +106,10 @@ typedef struct {
      * their recursion depth; *_set: given (else mor-server's --speculate) */
     int          speculate_set, speculate_depth_set;
     int64_t      speculate, speculate_depth;
+    /* the request's early-exit threshold (mor_server_set_exit) under
+     * mor-server's --exit mode; *_set: given (else --exit's) */
+    int          exit_threshold_set;
+    double       exit_threshold;
     int64_t      n;                       /* choices, 1..API_MAX_N (default 1) */
     /* llama.cpp's sampling set: num[API_*] when num_set[API_*] (checked for
      * type and range here, for the library's rules in mor.h), the order of

@@ -271,6 +271,10 @@ static void command(engine *e, job *j, int cancel, int quitting)
             refuse(e, j, st, "speculation", 1);
             return;
         }
+        if (!isnan(j->exit_thr) && (st = mor_server_set_exit(e->srv, j->id, j->exit_thr))) {
+            refuse(e, j, st, "exit_threshold", 1);
+            return;
+        }
         mor_sampler *smp = j->n_bias || j->n_brk ? mor_server_request_sampler(e->srv, j->id) : NULL;
         if ((j->n_bias || j->n_brk) && (!smp || (st = mor_sampler_set_logit_bias(smp, j->bias_id, j->bias, j->n_bias)) ||
                                         (st = mor_sampler_set_dry_breakers(smp, j->brk, j->brk_len, j->n_brk)))) {

@@ -43,6 +43,7 @@ struct job {
     mor_grammar       *grammar;          /* constrained output, or NULL: owned until the
                                             engine hands it to the server (set_grammar) */
     int32_t            spec_n, spec_d;   /* self-speculative decoding: drafts per step (0: off), depth */
+    float              exit_thr;         /* mor_server_set_exit (NaN: the server's --exit threshold) */
     mor_token         *bias_id;          /* logit bias [n_bias] (malloc'd, the job frees them; */
     float             *bias;             /*   mor_sampler_set_logit_bias after the submit) */
     int32_t            n_bias;

@@ -890,6 +890,7 @@ static job *make_job(const api_request *ar, const req_sampling *rs, int kind, co
     if (req_sampling_apply(ar, rs, j)) { job_unref(j); return NULL; }
     j->spec_n = (int32_t)(ar->speculate_set ? ar->speculate : S.o.speculate);
     j->spec_d = (int32_t)(ar->speculate_depth_set ? ar->speculate_depth : S.o.speculate_depth);
+    j->exit_thr = ar->exit_threshold_set ? (float)ar->exit_threshold : NAN;
     return j;
 }
 
@@ -1008,6 +1009,14 @@ static int gen_limits(conn *c, request *rq, int kind, gen *g)
     if (ar->speculate_depth_set && ar->speculate_depth > mor_model_n_recursion(S.model)) {
         conn_error(c, rq, 400, "speculate_depth", NULL, "'speculate_depth' is at most the model's %d recursions",
                    mor_model_n_recursion(S.model));
+        return -1;
+    }
+    if (ar->exit_threshold_set && S.o.exit_mode == MOR_EXIT_NONE) {
+        conn_error(c, rq, 400, "exit_threshold", NULL, "'exit_threshold' needs a server started with --exit");
+        return -1;
+    }
+    if (ar->exit_threshold_set && S.o.exit_mode == MOR_EXIT_LEARNED && !(ar->exit_threshold >= 0 && ar->exit_threshold <= 1)) {
+        conn_error(c, rq, 400, "exit_threshold", NULL, "'exit_threshold' of the learned exit is a q in [0, 1]");
         return -1;
     }
     return 0;

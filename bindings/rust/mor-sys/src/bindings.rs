@@ -1811,6 +1811,13 @@ extern "C" {
     pub fn mor_server_request_sampler(srv: *mut mor_server, id: mor_request_id)
         -> *mut mor_sampler;
 }
+extern "C" {
+    pub fn mor_server_set_exit(
+        srv: *mut mor_server,
+        id: mor_request_id,
+        threshold: f32,
+    ) -> mor_status;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct mor_chat_template {
