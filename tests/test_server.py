@@ -2023,8 +2023,12 @@ def test_context_shift():
         st, e = completion(srv, {"prompt": LONG_PROMPT, "max_tokens": 8, "n_keep": 63})
         t.check(st == 400 and e["error"]["param"] == "n_keep",
                 "--context-shift: keeping 63 of a prompt longer than the context of 64: 400 naming n_keep")
-        st, e = completion(srv, {"prompt": SHIFT_PROMPT, "max_tokens": 80, "n_keep": -1})
-        t.check(st == 200, "--context-shift: n_keep -1 with a short prompt shifts after it")
+        st, r = completion(srv, {"prompt": SHIFT_PROMPT, "max_tokens": 80, "n_keep": -1, "n_discard": 0, "seed": 4})
+        t.check(st == 200 and r["choices"][0]["mor"]["token_ids"] ==
+                sl.mor_run(SHIFT_PROMPT, 80, 4, ["--ctx", "64", "--keep", "-1"])[0],
+                "--context-shift: n_keep -1 with a short prompt keeps it whole (mor-run --keep -1), n_discard 0 accepted")
+        st, e = completion(srv, {"prompt": SHIFT_PROMPT, "max_tokens": 80, "n_discard": 10})
+        t.check(st == 400 and e["error"]["param"] == "n_discard", "n_discard other than 0 (llama.cpp's default): 400")
     finally:
         srv.stop()
     srv = sl.Server(["--ctx", "64", "--slots", "2", "-q"])   # without the flag: as before
