@@ -1045,8 +1045,9 @@ typedef struct mor_server_params {
     uint32_t n_slots;       /* requests running at once; default 8 (SERIAL: 1 used) */
     /* KV budget: cells per cached layer, shared by the running requests;
      * default min(n_ctx_train, 4096). A request is admitted only when
-     * n_prompt + max_tokens cells are free beside those reserved by the
-     * running ones; until then it waits in the queue (never MOR_E_KV_FULL). */
+     * n_prompt + max_tokens cells (under MOR_SERVE_CONTEXT_SHIFT at most
+     * n_ctx_seq) are free beside those reserved by the running ones; until
+     * then it waits in the queue (never MOR_E_KV_FULL). */
     uint32_t n_ctx;
     uint32_t n_batch;       /* rows per step (see mor_server_submit); default 512    */
     int32_t  n_threads;     /* worker threads; <= 0: one                             */

@@ -1336,6 +1336,11 @@ def test_tools(tmp):
         ("generic", "{\"tool_call\": {\"name\": \"a\", \"arguments\": \"{\\\"q\\\": 1}\"}}", "", [("a", {"q": 1})]),
         ("generic", "{\"response\": \"Hi there\"}", "Hi there", []),
         ("generic", "plain text", "plain text", []),
+        # found by fuzz_tools: a name with a NUL byte, arguments as a string of another JSON value than an object
+        ("hermes", "<tool_call>{\"name\": \"\\u0000x\", \"arguments\": {}}</tool_call>",
+         "<tool_call>{\"name\": \"\\u0000x\", \"arguments\": {}}</tool_call>", []),
+        ("mistral", "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": \"5\"}]",
+         "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": \"5\"}]", []),
     ]
     ok, bad = True, None
     for fmt, text, content, calls in cases:
