@@ -28,6 +28,14 @@
  * cells of other free slots are dropped, least recently used first, until
  * the running requests' reservations and the kept cells fit in n_ctx.
  *
+ * Context shift (MOR_SERVE_CONTEXT_SHIFT): a sequence holds n_ctx_seq
+ * positions at most. A longer prompt is truncated at submit
+ * (mor_prompt_truncate, serve_shift.c); a running sequence that is full
+ * when its next token is to enter is shifted once the step that sampled
+ * that token has succeeded (shift_slots), so a step stays a transaction and
+ * the shift meets no row of the slot in flight: every recursion's cells of
+ * the sequence are in place for mor_kv_seq_rm and mor_kv_seq_add.
+ *
  * Why outputs equal a per-sequence decode: routing is causal (THRESHOLD,
  * TOKEN, FORCED), so a row's decisions depend on itself only; a sequence
  * has one group of rows in flight at a time (a chunk of its prompt, or its
