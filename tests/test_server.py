@@ -2036,6 +2036,21 @@ def test_context_shift():
         t.check(st == 400 and e["error"]["param"] == "n_discard", "n_discard other than 0 (llama.cpp's default): 400")
     finally:
         srv.stop()
+    # three at once, each past the training context of 256 (a --ctx of 768 holds all three): depth-wise
+    # batching with other requests' rows in flight while a sequence shifts
+    srv = sl.Server(["--ctx", "768", "--context-shift", "--slots", "3", "-q"])
+    try:
+        jobs = [(SHIFT_PROMPT, 300, 11, 4), (LONG_PROMPT, 280, 12, 0), ("He said", 320, 13, 2)]
+        with concurrent.futures.ThreadPoolExecutor(3) as ex:
+            got = list(ex.map(lambda a: completion(srv, {"prompt": a[0], "max_tokens": a[1], "seed": a[2],
+                                                         "n_keep": a[3]}), jobs))
+        ok = all(st == 200 and r["choices"][0]["mor"]["token_ids"] ==
+                 sl.mor_run(p, n, seed, ["--ctx", "256", "--keep", str(keep)])[0]
+                 for (st, r), (p, n, seed, keep) in zip(got, jobs))
+        t.check(ok, "--context-shift, 3 requests at once past the context of 256: each the tokens of "
+                "`mor-run --ctx 256 --keep N`")
+    finally:
+        srv.stop()
     srv = sl.Server(["--ctx", "64", "--slots", "2", "-q"])   # without the flag: as before
     try:
         st, e = completion(srv, {"prompt": SHIFT_PROMPT, "max_tokens": 80, "seed": 3, "n_keep": 4})
