@@ -168,9 +168,9 @@ $(BUILD)/tools/mor-server/%.o: src/tools/mor-server/%.c include/mor.h $(wildcard
 	@mkdir -p $(dir $@)
 	$(CC) $(SERVER_CFLAGS) $(OBJDEP) -c $< -o $@
 # the parts that know nothing of sockets, threads or the server's state
-# (HTTP and request parsing, JSON writing, chat formats, the text stream):
-# linked into the fuzz targets too
-SERVER_CORE   := buf http jsonw api chat textstream
+# (HTTP and request parsing, JSON writing, chat formats, the text stream,
+# function calling's parsers and grammars): linked into the fuzz targets too
+SERVER_CORE   := buf http jsonw api chat textstream tools
 
 $(BINOUT)/example-%: examples/%.c $(STATIC)
 	@mkdir -p $(dir $@) $(DEPDIR)

@@ -588,6 +588,18 @@ MOR_API mor_pos    mor_kv_seq_pos_max(const mor_kv_cache *kv, mor_seq_id seq);
  * MOR_E_POSITION. Does not allocate. */
 MOR_API mor_status mor_kv_seq_add(mor_kv_cache *kv, mor_seq_id seq, mor_pos p0, mor_pos p1, mor_pos delta);
 
+/* llama.cpp's truncation of a prompt longer than a context of n_ctx
+ * positions (its server's and mor-run's, MOR_SERVE_CONTEXT_SHIFT's): the
+ * first n_keep tokens stay, then whole blocks of (n_ctx - n_keep) / 2
+ * tokens after them are dropped until the rest fits, the end of the prompt
+ * staying. tokens[0..n_tokens-1] is rewritten in place; returns the new
+ * length (n_tokens when it fits already: nothing changes). Errors (a
+ * negative mor_status, nothing changed): MOR_E_INVALID_ARG (NULL tokens,
+ * n_tokens < 0, and for a prompt that does not fit n_keep outside
+ * [0, n_ctx - 2], which leaves nothing to drop). Thread-safe; does not
+ * allocate. */
+MOR_API int32_t mor_prompt_truncate(mor_token *tokens, int32_t n_tokens, int32_t n_ctx, int32_t n_keep);
+
 /* Recursion selector for the accounting functions below. */
 #define MOR_KV_UNIQUE_LAYERS (-1)   /* layers outside the recursions (first/last) */
 #define MOR_KV_ALL           (-2)   /* everything                                 */
@@ -1033,8 +1045,9 @@ typedef struct mor_server_params {
     uint32_t n_slots;       /* requests running at once; default 8 (SERIAL: 1 used) */
     /* KV budget: cells per cached layer, shared by the running requests;
      * default min(n_ctx_train, 4096). A request is admitted only when
-     * n_prompt + max_tokens cells are free beside those reserved by the
-     * running ones; until then it waits in the queue (never MOR_E_KV_FULL). */
+     * n_prompt + max_tokens cells (under MOR_SERVE_CONTEXT_SHIFT at most
+     * n_ctx_seq) are free beside those reserved by the running ones; until
+     * then it waits in the queue (never MOR_E_KV_FULL). */
     uint32_t n_ctx;
     uint32_t n_batch;       /* rows per step (see mor_server_submit); default 512    */
     int32_t  n_threads;     /* worker threads; <= 0: one                             */
@@ -1061,6 +1074,12 @@ typedef struct mor_server_params {
      * to the server). Default NULL. */
     void   (*on_token_logits)(mor_request_id id, mor_token token, int32_t depth, const float *logits,
                               int32_t n_vocab, void *user_data);
+    /* The context of one request's sequence, llama-server's per-slot n_ctx:
+     * the positions it may hold, L = n_ctx_seq; 0 (default): min(n_ctx,
+     * the model's training context), also the most it may be (more:
+     * MOR_E_INVALID_ARG). A request of more than L tokens is refused at
+     * submit, or shifts under MOR_SERVE_CONTEXT_SHIFT. */
+    uint32_t n_ctx_seq;
 } mor_server_params;
 
 /* mor_server_params.flags.
@@ -1081,8 +1100,32 @@ typedef struct mor_server_params {
  * a fresh slot. mor_server_request_cached says how many prompt tokens a
  * request reused or copied.
  * MOR_SERVE_FAST_BF16: the server's context runs with MOR_CTX_FAST_BF16
- * (BF16 weights on bfloat16-rounded activations; see there). */
-enum { MOR_SERVE_NO_PROMPT_REUSE = 1u << 0, MOR_SERVE_FAST_BF16 = 1u << 1 };
+ * (BF16 weights on bfloat16-rounded activations; see there).
+ * MOR_SERVE_CONTEXT_SHIFT (llama-server's --context-shift): a request may
+ * be longer than the context. The context of each request's sequence is
+ * L positions (n_ctx_seq; default min(n_ctx, the model's training
+ * context)). A prompt longer
+ * than L is truncated at submit by mor_prompt_truncate (its first n_keep
+ * tokens and its end stay; mor_server_set_keep, default n_keep 0), and when
+ * the sequence holds L tokens and the next one is to enter, it is shifted
+ * as llama.cpp's server does: its first n_keep cells stay, the next
+ * n_discard = (L - n_keep) / 2 are removed (mor_kv_seq_rm) and the rest
+ * move down by n_discard positions (mor_kv_seq_add, whose re-rotation of
+ * the cached keys applies to every layer and recursion that holds a token:
+ * recursion-wise, shared or dense caching alike; a token that exited early
+ * has no cells in the deeper recursions, and only its positions move).
+ * Generation then goes on for up to max_tokens tokens. The shift is made
+ * between steps, once a step has succeeded, when the slot has no row in
+ * flight (its token was just sampled), so under DEPTHWISE every
+ * recursion's cells of the sequence are in place; other requests are not
+ * touched. A request reserves min(n_prompt + max_tokens, L) cells. Its
+ * tokens are then those of mor_decode on one context of L positions with
+ * the same truncation and the same shifts (mor-run's generation with --ctx
+ * L --keep n_keep); a request that never reaches L gives what it gives
+ * without the flag, bit for bit. After a shift the cells past n_keep were
+ * computed with the dropped tokens in view, so prompt reuse and prompt
+ * sharing take at most the first n_keep cells of a shifted sequence. */
+enum { MOR_SERVE_NO_PROMPT_REUSE = 1u << 0, MOR_SERVE_FAST_BF16 = 1u << 1, MOR_SERVE_CONTEXT_SHIFT = 1u << 2 };
 
 MOR_API void mor_server_params_init(mor_server_params *p, size_t size);
 #define MOR_SERVER_PARAMS_INIT(p) mor_server_params_init((p), sizeof(*(p)))
@@ -1109,7 +1152,9 @@ MOR_API mor_router *mor_server_router(mor_server *srv);
  * several steps, its first token coming after the last chunk; the outputs
  * are those of the whole prompt decoded at once. Errors: MOR_E_INVALID_ARG,
  * MOR_E_OUT_OF_RANGE (a token id), MOR_E_KV_FULL (n_prompt + max_tokens
- * exceeds n_ctx or the model's context: it could never run), MOR_E_ABI,
+ * exceeds n_ctx, n_ctx_seq or the model's context: it could never run; under
+ * MOR_SERVE_CONTEXT_SHIFT such a request is taken, its prompt truncated to
+ * the context, unless the context has fewer than 2 positions), MOR_E_ABI,
  * MOR_E_NOMEM. May be called between steps, at any time. */
 MOR_API mor_status mor_server_submit(mor_server *srv, const mor_token *prompt, int32_t n_prompt,
                                      const mor_sampler_params *sampling, int32_t max_tokens,
@@ -1184,6 +1229,28 @@ MOR_API mor_status mor_server_set_speculate(mor_server *srv, mor_request_id id, 
  * mor_server_release. Errors: MOR_E_OUT_OF_RANGE (unknown id). */
 MOR_API mor_status mor_server_request_speculation(const mor_server *srv, mor_request_id id, int64_t *drafted,
                                                   int64_t *accepted);
+
+/* Context shift (MOR_SERVE_CONTEXT_SHIFT): the tokens at the start of a
+ * queued request's sequence that truncation and shifts keep, llama.cpp's
+ * n_keep: n_keep >= 0 tokens (more than the prompt: the prompt), -1 the
+ * whole prompt; default 0. Counted from the prompt's first token, a BOS
+ * included (llama-server adds 1 for its BOS; mor-server does too). When
+ * the prompt was longer than the context it is truncated again from the
+ * prompt as submitted, keeping these tokens, and the sampler's history
+ * (mor_sampler_reset, the logit bias and breakers staying) set to the new
+ * prompt. Errors, changing nothing: MOR_E_INVALID_ARG (NULL server, a
+ * server without MOR_SERVE_CONTEXT_SHIFT, a request no longer queued,
+ * n_keep < -1, or a request that may reach the context L keeping more than
+ * L - 2 tokens, which leaves nothing to drop), MOR_E_OUT_OF_RANGE (unknown
+ * id). Does not allocate. */
+MOR_API mor_status mor_server_set_keep(mor_server *srv, mor_request_id id, int32_t n_keep);
+/* What context shifting did to a request so far: *n_prompt receives the
+ * prompt tokens it runs on (fewer than submitted when truncated), *n_shifts
+ * the shifts of its sequence, *n_discarded the tokens they removed (0 and 0
+ * without MOR_SERVE_CONTEXT_SHIFT). Any pointer may be NULL. Readable until
+ * mor_server_release. Errors: MOR_E_OUT_OF_RANGE (unknown id). */
+MOR_API mor_status mor_server_request_shift(const mor_server *srv, mor_request_id id, int32_t *n_prompt,
+                                            int32_t *n_shifts, int32_t *n_discarded);
 
 /* The sampler of a queued request (borrowed; the server owns it), for
  * mor_sampler_set_logit_bias and mor_sampler_set_dry_breakers, the settings

@@ -43,6 +43,7 @@ ALIASES = {
     "sampler_mirostat": "sampler", "sampler_logprobs": "sampler",
     "jinja_lex": "jinja", "jinja_parse": "jinja", "jinja_value": "jinja", "jinja_eval": "jinja", "jinja_exec": "jinja",
     "jinja_builtins": "jinja", "jinja_str": "jinja", "jinja_filters": "jinja", "chat_template": "jinja",
+    "serve_shift": "serve",
     "decode": "context", "batch": "context", "embeddings": "context", "speculate": "context",
 }
 PUBLIC = "mor.h"

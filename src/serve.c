@@ -28,6 +28,14 @@
  * cells of other free slots are dropped, least recently used first, until
  * the running requests' reservations and the kept cells fit in n_ctx.
  *
+ * Context shift (MOR_SERVE_CONTEXT_SHIFT): a sequence holds n_ctx_seq
+ * positions at most. A longer prompt is truncated at submit
+ * (mor_prompt_truncate, serve_shift.c); a running sequence that is full
+ * when its next token is to enter is shifted once the step that sampled
+ * that token has succeeded (shift_slots), so a step stays a transaction and
+ * the shift meets no row of the slot in flight: every recursion's cells of
+ * the sequence are in place for mor_kv_seq_rm and mor_kv_seq_add.
+ *
  * Why outputs equal a per-sequence decode: routing is causal (THRESHOLD,
  * TOKEN, FORCED), so a row's decisions depend on itself only; a sequence
  * has one group of rows in flight at a time (a chunk of its prompt, or its
@@ -68,6 +76,12 @@ typedef struct {
     int32_t     *spec_depth; /* [spec_n + 1]: each verified input's depth */
     void        *spec_mem;
     int64_t      drafted, accepted;
+    /* context shift (MOR_SERVE_CONTEXT_SHIFT): the tokens kept, the prompt
+     * as submitted when it was truncated (n_full 0: it was not), the
+     * shifts and the tokens they dropped */
+    int32_t      n_keep, n_full;
+    mor_token   *full;
+    int32_t      n_shifts, n_discarded;
 } serve_req;
 
 /* What a free slot keeps for reuse: its cells' tokens (positions 0..n-1),
@@ -184,7 +198,7 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     if (p.exit_mode != MOR_EXIT_NONE && p.mode != MOR_SERVE_DEPTHWISE)
         return err_set(MOR_E_UNSUPPORTED, "mor_server_create: exits need MOR_SERVE_DEPTHWISE");
     if (p.mode == MOR_SERVE_SERIAL) p.n_slots = 1;
-    if (p.flags & ~(uint32_t)(MOR_SERVE_NO_PROMPT_REUSE | MOR_SERVE_FAST_BF16))
+    if (p.flags & ~(uint32_t)(MOR_SERVE_NO_PROMPT_REUSE | MOR_SERVE_FAST_BF16 | MOR_SERVE_CONTEXT_SHIFT))
         return err_set(MOR_E_INVALID_ARG, "mor_server_create: unknown flags 0x%x", p.flags);
 
     mor_context_params cp;
@@ -205,6 +219,13 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
                        "MOR_KV_DENSE every token runs every recursion for its K/V");
     }
     p.n_ctx = s->ctx->params.n_ctx;
+    const int32_t mp = context_max_pos(s->ctx), whole = (int64_t)p.n_ctx < mp ? (int32_t)p.n_ctx : mp;
+    if (p.n_ctx_seq > (uint32_t)whole) {
+        mor_server_free(s);
+        return err_set(MOR_E_INVALID_ARG, "mor_server_create: n_ctx_seq %u is more than n_ctx %u or the model's "
+                       "context %d", p.n_ctx_seq, p.n_ctx, (int)mp);
+    }
+    if (!p.n_ctx_seq) p.n_ctx_seq = (uint32_t)whole;
     s->p = p;
     if (m->router_type == MOR_ROUTER_TYPE_EXPERT) mor_router_set_mode(s->ctx->router, MOR_ROUTE_THRESHOLD, 0);
     s->ctx->router->exit_mode = p.exit_mode;
@@ -333,6 +354,11 @@ static serve_req *find(const mor_server *s, mor_request_id id)
     return s && id >= 0 && id < s->n_reqs ? s->reqs[id] : NULL;
 }
 
+/* The positions one sequence may hold (n_ctx_seq, set at creation). */
+static int32_t seq_limit(const mor_server *s) { return (int32_t)s->p.n_ctx_seq; }
+
+static int shifting(const mor_server *s) { return (s->p.flags & MOR_SERVE_CONTEXT_SHIFT) != 0; }
+
 mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_prompt,
                              const mor_sampler_params *sp, int32_t max_tokens,
                              const mor_token *stop, int32_t n_stop, mor_request_id *id_out)
@@ -344,17 +370,22 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
         if (t < 0 || t >= s->m->n_vocab) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_submit: token %d", t);
     }
     int64_t need = (int64_t)n_prompt + max_tokens;
-    if (need > (int64_t)s->p.n_ctx || need > s->m->n_ctx_train)
-        return err_set(MOR_E_KV_FULL, "mor_server_submit: %lld cells needed, n_ctx is %u (training context %d)",
-                       (long long)need, s->p.n_ctx, s->m->n_ctx_train);
-    /* The request and its token arrays in one allocation. */
-    const size_t head = (sizeof(serve_req) + 7) / 8 * 8;
-    serve_req *q = calloc(1, head + sizeof(mor_token) * ((size_t)n_prompt + (size_t)n_stop + 1 + 2 * (size_t)max_tokens));
+    const int32_t lim = seq_limit(s);
+    if (need > lim && (!shifting(s) || lim < 2))
+        return err_set(MOR_E_KV_FULL, "mor_server_submit: %lld cells needed, a sequence holds %d (n_ctx %u, "
+                       "training context %d)%s", (long long)need, (int)lim, s->p.n_ctx, s->m->n_ctx_train,
+                       shifting(s) ? "; a context of fewer than 2 positions cannot shift" : "");
+    /* The request and its token arrays in one allocation (and the prompt
+     * as submitted when it is truncated, for mor_server_set_keep). */
+    const size_t head = (sizeof(serve_req) + 7) / 8 * 8, n_full = n_prompt > lim ? (size_t)n_prompt : 0;
+    serve_req *q = calloc(1, head + sizeof(mor_token) * ((size_t)n_prompt + (size_t)n_stop + 1 + 2 * (size_t)max_tokens +
+                                                         n_full));
     if (!q) return err_set(MOR_E_NOMEM, "out of memory");
     q->prompt = (mor_token *)((char *)q + head);
     q->stop = q->prompt + n_prompt;
     q->out = q->stop + n_stop + 1;
     q->depth = (int32_t *)(q->out + max_tokens);
+    q->full = (mor_token *)(q->depth + max_tokens);
     mor_status st = mor_sampler_create(sp, &q->smp);
     if (st) { free(q); return st; }
     /* its candidates now: sampling in a step must not fail (see mor_server_step) */
@@ -379,8 +410,14 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
     }
     memcpy(q->prompt, prompt, sizeof(mor_token) * (size_t)n_prompt);
     if (n_stop) memcpy(q->stop, stop, sizeof(mor_token) * (size_t)n_stop);
-    for (int32_t i = 0; i < n_prompt; i++) mor_sampler_accept(q->smp, prompt[i]);
-    q->n_prompt = n_prompt; q->n_stop = n_stop; q->max_tokens = max_tokens;
+    q->n_prompt = n_prompt;
+    if (n_full) {   /* longer than the context (MOR_SERVE_CONTEXT_SHIFT): n_keep 0 until set_keep */
+        memcpy(q->full, prompt, sizeof(mor_token) * n_full);
+        q->n_full = n_prompt;
+        q->n_prompt = mor_prompt_truncate(q->prompt, n_prompt, lim, 0);
+    }
+    for (int32_t i = 0; i < q->n_prompt; i++) mor_sampler_accept(q->smp, q->prompt[i]);
+    q->n_stop = n_stop; q->max_tokens = max_tokens;
     q->id = s->n_reqs; q->state = MOR_REQ_QUEUED; q->slot = -1; q->exit_thr = NAN;
     s->reqs[s->n_reqs++] = q;
     s->queue[s->q_head + s->q_len++] = q->id;
@@ -389,7 +426,51 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
     return MOR_OK;
 }
 
-static int64_t req_need(const serve_req *q) { return (int64_t)q->n_prompt + q->max_tokens; }
+/* The cells a request reserves: its whole length, or under a context
+ * shift at most the context of its sequence. */
+static int64_t req_need(const mor_server *s, const serve_req *q)
+{
+    const int64_t n = (int64_t)q->n_prompt + q->max_tokens, lim = seq_limit(s);
+    return shifting(s) && n > lim ? lim : n;
+}
+
+mor_status mor_server_set_keep(mor_server *s, mor_request_id id, int32_t n_keep)
+{
+    if (!s) return err_set(MOR_E_INVALID_ARG, "mor_server_set_keep: NULL server");
+    if (!shifting(s))
+        return err_set(MOR_E_INVALID_ARG, "mor_server_set_keep: the server was created without MOR_SERVE_CONTEXT_SHIFT");
+    serve_req *q = find(s, id);
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_keep: no request %d", (int)id);
+    if (q->state != MOR_REQ_QUEUED)
+        return err_set(MOR_E_INVALID_ARG, "mor_server_set_keep: request %d is not queued any more", (int)id);
+    if (n_keep < -1) return err_set(MOR_E_INVALID_ARG, "mor_server_set_keep: n_keep %d (-1: the prompt)", (int)n_keep);
+    const int32_t n = q->n_full ? q->n_full : q->n_prompt, lim = seq_limit(s);
+    const int32_t keep = n_keep < 0 || n_keep > n ? n : n_keep;
+    if (keep > lim - 2 && (int64_t)n + q->max_tokens > lim)
+        return err_set(MOR_E_INVALID_ARG, "mor_server_set_keep: keeping %d tokens leaves nothing to drop in a "
+                       "context of %d positions", (int)keep, (int)lim);
+    q->n_keep = keep;
+    if (q->n_full) {   /* truncated again from the prompt as submitted */
+        memcpy(q->prompt, q->full, sizeof(mor_token) * (size_t)n);
+        q->n_prompt = mor_prompt_truncate(q->prompt, n, lim, keep);
+        mor_sampler_reset(q->smp);
+        for (int32_t i = 0; i < q->n_prompt; i++) mor_sampler_accept(q->smp, q->prompt[i]);
+    }
+    err_clear();
+    return MOR_OK;
+}
+
+mor_status mor_server_request_shift(const mor_server *s, mor_request_id id, int32_t *n_prompt, int32_t *n_shifts,
+                                    int32_t *n_discarded)
+{
+    const serve_req *q = find(s, id);
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_request_shift: unknown request %d", (int)id);
+    if (n_prompt) *n_prompt = q->n_prompt;
+    if (n_shifts) *n_shifts = q->n_shifts;
+    if (n_discarded) *n_discarded = q->n_discarded;
+    err_clear();
+    return MOR_OK;
+}
 
 /* The router settings request q's cells are computed under. */
 static void kept_settings(const mor_server *s, const serve_req *q, serve_kept *k)
@@ -426,13 +507,18 @@ static void slot_release(mor_server *s, int32_t sl)
         serve_kept *k = &s->kept[sl];
         mor_token *t = s->kept_tok + (size_t)sl * s->p.n_ctx;
         k->n = S->n_pos;
+        /* a shifted sequence's cells past n_keep saw tokens it dropped: not a fresh decode's */
+        if (q->n_shifts && k->n > q->n_keep) {
+            mor_kv_seq_rm(s->ctx->kv, sl, q->n_keep, -1);
+            k->n = q->n_keep;
+        }
         for (int32_t i = 0; i < k->n; i++) t[i] = i < q->n_prompt ? q->prompt[i] : q->out[i - q->n_prompt];
         k->stamp = ++s->stamp;
         kept_settings(s, q, k);
     } else {
         mor_kv_seq_rm(s->ctx->kv, sl, -1, -1);
     }
-    s->reserved -= req_need(S->req);
+    s->reserved -= req_need(s, S->req);
     S->req->slot = -1;
     memset(S, 0, sizeof *S);
 }
@@ -494,6 +580,7 @@ static int32_t share_from(const mor_server *s, const serve_req *q, int32_t *n, i
         if (!S->req || S->req->state != MOR_REQ_RUNNING || !same_settings(&S->made, &now)) continue;
         const serve_req *a = S->req;
         int32_t lim = a->n_prompt < q->n_prompt - 1 ? a->n_prompt : q->n_prompt - 1, k = 0;
+        if (a->n_shifts && lim > a->n_keep) lim = a->n_keep;   /* what a shift left as it was (slot_release) */
         while (k < lim && a->prompt[k] == q->prompt[k]) k++;
         /* in the cells: its whole prompt once it has a token; else what
          * entered, when no row is in flight (one in flight has not stored
@@ -510,7 +597,7 @@ static void admit(mor_server *s, int record)
         serve_req *q = s->reqs[s->queue[s->q_head]];
         if (!q || q->state != MOR_REQ_QUEUED) { s->q_head++; s->q_len--; continue; }
         int32_t common = 0, sl = pick_slot(s, q, &common);
-        if (sl < 0 || s->reserved + req_need(q) > (int64_t)s->p.n_ctx) return;
+        if (sl < 0 || s->reserved + req_need(s, q) > (int64_t)s->p.n_ctx) return;
         /* Sharing a running request's prompt (n > 1 choices of one prompt,
          * a common system prompt): its cells are copied instead of decoded
          * again, bitwise the same for the reason prompt reuse is. When that
@@ -519,7 +606,7 @@ static void admit(mor_server *s, int record)
         if (src >= 0 && n_sh > common && ready < n_sh) return;   /* its prompt is not in the cells yet */
         int copied = 0;
         /* room for it beside the other slots' kept cells: drop the oldest */
-        while (s->reserved + req_need(q) + kept_cells(s, sl) > (int64_t)s->p.n_ctx) {
+        while (s->reserved + req_need(s, q) + kept_cells(s, sl) > (int64_t)s->p.n_ctx) {
             int32_t old = -1;
             for (int32_t i = 0; i < (int32_t)s->p.n_slots; i++)
                 if (i != sl && !s->slots[i].req && s->kept[i].n && (old < 0 || s->kept[i].stamp < s->kept[old].stamp))
@@ -533,7 +620,7 @@ static void admit(mor_server *s, int record)
         }
         kept_trim(s, sl, common);
         s->q_head++; s->q_len--;
-        s->reserved += req_need(q);
+        s->reserved += req_need(s, q);
         q->state = MOR_REQ_RUNNING; q->slot = sl; q->n_cached = common;
         if (record) s->admitted[s->n_admitted++] = q->id;
         serve_slot *S = &s->slots[sl];
@@ -621,7 +708,7 @@ static int32_t take_rows(const mor_server *s, int32_t sl, int pass, int32_t room
 static void enter(serve_slot *S, int32_t n)
 {
     S->n_pos += n;
-    S->entered = S->n_pos >= S->req->n_prompt;
+    S->entered |= S->n_pos >= S->req->n_prompt;   /* once entered, a context shift may move n_pos below it */
     S->waiting = 0;
 }
 
@@ -649,6 +736,7 @@ static mor_status step_speculate(mor_server *s)
         if (room < 0) continue;
         if (n > room) n = room;
         if (n > q->max_tokens - q->n_out - 1) n = q->max_tokens - q->n_out - 1;   /* no draft past the last token */
+        if (shifting(s) && n > seq_limit(s) - S->n_pos - 1) n = seq_limit(s) - S->n_pos - 1;   /* nor past the context */
         mor_status st = spec_run(s->ctx, sl, S->next, S->n_pos, n, q->spec_d, q->smp, !q->gr, &q->spec);
         if (st) return st;
         for (int32_t k = 0; k <= n; k++) q->spec_depth[k] = rec_at(e, q->spec.rows[k])->depth;
@@ -724,7 +812,7 @@ static mor_status step_decode(mor_server *s)
             int32_t n = take_rows(s, sl, pass, (int32_t)s->p.n_batch - mor_batch_size(b));
             for (int32_t i = 0; i < n; i++)
                 mor_batch_add(b, S->entered ? S->next : S->req->prompt[S->n_pos + i], S->n_pos + i, sl,
-                              i == n - 1 && S->n_pos + n >= S->req->n_prompt);
+                              i == n - 1 && (S->entered || S->n_pos + n >= S->req->n_prompt));
             if (!n) continue;
             enter(S, n);   /* (put back with the rest if the step fails) */
             if (S->entered) last[sl] = mor_batch_size(b) - 1;
@@ -871,6 +959,31 @@ static mor_status step_depthwise(mor_server *s)
     return MOR_OK;
 }
 
+/* Context shift (MOR_SERVE_CONTEXT_SHIFT), once a step has succeeded: a
+ * running slot whose next token has no position left keeps its first
+ * n_keep cells, drops half of the rest (llama.cpp's server rule) and moves
+ * what remains down; mor_kv_seq_add re-rotates their keys in every layer and
+ * recursion that holds them. Its group has no row in flight (its token was
+ * just sampled, or its drafts' cells taken back), so its cells are exactly
+ * its positions [0, n_pos) and neither call can fail. */
+static mor_status shift_slots(mor_server *s)
+{
+    const int32_t lim = seq_limit(s);
+    for (int32_t sl = 0; shifting(s) && sl < (int32_t)s->p.n_slots; sl++) {
+        serve_slot *S = &s->slots[sl];
+        serve_req *q = S->req;
+        if (!q || q->state != MOR_REQ_RUNNING || !S->entered || !S->waiting || S->n_pos < lim) continue;
+        const int32_t keep = q->n_keep, n_discard = (S->n_pos - keep) / 2;
+        mor_status st = mor_kv_seq_rm(s->ctx->kv, sl, keep, keep + n_discard);
+        if (!st) st = mor_kv_seq_add(s->ctx->kv, sl, keep + n_discard, -1, -n_discard);
+        if (st) return err_set(MOR_E_INTERNAL, "server: shifting slot %d: %s", (int)sl, mor_last_error());
+        S->n_pos -= n_discard;
+        q->n_shifts++;
+        q->n_discarded += n_discard;
+    }
+    return MOR_OK;
+}
+
 static int32_t pending(const mor_server *s)
 {
     int32_t n = n_queued(s);
@@ -942,6 +1055,7 @@ mor_status mor_server_step(mor_server *s, int32_t *n_pending)
         st = step_decode(s);     /* a failed mor_decode changed nothing */
     }
     if (st) { restore(s); return st; }
+    if ((st = shift_slots(s))) return st;
     admit(s, 0);
     if (n_pending) *n_pending = pending(s);
     err_clear();

@@ -95,7 +95,7 @@ static int other_enums_unique(int32_t v)
     default: break;
     }
     switch (v) {
-    case MOR_SERVE_NO_PROMPT_REUSE: case MOR_SERVE_FAST_BF16: n++; break;
+    case MOR_SERVE_NO_PROMPT_REUSE: case MOR_SERVE_FAST_BF16: case MOR_SERVE_CONTEXT_SHIFT: n++; break;
     default: break;
     }
     switch (v) {

@@ -516,6 +516,25 @@ class Serving(unittest.TestCase):
             self.assertEqual(depthwise, serial)   # tokens and depths
             self.assertTrue(any(d != depthwise[0][1][0] for _, deps in depthwise for d in deps))
 
+    def test_context_shift_goes_past_the_context(self):
+        self.assertEqual(mor.truncate_prompt(range(100), 64, 4), list(range(4)) + list(range(64, 100)))
+        with self.assertRaises(mor.InvalidArgError):
+            mor.truncate_prompt(range(100), 64, 63)
+        with mor.Model(self.PATH) as m:
+            p = self.prompts(m.n_vocab)[3] * 5   # 20 tokens
+            with mor.Server(m, n_ctx=64, context_shift=True, n_ctx_seq=16) as srv:
+                rid = srv.submit(p, max_tokens=30, temperature=0, n_keep=2)
+                srv.run()
+                toks, _ = srv.tokens(rid)
+                n_prompt, shifts, dropped = srv.shift(rid)
+            self.assertEqual(len(toks), 30)   # past the 16 positions of its sequence
+            self.assertEqual(n_prompt, len(mor.truncate_prompt(p, 16, 2)))
+            self.assertGreaterEqual(shifts, 2)
+            self.assertEqual(dropped, 7 * shifts)   # (16 - 2) / 2 each time
+            with mor.Server(m, n_ctx=64, n_ctx_seq=16) as srv:   # without the flag: refused
+                with self.assertRaises(mor.KVFullError):
+                    srv.submit(p, max_tokens=30)
+
     def test_prompt_reuse_gives_the_same_tokens(self):
         with mor.Model(self.PATH) as m:
             p = self.prompts(m.n_vocab)[3] + [7, 9, 11]

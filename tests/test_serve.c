@@ -17,6 +17,13 @@
  *  - MOR_KV_DENSE on KV-sharing models (expert with a first capacity below 1,
  *    token-choice): every mode equals mor_decode under it (rows the router
  *    dropped run on for their K/V only), confidence exits are refused;
+ *  - context shift (MOR_SERVE_CONTEXT_SHIFT, recursion-wise and shared KV):
+ *    requests longer than their sequence's context (n_ctx_seq) in every
+ *    mode, 4 at once, prompts in chunks, speculating: tokens, depths and
+ *    logits bitwise a plain context's with the prompt truncated and the
+ *    sequence shifted by hand (mor_kv_seq_rm + mor_kv_seq_add), n_keep
+ *    honoured, only n_keep cells reused afterwards; requests that fit are
+ *    unchanged; without the flag they are refused as before;
  *  - cancel, the KV budget queue, misuse statuses;
  *  - all of the fixtures' checks again on relaxed copies of two of them (an
  *    unfolded LoRA delta on every projection of every looped layer): rows at
@@ -743,6 +750,222 @@ static void speculation(mor_model *m, const char *name)
     spec_n = 0; spec_d = 1;
 }
 
+/* ---- context shift (MOR_SERVE_CONTEXT_SHIFT) ---- */
+
+#define CS_N 5          /* requests */
+#define CS_L 24         /* n_ctx_seq: the context of each sequence */
+#define CS_MAXT 50
+
+typedef struct {
+    int32_t n, max_tokens, keep;   /* keep: mor_server_set_keep's argument (-2: not called) */
+    mor_token prompt[48];
+    mor_sampler_params sp;
+    /* reference */
+    int32_t n_out, n_prompt, n_shifts, n_discarded, depth[CS_MAXT];
+    mor_token out[CS_MAXT];
+    float *logits;   /* [CS_MAXT][n_vocab] */
+} cs_request;
+
+static cs_request cs[CS_N];
+static float *cs_got[CS_N];
+static int32_t cs_got_n[CS_N], cs_map[64];
+
+static void cs_on_logits(mor_request_id id, mor_token t, int32_t d, const float *lg, int32_t nv, void *ud)
+{
+    (void)t; (void)d; (void)ud;
+    const int32_t r = id < 64 ? cs_map[id] : -1;
+    if (r < 0) return;
+    if (cs_got_n[r] < CS_MAXT) memcpy(cs_got[r] + (size_t)cs_got_n[r] * nv, lg, sizeof(float) * (size_t)nv);
+    cs_got_n[r]++;
+}
+
+/* The reference of one request: a plain context of CS_L positions, the
+ * prompt truncated by hand with llama.cpp's rule, one mor_decode per token,
+ * and the sequence shifted by hand (mor_kv_seq_rm + mor_kv_seq_add) when
+ * the next token has no position, as mor-run does. */
+static int cs_reference(mor_model *m, cs_request *q)
+{
+    mor_context_params cp;
+    MOR_CONTEXT_PARAMS_INIT(&cp);
+    cp.n_ctx = CS_L; cp.n_batch = 64; cp.kv_mode = kvmode;
+    mor_context *c = NULL; mor_batch *b = NULL; mor_sampler *s = NULL;
+    if (mor_context_create(m, &cp, &c) || mor_batch_create(64, &b) || mor_sampler_create(&q->sp, &s)) return 0;
+    if (mor_model_router_type(m) == MOR_ROUTER_TYPE_EXPERT) mor_router_set_mode(mor_context_router(c), MOR_ROUTE_THRESHOLD, 0);
+    const int32_t keep = q->keep < -1 ? 0 : q->keep < 0 || q->keep > q->n ? q->n : q->keep;
+    mor_token p[48];
+    int32_t np = q->n;
+    memcpy(p, q->prompt, sizeof(mor_token) * (size_t)q->n);
+    if (np > CS_L) {   /* keep, then whole blocks of (L - keep) / 2 dropped until it fits */
+        const int32_t block = (CS_L - keep) / 2;
+        while (np - keep - block >= block) {
+            memmove(p + keep, p + keep + block, sizeof(mor_token) * (size_t)(np - keep - block));
+            np -= block;
+        }
+    }
+    q->n_prompt = np; q->n_shifts = q->n_discarded = 0; q->n_out = 0;
+    for (int32_t t = 0; t < np; t++) {
+        mor_batch_add(b, p[t], t, 0, t == np - 1);
+        mor_sampler_accept(s, p[t]);
+    }
+    int32_t n_pos = np, ok = 1;
+    for (;;) {
+        if (mor_decode(c, b)) { ok = 0; break; }
+        int32_t depths[64];
+        mor_router_get_depths(mor_context_router(c), depths, 64);
+        const float *lg = mor_get_logits(c, mor_batch_size(b) - 1);
+        memcpy(q->logits + (size_t)q->n_out * n_vocab, lg, sizeof(float) * (size_t)n_vocab);
+        mor_token t;
+        mor_sampler_sample(s, lg, n_vocab, &t);
+        q->out[q->n_out] = t; q->depth[q->n_out] = depths[mor_batch_size(b) - 1];
+        if (++q->n_out >= q->max_tokens) break;
+        if (n_pos >= CS_L) {
+            const int32_t disc = (n_pos - keep) / 2;
+            mor_kv_cache *kv = mor_context_kv(c);
+            if (mor_kv_seq_rm(kv, 0, keep, keep + disc) || mor_kv_seq_add(kv, 0, keep + disc, -1, -disc)) { ok = 0; break; }
+            n_pos -= disc; q->n_shifts++; q->n_discarded += disc;
+        }
+        mor_batch_clear(b);
+        mor_batch_add(b, t, n_pos++, 0, 1);
+    }
+    mor_batch_free(b); mor_context_free(c); mor_sampler_free(s);
+    return ok;
+}
+
+static mor_server *cs_server(mor_model *m, int32_t mode, uint32_t flags, uint32_t n_ctx_seq, uint32_t n_batch)
+{
+    mor_server_params p;
+    MOR_SERVER_PARAMS_INIT(&p);
+    p.mode = mode; p.n_slots = 4; p.n_ctx = 128; p.n_batch = n_batch; p.kv_mode = kvmode;
+    p.flags = flags; p.n_ctx_seq = n_ctx_seq; p.on_token_logits = cs_on_logits;
+    mor_server *s = NULL;
+    return mor_server_create(m, &p, &s) == MOR_OK ? s : NULL;
+}
+
+/* Submit the requests (spec: self-speculation's drafts, 0 off), run the
+ * server, compare each with its reference: tokens, depths, logits bitwise,
+ * and what mor_server_request_shift reports. */
+static int cs_run(mor_server *s, int32_t spec, mor_request_id *id)
+{
+    int ok = 1;
+    for (int32_t i = 0; i < CS_N && ok; i++) {
+        cs_got_n[i] = 0;
+        ok = mor_server_submit(s, cs[i].prompt, cs[i].n, &cs[i].sp, cs[i].max_tokens, NULL, 0, &id[i]) == MOR_OK &&
+             id[i] < 64 && (cs[i].keep < -1 || mor_server_set_keep(s, id[i], cs[i].keep) == MOR_OK) &&
+             (!spec || mor_server_set_speculate(s, id[i], spec, 1) == MOR_OK);
+        if (ok) cs_map[id[i]] = i;
+    }
+    if (!ok || mor_server_run(s)) return 0;
+    for (int32_t i = 0; i < CS_N; i++) {
+        const cs_request *q = &cs[i];
+        mor_token got[CS_MAXT];
+        int32_t dep[CS_MAXT], n_got = 0, np = -1, nsh = -1, ndi = -1;
+        ok &= mor_server_get_tokens(s, id[i], got, dep, CS_MAXT, &n_got) == MOR_OK && n_got == q->n_out &&
+              cs_got_n[i] == q->n_out && !memcmp(got, q->out, sizeof(mor_token) * (size_t)n_got) &&
+              !memcmp(dep, q->depth, sizeof(int32_t) * (size_t)n_got) &&
+              !memcmp(cs_got[i], q->logits, sizeof(float) * (size_t)n_got * (size_t)n_vocab) &&
+              mor_server_request_shift(s, id[i], &np, &nsh, &ndi) == MOR_OK && np == q->n_prompt &&
+              nsh == q->n_shifts && ndi == q->n_discarded;
+    }
+    return ok;
+}
+
+static void context_shift(mor_model *m, const char *name)
+{
+    /* llama.cpp's truncation on numbers worked out by hand */
+    mor_token t[100];
+    for (int32_t i = 0; i < 100; i++) t[i] = i;
+    int32_t n0 = mor_prompt_truncate(t, 100, 64, 0);
+    CHECK(n0 == 36 && t[0] == 64 && t[35] == 99, "mor_prompt_truncate: 100 tokens into 64, none kept: the last 36 "
+          "(two blocks of 32 dropped)");
+    for (int32_t i = 0; i < 100; i++) t[i] = i;
+    int32_t n4 = mor_prompt_truncate(t, 100, 64, 4);
+    CHECK(n4 == 40 && t[3] == 3 && t[4] == 64 && t[39] == 99, "mor_prompt_truncate: 4 kept: 0..3 then 64..99");
+    CHECK(mor_prompt_truncate(t, 50, 64, 63) == 50 && t[4] == 64, "mor_prompt_truncate: a prompt that fits is unchanged");
+    CHECK(mor_prompt_truncate(t, 100, 64, 63) == MOR_E_INVALID_ARG && t[4] == 64 &&
+          mor_prompt_truncate(NULL, 3, 64, 0) == MOR_E_INVALID_ARG && mor_prompt_truncate(t, 100, 64, -1) == MOR_E_INVALID_ARG,
+          "mor_prompt_truncate: keeping more than n_ctx - 2, NULL, a negative n_keep: MOR_E_INVALID_ARG, nothing changed");
+
+    /* the requests: shifts with n_keep 3, a truncated prompt with n_keep 5,
+     * n_keep -1 (the prompt), one that never reaches the context, a
+     * truncated one with the default n_keep */
+    static const int32_t shape[CS_N][3] = { { 10, 50, 3 }, { 40, 30, 5 }, { 6, 40, -1 }, { 8, 10, 0 }, { 30, 12, -2 } };
+    int ok = 1;
+    for (int32_t i = 0; i < CS_N; i++) {
+        cs_request *q = &cs[i];
+        q->n = shape[i][0]; q->max_tokens = shape[i][1]; q->keep = shape[i][2];
+        for (int32_t k = 0; k < q->n; k++) q->prompt[k] = (mor_token)((i * 37 + k * 11 + 5) % n_vocab);
+        MOR_SAMPLER_PARAMS_INIT(&q->sp);
+        q->sp.seed = 77 + (uint64_t)i;
+        if (i == 1) q->sp.temperature = 0;
+        if (i < 2) { q->sp.repeat_penalty = 1.3f; q->sp.repeat_last_n = 16; }   /* the history counts */
+        q->logits = malloc(sizeof(float) * CS_MAXT * (size_t)n_vocab);
+        cs_got[i] = malloc(sizeof(float) * CS_MAXT * (size_t)n_vocab);
+        ok &= q->logits && cs_got[i] && cs_reference(m, q);
+    }
+    if (!REQUIRE(ok, "%s: context shift references", name)) goto out;
+    CHECK(cs[0].n_shifts >= 2 && cs[1].n_prompt < cs[1].n && cs[1].n_shifts >= 1 && cs[2].n_shifts >= 1 &&
+          cs[3].n_shifts == 0 && cs[4].n_prompt < cs[4].n,
+          "%s: the references shift (%d, %d, %d times) and truncate (%d of %d, %d of %d tokens)", name, cs[0].n_shifts,
+          cs[1].n_shifts, cs[2].n_shifts, cs[1].n_prompt, cs[1].n, cs[4].n_prompt, cs[4].n);
+    for (int32_t mode = 0; mode < 3; mode++)
+        for (int v = 0; v < (mode ? 3 : 1); v++) {   /* plain; prompts in chunks of 5 rows; speculating */
+            SCENARIO("%s %s: context shift%s", name, mode_name[mode], v == 1 ? ", n_batch 5" : v == 2 ? ", speculating" : "");
+            mor_server *s = cs_server(m, mode, MOR_SERVE_CONTEXT_SHIFT, CS_L, v == 1 ? 5 : 128);
+            mor_request_id id[CS_N];
+            CHECK(s && cs_run(s, v == 2 ? 3 : 0, id), "%s %s%s: 5 requests of sequences of %d positions, 4 slots: "
+                  "tokens, depths and logits bitwise the plain context's with the same truncation and shifts",
+                  name, mode_name[mode], v == 1 ? " (n_batch 5)" : v == 2 ? " (speculating 3)" : "", CS_L);
+            /* prompt reuse after a shift: only the first n_keep cells */
+            mor_request_id again;
+            mor_token got[CS_MAXT];
+            int32_t n_got = 0;
+            cs_got_n[0] = 0;
+            int reuse = s && mor_server_submit(s, cs[0].prompt, cs[0].n, &cs[0].sp, cs[0].max_tokens, NULL, 0, &again) == MOR_OK &&
+                        again < 64 && mor_server_set_keep(s, again, cs[0].keep) == MOR_OK;
+            if (reuse) cs_map[again] = 0;
+            reuse = reuse && mor_server_run(s) == MOR_OK && mor_server_get_tokens(s, again, got, NULL, CS_MAXT, &n_got) == MOR_OK;
+            /* (SERIAL: its one slot was last the 5th request's, shifted with n_keep 0: nothing kept) */
+            const int32_t want = mode == MOR_SERVE_SERIAL ? 0 : cs[0].keep;
+            CHECK(reuse && mor_server_request_cached(s, again) == want && n_got == cs[0].n_out &&
+                  !memcmp(got, cs[0].out, sizeof(mor_token) * (size_t)n_got),
+                  "%s %s%s: a shifted request's prompt again reuses only its n_keep cells (%d) and gives the same tokens",
+                  name, mode_name[mode], v == 1 ? " (n_batch 5)" : v == 2 ? " (speculating 3)" : "",
+                  s ? mor_server_request_cached(s, again) : -1);
+            mor_server_free(s);
+        }
+    /* without the flag: refused at submit, as before */
+    mor_server *s = cs_server(m, MOR_SERVE_DEPTHWISE, 0, CS_L, 128);
+    mor_request_id id;
+    CHECK(s && mor_server_submit(s, cs[0].prompt, cs[0].n, &cs[0].sp, cs[0].max_tokens, NULL, 0, &id) == MOR_E_KV_FULL &&
+          mor_server_submit(s, cs[1].prompt, cs[1].n, &cs[1].sp, 1, NULL, 0, &id) == MOR_E_KV_FULL &&
+          mor_server_submit(s, cs[3].prompt, cs[3].n, &cs[3].sp, cs[3].max_tokens, NULL, 0, &id) == MOR_OK &&
+          mor_server_set_keep(s, id, 0) == MOR_E_INVALID_ARG,
+          "%s: without MOR_SERVE_CONTEXT_SHIFT a request longer than its sequence's %d positions is MOR_E_KV_FULL, "
+          "mor_server_set_keep MOR_E_INVALID_ARG", name, CS_L);
+    mor_server_free(s);
+    /* misuse of mor_server_set_keep changes nothing */
+    s = cs_server(m, MOR_SERVE_DEPTHWISE, MOR_SERVE_CONTEXT_SHIFT, CS_L, 128);
+    int32_t np = -1, np2 = -1;
+    mor_token tr[48];
+    memcpy(tr, cs[1].prompt, sizeof(mor_token) * (size_t)cs[1].n);
+    const int32_t n_tr = mor_prompt_truncate(tr, cs[1].n, CS_L, 0);   /* at submit: n_keep 0 */
+    ok = s && mor_server_submit(s, cs[1].prompt, cs[1].n, &cs[1].sp, cs[1].max_tokens, NULL, 0, &id) == MOR_OK &&
+         mor_server_request_shift(s, id, &np, NULL, NULL) == MOR_OK;
+    CHECK(ok && mor_server_set_keep(s, id, CS_L - 1) == MOR_E_INVALID_ARG && mor_server_set_keep(s, id, -2) == MOR_E_INVALID_ARG &&
+          mor_server_set_keep(s, id + 1, 0) == MOR_E_OUT_OF_RANGE && mor_server_set_keep(NULL, id, 0) == MOR_E_INVALID_ARG &&
+          mor_server_request_shift(s, id, &np2, NULL, NULL) == MOR_OK && np2 == np && np == n_tr,
+          "%s: mor_server_set_keep refuses keeping more than L - 2 of a long request, n_keep < -1, an unknown id, "
+          "a NULL server, changing nothing (prompt still %d tokens)", name, np2);
+    ok = ok && mor_server_step(s, NULL) == MOR_OK;
+    CHECK(ok && mor_server_set_keep(s, id, 0) == MOR_E_INVALID_ARG, "%s: mor_server_set_keep on a running request: "
+          "MOR_E_INVALID_ARG", name);
+    mor_server_free(s);
+    CHECK(!cs_server(m, MOR_SERVE_DEPTHWISE, MOR_SERVE_CONTEXT_SHIFT, 129, 128), "%s: n_ctx_seq above n_ctx is refused",
+          name);
+out:
+    for (int32_t i = 0; i < CS_N; i++) { free(cs[i].logits); free(cs_got[i]); cs[i].logits = cs_got[i] = NULL; }
+}
+
 /* The requests and their reference outputs on m; 0 if the reference failed. */
 static int prepare(mor_model *m, const char *name)
 {
@@ -935,6 +1158,12 @@ int main(void)
         chunked_prefill(m, variants[v]);
         prompt_reuse(m, variants[v]);
         prompt_sharing(m, variants[v]);
+        if (v < 3) context_shift(m, variants[v]);
+        sflags = MOR_SERVE_CONTEXT_SHIFT;   /* requests that fit: not a bit different */
+        serve_and_compare(m, "DEPTHWISE with MOR_SERVE_CONTEXT_SHIFT, 32 requests that fit, in 9 slots",
+                          MOR_SERVE_DEPTHWISE, 32, 9, 0, 0, 0);
+        serve_and_compare(m, "SEQUENCE with MOR_SERVE_CONTEXT_SHIFT, 7 requests that fit", MOR_SERVE_SEQUENCE, 7, 7, 0, 0, 0);
+        sflags = 0;
         if (v < 2 || !getenv("MOR_TEST_EMULATED")) speculation(m, variants[v]);
         if (expert) confidence_exits(m, v == 2);   /* (last: it redoes the reference with a depth cap) */
         unprepare();

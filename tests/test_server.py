@@ -1336,6 +1336,11 @@ def test_tools(tmp):
         ("generic", "{\"tool_call\": {\"name\": \"a\", \"arguments\": \"{\\\"q\\\": 1}\"}}", "", [("a", {"q": 1})]),
         ("generic", "{\"response\": \"Hi there\"}", "Hi there", []),
         ("generic", "plain text", "plain text", []),
+        # found by fuzz_tools: a name with a NUL byte, arguments as a string of another JSON value than an object
+        ("hermes", "<tool_call>{\"name\": \"\\u0000x\", \"arguments\": {}}</tool_call>",
+         "<tool_call>{\"name\": \"\\u0000x\", \"arguments\": {}}</tool_call>", []),
+        ("mistral", "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": \"5\"}]",
+         "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": \"5\"}]", []),
     ]
     ok, bad = True, None
     for fmt, text, content, calls in cases:
@@ -1961,6 +1966,105 @@ def test_completion_native(srv):
     t.check(st == 405, "GET /completion: 405")
 
 
+# ---- --context-shift ----------------------------------------------------------------
+
+SHIFT_PROMPT = "The jury said that the city was not going to be able to do anything about it and"
+LONG_PROMPT = ("It was a cold morning in the city, and the men of the county had come to the court house to hear "
+               "what the jury would say about the election. The mayor said that he did not know what to do, "
+               "and the people in the street were not sure either, so they went home to wait for the news.")
+
+
+def llama_truncate(n, ctx, keep):
+    """The length llama.cpp's truncation leaves of an n-token prompt."""
+    block = (ctx - keep) // 2
+    return n - (n - keep - block) // block * block
+
+
+def test_context_shift():
+    """mor-server --context-shift (llama-server's): requests longer than the context of 64 go on past it, their
+    tokens those of `mor-run --ctx 64 --keep N` (mor-run's own context shift), the prompt truncated as llama.cpp
+    does, n_keep honoured; without the flag the same requests are refused or end at the context, as before."""
+    srv = sl.Server(["--ctx", "64", "--context-shift", "--slots", "2", "-q"])
+    try:
+        n_long = len(subprocess.run([sl.RUN, "-m", sl.MODEL, "--tokenize-file", "/dev/stdin"], input=LONG_PROMPT.encode(),
+                                    capture_output=True, check=True).stdout.split())
+        for prompt, n, seed, keep in ((SHIFT_PROMPT, 80, 3, 4), (SHIFT_PROMPT, 90, 5, 0), (LONG_PROMPT, 40, 9, 6)):
+            ids = sl.mor_run(prompt, n, seed, ["--ctx", "64", "--keep", str(keep)])[0]
+            st, r = completion(srv, {"prompt": prompt, "max_tokens": n, "seed": seed, "n_keep": keep})
+            ok = st == 200 and r["choices"][0]["mor"]["token_ids"] == ids and len(ids) == n
+            if prompt is LONG_PROMPT:
+                ok = ok and r["usage"]["prompt_tokens"] == llama_truncate(n_long, 64, keep) < n_long
+            t.check(ok, "--context-shift, a %s prompt, %d tokens in a context of 64, n_keep %d: the tokens of "
+                    "`mor-run --ctx 64 --keep %d`%s" % ("%d-token" % n_long if prompt is LONG_PROMPT else "short", n,
+                                                        keep, keep, ", the prompt truncated as llama.cpp does"
+                                                        if prompt is LONG_PROMPT else ""))
+        # n_keep matters: another n_keep, other tokens after the first shift
+        a = completion(srv, {"prompt": SHIFT_PROMPT, "max_tokens": 80, "seed": 3, "n_keep": 4})[1]
+        b = completion(srv, {"prompt": SHIFT_PROMPT, "max_tokens": 80, "seed": 3, "n_keep": 10})[1]
+        ta, tb = a["choices"][0]["mor"]["token_ids"], b["choices"][0]["mor"]["token_ids"]
+        t.check(ta[:45] == tb[:45] and ta != tb and
+                tb == sl.mor_run(SHIFT_PROMPT, 80, 3, ["--ctx", "64", "--keep", "10"])[0],
+                "--context-shift: n_keep 10 gives other tokens than 4 once the context shifts (and mor-run's)")
+        # streamed: the same tokens
+        st, ev = srv.stream("/v1/completions", {"prompt": SHIFT_PROMPT, "max_tokens": 80, "seed": 3, "n_keep": 4,
+                                                "stream": True})
+        got = [x for e in ev[:-2] for x in e["choices"][0]["mor"]["token_ids"]]
+        t.check(st == 200 and got == ta, "--context-shift: streamed, the same tokens")
+        # llama.cpp's /completion: n_predict past the context shifts (truncated), -1 ends at the full context
+        ids = sl.mor_run(SHIFT_PROMPT, 70, 2, ["--ctx", "64", "--keep", "-1"])[0]
+        st, r = native(srv, {"prompt": SHIFT_PROMPT, "n_predict": 70, "seed": 2, "n_keep": -1, "return_tokens": True})
+        t.check(st == 200 and r["tokens"] == ids and r["truncated"] is True and r["stop_type"] == "limit" and
+                r["tokens_predicted"] == 70, "/completion n_predict 70, n_keep -1 (the prompt): mor-run --keep -1's "
+                "tokens, truncated: true")
+        st, r = native(srv, {"prompt": SHIFT_PROMPT, "seed": 2})
+        t.check(st == 200 and r["tokens_predicted"] == 64 - r["tokens_evaluated"] and r["truncated"] is True,
+                "/completion without n_predict still ends when the context is full (%s tokens)" % r.get("tokens_predicted"))
+        st, r = native(srv, {"prompt": LONG_PROMPT, "n_predict": 4, "seed": 2})
+        t.check(st == 200 and r["truncated"] is True and r["tokens_evaluated"] == llama_truncate(n_long, 64, 0),
+                "/completion: a prompt longer than the context is truncated (truncated: true, tokens_evaluated %s)"
+                % r.get("tokens_evaluated"))
+        st, r = native(srv, {"prompt": "The jury said that", "n_predict": 4, "seed": 2})
+        t.check(st == 200 and r["truncated"] is False, "/completion: a request that fits is not truncated")
+        st, e = completion(srv, {"prompt": LONG_PROMPT, "max_tokens": 8, "n_keep": 63})
+        t.check(st == 400 and e["error"]["param"] == "n_keep",
+                "--context-shift: keeping 63 of a prompt longer than the context of 64: 400 naming n_keep")
+        st, r = completion(srv, {"prompt": SHIFT_PROMPT, "max_tokens": 80, "n_keep": -1, "n_discard": 0, "seed": 4})
+        t.check(st == 200 and r["choices"][0]["mor"]["token_ids"] ==
+                sl.mor_run(SHIFT_PROMPT, 80, 4, ["--ctx", "64", "--keep", "-1"])[0],
+                "--context-shift: n_keep -1 with a short prompt keeps it whole (mor-run --keep -1), n_discard 0 accepted")
+        st, e = completion(srv, {"prompt": SHIFT_PROMPT, "max_tokens": 80, "n_discard": 10})
+        t.check(st == 400 and e["error"]["param"] == "n_discard", "n_discard other than 0 (llama.cpp's default): 400")
+    finally:
+        srv.stop()
+    # three at once, each past the training context of 256 (a --ctx of 768 holds all three): depth-wise
+    # batching with other requests' rows in flight while a sequence shifts
+    srv = sl.Server(["--ctx", "768", "--context-shift", "--slots", "3", "-q"])
+    try:
+        jobs = [(SHIFT_PROMPT, 300, 11, 4), (LONG_PROMPT, 280, 12, 0), ("He said", 320, 13, 2)]
+        with concurrent.futures.ThreadPoolExecutor(3) as ex:
+            got = list(ex.map(lambda a: completion(srv, {"prompt": a[0], "max_tokens": a[1], "seed": a[2],
+                                                         "n_keep": a[3]}), jobs))
+        ok = all(st == 200 and r["choices"][0]["mor"]["token_ids"] ==
+                 sl.mor_run(p, n, seed, ["--ctx", "256", "--keep", str(keep)])[0]
+                 for (st, r), (p, n, seed, keep) in zip(got, jobs))
+        t.check(ok, "--context-shift, 3 requests at once past the context of 256: each the tokens of "
+                "`mor-run --ctx 256 --keep N`")
+    finally:
+        srv.stop()
+    srv = sl.Server(["--ctx", "64", "--slots", "2", "-q"])   # without the flag: as before
+    try:
+        st, e = completion(srv, {"prompt": SHIFT_PROMPT, "max_tokens": 80, "seed": 3, "n_keep": 4})
+        t.check(st == 400 and e["error"]["code"] == "context_length_exceeded",
+                "without --context-shift: a request longer than the context is 400 context_length_exceeded")
+        st, r = native(srv, {"prompt": SHIFT_PROMPT, "n_predict": 80, "seed": 3, "n_keep": 4})
+        t.check(st == 200 and r["tokens_predicted"] == 64 - r["tokens_evaluated"] and r["truncated"] is True,
+                "without --context-shift: /completion n_predict 80 ends when the context is full, truncated")
+        st, e = native(srv, {"prompt": LONG_PROMPT, "n_predict": 4})
+        t.check(st == 400, "without --context-shift: a prompt longer than the context is refused")
+    finally:
+        srv.stop()
+
+
 # ---------------------------------------------------------------------------------
 
 def main():
@@ -1986,6 +2090,7 @@ def main():
         test_chat(tmp)
         test_nonfinite(tmp)
         test_fast_bf16(tmp)
+        test_context_shift()
         test_drain()
         dw = load_test("depthwise")
         sq = load_test("sequence")

@@ -624,6 +624,46 @@ def main():
                 {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "stop here"}],
                 "stop": ["here", "\n\n"], "max_completion_tokens": 8}).encode(),
         },
+        # the first byte: bits 0-1 the format (generic, hermes, llama3, mistral), bit 2 the grammar mode
+        # (then bit 3 names the first tool, bit 4 parallel calls), bits 3-7 how the reply is cut (fuzz_tools.c)
+        "tools": {
+            "hermes.txt": b"\x09Let me check.\n<tool_call>\n" + json.dumps(
+                {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}).encode() +
+            b"\n</tool_call>\n<tool_call>\n" + json.dumps({"name": "get_time", "arguments": {"tz": "CET"}}).encode() +
+            b"\n</tool_call>",
+            "hermes_unclosed.txt": b"\x19text <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}\n",
+            "hermes_partial.txt": b"\x21Hello there <tool_ca",
+            "llama3.txt": b"\x12<|python_tag|>" + json.dumps({"name": "get_weather", "parameters": {"city": "Paris"}}).encode()
+            + b"; " + json.dumps({"name": "get_time", "parameters": {}}).encode(),
+            "llama3_plain.txt": b"\x1a " + json.dumps({"name": "f", "parameters": {"x": [1, 2.5, None]}}).encode(),
+            "llama3_trailing.txt": b"\x2a{\"name\": \"f\", \"parameters\": {}} and more",
+            "mistral.txt": b"\x0bSure. [TOOL_CALLS]" + json.dumps([
+                {"name": "get_weather", "arguments": {"city": "Paris"}},
+                {"name": "g", "arguments": json.dumps({"a": 1, "b": "\u00e9"})}]).encode(),
+            "mistral_bad.txt": b"\x13[TOOL_CALLS][{\"name\": \"f\", \"arguments\": 5}]",
+            "generic.txt": b"\x00" + json.dumps({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}},
+                                                              {"name": "get_time"}]}).encode(),
+            "generic_one.txt": b"\x08 " + json.dumps({"tool_call": {"name": "f", "arguments": {"k": {}}}}).encode(),
+            "generic_response.txt": b"\x10" + json.dumps({"response": "It is sunny \u2600."}).encode(),
+            "generic_text.txt": b"\x18plain text with { braces } and \"quotes\\\" \xff\xfe",
+            "grammar_hermes.json": b"\x05" + json.dumps([
+                {"type": "function", "function": {"name": "get_weather", "description": "the weather", "parameters": {
+                    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer",
+                                                                                         "minimum": 1}},
+                    "required": ["city"]}}},
+                {"type": "function", "function": {"name": "get_time"}}]).encode(),
+            "grammar_named.json": b"\x1f" + json.dumps([
+                {"type": "function", "function": {"name": "a.b-c_1", "parameters": {
+                    "type": "object", "properties": {"xs": {"type": "array", "items": {"enum": ["x", 1, None]}}}}}},
+                {"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}}]).encode(),
+            "grammar_llama3.json": b"\x06" + json.dumps([
+                {"type": "function", "function": {"name": "f", "parameters": {
+                    "type": "object", "properties": {"s": {"type": "string", "pattern": "^[a-z]{2,4}$"}}}}}]).encode(),
+            "grammar_generic.json": b"\x14" + json.dumps([
+                {"type": "function", "function": {"name": "f", "parameters": {"$defs": {"n": {"type": "number"}},
+                                                                              "type": "object",
+                                                                              "properties": {"v": {"$ref": "#/$defs/n"}}}}}]).encode(),
+        },
         "sampler": {
             "every_stage.bin": sampler_seed(bias=[(3, 255), (10, 200)], breakers=[(5,), (6, 7)],
                                             hist=[5, 9, 12, 13, 14, 5, 12, 13, 14, 1, 2, 12, 13] * 3),

@@ -19,7 +19,7 @@
 
 #define TARGETS(X) X(gguf) X(safetensors) X(torch_zip) X(pickle) X(json) X(yaml) \
                    X(hf_tokenizer) X(tokenize) X(detokenize) X(decode) X(http) X(api) X(grammar) X(json_schema) \
-                   X(sampler) X(chat_template)
+                   X(sampler) X(chat_template) X(tools)
 #define DECLARE(name) int fuzz_accept_##name(const uint8_t *data, size_t size);
 TARGETS(DECLARE)
 #define ENTRY(name) { #name, fuzz_accept_##name },

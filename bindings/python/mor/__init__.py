@@ -31,7 +31,7 @@ _lib = _capi.lib
 
 __all__ = [
     "Model", "Context", "Batch", "Sampler", "Router", "KVCache", "Token", "RouterStats", "Server",
-    "logprobs", "Logprobs", "json_schema_to_grammar",
+    "logprobs", "Logprobs", "json_schema_to_grammar", "truncate_prompt",
     "MorError", "LibraryError", "version", "build_info", "set_log", "max_recursions", "ABI_VERSION",
     "have_numpy", "Llama", "LlamaGrammar", "ChatTemplate",
 ]
@@ -57,7 +57,7 @@ KV_UNIQUE_LAYERS, KV_ALL = -1, -2
 SERVE_SERIAL, SERVE_SEQUENCE, SERVE_DEPTHWISE = 0, 1, 2
 EXIT_NONE, EXIT_MARGIN, EXIT_SATURATION, EXIT_LEARNED = 0, 1, 2, 3
 REQ_QUEUED, REQ_RUNNING, REQ_DONE, REQ_CANCELLED = 0, 1, 2, 3
-SERVE_NO_PROMPT_REUSE, SERVE_FAST_BF16 = 1, 2
+SERVE_NO_PROMPT_REUSE, SERVE_FAST_BF16, SERVE_CONTEXT_SHIFT = 1, 2, 4
 
 
 # ---------------------------------------------------------------------------
@@ -788,6 +788,19 @@ class ChatTemplate(_Handle):
         return ""
 
 
+def truncate_prompt(tokens, n_ctx, n_keep=0):
+    """llama.cpp's truncation of a prompt longer than a context of n_ctx
+    positions (mor_prompt_truncate): its first n_keep tokens, then whole
+    blocks of (n_ctx - n_keep) / 2 dropped until the rest fits. Returns a new
+    list (the same tokens when they fit)."""
+    ids = list(tokens)
+    if not ids:
+        return ids
+    arr = _capi.int32_array(ids, "truncate_prompt: tokens")
+    n = _check(_lib.mor_prompt_truncate(arr, len(ids), n_ctx, n_keep))
+    return list(arr[:n])
+
+
 def json_schema_to_grammar(schema):
     """A GBNF grammar (str; its rule `root`) accepting the JSON texts valid
     under a JSON Schema: a str of JSON, or a dict/list/bool (json.dumps'd).
@@ -1313,21 +1326,27 @@ class Server(_Handle):
     either is re-raised by the step that called it. prompt_reuse=False: a
     request never takes the K/V a finished one left in its slot (the tokens
     are bitwise the same either way). fast_bf16=True: BF16 weights on
-    bfloat16-rounded activations (SERVE_FAST_BF16)."""
+    bfloat16-rounded activations (SERVE_FAST_BF16). context_shift=True
+    (SERVE_CONTEXT_SHIFT, llama-server's --context-shift): a request may be
+    longer than its sequence's context of n_ctx_seq positions (default
+    min(n_ctx, the training context)): its prompt is truncated and its
+    sequence shifted, keeping submit's n_keep first tokens."""
     _kind = "server"
 
     def __init__(self, model, mode=None, n_slots=None, n_ctx=None, n_batch=None, n_threads=None, kv_mode=None,
                  exit_mode=None, exit_threshold=None, on_token=None, abort=None, prompt_reuse=True,
-                 on_token_logits=None, fast_bf16=False):
+                 on_token_logits=None, fast_bf16=False, context_shift=False, n_ctx_seq=None):
         sp = _capi.ServerParams()
         _lib.mor_server_params_init(ctypes.byref(sp), ctypes.sizeof(sp))
         _capi.set_fields(sp, (("mode", mode), ("n_slots", n_slots), ("n_ctx", n_ctx), ("n_batch", n_batch),
                               ("n_threads", n_threads), ("kv_mode", kv_mode), ("exit_mode", exit_mode),
-                              ("exit_threshold", exit_threshold)), "Server")
+                              ("exit_threshold", exit_threshold), ("n_ctx_seq", n_ctx_seq)), "Server")
         if not prompt_reuse:
             sp.flags |= SERVE_NO_PROMPT_REUSE
         if fast_bf16:
             sp.flags |= SERVE_FAST_BF16
+        if context_shift:
+            sp.flags |= SERVE_CONTEXT_SHIFT
         self._exc = None
         keep = []
         if on_token is not None:
@@ -1370,7 +1389,7 @@ class Server(_Handle):
 
     def submit(self, prompt, max_tokens=64, stop=(), seed=None, temperature=None, top_k=None, top_p=None,
                min_p=None, repeat_penalty=None, repeat_last_n=None, grammar=None, json_schema=None,
-               speculate=0, speculate_depth=1, logit_bias=None, dry_breakers=None, exit_threshold=None, **more):
+               speculate=0, speculate_depth=1, logit_bias=None, dry_breakers=None, exit_threshold=None, n_keep=None, **more):
         """Queue a request: prompt (token ids, or text: tokenized with BOS),
         at most max_tokens generated tokens, stop token ids; sampling settings
         as Sampler's, with its keyword arguments (None: libmor's default; the default temperature samples,
@@ -1382,6 +1401,8 @@ class Server(_Handle):
         tokens, up to N + 1 per step; speculation(id) counts them);
         exit_threshold: this request's threshold under the server's
         exit_mode instead of its exit_threshold (mor_server_set_exit).
+        n_keep: the tokens a context shift keeps (mor_server_set_keep; -1 the
+        prompt; a server made with context_shift=True).
         Returns the request id."""
         if json_schema is not None:
             if grammar is not None:
@@ -1418,6 +1439,10 @@ class Server(_Handle):
                 self._refuse(rid.value, st)
         if exit_threshold is not None:
             st = _lib.mor_server_set_exit(self._p, rid.value, float(exit_threshold))
+            if st:
+                self._refuse(rid.value, st)
+        if n_keep is not None:
+            st = _lib.mor_server_set_keep(self._p, rid.value, n_keep)
             if st:
                 self._refuse(rid.value, st)
         return rid.value
@@ -1473,6 +1498,13 @@ class Server(_Handle):
         d, a = ctypes.c_int64(), ctypes.c_int64()
         _check(_lib.mor_server_request_speculation(self._p, rid, ctypes.byref(d), ctypes.byref(a)))
         return d.value, a.value
+
+    def shift(self, rid):
+        """(prompt tokens it runs on, shifts, tokens they dropped): what a
+        context shift did to a request (mor_server_request_shift)."""
+        n, k, d = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
+        _check(_lib.mor_server_request_shift(self._p, rid, ctypes.byref(n), ctypes.byref(k), ctypes.byref(d)))
+        return n.value, k.value, d.value
 
     def tokens(self, rid):
         """(token ids, depths) generated so far for a request."""

@@ -16,7 +16,7 @@ from .llama import LLAMA_DEFAULT_SEED as LLAMA_DEFAULT_SEED, Llama as Llama, Lla
 
 __all__ = [
     "Model", "Context", "Batch", "Sampler", "Router", "KVCache", "Token", "RouterStats", "Server",
-    "logprobs", "Logprobs", "json_schema_to_grammar",
+    "logprobs", "Logprobs", "json_schema_to_grammar", "truncate_prompt",
     "MorError", "LibraryError", "version", "build_info", "set_log", "max_recursions", "ABI_VERSION",
     "have_numpy", "Llama", "LlamaGrammar", "ChatTemplate",
 ]
@@ -103,6 +103,7 @@ STAGE_XTC: Final = 8
 STAGE_TEMPERATURE: Final = 9
 STAGES: dict[str, int]
 SERVE_FAST_BF16: Final = 2
+SERVE_CONTEXT_SHIFT: Final = 4
 
 # errors
 class LibraryError(ImportError): ...
@@ -335,6 +336,7 @@ class Logprobs(NamedTuple):
 
 def logprobs(logits: _LogitsIn, token: int | None = None, top: int = 0) -> Logprobs: ...
 def json_schema_to_grammar(schema: _JsonSchema) -> str: ...
+def truncate_prompt(tokens: Iterable[int], n_ctx: int, n_keep: int = 0) -> list[int]: ...
 
 class Token(NamedTuple):
     id: int
@@ -503,6 +505,8 @@ class Server(_Handle):
         prompt_reuse: bool = True,
         on_token_logits: Callable[[int, int, int, array.array[float]], object] | None = None,
         fast_bf16: bool = False,
+        context_shift: bool = False,
+        n_ctx_seq: int | None = None,
     ) -> None: ...
     @property
     def router(self) -> Router: ...
@@ -525,6 +529,7 @@ class Server(_Handle):
         logit_bias: Mapping[int, float] | Iterable[tuple[int, float]] | None = None,
         dry_breakers: Iterable[Sequence[int]] | None = None,
         exit_threshold: float | None = None,
+        n_keep: int | None = None,
         *,
         presence_penalty: float | None = None,
         frequency_penalty: float | None = None,
@@ -551,5 +556,6 @@ class Server(_Handle):
     def cached(self, rid: int) -> int: ...
     def slot(self, rid: int) -> int: ...
     def speculation(self, rid: int) -> tuple[int, int]: ...
+    def shift(self, rid: int) -> tuple[int, int, int]: ...
     def tokens(self, rid: int) -> tuple[list[int], list[int]]: ...
     def release(self, rid: int) -> None: ...

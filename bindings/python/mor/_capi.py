@@ -65,7 +65,7 @@ class ServerParams(Structure):
                 ("n_batch", c_uint32), ("n_threads", c_int32), ("kv_mode", c_int32), ("exit_mode", c_int32),
                 ("exit_threshold", c_float), ("on_token", SERVER_TOKEN_FN), ("user_data", c_void_p),
                 ("abort_callback", ABORT_FN), ("abort_user_data", c_void_p), ("flags", c_uint32),
-                ("on_token_logits", SERVER_TOKEN_LOGITS_FN)]
+                ("on_token_logits", SERVER_TOKEN_LOGITS_FN), ("n_ctx_seq", c_uint32)]
 
 
 class RouterStats(Structure):
@@ -156,6 +156,7 @@ PROTOTYPES = {
     "mor_kv_seq_keep": (mor_status, [handle, mor_seq_id]),
     "mor_kv_seq_add": (mor_status, [handle, mor_seq_id, mor_pos, mor_pos, mor_pos]),
     "mor_kv_seq_pos_max": (mor_pos, [handle, mor_seq_id]),
+    "mor_prompt_truncate": (c_int32, [POINTER(mor_token), c_int32, c_int32, c_int32]),
     "mor_kv_bytes": (mor_status, [handle, c_int32, P_u64, P_u64]),
     "mor_kv_n_cells_used": (c_int64, [handle, c_int32]),
     "mor_kv_mode": (c_int32, [handle]),
@@ -196,6 +197,8 @@ PROTOTYPES = {
     "mor_server_set_exit": (mor_status, [handle, c_int32, c_float]),
     "mor_server_request_sampler": (handle, [handle, c_int32]),
     "mor_server_request_speculation": (mor_status, [handle, c_int32, POINTER(c_int64), POINTER(c_int64)]),
+    "mor_server_set_keep": (mor_status, [handle, c_int32, c_int32]),
+    "mor_server_request_shift": (mor_status, [handle, c_int32, P_i32, P_i32, P_i32]),
     "mor_server_get_tokens": (mor_status, [handle, c_int32, POINTER(mor_token), P_i32, c_int32, P_i32]),
     "mor_server_release": (mor_status, [handle, c_int32]),
     "mor_sizeof_model_params": (c_size_t, []),

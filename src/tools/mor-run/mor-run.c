@@ -661,17 +661,6 @@ static int push(mor_token **v, int *n, int *cap, mor_token t)
     return 1;
 }
 
-/* A prompt of n tokens longer than room: keep its first `keep` and its end,
- * dropping whole blocks of (room - keep) / 2 after the kept ones (llama.cpp's
- * rule: what is left fills at most room - 1 positions). Returns the new length. */
-static int truncate_prompt(mor_token *p, int n, int room, int keep)
-{
-    int block = (room - keep) / 2 > 0 ? (room - keep) / 2 : 1;
-    int erased = (n - keep - block) / block;
-    memmove(p + keep, p + keep + erased * block, sizeof *p * (size_t)(n - keep - erased * block));
-    return n - erased * block;
-}
-
 /* The context is full: keep the first n_keep tokens, drop half of the rest,
  * and move what remains down (mor_kv_seq_add re-rotates its cached keys). */
 static mor_status context_shift(run_state *r, int n_keep)
@@ -818,7 +807,10 @@ int main(int argc, char **argv)
                              "with %s%s", n, limit, what, raise,
                              dumping ? "" : ", or drop --no-context-shift to keep its start and its end");
         }
-        R.n_prompt = truncate_prompt(R.prompt, n, limit, n_keep);
+        /* llama.cpp's rule (mor_prompt_truncate, the library's server's too): the first n_keep
+         * tokens, then its end; n_keep <= limit - 2 was checked above */
+        R.n_prompt = mor_prompt_truncate(R.prompt, n, limit, n_keep);
+        if (R.n_prompt < 0) { run_free(&R); return lib_error(NULL, "truncating the prompt", R.n_prompt); }
         cli_note("the prompt has %d tokens, more than the context holds (%d positions%s): kept its first %d and "
                  "its last %d tokens (--no-context-shift refuses such a prompt; %s raises the context)", n, limit,
                  what, n_keep, R.n_prompt - n_keep, raise);

@@ -60,7 +60,9 @@ static int neutral(const json *v, const char *k, api_error *err)
     if (!strcmp(k, "best_of")) ok |= v->type == JSON_NUMBER && v->num == 1;
     else if (!strcmp(k, "echo")) ok |= v->type == JSON_BOOL && !v->boolean;
     else if (!strcmp(k, "suffix")) ok |= v->type == JSON_STRING && v->str_len == 0;
-    else if (!strcmp(k, "n_indent") || !strcmp(k, "t_max_predict_ms")) ok |= v->type == JSON_NUMBER && v->num == 0;
+    /* n_discard 0: llama.cpp's default, half of what a context shift does not keep (the only rule here) */
+    else if (!strcmp(k, "n_indent") || !strcmp(k, "t_max_predict_ms") || !strcmp(k, "n_discard"))
+        ok |= v->type == JSON_NUMBER && v->num == 0;
     else if (!strcmp(k, "n_cmpl")) ok |= v->type == JSON_NUMBER && v->num == 1;
     else if (!strcmp(k, "timings_per_token") || !strcmp(k, "post_sampling_probs") || !strcmp(k, "return_progress"))
         ok |= v->type == JSON_BOOL && !v->boolean;
@@ -264,7 +266,7 @@ static const struct { const char *name; char kinds; } fields[] = {
     { "top_n_sigma", 'B' }, { "dynatemp_range", 'B' }, { "dynatemp_exponent", 'B' }, { "xtc_probability", 'B' },
     { "xtc_threshold", 'B' }, { "mirostat", 'B' }, { "mirostat_tau", 'B' }, { "mirostat_eta", 'B' },
     { "dry_multiplier", 'B' }, { "dry_base", 'B' }, { "dry_allowed_length", 'B' }, { "dry_penalty_last_n", 'B' },
-    { "n_keep", 'B' }, { "id_slot", 'B' }, { "n_probs", 'B' },
+    { "n_keep", 'B' }, { "n_discard", 'B' }, { "id_slot", 'B' }, { "n_probs", 'B' },
     { "logit_bias", 'B' }, { "dry_sequence_breakers", 'B' }, { "samplers", 'B' },
     { "ignore_eos", 'B' }, { "return_tokens", 'B' }, { "cache_prompt", 'B' },
     /* OpenAI's, accepted with their neutral value only */

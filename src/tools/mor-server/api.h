@@ -17,8 +17,9 @@
  * xtc_threshold, top_n_sigma, dynatemp_range, dynatemp_exponent, samplers,
  * n_probs (logprobs' count), ignore_eos, return_tokens, and accepted with
  * nothing to do here: cache_prompt (prompt reuse is the server's and gives
- * the same tokens either way), n_keep (no context shift: an OpenAI request
- * must fit, a /completion ends when the context is full),
+ * the same tokens either way), n_keep (the tokens a context shift keeps,
+ * with mor-server --context-shift; without it nothing shifts: an OpenAI
+ * request must fit, a /completion ends when the context is full),
  * id_slot (the server picks the slot); libmor's: speculate,
  * speculate_depth, exit_threshold. Checks that need the model (token ids < n_vocab, texts
  * to tokenize, the context length) are the caller's. */
@@ -29,7 +30,8 @@
 #include "json.h"
 
 /* API_NATIVE: llama.cpp's POST /completion, the completions' fields and
- * n_predict (-1: until the context is full; 0: nothing generated), with
+ * n_predict (-1: until the context is full, even with --context-shift;
+ * 0: nothing generated), with
  * llama.cpp's own that need no work here accepted at their neutral value
  * (n_indent 0, t_max_predict_ms 0, timings_per_token, post_sampling_probs
  * and return_progress false, n_cmpl 1); one completion (n 1). */

@@ -160,12 +160,14 @@ static void final_object(jsonw *w, const gen *g, const job *j, int stream)
     settings(w, g, j);
     prompt_field(w, g);
     jw_key(w, "has_new_line"); jw_bool(w, memchr(text, '\n', j->text.len) != NULL);
-    jw_key(w, "truncated"); jw_bool(w, g->submitted && g->ctx_bound && j->finish == FINISH_LENGTH);
+    /* llama.cpp's: the prompt was cut, the context shifted, or generation stopped at a full context */
+    jw_key(w, "truncated");
+    jw_bool(w, g->truncated || (g->submitted && (j->n_discarded > 0 || (g->ctx_bound && j->finish == FINISH_LENGTH))));
     jw_key(w, "stop_type"); jw_str(w, stop_type(g, j));
     jw_key(w, "stopping_word");
     if (j->stop_word >= 0 && j->stop_word < g->ar.n_stop) jw_strn(w, g->ar.stop[j->stop_word], g->ar.stop_len[j->stop_word]);
     else jw_str(w, "");
-    jw_key(w, "tokens_cached"); jw_int(w, g->n_prompt + n);
+    jw_key(w, "tokens_cached"); jw_int(w, g->n_prompt + n - j->n_discarded);   /* what the context holds */
     timings(w, j);
     if (!stream) probs(w, j, 0, n);
     jw_obj_end(w);

@@ -60,6 +60,7 @@ job *job_new(void)
     j->id = -1;
     j->n_top = -1;
     j->stop_word = -1;
+    j->n_keep = -1;
     MOR_SAMPLER_PARAMS_INIT(&j->sp);
     return j;
 }
@@ -267,6 +268,10 @@ static void command(engine *e, job *j, int cancel, int quitting)
             return;
         }
         j->grammar = NULL;   /* the server's now */
+        if (j->n_keep >= 0 && (st = mor_server_set_keep(e->srv, j->id, j->n_keep))) {
+            refuse(e, j, st, "n_keep", 1);
+            return;
+        }
         if (j->spec_n && (st = mor_server_set_speculate(e->srv, j->id, j->spec_n, j->spec_d))) {
             refuse(e, j, st, "speculation", 1);
             return;
@@ -416,6 +421,13 @@ static void *engine_main(void *arg)
             e->local.spec_accepted += (uint64_t)(a - j->spec_seen[1]);
             j->spec_seen[0] = d; j->spec_seen[1] = a;
         }
+        for (job *j = e->touched; j; j = j->tnext) {   /* what its context shifts dropped */
+            int32_t d = 0;
+            if (j->n_keep < 0 || mor_server_request_shift(e->srv, j->id, NULL, NULL, &d)) continue;
+            pthread_mutex_lock(&j->mu);
+            j->n_discarded = d;
+            pthread_mutex_unlock(&j->mu);
+        }
         for (job *j = e->touched; j; j = j->tnext) {   /* its prompt reuse, known once it has a token */
             int32_t c = j->cached_known ? -1 : mor_server_request_cached(e->srv, j->id);
             if (c < 0) continue;
@@ -479,6 +491,7 @@ engine *engine_start(mor_model *model, const engine_params *p, char *err, size_t
     if (p->exit_mode != MOR_EXIT_NONE) { sp.exit_mode = p->exit_mode; sp.exit_threshold = p->exit_threshold; }
     if (p->no_prompt_reuse) sp.flags |= MOR_SERVE_NO_PROMPT_REUSE;
     if (p->fast_bf16) sp.flags |= MOR_SERVE_FAST_BF16;
+    if (p->context_shift) sp.flags |= MOR_SERVE_CONTEXT_SHIFT;
     sp.on_token_logits = on_token;
     sp.user_data = e;
     mor_status st = mor_server_create(model, &sp, &e->srv);

@@ -44,6 +44,8 @@ struct job {
                                             engine hands it to the server (set_grammar) */
     int32_t            spec_n, spec_d;   /* self-speculative decoding: drafts per step (0: off), depth */
     float              exit_thr;         /* mor_server_set_exit (NaN: the server's --exit threshold) */
+    int32_t            n_keep;           /* context shift: the tokens it keeps (mor_server_set_keep);
+                                            -1: not set (a server without --context-shift) */
     mor_token         *bias_id;          /* logit bias [n_bias] (malloc'd, the job frees them; */
     float             *bias;             /*   mor_sampler_set_logit_bias after the submit) */
     int32_t            n_bias;
@@ -77,6 +79,7 @@ struct job {
     int        stop_word;                /* FINISH_STOP by a stop string: its index in the
                                             job's ts (the request's stop list first); else -1 */
     int32_t    n_cached;                 /* prompt tokens reused from a slot's kept K/V */
+    int32_t    n_discarded;              /* tokens its context shifts dropped (mor_server_request_shift) */
     char       error[200];               /* FINISH_ERROR: why */
     int        signalled;                /* a byte is in the pipe */
     int        notify[2];                /* pipe: the engine writes, the connection polls */
@@ -102,6 +105,7 @@ typedef struct {
     float    exit_threshold;
     int      no_prompt_reuse;
     int      fast_bf16;   /* MOR_SERVE_FAST_BF16 */
+    int      context_shift;   /* MOR_SERVE_CONTEXT_SHIFT */
 } engine_params;
 
 /* Counters for /metrics (engine_stats copies them under the lock). */

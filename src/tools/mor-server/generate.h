@@ -20,6 +20,8 @@ typedef struct {
     int32_t      n_prompt;
     int64_t      max_tokens;    /* of each job */
     int          ctx_bound;     /* max_tokens is the context's room, not the request's limit */
+    int          truncated;     /* --context-shift: the prompt was longer than the context, and cut */
+    int32_t      n_keep;        /* --context-shift: the tokens kept (BOS included); else -1 */
     req_sampling rs;
     char        *gown;          /* a grammar's text made here */
     buf          text;          /* a chat's rendered prompt */

@@ -980,25 +980,64 @@ static int gen_prompt(conn *c, request *rq, int kind, gen *g)
     return 0;
 }
 
+/* --context-shift: llama.cpp's n_keep as the library counts it (from the
+ * first token: llama-server adds 1 for its BOS, and so does this; -1 the
+ * whole prompt), and a prompt longer than the context truncated to its
+ * first n_keep tokens and its end (mor_prompt_truncate, llama.cpp's rule).
+ * 0, or -1 answered (a truncation that keeps too much to drop anything). */
+static int gen_truncate(conn *c, request *rq, gen *g)
+{
+    const api_request *ar = &g->ar;
+    const int64_t nk = ar->num_set[API_N_KEEP] ? (int64_t)ar->num[API_N_KEEP] : 0;
+    const int bos = S.add_bos && g->n_prompt > 0 && g->prompt[0] == mor_model_token_bos(S.model);
+    g->n_keep = nk < 0 || nk + bos > g->n_prompt ? g->n_prompt : (int32_t)nk + bos;
+    if (g->n_prompt <= S.ctx_limit) return 0;
+    int32_t n = mor_prompt_truncate(g->prompt, g->n_prompt, S.ctx_limit, g->n_keep);
+    if (n < 0) {
+        conn_error(c, rq, 400, "n_keep", NULL, "the prompt has %d tokens, more than the context of %d: keeping %d of "
+                   "them leaves nothing to drop", g->n_prompt, S.ctx_limit, g->n_keep);
+        return -1;
+    }
+    g->n_prompt = n;
+    g->truncated = 1;
+    return 0;
+}
+
 /* The tokens each job may generate. OpenAI's endpoints refuse a request
  * that does not fit the context; llama.cpp's /completion (n_predict -1 is
- * no limit) generates until the context is full and says so (truncated). */
+ * no limit) generates until the context is full and says so (truncated).
+ * With --context-shift a request may ask for more than the context holds
+ * (then it shifts); one that leaves max_tokens unset gets what it gets
+ * without (completions 16, chats and /completion the room left). */
 static int gen_limits(conn *c, request *rq, int kind, gen *g)
 {
     const api_request *ar = &g->ar;
+    g->n_keep = -1;
+    if (S.o.context_shift && gen_truncate(c, rq, g)) return -1;
     int64_t room = S.ctx_limit - g->n_prompt;
-    if (kind == API_NATIVE && room >= 1) {
+    if (S.o.context_shift && ar->max_tokens_set) {
+        g->max_tokens = ar->max_tokens;   /* (/completion's n_predict 0: nothing generated) */
+    } else if (kind == API_NATIVE && room >= 1) {
         g->ctx_bound = !ar->max_tokens_set || ar->max_tokens > room;
         g->max_tokens = g->ctx_bound ? room : ar->max_tokens;
     } else {
         g->max_tokens = ar->max_tokens_set ? ar->max_tokens : kind == API_CHAT ? room : 16;
     }
-    if (kind == API_NATIVE ? room < 1 : g->max_tokens < 1 || g->max_tokens > room) {
+    /* what does not fit: without a shift the whole request; with one, an
+     * unset length that would be the room left when there is none */
+    int bad = kind == API_NATIVE ? room < 1 : g->max_tokens < 1 || g->max_tokens > room;
+    if (S.o.context_shift) bad = ar->max_tokens_set || kind == API_COMPLETIONS ? g->max_tokens < 0 : room < 1;
+    if (bad) {
         int64_t mt = g->max_tokens > 0 ? g->max_tokens : 0;
         conn_error(c, rq, 400, kind == API_CHAT ? "messages" : "prompt", "context_length_exceeded",
                    "This model's maximum context length is %d tokens, however you requested %lld tokens "
                    "(%d in your prompt; %lld for the completion). Please reduce your prompt or completion length.",
                    S.ctx_limit, (long long)(g->n_prompt + mt), g->n_prompt, (long long)mt);
+        return -1;
+    }
+    if (S.o.context_shift && g->n_prompt + g->max_tokens > S.ctx_limit && g->n_keep > S.ctx_limit - 2) {
+        conn_error(c, rq, 400, "n_keep", NULL, "keeping %d tokens leaves nothing to drop in a context of %d",
+                   g->n_keep, S.ctx_limit);
         return -1;
     }
     if (ar->speculate_set && ar->speculate > S.o.n_batch - 1) {
@@ -1070,6 +1109,7 @@ static int gen_jobs(conn *c, request *rq, int kind, gen *g, const char *gtext, s
         job *j = g->js[g->n_jobs] = make_job(ar, &g->rs, kind, g->prompt, g->n_prompt, g->max_tokens,
                                              seed + (uint64_t)g->n_jobs);
         if (!j) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); return -1; }
+        j->n_keep = g->n_keep;
         /* its grammar ends at the job's stop tokens (EOS, the chat's end) */
         if (gtext && (st = mor_grammar_create(S.model, gtext, glen, NULL, j->stop_tokens, j->n_stop_tokens, &j->grammar))) {
             g->n_jobs++;

@@ -49,7 +49,12 @@ static void usage(FILE *f)
         "  --threads N             worker threads of the engine (default 1)\n"
         "  --ctx, -c, --ctx-size N KV cells shared by the running requests (default: slots x the\n"
         "                          training context, at most 16384); a request's prompt + max_tokens\n"
-        "                          must fit min(this, the training context)\n"
+        "                          must fit min(this, the training context), its context\n"
+        "  --context-shift         a request may be longer than its context (llama-server's): a longer\n"
+        "                          prompt keeps its first n_keep tokens and its end, and a full context\n"
+        "                          keeps n_keep tokens, drops half of the rest and generation goes on\n"
+        "                          (default off: such requests get 400, /completion stops when full)\n"
+        "  --no-context-shift      the default\n"
         "  --batch, -b, --batch-size N  rows per engine step (default 512)\n"
         "  --kv recursion|shared   KV caching across recursions (default: the model's)\n"
         "  --threshold V[,V...]    THRESHOLD routing thresholds per recursion (default: the model's)\n"
@@ -124,6 +129,8 @@ static int parse_args(int argc, char **argv, options *o)
         if (!strcmp(a, "--test-hooks")) { o->test_hooks = 1; continue; }
         if (!strcmp(a, "--no-prompt-reuse")) { o->no_prompt_reuse = 1; continue; }
         if (!strcmp(a, "--fast-bf16")) { o->fast_bf16 = 1; continue; }
+        if (!strcmp(a, "--context-shift")) { o->context_shift = 1; continue; }
+        if (!strcmp(a, "--no-context-shift")) { o->context_shift = 0; continue; }   /* llama-server's; the default */
         if (!strcmp(a, "--cors-credentials")) { o->cors_credentials = 1; continue; }
         if (!strcmp(a, "--reject-unknown-model")) { o->reject_unknown_model = 1; continue; }
         if (!strcmp(a, "--jinja")) { o->no_jinja = 0; continue; }   /* llama-server's; the default here */
@@ -509,6 +516,7 @@ int main(int argc, char **argv)
     ep.exit_threshold = S.o.exit_threshold;
     ep.no_prompt_reuse = S.o.no_prompt_reuse;
     ep.fast_bf16 = S.o.fast_bf16;
+    ep.context_shift = S.o.context_shift;
     char err[256];
     S.eng = engine_start(S.model, &ep, err, sizeof err);
     if (!S.eng) { fprintf(stderr, "mor-server: %s\n", err); mor_model_free(S.model); return 1; }

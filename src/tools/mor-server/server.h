@@ -35,6 +35,7 @@ typedef struct {
     int32_t     max_conns_per_client;   /* open connections from one address at most (0: no cap) */
     int32_t     no_prompt_reuse;   /* --no-prompt-reuse */
     int32_t     fast_bf16;         /* --fast-bf16 (MOR_SERVE_FAST_BF16) */
+    int32_t     context_shift;     /* --context-shift (MOR_SERVE_CONTEXT_SHIFT) */
     int32_t     speculate, speculate_depth;   /* --speculate, --speculate-depth: a request's default */
     int32_t     test_hooks;   /* --test-hooks: the request field "test_hold" (tests only) */
     const char *cors_origins;          /* --cors-origins (cors.h) */

@@ -183,13 +183,14 @@ static int add_call(tool_parse *p, const json *v)
 {
     const json *name = json_get(v, "name"), *args = json_get(v, "arguments");
     if (!args) args = json_get(v, "parameters");
-    if (!name || name->type != JSON_STRING || !name->str_len) return -1;
+    /* a name with a NUL byte ("\u0000") would be cut short by strdup: not a call */
+    if (!name || name->type != JSON_STRING || !name->str_len || memchr(name->str, 0, name->str_len)) return -1;
     buf a = { 0 };
     if (!args) buf_puts(&a, "{}");
-    else if (args->type == JSON_STRING) {   /* already JSON text (some models): kept if it parses */
+    else if (args->type == JSON_STRING) {   /* already JSON text (some models): kept if it is an object */
         char e[8];
         json *inner = json_parse(args->str, args->str_len, e, sizeof e);
-        if (!inner) return -1;
+        if (!inner || inner->type != JSON_OBJECT) { json_free(inner); return -1; }
         jsonw w;
         jw_init(&w, &a);
         jw_json(&w, inner);

@@ -765,6 +765,14 @@ extern "C" {
     ) -> mor_status;
 }
 extern "C" {
+    pub fn mor_prompt_truncate(
+        tokens: *mut mor_token,
+        n_tokens: i32,
+        n_ctx: i32,
+        n_keep: i32,
+    ) -> i32;
+}
+extern "C" {
     pub fn mor_kv_bytes(
         kv: *const mor_kv_cache,
         r: i32,
@@ -1453,12 +1461,13 @@ pub struct mor_server_params {
             user_data: *mut ::std::os::raw::c_void,
         ),
     >,
+    pub n_ctx_seq: u32,
 }
 #[test]
 fn bindgen_test_layout_mor_server_params() {
     assert_eq!(
         ::std::mem::size_of::<mor_server_params>(),
-        88usize,
+        96usize,
         concat!("Size of: ", stringify!(mor_server_params))
     );
     assert_eq!(
@@ -1721,9 +1730,27 @@ fn bindgen_test_layout_mor_server_params() {
         );
     }
     test_field_on_token_logits();
+    fn test_field_n_ctx_seq() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_server_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_ctx_seq) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_server_params),
+                "::",
+                stringify!(n_ctx_seq)
+            )
+        );
+    }
+    test_field_n_ctx_seq();
 }
 pub const MOR_SERVE_NO_PROMPT_REUSE: _bindgen_ty_17 = 1;
 pub const MOR_SERVE_FAST_BF16: _bindgen_ty_17 = 2;
+pub const MOR_SERVE_CONTEXT_SHIFT: _bindgen_ty_17 = 4;
 pub type _bindgen_ty_17 = u32;
 extern "C" {
     pub fn mor_server_params_init(p: *mut mor_server_params, size: usize);
@@ -1805,6 +1832,19 @@ extern "C" {
         id: mor_request_id,
         drafted: *mut i64,
         accepted: *mut i64,
+    ) -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_set_keep(srv: *mut mor_server, id: mor_request_id, n_keep: i32)
+        -> mor_status;
+}
+extern "C" {
+    pub fn mor_server_request_shift(
+        srv: *const mor_server,
+        id: mor_request_id,
+        n_prompt: *mut i32,
+        n_shifts: *mut i32,
+        n_discarded: *mut i32,
     ) -> mor_status;
 }
 extern "C" {
