@@ -302,18 +302,25 @@ static void files_free(variant var[2])
     mor_model_free(var[0].m);
 }
 
+/* v's context for tests of np and ng tokens on nt threads: 0, or 1 (said on stderr). */
+static int variant_context(variant *v, int np, int ng, int nt)
+{
+    mor_context_params cp;
+    MOR_CONTEXT_PARAMS_INIT(&cp);
+    cp.n_ctx = (uint32_t)(np > ng ? np : ng) + 8;
+    cp.n_batch = (uint32_t)np;
+    cp.n_threads = nt;
+    cp.flags = fast_bf16 ? MOR_CTX_FAST_BF16 : 0;
+    v->nt = nt;
+    v->ok = mor_context_create(v->m, &cp, &v->c) == MOR_OK;
+    if (!v->ok) fprintf(stderr, "context: %s\n", mor_last_error());
+    return !v->ok;
+}
+
 static int files_contexts(variant var[2], mor_batch *b, int np, int ng, int nt, const kernel_set *ks)
 {
     for (int k = 0; k < 2; k++) {
-        mor_context_params cp;
-        MOR_CONTEXT_PARAMS_INIT(&cp);
-        cp.n_ctx = (uint32_t)(np > ng ? np : ng) + 8;
-        cp.n_batch = (uint32_t)np;
-        cp.n_threads = nt;
-        cp.flags = fast_bf16 ? MOR_CTX_FAST_BF16 : 0;
-        var[k].nt = nt;
-        var[k].ok = 1;
-        if (mor_context_create(var[k].m, &cp, &var[k].c)) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }
+        if (variant_context(&var[k], np, ng, nt)) return 1;
         if (k == 1 && bench_exit_mode != MOR_EXIT_NONE &&
             mor_router_set_exit(mor_context_router(var[k].c), bench_exit_mode, bench_exit_threshold)) {
             fprintf(stderr, "--exit: %s\n", mor_last_error());
@@ -565,15 +572,7 @@ int main(int argc, char **argv)
             for (int ti2 = 0; ti2 < n_threads; ti2++) {
                 const int nt = threads[ti2];
                 for (int k = 0; k < nv; k++) {
-                    mor_context_params cp;
-                    MOR_CONTEXT_PARAMS_INIT(&cp);
-                    cp.n_ctx = (uint32_t)(np > ng ? np : ng) + 8;
-                    cp.n_batch = (uint32_t)np;
-                    cp.n_threads = nt;
-                    cp.flags = fast_bf16 ? MOR_CTX_FAST_BF16 : 0;
-                    var[k].ok = mor_context_create(var[k].m, &cp, &var[k].c) == MOR_OK;
-                    var[k].nt = nt;
-                    if (!var[k].ok) { fprintf(stderr, "context: %s\n", mor_last_error()); return 1; }
+                    if (variant_context(&var[k], np, ng, nt)) return 1;
                     hook_context_kernels(var[k].c, ks);
                     if (var[k].routing == 1) mor_router_set_mode(mor_context_router(var[k].c), MOR_ROUTE_FORCED, 3);
                     if (var[k].routing == 2) {
