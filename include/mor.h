@@ -852,6 +852,23 @@ enum {
 MOR_API int32_t    mor_grammar_state(const mor_grammar *g);
 /* Back to the start: no output. */
 MOR_API void       mor_grammar_reset(mor_grammar *g);
+/* Make g lazy, as llama.cpp's lazy grammars (for a tool call a reply may or
+ * may not make): the output is free until its text contains one of the
+ * trigger words words[0..n_words) (each 1 to 64 bytes, at most 16 words;
+ * copied), and from that word's first byte on it is kept a prefix of a
+ * string of the grammar. Before a trigger, mor_grammar_apply allows every
+ * token (control and end tokens too) but one that completes a word and goes
+ * on where the grammar cannot, mor_grammar_accept takes any of those, and
+ * mor_grammar_state is MOR_GRAMMAR_CAN_END (with MUST_END once an end token
+ * was accepted). A word is found in the text of the text tokens; a control
+ * token between two parts of a word breaks it. A word that the grammar
+ * cannot begin with never triggers: tokens completing it are refused.
+ * n_words 0 makes g eager again. Either way g is reset (mor_grammar_reset,
+ * which keeps the words). Cost: a pass over the vocabulary here; before a
+ * trigger, a mask is a pass over the tokens that can complete a word. Errors,
+ * changing nothing: MOR_E_INVALID_ARG (NULL g, a NULL, empty or too long
+ * word, n_words out of [0, 16]), MOR_E_NOMEM. */
+MOR_API mor_status mor_grammar_set_triggers(mor_grammar *g, const char *const *words, int32_t n_words);
 
 /* Grammars from JSON Schema                                                 */
 /* ------------------------------------------------------------------------ */

@@ -49,6 +49,8 @@
 #define GM_MEMO    8           /* advances shared by siblings, per trie node */
 #define GM_CACHE   8           /* masks kept, by state                    */
 #define GM_KEY     256         /* int32s of a state's key at most         */
+#define GM_TRIGGERS 16         /* trigger words of a lazy grammar at most */
+#define GM_TRIGGER  64         /* bytes of a trigger word at most         */
 
 typedef struct { int32_t pos, parent, next; } gnode;
 typedef struct { int32_t pos, parent; uint32_t gen; } gvisit;
@@ -100,6 +102,15 @@ struct mor_grammar {
     int32_t    key[GM_KEY + 8], n_key;       /* the current state's, by state_key */
     struct { int32_t key[GM_KEY + 8], n_key; uint64_t used; uint8_t *bits; int32_t k; } cache[GM_CACHE];
     uint64_t   clock;
+    /* Lazy (mor_grammar_set_triggers): free output until a trigger word,
+     * then the grammar from the word's first byte. */
+    char      *words;               /* the words, back to back; NULL: not lazy */
+    int32_t    word_off[GM_TRIGGERS + 1], n_words;
+    int32_t   *cand, n_cand;        /* text tokens that can complete a word */
+    int        triggered;
+    char       tail[GM_TRIGGER];    /* the output's longest suffix that begins a word */
+    int32_t    n_tail;
+    char       probe[GM_TRIGGER + GM_MAX_PIECE];   /* the tail and a token's piece */
 };
 
 /* ---- the node pool ---- */
@@ -528,11 +539,87 @@ static mor_status too_complex(const mor_grammar *G, const char *doing)
                    doing, (long long)G->n_out, GM_WORK);
 }
 
+/* ---- lazy grammars: free output until a trigger word ---- */
+
+/* probe = the tail and token t's piece; its length. */
+static int32_t lazy_probe(mor_grammar *G, mor_token t)
+{
+    uint32_t n = piece_len(G, t);
+    memcpy(G->probe, G->tail, (size_t)G->n_tail);
+    memcpy(G->probe + G->n_tail, G->bytes + G->off[t], n);
+    return G->n_tail + (int32_t)n;
+}
+
+/* Where the first trigger word in probe[0..n) begins, or -1. The tail is
+ * the longest suffix of the output that begins a word, so a word that began
+ * earlier would have been found already: probe holds every new one. */
+static int32_t lazy_find(const mor_grammar *G, int32_t n)
+{
+    int32_t first = -1;
+    for (int32_t w = 0; w < G->n_words; w++) {
+        const char *word = G->words + G->word_off[w];
+        int32_t k = G->word_off[w + 1] - G->word_off[w];
+        for (int32_t i = 0; i + k <= n && (first < 0 || i < first); i++)
+            if (!memcmp(G->probe + i, word, (size_t)k)) { first = i; break; }
+    }
+    return first;
+}
+
+/* The tail after probe[0..n), which holds no word: its longest suffix that
+ * is the beginning of a word. */
+static void lazy_tail(mor_grammar *G, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t w = 0; w < G->n_words; w++) {
+        const char *word = G->words + G->word_off[w];
+        int32_t k = G->word_off[w + 1] - G->word_off[w];
+        for (int32_t len = (k - 1 < n ? k - 1 : n); len > best; len--)
+            if (!memcmp(G->probe + n - len, word, (size_t)len)) { best = len; break; }
+    }
+    memmove(G->tail, G->probe + n - best, (size_t)best);
+    G->n_tail = best;
+}
+
+/* The mask before a trigger: every token, but those that complete a word
+ * and go on where the grammar cannot (read from its start, then put back). */
+static int32_t lazy_allowed(mor_grammar *G, uint8_t *ok, int32_t n_vocab)
+{
+    gm *m = &G->m;
+    memset(ok, 1, (size_t)n_vocab);
+    int32_t k = n_vocab;
+    for (int32_t i = 0; i < G->n_cand; i++) {
+        int32_t n = lazy_probe(G, G->cand[i]), at = lazy_find(G, n);
+        if (at < 0) continue;
+        if (gm_feed(m, (const unsigned char *)G->probe + at, (size_t)(n - at))) gm_reset(m);
+        else if (m->exhausted) return too_complex(G, "masking the vocabulary");
+        else { ok[G->cand[i]] = 0; k--; }
+    }
+    return k;
+}
+
+/* Accept text token t before a trigger: a word it completes starts the
+ * grammar there. MOR_E_INVALID_ARG (nothing changes) when what follows the
+ * word cannot begin a string of the grammar. */
+static mor_status lazy_accept(mor_grammar *G, mor_token t)
+{
+    int32_t n = lazy_probe(G, t), at = lazy_find(G, n);
+    if (at < 0) { lazy_tail(G, n); return MOR_OK; }
+    if (!gm_feed(&G->m, (const unsigned char *)G->probe + at, (size_t)(n - at)))
+        return G->m.exhausted ? too_complex(G, "mor_grammar_accept: reading a token")
+                              : err_set(MOR_E_INVALID_ARG, "mor_grammar_accept: token %d completes a trigger word "
+                                        "and goes on where the grammar cannot", (int)t);
+    G->triggered = 1;
+    G->n_tail = 0;
+    G->n_out += n - at;
+    return MOR_OK;
+}
+
 int32_t grammar_allowed(mor_grammar *G, uint8_t *ok, int32_t n_vocab)
 {
     gm *m = &G->m;
     m->work = 0;
     m->exhausted = 0;
+    if (G->words && !G->triggered && !G->ended) return lazy_allowed(G, ok, n_vocab);
     state_key(G);
     int hit = -1, lru = 0;
     for (int c = 0; c < GM_CACHE && hit < 0; c++) {
@@ -693,6 +780,8 @@ MOR_API void mor_grammar_free(mor_grammar *G)
     free(G->ord);
     free(G->ok);
     for (int c = 0; c < GM_CACHE; c++) free(G->cache[c].bits);
+    free(G->words);
+    free(G->cand);
     free(G);
 }
 
@@ -702,6 +791,8 @@ MOR_API void mor_grammar_reset(mor_grammar *G)
     gm_reset(&G->m);
     G->ended = 0;
     G->n_out = 0;
+    G->triggered = 0;
+    G->n_tail = 0;
 }
 
 MOR_API int32_t mor_grammar_state(const mor_grammar *G)
@@ -709,6 +800,7 @@ MOR_API int32_t mor_grammar_state(const mor_grammar *G)
     if (!G) return MOR_E_INVALID_ARG;
     const gm *m = &G->m;
     int32_t s = 0;
+    if (G->words && !G->triggered) return G->ended ? MOR_GRAMMAR_CAN_END | MOR_GRAMMAR_MUST_END : MOR_GRAMMAR_CAN_END;
     if (G->ended || (m->can_end && !m->u_need)) s |= MOR_GRAMMAR_CAN_END;
     if (G->ended || (!m->n_cur && !m->u_need)) s |= MOR_GRAMMAR_MUST_END;
     return s;
@@ -744,6 +836,11 @@ void grammar_accept_allowed(mor_grammar *G, mor_token t)
 {
     if (is_end(G, t)) { G->ended = 1; return; }
     uint32_t n = piece_len(G, t);
+    if (G->words && !G->triggered) {   /* a control token breaks the text a word could span */
+        if (n) (void)lazy_accept(G, t);
+        else G->n_tail = 0;
+        return;
+    }
     if (gm_feed(&G->m, (const unsigned char *)G->bytes + G->off[t], n)) G->n_out += n;
 }
 
@@ -754,6 +851,12 @@ MOR_API mor_status mor_grammar_accept(mor_grammar *G, mor_token t)
     if (t < 0 || t >= G->n_vocab)
         return err_set(MOR_E_OUT_OF_RANGE, "mor_grammar_accept: token %d is not in [0, %d)", (int)t, (int)G->n_vocab);
     if (G->ended) return err_set(MOR_E_INVALID_ARG, "mor_grammar_accept: an end token was accepted already");
+    if (G->words && !G->triggered) {
+        if (is_end(G, t)) G->ended = 1;
+        else if (piece_len(G, t)) return lazy_accept(G, t);
+        else G->n_tail = 0;
+        return MOR_OK;
+    }
     if (is_end(G, t)) {
         if (!(G->m.can_end && !G->m.u_need))
             return err_set(MOR_E_INVALID_ARG, "mor_grammar_accept: end token %d where the output is not complete", (int)t);
@@ -767,5 +870,69 @@ MOR_API mor_status mor_grammar_accept(mor_grammar *G, mor_token t)
         return err_set(MOR_E_INVALID_ARG, "mor_grammar_accept: token %d cannot continue the grammar here", (int)t);
     }
     G->n_out += n;
+    return MOR_OK;
+}
+
+/* The words' text tokens that can complete a word: those holding one, and
+ * those that begin with a proper suffix of one (the word began in earlier
+ * tokens). Into *cand (allocated; NULL when none), their number returned;
+ * -1 when out of memory. */
+static int32_t lazy_candidates(const mor_grammar *G, const char *words, const int32_t *off, int32_t n_words,
+                               int32_t **cand)
+{
+    *cand = NULL;
+    int32_t n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        for (int32_t i = 0; i < G->n_ord; i++) {
+            const int32_t t = G->ord[i];
+            const char *p = G->bytes + G->off[t];
+            const uint32_t L = piece_len(G, t);
+            int hit = 0;
+            for (int32_t w = 0; w < n_words && !hit; w++) {
+                const char *word = words + off[w];
+                uint32_t k = (uint32_t)(off[w + 1] - off[w]);
+                for (uint32_t j = 0; j + k <= L && !hit; j++) hit = !memcmp(p + j, word, k);
+                for (uint32_t s = 1; s < k && !hit; s++) hit = k - s <= L && !memcmp(p, word + s, k - s);
+            }
+            if (hit && pass) (*cand)[n] = t;
+            n += hit;
+        }
+        if (!pass && !(*cand = malloc(sizeof **cand * ((size_t)n + 1)))) return -1;
+    }
+    return n;
+}
+
+MOR_API mor_status mor_grammar_set_triggers(mor_grammar *G, const char *const *words, int32_t n_words)
+{
+    err_clear();
+    if (!G) return err_set(MOR_E_INVALID_ARG, "mor_grammar_set_triggers: grammar is NULL");
+    if (n_words < 0 || n_words > GM_TRIGGERS || (n_words && !words))
+        return err_set(MOR_E_INVALID_ARG, "mor_grammar_set_triggers: n_words = %d (at most %d) with words %s",
+                       (int)n_words, GM_TRIGGERS, words ? "set" : "NULL");
+    int32_t off[GM_TRIGGERS + 1] = { 0 };
+    for (int32_t w = 0; w < n_words; w++) {
+        size_t k = words[w] ? strlen(words[w]) : 0;
+        if (!k || k > GM_TRIGGER)
+            return err_set(MOR_E_INVALID_ARG, "mor_grammar_set_triggers: word %d is %s (1 to %d bytes)", (int)w,
+                           !words[w] ? "NULL" : k ? "too long" : "empty", GM_TRIGGER);
+        off[w + 1] = off[w] + (int32_t)k;
+    }
+    char *text = n_words ? malloc((size_t)off[n_words]) : NULL;
+    int32_t *cand = NULL, n_cand = 0;
+    if (n_words && !text) return err_set(MOR_E_NOMEM, "mor_grammar_set_triggers: out of memory");
+    for (int32_t w = 0; w < n_words; w++) memcpy(text + off[w], words[w], (size_t)(off[w + 1] - off[w]));
+    if (n_words && (n_cand = lazy_candidates(G, text, off, n_words, &cand)) < 0) {
+        free(text);
+        return err_set(MOR_E_NOMEM, "mor_grammar_set_triggers: out of memory");
+    }
+    free(G->words);
+    free(G->cand);
+    G->words = text;
+    G->cand = cand;
+    G->n_cand = n_cand;
+    G->n_words = n_words;
+    memcpy(G->word_off, off, sizeof off);
+    mor_grammar_reset(G);
     return MOR_OK;
 }

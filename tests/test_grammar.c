@@ -473,6 +473,150 @@ static void mask_walks_all(void)
     mask_walks("recursion, strings", NESTED, n, 30, 4, 0);
 }
 
+/* ---- lazy grammars (mor_grammar_set_triggers): free until a trigger word,
+ * then the grammar from the word's first byte. The reference is the
+ * oracle's: before a trigger a token is allowed unless the output's text
+ * with it holds a word and the text from the word's first byte is not a
+ * prefix of the grammar; after it, as an eager grammar over that text. ---- */
+
+static const char *LAZY = "root ::= \"<call>\" [a-z]{1,6} (\",\" [a-z]{1,6}){0,3} \"</call>\"\n";
+static const char *const LAZY_WORDS[] = { "<call>", "@@" };   /* the grammar cannot begin with "@@" */
+
+/* Where the first word begins in s[0..n), or -1. */
+static int lazy_ref_find(const char *s, size_t n)
+{
+    int first = -1;
+    for (int w = 0; w < 2; w++) {
+        size_t k = strlen(LAZY_WORDS[w]);
+        for (size_t i = 0; i + k <= n && (first < 0 || (int)i < first); i++)
+            if (!memcmp(s + i, LAZY_WORDS[w], k)) { first = (int)i; break; }
+    }
+    return first;
+}
+
+/* The oracle's mask after text[0..len) (text tokens only; at: where the
+ * grammar began, -1 before a trigger) into ok[]. */
+static void lazy_ref_mask(const gbo_grammar *o, const char *text, size_t len, int at, uint8_t *ok)
+{
+    mor_token eos = mor_model_token_eos(model);
+    char buf[64 * 256 + 256];
+    memcpy(buf, text, len);
+    for (mor_token t = 0; t < V; t++) ok[t] = at < 0;   /* control tokens and the EOS: free text only */
+    for (int i = 0; i < voc.n_ord; i++) {
+        mor_token t = voc.ord[i];
+        memcpy(buf + len, voc.piece[t], voc.len[t]);
+        int w = at >= 0 ? at : lazy_ref_find(buf, len + voc.len[t]);
+        ok[t] = w < 0 || gbo_prefix(o, buf + w, len + voc.len[t] - (size_t)w) == 1;
+    }
+    if (at >= 0 && eos >= 0) ok[eos] = gbo_match(o, text + at, len - (size_t)at) == 1;
+}
+
+/* Walks: free tokens, then the tokens of a script (a word, maybe split
+ * between tokens, and text after it), then free tokens; at each state the
+ * mask, accepting each token (on b, replayed) and the oracle agree. */
+static void lazy_walks(void)
+{
+    static const char *const scripts[] = { "<call>", "x<call>ab", "<ca", "<call>abc,de</call>", "@@",
+                                           "<c@@all>", "<call>a,b,c,d</call>", "<<call>q" };
+    gbo_grammar *o = oracle_new(LAZY);
+    mor_grammar *a = NULL, *b = NULL;
+    float *l = malloc(sizeof *l * (size_t)V);
+    uint8_t *ok = malloc((size_t)V);
+    int good = o && l && ok && !mor_grammar_create(model, LAZY, strlen(LAZY), NULL, NULL, 0, &a) &&
+               !mor_grammar_create(model, LAZY, strlen(LAZY), NULL, NULL, 0, &b) &&
+               !mor_grammar_set_triggers(a, LAZY_WORDS, 2) && !mor_grammar_set_triggers(b, LAZY_WORDS, 2);
+    uint64_t seed = 11;
+    int bad = 0, states = 0, triggered = 0, refused = 0, ended = 0;
+    for (int p = 0; good && p < (int)(sizeof scripts / sizeof *scripts) * 2; p++) {
+        mor_token hist[64], scr[32];
+        int n = 0, at = -1;
+        int32_t n_scr = 0, k_scr = 0;
+        char text[64 * 256];
+        size_t len = 0;
+        const char *sc = scripts[p % 8];
+        mor_tokenize(model, sc, (int32_t)strlen(sc), 0, scr, 32, &n_scr);
+        mor_grammar_reset(a);
+        mor_grammar_reset(b);
+        const int n_free = (int)(rng_next(&seed) % 4);
+        while (n < 40) {
+            for (int32_t t = 0; t < V; t++) l[t] = 0.0f;
+            if (mor_grammar_apply(a, l, V)) for (int32_t t = 0; t < V; t++) l[t] = -HUGE_VALF;
+            lazy_ref_mask(o, text, len, at, ok);
+            for (mor_token t = 0; t < V; t++) {
+                int acc = mor_grammar_accept(b, t) == MOR_OK, replay = 1;
+                if (acc) {
+                    mor_grammar_reset(b);
+                    for (int i = 0; i < n && replay; i++) replay = mor_grammar_accept(b, hist[i]) == MOR_OK;
+                }
+                int mask = l[t] == 0.0f;
+                refused += !mask && at < 0;
+                if ((mask != acc || mask != ok[t] || !replay) && bad++ < 3)
+                    printf("# lazy, after \"%.*s\": token %d \"%.*s\": mask %d, accept %d, oracle %d\n", (int)len, text,
+                           (int)t, (int)voc.len[t], voc.piece[t], mask, acc, ok[t]);
+            }
+            states++;
+            int st = mor_grammar_state(a), want = at < 0 ? MOR_GRAMMAR_CAN_END : gbo_match(o, text + at, len - (size_t)at) == 1;
+            if ((at < 0 ? st != want : (st & MOR_GRAMMAR_CAN_END) != want) && bad++ < 3)
+                printf("# lazy, after \"%.*s\": state %d\n", (int)len, text, st);
+            if (st & MOR_GRAMMAR_MUST_END) { ended++; break; }
+            /* the next token: free, the script's next (while allowed), free */
+            mor_token t = -1;
+            if (n >= n_free && k_scr < n_scr) t = l[scr[k_scr]] == 0.0f ? scr[k_scr++] : (k_scr = n_scr, -1);
+            for (int tries = 0; t < 0 && tries < 1000; tries++) {
+                mor_token c = voc.ord[rng_next(&seed) % (uint64_t)voc.n_ord];
+                if (l[c] == 0.0f && (at >= 0 || voc.len[c] == 1 || tries > 100)) t = c;
+            }
+            if (t < 0 || mor_grammar_accept(a, t) || mor_grammar_accept(b, t)) break;
+            hist[n++] = t;
+            memcpy(text + len, voc.piece[t], voc.len[t]);
+            len += voc.len[t];
+            if (at < 0 && (at = lazy_ref_find(text, len)) >= 0) triggered++;
+        }
+    }
+    CHECK(good && !bad && triggered >= 4 && refused > 0 && ended >= 1,
+          "lazy grammar: mask == accept == oracle at %d states x %d tokens (%d walks triggered, %d ended; before a "
+          "trigger, %d tokens refused for completing a word the grammar cannot continue)", states, (int)V, triggered,
+          ended, refused);
+    mor_grammar_free(a);
+    mor_grammar_free(b);
+    free(o);
+    free(l);
+    free(ok);
+}
+
+/* mor_grammar_set_triggers' errors change nothing; no words: eager again. */
+static void lazy_errors(void)
+{
+    mor_grammar *g = NULL, *e = NULL;
+    float *l = malloc(sizeof *l * (size_t)V), *le = malloc(sizeof *le * (size_t)V);
+    char long_word[80];
+    memset(long_word, 'x', sizeof long_word - 1);
+    long_word[sizeof long_word - 1] = 0;
+    const char *const bad1[] = { "<call>", "" }, *const bad2[] = { long_word }, *const bad3[] = { NULL };
+    const char *many[17];
+    for (int i = 0; i < 17; i++) many[i] = "<call>";
+    int ok = l && le && !mor_grammar_create(model, LAZY, strlen(LAZY), NULL, NULL, 0, &g) &&
+             !mor_grammar_create(model, LAZY, strlen(LAZY), NULL, NULL, 0, &e) && !mor_grammar_set_triggers(g, LAZY_WORDS, 2);
+    CHECK(ok && mor_grammar_set_triggers(NULL, LAZY_WORDS, 2) == MOR_E_INVALID_ARG &&
+          mor_grammar_set_triggers(g, bad1, 2) == MOR_E_INVALID_ARG && mor_grammar_set_triggers(g, bad2, 1) == MOR_E_INVALID_ARG &&
+          mor_grammar_set_triggers(g, bad3, 1) == MOR_E_INVALID_ARG && mor_grammar_set_triggers(g, many, 17) == MOR_E_INVALID_ARG &&
+          mor_grammar_set_triggers(g, NULL, 1) == MOR_E_INVALID_ARG && mor_grammar_state(g) == MOR_GRAMMAR_CAN_END,
+          "set_triggers: NULL, empty, too long and too many words are refused, the grammar stays lazy (%s)", mor_last_error());
+    int32_t n_free = 0, same = 1;
+    for (int32_t t = 0; ok && t < V; t++) l[t] = le[t] = 0.0f;
+    ok = ok && !mor_grammar_apply(g, l, V);
+    for (int32_t t = 0; ok && t < V; t++) n_free += l[t] == 0.0f;
+    ok = ok && !mor_grammar_set_triggers(g, NULL, 0) && !mor_grammar_apply(g, l, V) && !mor_grammar_apply(e, le, V);
+    for (int32_t t = 0; ok && t < V; t++) same &= (l[t] == 0.0f) == (le[t] == 0.0f);
+    CHECK(ok && n_free > V / 2 && same && mor_grammar_state(g) == 0,
+          "lazy: %d of %d tokens free before a trigger; no words makes it eager again (the eager grammar's mask)",
+          (int)n_free, (int)V);
+    mor_grammar_free(g);
+    mor_grammar_free(e);
+    free(l);
+    free(le);
+}
+
 /* Generate up to max tokens under the grammar; the text must be a string
  * of the grammar when the grammar ended it. */
 static int generate(mor_context *ctx, mor_grammar *g, mor_sampler *s, char *text, size_t cap, int32_t max, int *ended)
@@ -543,6 +687,66 @@ static int32_t alone(mor_context *ctx, mor_grammar *g, const mor_sampler_params 
     mor_batch_free(b);
     mor_sampler_free(s);
     return ok ? n : -1;
+}
+
+/* A lazy grammar in the server: free text until " the", then a phrase that
+ * ends with a period; each request's tokens are those it makes alone. */
+static void test_server_lazy(mor_context *ctx)
+{
+    static const char *gbnf = "root ::= \" the\" [a-z ,]{1,40} \".\"\n";
+    const char *const word[] = { " the" };
+    mor_token prompt[16];
+    int32_t np = 0;
+    mor_tokenize(model, "It was", 6, 0, prompt, 16, &np);
+    mor_token eos = mor_model_token_eos(model);
+    gbo_grammar *judge = oracle_new(gbnf);
+    int good = 0, fired = 0;
+    for (int mode = MOR_SERVE_SEQUENCE; mode <= MOR_SERVE_DEPTHWISE; mode++) {
+        mor_server_params p;
+        MOR_SERVER_PARAMS_INIT(&p);
+        p.mode = mode;
+        p.n_slots = 2;
+        p.n_ctx = 1024;
+        mor_server *srv = NULL;
+        mor_request_id id[3];
+        mor_sampler_params sp[3];
+        int ok = judge && !mor_server_create(model, &p, &srv);
+        for (int i = 0; ok && i < 3; i++) {
+            MOR_SAMPLER_PARAMS_INIT(&sp[i]);
+            sp[i].seed = (uint64_t)(3 + i);
+            sp[i].temperature = i == 0 ? 0.0f : 1.0f;
+            mor_grammar *g = NULL;
+            ok = !mor_server_submit(srv, prompt, np, &sp[i], 100, &eos, 1, &id[i]) &&
+                 !mor_grammar_create(model, gbnf, strlen(gbnf), NULL, NULL, 0, &g) && !mor_grammar_set_triggers(g, word, 1) &&
+                 !mor_server_set_grammar(srv, id[i], g);
+            if (!ok) mor_grammar_free(g);
+        }
+        ok = ok && !mor_server_run(srv);
+        for (int i = 0; ok && i < 3; i++) {
+            mor_token got[128], want[128];
+            int32_t ng = 0;
+            mor_grammar *g = NULL;
+            mor_server_get_tokens(srv, id[i], got, NULL, 128, &ng);
+            ok = !mor_grammar_create(model, gbnf, strlen(gbnf), NULL, NULL, 0, &g) && !mor_grammar_set_triggers(g, word, 1);
+            int32_t nw = ok ? alone(ctx, g, &sp[i], prompt, np, want, 100) : -1;
+            char text[4096];
+            int eos_end = ng > 0 && got[ng - 1] == eos;
+            size_t len = text_of(got, eos_end ? ng - 1 : ng, text, sizeof text);
+            char *at = len != (size_t)-1 ? memmem(text, len, " the", 4) : NULL;
+            int whole = g && (mor_grammar_state(g) & MOR_GRAMMAR_MUST_END);
+            size_t rest = at ? len - (size_t)(at - text) : 0;
+            int valid = !at || (whole ? gbo_match(judge, at, rest) : gbo_prefix(judge, at, rest)) == 1;
+            fired += at != NULL;
+            if (ok && nw == ng && !memcmp(got, want, sizeof *got * (size_t)ng) && valid) good++;
+            else printf("# %s request %d: %d tokens, alone %d, valid %d: %.*s\n", mode == MOR_SERVE_DEPTHWISE ? "DEPTHWISE" :
+                        "SEQUENCE", i, (int)ng, (int)nw, valid, (int)(len == (size_t)-1 ? 0 : len), text);
+            mor_grammar_free(g);
+        }
+        mor_server_free(srv);
+    }
+    free(judge);
+    CHECK(good == 6 && fired >= 4, "server, lazy grammar: %d of 6 requests (2 modes x 3) the tokens of alone; the text from "
+          "the first \" the\" a string or prefix of the grammar's (oracle); %d triggered", good, fired);
 }
 
 /* mor_server_set_grammar: constrained requests beside an unconstrained one
@@ -685,7 +889,7 @@ static void test_model(void)
 
     /* masks at many states of seeded walks, over the whole vocabulary */
     if (vocab_init()) CHECK(0, "the vocabulary's pieces");
-    else mask_walks_all();
+    else { mask_walks_all(); lazy_walks(); lazy_errors(); }
     vocab_free();
 
     /* constrained generation: every output is a string of the grammar */
@@ -733,6 +937,7 @@ static void test_model(void)
     if (mor_model_router_type(model) == MOR_ROUTER_TYPE_EXPERT)   /* the server's causal routing */
         mor_router_set_mode(mor_context_router(ctx), MOR_ROUTE_THRESHOLD, 0);
     test_server(ctx);
+    test_server_lazy(ctx);
     grammar_rules_free(rules);
     mor_context_free(ctx);
     mor_model_free(model);

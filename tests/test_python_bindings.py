@@ -74,6 +74,8 @@ def expected_ctypes(ctype, is_return):
         return [ctypes.c_char_p] if is_return else [ctypes.c_char_p, ctypes.c_void_p]
     if c == "void *":
         return [ctypes.c_void_p]
+    if c == "char **":   # an array of strings in (mor_grammar_set_triggers' words)
+        return [ctypes.POINTER(ctypes.c_char_p)]
     m = re.match(r"^(\w+) (\*+)$", c)
     if m:
         base, stars = m.group(1), len(m.group(2))
@@ -750,6 +752,20 @@ class Grammars(unittest.TestCase):
             with self.assertRaises(mor.InvalidArgError) as e:
                 done.apply([0.0] * m.n_vocab)
             self.assertIn("complete", str(e.exception))
+            # lazy: free until "he", then the grammar from its "h"
+            lazy = mor.Grammar(m, 'root ::= "he" [l]+ "o"', triggers=["he"])
+            self.assertTrue(all(v == 0.0 for v in lazy.apply([0.0] * m.n_vocab)))
+            lazy.accept(ord("x"))
+            lazy.accept(ord("h"))
+            self.assertEqual(lazy.state, mor.GRAMMAR_CAN_END)
+            lazy.accept(ord("e"))                           # "he" begins the grammar
+            self.assertEqual([i for i, v in enumerate(lazy.apply([0.0] * m.n_vocab)) if v == 0.0], [ord("l"), 257])
+            self.assertFalse(lazy.can_end)
+            lazy.reset()
+            self.assertEqual(lazy.state, mor.GRAMMAR_CAN_END)
+            with self.assertRaises(mor.InvalidArgError) as e:
+                mor.Grammar(m, 'root ::= "o"', triggers=[""])
+            self.assertIn("empty", str(e.exception))
 
 class Speculation(unittest.TestCase):
     def test_same_tokens_as_plain_decoding(self):

@@ -1421,6 +1421,16 @@ def test_tools(tmp):
                     "tool_calls" not in n["choices"][0]["message"] and n["choices"][0]["finish_reason"] == "stop",
                     "tool_choice auto: a reply in the format is parsed into tool_calls; none: left as content (%s)" %
                     json.dumps(a)[:200])
+            # auto with no call begun: the lazy grammar leaves the text free, as none does
+            same = []
+            for seed in (1, 2, 3, 4):
+                body = {"messages": msgs, "tools": WEATHER_TOOLS, "max_tokens": 40, "seed": seed}
+                sa, ra = srv.json("POST", "/v1/chat/completions", dict(body, tool_choice="auto"))
+                sn, rn = srv.json("POST", "/v1/chat/completions", dict(body, tool_choice="none"))
+                same.append(sa == 200 and sn == 200 and "<tool_call>" not in (rn["choices"][0]["message"]["content"] or "")
+                            and ra["choices"][0]["message"]["content"] == rn["choices"][0]["message"]["content"])
+            t.check(all(same), "tool_choice auto, no call begun: the reply is the free text tool_choice none gives "
+                    "(the call's grammar waits for <tool_call>) %s" % same)
             # a tool result sent back: rendered, and the reply follows
             conv = msgs + [{"role": "assistant", "content": None, "tool_calls": [
                 {"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": "{\"zone\": \"CET\"}"}}]},
@@ -1447,7 +1457,10 @@ def test_tools(tmp):
                    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [{"type": "function"}]}]}, "messages"),
                    ({"messages": [{"role": "user", "content": "x", "refusal": "no"}]}, "messages"),
                    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "number",
-                     "multipleOf": 3}}}], "tool_choice": "required"}, "tools")]
+                     "multipleOf": 3}}}], "tool_choice": "required"}, "tools"),
+                   # under "auto" too: the grammar waits for a call's marker (lazy), and is made before
+                   ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "number",
+                     "multipleOf": 3}}}]}, "tools")]
             codes = [(lambda r: (r[0], r[1]["error"]["param"]))(srv.json("POST", "/v1/chat/completions",
                                                                            dict({"messages": msgs}, **b)))
                      for b, _ in bad]

@@ -7,7 +7,10 @@
  * every token the mask allows is accepted; tokens it refuses (a sample of
  * up to 8 per step) are refused by accept too, changing nothing; a MUST_END
  * grammar allows only end tokens; a grammar beyond the matcher's bounds is
- * refused (create) or fails a mask (apply) with its reason. */
+ * refused (create) or fails a mask (apply) with its reason. Bit 3 of the
+ * first byte makes the grammar lazy (mor_grammar_set_triggers), its word
+ * the string's first bytes: the same checks, but a refused token accepted
+ * is a failure outright (the oracle judges eager grammars only). */
 #include "fuzz_vocab.h"
 #include "grammar.h"
 #include "../gbnf_oracle.h"
@@ -71,6 +74,16 @@ static int fuzz_run(const uint8_t *data, size_t size)
         return 0;
     }
     FUZZ_ASSERT(st == MOR_OK, "the parser took it, mor_grammar_create did not: %s", mor_last_error());
+    const int lazy = (data[0] & 8) && slen > 0;
+    if (lazy) {
+        char word[9] = { 0 };
+        memcpy(word, str, slen < 8 ? slen : 8);   /* str holds no NUL: the word is its first bytes */
+        const char *words[1] = { word };
+        st = mor_grammar_set_triggers(gr, words, 1);
+        FUZZ_ASSERT(st == MOR_OK || st == MOR_E_NOMEM, "set_triggers: %s", mor_last_error());
+        FUZZ_ASSERT(mor_grammar_state(gr) == MOR_GRAMMAR_CAN_END, "a lazy grammar before its word: state %d",
+                    (int)mor_grammar_state(gr));
+    }
     const int32_t V = mor_model_n_vocab(m);
     float *l = malloc(sizeof *l * (size_t)V);
     char *out = malloc(16 * 1024 + 1);   /* the output: 16 tokens of at most 1024 bytes (longer ones are never allowed) */
@@ -104,6 +117,7 @@ static int fuzz_run(const uint8_t *data, size_t size)
             if (l[t] == 0.0f) continue;
             n_refused++;
             st = mor_grammar_accept(gr, t);
+            FUZZ_ASSERT(!(lazy && st == MOR_OK), "a lazy grammar accepted token %d, which its mask refused", (int)t);
             if (st == MOR_OK) {   /* the state moved on: the walk ends here */
                 check_refused_taken(g, glen, str, slen, r, m, t, out, n_out);
                 free(out); free(l); mor_grammar_free(gr);

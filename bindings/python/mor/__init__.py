@@ -617,22 +617,32 @@ class Grammar(_Handle):
     """A GBNF grammar constraint on what a model generates (mor_grammar in
     mor.h): Sampler.sample(logits, grammar) draws only tokens that keep the
     output a prefix of a string of the grammar. end_tokens (ids) end a
-    generation where the output is complete; None: the model's EOS."""
+    generation where the output is complete; None: the model's EOS.
+    triggers (strings): a lazy grammar (mor_grammar_set_triggers), free
+    until the output's text holds one of them, the grammar from there on."""
     _kind = "grammar"
 
-    def __init__(self, model, gbnf, root=None, end_tokens=None):
+    def __init__(self, model, gbnf, root=None, end_tokens=None, triggers=None):
+        words = [w.encode("utf-8") if isinstance(w, str) else bytes(w) for w in (triggers or [])]
         self._args = (gbnf.encode("utf-8") if isinstance(gbnf, str) else bytes(gbnf), root,
-                      None if end_tokens is None else list(end_tokens))
+                      None if end_tokens is None else list(end_tokens), words)
         self.model = model
         self._own(self._copy(), _lib.mor_grammar_free)
 
     def _copy(self):
-        """A new mor_grammar of the same text (a raw handle the caller owns)."""
-        data, root, ends = self._args
+        """A new mor_grammar of the same text and triggers (a raw handle the
+        caller owns)."""
+        data, root, ends, words = self._args
         arr = None if ends is None else (_capi.mor_token * max(1, len(ends)))(*ends)
         out = ctypes.c_void_p()
         _check(_lib.mor_grammar_create(self.model._p, data, len(data), root.encode() if root else None, arr,
                                        0 if ends is None else len(ends), ctypes.byref(out)))
+        if words:
+            st = _lib.mor_grammar_set_triggers(out.value, (ctypes.c_char_p * len(words))(*words), len(words))
+            if st < 0:
+                e = _error(st)
+                _lib.mor_grammar_free(out.value)
+                raise e
         return out.value
 
     def _masked(self, logits):

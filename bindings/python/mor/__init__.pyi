@@ -318,7 +318,12 @@ class ChatTemplate(_Handle):
 class Grammar(_Handle):
     model: Model
     def __init__(
-        self, model: Model, gbnf: str | bytes, root: str | None = None, end_tokens: Iterable[int] | None = None
+        self,
+        model: Model,
+        gbnf: str | bytes,
+        root: str | None = None,
+        end_tokens: Iterable[int] | None = None,
+        triggers: Iterable[str | bytes] | None = None,
     ) -> None: ...
     def apply(self, logits: _LogitsIn) -> list[float]: ...
     def accept(self, token: int) -> None: ...

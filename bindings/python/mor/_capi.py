@@ -176,6 +176,7 @@ PROTOTYPES = {
     "mor_grammar_accept": (mor_status, [handle, mor_token]),
     "mor_grammar_state": (c_int32, [handle]),
     "mor_grammar_reset": (None, [handle]),
+    "mor_grammar_set_triggers": (mor_status, [handle, POINTER(c_char_p), c_int32]),
     "mor_server_set_grammar": (mor_status, [handle, c_int32, handle]),
     "mor_json_schema_to_grammar": (mor_status, [c_char_p, c_size_t, c_void_p, c_size_t, P_size]),
     "mor_tokenize": (mor_status, [handle, c_char_p, c_size_t, c_uint32, POINTER(mor_token), c_int32, P_i32]),

@@ -24,6 +24,7 @@ typedef struct {
     int32_t      n_keep;        /* --context-shift: the tokens kept (BOS included); else -1 */
     req_sampling rs;
     char        *gown;          /* a grammar's text made here */
+    const char  *trigger;       /* tool_choice "auto": the grammar waits for this word (lazy) */
     buf          text;          /* a chat's rendered prompt */
 } gen;
 

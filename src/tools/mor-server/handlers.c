@@ -1069,10 +1069,14 @@ static int gen_grammar(conn *c, request *rq, int kind, gen *g, const char **gtex
     char emsg[300];
     *gtext = NULL;
     *glen = 0;
-    if (kind == API_CHAT && ar->tools && (ar->tool_choice == API_TOOLS_REQUIRED || ar->tool_choice == API_TOOLS_NAMED)) {
-        /* a call is forced: the grammar of the format's calls */
+    const int forced = ar->tool_choice == API_TOOLS_REQUIRED || ar->tool_choice == API_TOOLS_NAMED;
+    const int may_call = ar->tool_choice == API_TOOLS_AUTO && !ar->constraint && ar->tools && ar->tools->n;
+    if (kind == API_CHAT && ar->tools && (forced || may_call)) {
+        /* the grammar of the format's calls: from the start when a call is
+         * forced, from the call's marker on when one may come (lazy) */
         buf tgram = { 0 };
-        ar->constraint = "tool_choice";
+        ar->constraint = forced ? "tool_choice" : "tools";
+        g->trigger = forced ? NULL : tools_trigger(S.tools_format);
         if (tools_grammar(S.tools_format, ar->tools, ar->tool_name, ar->parallel_tool_calls, &tgram, emsg, sizeof emsg)) {
             buf_free(&tgram);
             conn_error(c, rq, 400, "tools", NULL, "%s", emsg);
@@ -1111,7 +1115,8 @@ static int gen_jobs(conn *c, request *rq, int kind, gen *g, const char *gtext, s
         if (!j) { conn_error(c, rq, 500, NULL, NULL, "out of memory"); return -1; }
         j->n_keep = g->n_keep;
         /* its grammar ends at the job's stop tokens (EOS, the chat's end) */
-        if (gtext && (st = mor_grammar_create(S.model, gtext, glen, NULL, j->stop_tokens, j->n_stop_tokens, &j->grammar))) {
+        if (gtext && ((st = mor_grammar_create(S.model, gtext, glen, NULL, j->stop_tokens, j->n_stop_tokens, &j->grammar)) ||
+                      (g->trigger && (st = mor_grammar_set_triggers(j->grammar, &g->trigger, 1))))) {
             g->n_jobs++;
             if (st == MOR_E_NOMEM) conn_error(c, rq, 500, NULL, NULL, "out of memory");
             else conn_error(c, rq, 400, ar->constraint, NULL, "%s", mor_last_error());

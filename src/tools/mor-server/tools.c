@@ -29,6 +29,16 @@ int tools_format(const char *src, size_t n)
     return TOOLS_GENERIC;
 }
 
+const char *tools_trigger(int f)
+{
+    switch (f) {
+    case TOOLS_HERMES:  return "<tool_call>";
+    case TOOLS_MISTRAL: return "[TOOL_CALLS]";
+    case TOOLS_LLAMA3:  return "{\"name\"";
+    default:            return "{\"tool_calls\"";
+    }
+}
+
 const char *tools_format_name(int f) { return f >= 0 && f < TOOLS_N_FORMATS ? format_names[f] : "?"; }
 
 int tools_format_by_name(const char *name)

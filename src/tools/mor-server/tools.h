@@ -30,6 +30,10 @@ int         tools_format_by_name(const char *name);             /* -1 if none */
  * than one call when `parallel`. 0 with the text in *out, or -1 with a
  * message (a schema the converter cannot express). */
 int tools_grammar(int format, const json *tools, const char *name, int parallel, buf *out, char *msg, size_t cap);
+/* The text a call in `format` begins with: under tool_choice "auto" the
+ * grammar above constrains the reply from there on (a lazy grammar,
+ * mor_grammar_set_triggers). */
+const char *tools_trigger(int format);
 
 typedef struct {
     char *name;          /* malloc'd */

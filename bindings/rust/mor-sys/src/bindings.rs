@@ -1364,6 +1364,13 @@ extern "C" {
     pub fn mor_grammar_reset(g: *mut mor_grammar);
 }
 extern "C" {
+    pub fn mor_grammar_set_triggers(
+        g: *mut mor_grammar,
+        words: *const *const ::std::os::raw::c_char,
+        n_words: i32,
+    ) -> mor_status;
+}
+extern "C" {
     pub fn mor_json_schema_to_grammar(
         schema: *const ::std::os::raw::c_char,
         len: usize,
