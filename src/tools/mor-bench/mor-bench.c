@@ -15,9 +15,12 @@
  *   mor-bench --model FILE[,FILE...] [--exit MODE:T] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K]
  *             [--fast-bf16] [--no-probe]
  *             models from files (a relaxed model's LoRA deltas: each loaded unfolded and folded,
- *             MOR_MODEL_FOLD_LORA, the two measured interleaved; with --exit, full depth beside
- *             the same model with early exits); the depth column is the router's mean, and the
- *             roofline counts the base weights at that depth
+ *             MOR_MODEL_FOLD_LORA, the two measured interleaved; a model without deltas is loaded
+ *             once and measured twice; with --exit, full depth beside the same model with early
+ *             exits); the depth column is the router's mean, and the roofline counts the base
+ *             weights at that depth
+ *   --depth D (with either of the two above): D tokens in the KV cache before each test, as
+ *             llama-bench -d D
  *   mor-bench --stream [-w TYPES] [-t 2] [-r 32] [--mib 512]: the matrix-vector products' read rate as
  *             a share of the bandwidth probe's, measured in pairs at the same moment (bench_stream.h)
  */
@@ -112,9 +115,13 @@ static double layer_macs(const mor_model *m, int32_t l)
     return b;
 }
 
+/* --depth D: tokens in the KV cache before each pp and tg test (llama-bench -d D), decoded once per
+ * context and untimed; each test runs at positions D.. and its tokens are removed after it. */
+static int kv_depth;
+
 /* What a token of test `test` (0 pp, 1 tg: ntok tokens) of model m at mean depth `depth` must read
  * and compute (roofline.h): every layer it runs, the output matrix (pp: once for the batch), the K/V
- * rows of the cells before it (average position ntok / 2, F32 cache). */
+ * rows of the cells before it (average position kv_depth + ntok / 2, F32 cache). */
 static roof_work test_work(const mor_model *m, int test, int ntok, double depth)
 {
     double once = 0, block = 0, lm = 0;
@@ -132,8 +139,9 @@ static roof_work test_work(const mor_model *m, int test, int ntok, double depth)
     w.once = once + block + wbytes(&m->output);
     w.block = m->n_rec > 1 ? block : 0;
     w.depth = m->n_rec > 1 ? depth : 1;
-    w.kv = layers_run * (ntok / 2.0) * 2 * kvd * 4;
-    w.flops = 2 * (lm + head_macs + layers_run * (ntok / 2.0) * 2 * qd);
+    const double before = kv_depth + ntok / 2.0;
+    w.kv = layers_run * before * 2 * kvd * 4;
+    w.flops = 2 * (lm + head_macs + layers_run * before * 2 * qd);
     w.per_batch = test == 0 ? ntok : 1;
     return w;
 }
@@ -147,6 +155,7 @@ typedef struct {
     double pp[64], tg[64];       /* tok/s per rep */
     double cpu[128];             /* per rep: this process's CPU time / (wall time x threads) */
     int    n_cpu, nt;
+    int    n_batch, filled;      /* the context's n_batch; --depth: its prefix is in the cache */
     double depth_pp, depth_tg;   /* mean recursions per token */
     float  thr[4];               /* THRESHOLD routing: recursion 1, 2 thresholds for pp, then for tg */
     int ok;
@@ -155,10 +164,12 @@ typedef struct {
 /* The token sequences every variant and rep decodes: the same work each time
  * (random ids, drawn once), so that reps and variants compare like for like. */
 static mor_token pp_tok[2048], tg_tok[2048];
+static int32_t tok_vocab = 32000;   /* the ids are below it, the --depth prefix's too */
 
 static void make_tokens(int32_t V)
 {
     uint64_t s = 42;
+    tok_vocab = V;
     for (int i = 0; i < 2048; i++) {
         s ^= s << 13; s ^= s >> 7; s ^= s << 17;
         pp_tok[i] = (mor_token)(s % (uint64_t)V);
@@ -167,12 +178,48 @@ static void make_tokens(int32_t V)
     }
 }
 
-/* One batch of n tokens at positions 0..n-1 (logits for the last). */
+/* Token p of the --depth prefix: random ids as the tests', its own stream (splitmix64 of p). */
+static mor_token depth_token(int p)
+{
+    uint64_t z = 0x9e3779b97f4a7c15ull * (uint64_t)(p + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (mor_token)((z ^ (z >> 31)) % (uint64_t)tok_vocab);
+}
+
+/* v's cache as a test starts (untimed): empty; with --depth the prefix alone, decoded by the
+ * context's first test in batches of n_batch, and kept: later tests only remove their own tokens
+ * (a prefix of thousands of tokens decoded again before every rep would cost more than the tests).
+ * 0, or 1 (said; v->ok is 0). */
+static int kv_prepare(variant *v, mor_batch *b)
+{
+    mor_kv_cache *kv = mor_context_kv(v->c);
+    if (!kv_depth) { mor_kv_clear(kv); return 0; }
+    if (v->filled) {
+        if (mor_kv_seq_rm(kv, 0, kv_depth, -1) == MOR_OK) return 0;
+    } else {
+        mor_kv_clear(kv);
+        int p = 0;
+        while (p < kv_depth) {
+            mor_batch_clear(b);
+            for (const int end = p + v->n_batch < kv_depth ? p + v->n_batch : kv_depth; p < end; p++)
+                mor_batch_add(b, depth_token(p), p, 0, p == end - 1);
+            if (mor_decode(v->c, b) != MOR_OK) break;
+        }
+        v->filled = p == kv_depth && mor_kv_seq_pos_max(kv, 0) == kv_depth - 1;
+        if (v->filled) return 0;
+    }
+    fprintf(stderr, "--depth %d: %s\n", kv_depth, mor_last_error());
+    v->ok = 0;
+    return 1;
+}
+
+/* One batch of n tokens at positions kv_depth.. (logits for the last). */
 static double run_batch(variant *v, mor_batch *b, const mor_token *tok, int n)
 {
-    mor_kv_clear(mor_context_kv(v->c));
+    if (kv_prepare(v, b)) return 0;
     mor_batch_clear(b);
-    for (int i = 0; i < n; i++) mor_batch_add(b, tok[i], i, 0, i == n - 1);
+    for (int i = 0; i < n; i++) mor_batch_add(b, tok[i], kv_depth + i, 0, i == n - 1);
     double t0 = bench_now(), c0 = cpu_now();
     if (mor_decode(v->c, b) != MOR_OK) { fprintf(stderr, "decode: %s\n", mor_last_error()); v->ok = 0; }
     double t = bench_now() - t0;
@@ -184,11 +231,11 @@ static double run_pp(variant *v, mor_batch *b, int np) { return run_batch(v, b, 
 
 static double run_tg(variant *v, mor_batch *b, int ng)
 {
-    mor_kv_clear(mor_context_kv(v->c));
+    if (kv_prepare(v, b)) return 0;
     double t0 = bench_now(), c0 = cpu_now();
     for (int i = 0; i < ng && v->ok; i++) {
         mor_batch_clear(b);
-        mor_batch_add(b, tg_tok[i], i, 0, 1);
+        mor_batch_add(b, tg_tok[i], kv_depth + i, 0, 1);
         if (mor_decode(v->c, b) != MOR_OK) { fprintf(stderr, "decode: %s\n", mor_last_error()); v->ok = 0; }
     }
     double t = bench_now() - t0;
@@ -269,11 +316,13 @@ static int fast_bf16;
 static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" : "thr"; }
 
 /* --model: each file loaded twice, LoRA deltas unfolded (the default) and
- * folded at load, measured interleaved rep by rep like the variants above
- * (a file without deltas gives the same model twice). Routing is the
- * model's default. With --exit MODE:T the second variant is instead the
- * same model (loaded once) with those early exits on its context
- * (mor_router_set_exit): full depth and exits side by side. */
+ * folded at load, measured interleaved rep by rep like the variants above.
+ * A file without deltas is loaded once, both variants on that model (the
+ * fold changes nothing, and a second load doubled the wall time of a large
+ * model's run). Routing is the model's default. With --exit MODE:T the
+ * second variant is instead the same model (loaded once) with those early
+ * exits on its context (mor_router_set_exit): full depth and exits side by
+ * side. */
 static int bench_exit_mode = MOR_EXIT_NONE;
 static float bench_exit_threshold;
 
@@ -282,24 +331,56 @@ static const char *files_label(int k)
     return k == 0 ? "unfolded" : bench_exit_mode != MOR_EXIT_NONE ? "exit" : "folded";
 }
 
-static int files_load(const char *path, variant var[2])
+/* --depth must leave room for a test's tokens after it within the model's
+ * training context (the context's max_pos: positions past it fail). 0, or 1 (said). */
+static int depth_fits(const char *name, const mor_model *m, int np, int ng)
+{
+    const int need = kv_depth + (np > ng ? np : ng);
+    if (!kv_depth || need <= mor_model_n_ctx_train(m)) return 0;
+    cli_error("--depth %d and the %d test tokens after it (the larger of -p %d and -n %d) need a context of %d, "
+              "past %s's training context of %d", kv_depth, need - kv_depth, np, ng, need, name, mor_model_n_ctx_train(m));
+    return 1;
+}
+
+/* The lines printed after the table: each file's loads (wall seconds of mor_model_load_file). */
+static char load_log[4096];
+
+static void log_load(const char *path, const variant var[2], const double sec[2])
+{
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    const size_t n = strlen(load_log);
+    if (var[1].m != var[0].m)
+        snprintf(load_log + n, sizeof load_log - n, "# load: %s: 2 loads, unfolded %.3f s, folded %.3f s\n",
+                 base, sec[0], sec[1]);
+    else
+        snprintf(load_log + n, sizeof load_log - n, "# load: %s: 1 load, %.3f s (%s)\n", base, sec[0],
+                 bench_exit_mode != MOR_EXIT_NONE ? "the exit rows are the same model"
+                                                  : "no LoRA deltas: the folded rows are the same model");
+}
+
+static int files_load(const char *path, variant var[2], int np, int ng)
 {
     memset(var, 0, 2 * sizeof *var);
+    double sec[2] = { 0, 0 };
     for (int k = 0; k < 2; k++) {
-        if (k == 1 && bench_exit_mode != MOR_EXIT_NONE) { var[1].m = var[0].m; break; }
+        if (k == 1 && (bench_exit_mode != MOR_EXIT_NONE || !var[0].m->lora)) { var[1].m = var[0].m; break; }
         mor_model_params mp;
         MOR_MODEL_PARAMS_INIT(&mp);
         mp.flags = MOR_MODEL_NO_MMAP | (k ? MOR_MODEL_FOLD_LORA : 0);
+        const double t0 = bench_now();
         if (mor_model_load_file(path, &mp, &var[k].m)) { fprintf(stderr, "%s: %s\n", path, mor_last_error()); return 1; }
+        sec[k] = bench_now() - t0;
         if (mor_model_n_vocab(var[k].m) < 32000) make_tokens(mor_model_n_vocab(var[k].m));
     }
-    return 0;
+    log_load(path, var, sec);
+    return depth_fits(path, var[0].m, np, ng);
 }
 
 static void files_free(variant var[2])
 {
     if (var[1].m != var[0].m) mor_model_free(var[1].m);
     mor_model_free(var[0].m);
+    var[0].m = var[1].m = NULL;
 }
 
 /* v's context for tests of np and ng tokens on nt threads: 0, or 1 (said on stderr). */
@@ -307,11 +388,13 @@ static int variant_context(variant *v, int np, int ng, int nt)
 {
     mor_context_params cp;
     MOR_CONTEXT_PARAMS_INIT(&cp);
-    cp.n_ctx = (uint32_t)(np > ng ? np : ng) + 8;
+    cp.n_ctx = (uint32_t)(kv_depth + (np > ng ? np : ng)) + 8;
     cp.n_batch = (uint32_t)np;
     cp.n_threads = nt;
     cp.flags = fast_bf16 ? MOR_CTX_FAST_BF16 : 0;
     v->nt = nt;
+    v->n_batch = np;
+    v->filled = 0;
     v->ok = mor_context_create(v->m, &cp, &v->c) == MOR_OK;
     if (!v->ok) fprintf(stderr, "context: %s\n", mor_last_error());
     return !v->ok;
@@ -362,6 +445,23 @@ static void files_reps(variant var[2], mor_batch *b, int np, int ng, int reps, i
     }
 }
 
+/* A results table's header; with --depth, a note and a last column "ctx depth" (the tokens in the
+ * cache before each test, as llama-bench's "@ d"), which parsers of the columns before it ignore. */
+static void table_head(const char *head, const char *rule)
+{
+    if (kv_depth)
+        printf("\n# --depth %d: %d tokens in the KV cache before each test (decoded once per context, untimed);\n"
+               "# pp and tg run at positions %d.. and attend to them\n", kv_depth, kv_depth, kv_depth);
+    printf("\n%s%s\n%s%s\n", head, kv_depth ? " ctx depth |" : "", rule, kv_depth ? "---:|" : "");
+}
+
+/* The end of a table row (and its --depth column). */
+static void row_end(void)
+{
+    if (kv_depth) printf(" %d |", kv_depth);
+    printf("\n");
+}
+
 static void files_print(const char *path, variant var[2], int np, int ng, int reps, int nt,
                         const kernel_set *ks, roof_machine *rm)
 {
@@ -379,9 +479,10 @@ static void files_print(const char *path, variant var[2], int np, int ng, int re
                 const double bound = roof_bound(rm, nt, ks, m->layers[m->prelude].w[ROLE_FFN_UP].type, &w, what, sizeof what);
                 roof_column(rs.med, bound, what, roofs, sizeof roofs);
             }
-            printf("| %s | %s | %.0f | %d | %s%d | %.1f [%.1f-%.1f] | %.3f | %.0f%% | %s |\n", base ? base + 1 : path,
+            printf("| %s | %s | %.0f | %d | %s%d | %.1f [%.1f-%.1f] | %.3f | %.0f%% | %s |", base ? base + 1 : path,
                    files_label(k), (double)mor_model_size_bytes(var[k].m) / 1e6, nt, test ? "tg" : "pp",
                    test ? ng : np, rs.med, rs.mn, rs.mx, depth, 100 * rs.busy, roofs);
+            row_end();
         }
     fflush(stdout);
 }
@@ -394,21 +495,24 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
     mor_batch *b = NULL;
     if (mor_batch_create(np > ng ? np : ng, &b)) return 1;
     make_tokens(32000);
-    printf("\n| model | LoRA | size MB | thr | test | tok/s median [min-max] | depth | cpu | roofline |\n");
-    printf("|---|---|---:|---:|---|---|---:|---:|---|\n");
-    int rc = 0;
+    int rc = 0, headed = 0;
     for (char *path = strtok(list, ","); path && !rc; path = strtok(NULL, ",")) {
         variant var[2];
-        if (files_load(path, var)) { rc = 1; break; }
+        if (files_load(path, var, np, ng)) { files_free(var); rc = 1; break; }
+        if (!headed++)   /* after the first load: a --depth it refuses leaves no empty table */
+            table_head("| model | LoRA | size MB | thr | test | tok/s median [min-max] | depth | cpu | roofline |",
+                       "|---|---|---:|---:|---|---|---:|---:|---|");
         for (int ti = 0; ti < n_threads && !rc; ti++) {
             rc = files_contexts(var, b, np, ng, threads[ti], ks);
             if (!rc) files_reps(var, b, np, ng, reps, threads[ti], rm);
             if (!rc) files_print(path, var, np, ng, reps, threads[ti], ks, rm);
+            if (!rc && (!var[0].ok || !var[1].ok)) rc = 1;   /* a decode failed (said) */
             for (int k = 0; k < 2; k++) { mor_context_free(var[k].c); var[k].c = NULL; }
         }
         files_free(var);
     }
     mor_batch_free(b);
+    if (*load_log) printf("\n%s", load_log);   /* after the table: the kit's parser reads its rows only */
     return rc;
 }
 
@@ -416,9 +520,10 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: mor-bench [-s 135m,360m,k256] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]\n"
-        "                 [-p 128] [-n 64] [-r 5] [--dir DIR] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]\n"
-        "                 [--no-probe] [--quick]\n"
-        "       mor-bench --model FILE[,FILE...] [--exit MODE:T] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K] [--fast-bf16] [--no-probe]\n"
+        "                 [-p 128] [-n 64] [-r 5] [--depth D] [--dir DIR] [--json FILE]\n"
+        "                 [--kernels auto|ref|avx2|avx512|amx|neon] [--no-probe] [--quick]\n"
+        "       mor-bench --model FILE[,FILE...] [--exit MODE:T] [-t 1,2] [-p 128] [-n 64] [-r 5] [--depth D] [--kernels K]\n"
+        "                 [--fast-bf16] [--no-probe]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
         "       mor-bench --grammar [--vocab FILE,...] [--tokens N] [--reps N]: what a grammar costs per token\n"
         "       mor-bench --stream [-w TYPES] [-t 2] [-r 32] [--mib 512]: the matrix-vector products' read\n"
@@ -435,6 +540,10 @@ static void usage(FILE *f)
         "  -a LIST        dense (Llama), dense-eq (the MoR's unrolled depth), mor (N_r = 3)\n"
         "  -p N           prompt tokens (pp)    -n N      generated tokens (tg); p + n <= 2048\n"
         "  -r N           repetitions (1..64), measured interleaved across variants\n"
+        "  --depth D      D tokens already in the KV cache before each pp and tg test (llama-bench -d D):\n"
+        "                 decoded once per context, untimed; the tests then run at positions D.. (D plus\n"
+        "                 the larger of -p and -n must fit the model's training context); a last table\n"
+        "                 column says the depth\n"
         "  --dir DIR      where the model files are written (default build/bench)\n"
         "  --json FILE    the results as JSON too\n"
         "  --kernels K    a kernel set instead of the best this CPU has\n"
@@ -442,7 +551,9 @@ static void usage(FILE *f)
         "  --no-probe     skip the machine probes (read bandwidth at each test's working set, peaks of the\n"
         "                 units the kernels use): no roofline column\n"
         "  --quick        -r 2 -p 32 -n 8\n"
-        "  --model FILES  models from files (LoRA deltas: each loaded unfolded and folded)\n"
+        "  --model FILES  models from files (LoRA deltas: each loaded unfolded and folded; a model\n"
+        "                 without deltas is loaded once, its folded rows the same model); the load\n"
+        "                 times (wall seconds) are printed after the table\n"
         "  --exit MODE:T  with --model: the second row is the same model with early exits\n"
         "                 (learned:Q, margin:T, saturation:T; as mor-run's) instead of folded\n"
         "  --serve        serving throughput four ways (serial, lockstep, sequence, depth-wise;\n"
@@ -481,6 +592,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "-p")) np = (int)cli_int(a, cli_value(argc, argv, &i), 1, 2047);
         else if (!strcmp(a, "-n")) ng = (int)cli_int(a, cli_value(argc, argv, &i), 1, 2047);
         else if (!strcmp(a, "-r")) reps = (int)cli_int(a, cli_value(argc, argv, &i), 1, 64);
+        else if (!strcmp(a, "--depth")) kv_depth = (int)cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
         else if (!strcmp(a, "--dir")) dir = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--json")) json = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--kernels")) kern = cli_value(argc, argv, &i);
@@ -493,6 +605,9 @@ int main(int argc, char **argv)
         else cli_usage_error("unknown option '%s'", a);
     }
     if (np + ng > 2048) cli_usage_error("-p %d and -n %d: at most 2048 tokens together", np, ng);
+    /* the models it writes are trained for 2048 positions (model_path): refused before writing any */
+    if (!files && kv_depth + (np > ng ? np : ng) > 2048)
+        cli_usage_error("--depth %d and -p %d / -n %d: past the 2048 positions of the models it writes", kv_depth, np, ng);
     /* every name of a list must be known: a typo would silently measure nothing */
     static const char *const shape_names[] = { "135m", "360m", "k256", NULL };
     static const char *const type_names[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k",
@@ -526,8 +641,8 @@ int main(int argc, char **argv)
     int first_json = 1;
     printf("\n(cpu: this process's CPU time / (wall time x threads), median over reps; well below 100%%\n"
            " means the threads waited, for each other or for other processes on the machine)\n");
-    printf("\n| model | arch | layers | routing | type | thr | test | tok/s median [min-max] | depth | cpu | roofline |\n");
-    printf("|---|---|---:|---|---|---:|---|---|---:|---:|---|\n");
+    table_head("| model | arch | layers | routing | type | thr | test | tok/s median [min-max] | depth | cpu | roofline |",
+               "|---|---|---:|---|---|---:|---|---|---:|---:|---|");
     mor_batch *b = NULL;
     mor_batch_create(np > ng ? np : ng, &b);
 
@@ -562,6 +677,7 @@ int main(int argc, char **argv)
                 const char *mm = getenv("MOR_BENCH_MMAP");
                 mp.flags = mm && *mm == '1' ? 0 : MOR_MODEL_NO_MMAP;
                 if (mor_model_load_file(path, &mp, &models[a])) { fprintf(stderr, "%s: %s\n", path, mor_last_error()); return 1; }
+                if (depth_fits(path, models[a], np, ng)) return 1;
                 if (a == ARCH_MOR) {
                     var[nv++] = (variant){ .arch = a, .routing = 1, .m = models[a] };
                     var[nv++] = (variant){ .arch = a, .routing = 2, .m = models[a] };
@@ -623,18 +739,21 @@ int main(int argc, char **argv)
                         }
                         char name[16];
                         snprintf(name, sizeof name, "%s%d", test == 0 ? "pp" : "tg", ntok);
-                        printf("| %s | %s | %d | %s | %s | %d | %s | %.1f [%.1f-%.1f] | %.2f | %.0f%% | %s |\n", sh->name,
+                        printf("| %s | %s | %d | %s | %s | %d | %s | %.1f [%.1f-%.1f] | %.2f | %.0f%% | %s |", sh->name,
                                arch_names[v->arch], m->n_layer, routing_name(v->routing), wtypes[ti].name, nt, name,
                                med, rs.mn, rs.mx, depth, 100 * rs.busy, roofs);
+                        row_end();
                         if (jf) {
                             fprintf(jf, "%s  {\"model\": \"%s\", \"arch\": \"%s\", \"layers\": %d, \"routing\": \"%s\", "
                                         "\"type\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"test\": \"%s\", "
                                         "\"tok_s\": %.3f, \"tok_s_min\": %.3f, \"tok_s_max\": %.3f, \"reps\": %d, "
                                         "\"mean_depth\": %.4f, \"cpu\": %.3f, \"roofline_fraction\": %.4f, \"bound_tok_s\": %.2f, "
-                                        "\"bound\": \"%s\"}",
+                                        "\"bound\": \"%s\"",
                                     first_json ? "" : ",\n", sh->name, arch_names[v->arch], m->n_layer,
                                     routing_name(v->routing), wtypes[ti].name, nt, ks->name, name, med, rs.mn, rs.mx, reps,
                                     depth, rs.busy, roof, bound, bound > 0 ? what : "-");
+                            if (kv_depth) fprintf(jf, ", \"n_depth\": %d", kv_depth);   /* llama-bench's name */
+                            fprintf(jf, "}");
                             first_json = 0;
                         }
                     }
