@@ -8,6 +8,7 @@
 - A depth that leaves no room for the tests within the training context is refused (exit 1, a
   message naming that context, no table); a negative one is a usage error (exit 2).
 - Without --depth the table is as before: no note, no extra column.
+- --kv-type f32, f16, q8_0 each run; another type is a usage error.
 - A model without LoRA deltas is loaded once (the load line after the table says so), a relaxed
   model with deltas twice (unfolded and folded).
 """
@@ -76,6 +77,17 @@ def depth_refused():
     t.check(rc == 2 and "--depth" in err and out == "", "--depth x: usage error (rc %d)" % rc)
 
 
+def kv_types():
+    """--kv-type: each cache type runs at a depth (the cache holds its prefix in that type); an unknown
+    one is a usage error naming the choices."""
+    for kt in ("f32", "f16", "q8_0"):
+        rc, out, err = bench(BROWN, "--depth", "32", "--kv-type", kt)
+        t.check(rc == 0 and len(rows(out)) == 4, "--kv-type %s --depth 32: both variants' rows (rc %d: %s)"
+                % (kt, rc, err.strip()[-160:]))
+    rc, out, err = bench(BROWN, "--kv-type", "q4_0")
+    t.check(rc == 2 and "f32|f16|q8_0" in err and out == "", "--kv-type q4_0: usage error (rc %d: %s)" % (rc, err.strip()))
+
+
 def relaxed_loads(tmp):
     """A relaxed model (LoRA deltas) is still loaded twice: unfolded and folded differ."""
     import test_relaxed as tr
@@ -98,6 +110,7 @@ def main():
         t.finish()
     depth_rows()
     depth_refused()
+    kv_types()
     with tempfile.TemporaryDirectory() as tmp:
         relaxed_loads(tmp)
     t.finish()

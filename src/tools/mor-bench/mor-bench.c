@@ -20,7 +20,7 @@
  *             exits); the depth column is the router's mean, and the roofline counts the base
  *             weights at that depth
  *   --depth D (with either of the two above): D tokens in the KV cache before each test, as
- *             llama-bench -d D
+ *             llama-bench -d D; --kv-type f32|f16|q8_0 the cache's type, as -ctk/-ctv
  *   mor-bench --stream [-w TYPES] [-t 2] [-r 32] [--mib 512]: the matrix-vector products' read rate as
  *             a share of the bandwidth probe's, measured in pairs at the same moment (bench_stream.h)
  */
@@ -118,10 +118,17 @@ static double layer_macs(const mor_model *m, int32_t l)
 /* --depth D: tokens in the KV cache before each pp and tg test (llama-bench -d D), decoded once per
  * context and untimed; each test runs at positions D.. and its tokens are removed after it. */
 static int kv_depth;
+/* --kv-type: how the contexts' caches store K/V (MOR_KV_TYPE_*, llama-bench -ctk/-ctv), and the bytes
+ * per value the roofline counts for it (Q8_0: 34 bytes a block of 32). */
+static int kv_type = MOR_KV_TYPE_F32;
+static double kv_bytes_per_value(void)
+{
+    return kv_type == MOR_KV_TYPE_F16 ? 2.0 : kv_type == MOR_KV_TYPE_Q8_0 ? 34.0 / 32 : 4.0;
+}
 
 /* What a token of test `test` (0 pp, 1 tg: ntok tokens) of model m at mean depth `depth` must read
  * and compute (roofline.h): every layer it runs, the output matrix (pp: once for the batch), the K/V
- * rows of the cells before it (average position kv_depth + ntok / 2, F32 cache). */
+ * rows of the cells before it (average position kv_depth + ntok / 2, in the --kv-type's bytes). */
 static roof_work test_work(const mor_model *m, int test, int ntok, double depth)
 {
     double once = 0, block = 0, lm = 0;
@@ -140,7 +147,7 @@ static roof_work test_work(const mor_model *m, int test, int ntok, double depth)
     w.block = m->n_rec > 1 ? block : 0;
     w.depth = m->n_rec > 1 ? depth : 1;
     const double before = kv_depth + ntok / 2.0;
-    w.kv = layers_run * before * 2 * kvd * 4;
+    w.kv = layers_run * before * 2 * kvd * kv_bytes_per_value();
     w.flops = 2 * (lm + head_macs + layers_run * before * 2 * qd);
     w.per_batch = test == 0 ? ntok : 1;
     return w;
@@ -392,6 +399,7 @@ static int variant_context(variant *v, int np, int ng, int nt)
     cp.n_batch = (uint32_t)np;
     cp.n_threads = nt;
     cp.flags = fast_bf16 ? MOR_CTX_FAST_BF16 : 0;
+    cp.kv_type = kv_type;
     v->nt = nt;
     v->n_batch = np;
     v->filled = 0;
@@ -520,9 +528,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: mor-bench [-s 135m,360m,k256] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]\n"
-        "                 [-p 128] [-n 64] [-r 5] [--depth D] [--dir DIR] [--json FILE]\n"
+        "                 [-p 128] [-n 64] [-r 5] [--depth D] [--kv-type T] [--dir DIR] [--json FILE]\n"
         "                 [--kernels auto|ref|avx2|avx512|amx|neon] [--no-probe] [--quick]\n"
-        "       mor-bench --model FILE[,FILE...] [--exit MODE:T] [-t 1,2] [-p 128] [-n 64] [-r 5] [--depth D] [--kernels K]\n"
+        "       mor-bench --model FILE[,FILE...] [--exit MODE:T] [-t 1,2] [-p 128] [-n 64] [-r 5] [--depth D] [--kv-type T] [--kernels K]\n"
         "                 [--fast-bf16] [--no-probe]\n"
         "       mor-bench --serve [serving options: mor-bench --serve --help]\n"
         "       mor-bench --grammar [--vocab FILE,...] [--tokens N] [--reps N]: what a grammar costs per token\n"
@@ -544,6 +552,7 @@ static void usage(FILE *f)
         "                 decoded once per context, untimed; the tests then run at positions D.. (D plus\n"
         "                 the larger of -p and -n must fit the model's training context); a last table\n"
         "                 column says the depth\n"
+        "  --kv-type T    f32 (default), f16, q8_0: how the cache stores keys and values (llama-bench -ctk/-ctv)\n"
         "  --dir DIR      where the model files are written (default build/bench)\n"
         "  --json FILE    the results as JSON too\n"
         "  --kernels K    a kernel set instead of the best this CPU has\n"
@@ -593,6 +602,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "-n")) ng = (int)cli_int(a, cli_value(argc, argv, &i), 1, 2047);
         else if (!strcmp(a, "-r")) reps = (int)cli_int(a, cli_value(argc, argv, &i), 1, 64);
         else if (!strcmp(a, "--depth")) kv_depth = (int)cli_int(a, cli_value(argc, argv, &i), 0, 1 << 24);
+        else if (!strcmp(a, "--kv-type")) {
+            static const char *const kv_types[] = { "f32", "f16", "q8_0", NULL };
+            static const int values[] = { MOR_KV_TYPE_F32, MOR_KV_TYPE_F16, MOR_KV_TYPE_Q8_0 };
+            kv_type = values[cli_choice(a, cli_value(argc, argv, &i), kv_types)];
+        }
         else if (!strcmp(a, "--dir")) dir = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--json")) json = cli_value(argc, argv, &i);
         else if (!strcmp(a, "--kernels")) kern = cli_value(argc, argv, &i);
