@@ -401,9 +401,11 @@ static void roof_bw_sample(roof_machine *m, int nt, double bytes)
  * vector unit (the reference set). */
 static int roof_unit_for(const kernel_set *ks, uint32_t t, double *share)
 {
-    const int quant = act_is_q8(t);
+    /* k-quants (activations in Q8_K blocks): every vector set has integer dot-product kernels for
+     * them, the AMX set its AVX-512 ones */
+    const int kq = t != GGML_Q8_0 && t != GGML_Q4_0 && act_is_quantized(t), quant = kq || act_is_q8(t);
     *share = 1.0;
-    if (t != GGML_Q8_0 && t != GGML_Q4_0 && act_is_quantized(t)) return -1;   /* the reference kernels in every set */
+    if (kq && !strcmp(ks->name, "amx")) return UNIT_VNNI512;
     if (!strcmp(ks->name, "amx")) {
         if (quant) return UNIT_AMX_INT8;
         if (act_kind(ks, t) == ACT_BF16X3) { *share = 1.0 / 3; return UNIT_AMX_BF16; }
