@@ -327,6 +327,133 @@ class Templates(unittest.TestCase):
                 self.assertEqual(a["usage"], b["usage"])
 
 
+# A small Hermes-format template (a real one overflows the model's 256-token context once tools are
+# rendered) and tools with schemas the calls must satisfy.
+HERMES = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for c in m.tool_calls %}"
+          "<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}\n"
+          "</tool_call>{% endfor %}{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}"
+          "{% if tools %}{{ tools | length }} tools{% endif %}<|im_start|>assistant\n")
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                                                          "days": {"type": "integer", "minimum": 1,
+                                                                                   "maximum": 7}},
+                                          "required": ["city", "days"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["zone"]}}}]
+
+
+def call_valid(name, args):
+    a = json.loads(args)
+    if name == "get_weather":
+        return set(a) == {"city", "days"} and len(a["city"]) <= 12 and 1 <= a["days"] <= 7
+    return name == "get_time" and a == {"zone": a["zone"]} and a["zone"] in ("UTC", "CET")
+
+
+class Tools(unittest.TestCase):
+    """Function calling in mor.Llama, as mor-server does it: the parsers on
+    the server's fixed texts, calls forced by the tools' grammar (required,
+    named; whole and streamed), auto lazy (free text until a call begins),
+    the older functions/function_call, and the errors."""
+
+    def test_parsers_as_the_server(self):
+        from mor import _tools
+        cases = [   # tests/test_server.py's /test/tools-parse cases
+            ("hermes", "Let me see.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+             "</tool_call>", "Let me see.", [("get_weather", {"city": "Paris"})]),
+            ("hermes", "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, {\"y\": \"}\"}]}}\n</tool_call>\n"
+             "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>", "", [("a", {"x": [1, {"y": "}"}]}), ("b", {})]),
+            ("hermes", "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}", "", [("a", {"x": 1})]),
+            ("hermes", "<tool_call>\n{not json}\n</tool_call>", "<tool_call>\n{not json}\n</tool_call>", []),
+            ("generic", "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {\"q\": \"s\"}}]}", "", [("a", {"q": "s"})]),
+            ("generic", "{\"tool_call\": {\"name\": \"a\", \"arguments\": \"{\\\"q\\\": 1}\"}}", "", [("a", {"q": 1})]),
+            ("generic", "{\"response\": \"hi\"}", "hi", []),
+            ("llama3", "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": 1}}; {\"name\": \"b\", \"parameters\": {}}",
+             "", [("a", {"x": 1}), ("b", {})]),
+            ("mistral", "Hi [TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}]", "Hi", [("a", {})]),
+            ("hermes", "<tool_call>{\"name\": \"\\u0000x\", \"arguments\": {}}</tool_call>",
+             "<tool_call>{\"name\": \"\\u0000x\", \"arguments\": {}}</tool_call>", []),
+        ]
+        for fmt, text, content, calls in cases:
+            got, found = _tools.parse(fmt, text)
+            self.assertEqual((got, [(n, json.loads(a)) for _, n, a in found]), (content, calls), text)
+            self.assertTrue(all(re.match(r"^call_[A-Za-z0-9]{24}$", i) for i, _, _ in found))
+        safe = [("hermes", "Let me see.\n<tool_c", 11), ("hermes", "Let me see.\n<tool_call>\n{\"na", 11),
+                ("hermes", "Hello ", 5), ("generic", "{\"tool_calls\"", 0), ("generic", "Hello ", 5)]
+        self.assertEqual([_tools.stream_safe(f, x) for f, x, _ in safe], [n for _, _, n in safe])
+
+    def with_template(self, fn):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "hermes.gguf")
+            t.gguf_with_key(BROWN, path, "tokenizer.chat_template", HERMES)
+            with mor.Llama(model_path=path, n_ctx=256, seed=1, verbose=False) as llm:
+                fn(llm)
+
+    def test_forced_calls(self):
+        msgs = [{"role": "user", "content": "What is the weather?"}]
+
+        def run(llm):
+            for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+                for seed in (1, 2):
+                    kw = dict(messages=msgs, tools=TOOLS, tool_choice=choice, seed=seed, max_tokens=120,
+                              parallel_tool_calls=False, temperature=1.0)
+                    r = llm.create_chat_completion(**kw)
+                    ch, m = r["choices"][0], r["choices"][0]["message"]
+                    self.assertEqual((ch["finish_reason"], m["content"], len(m["tool_calls"])), ("tool_calls", None, 1))
+                    fn = m["tool_calls"][0]["function"]
+                    self.assertTrue(call_valid(fn["name"], fn["arguments"]), fn)
+                    if choice != "required":
+                        self.assertEqual(fn["name"], "get_time")
+                    # streamed: the same call as deltas, no content
+                    calls, content, finish = {}, "", None
+                    for e in llm.create_chat_completion(stream=True, **kw):
+                        d = e["choices"][0]["delta"]
+                        content += d.get("content") or ""
+                        for tc in d.get("tool_calls", []):
+                            c = calls.setdefault(tc["index"], ["", ""])
+                            c[0] += tc.get("function", {}).get("name", "")
+                            c[1] += tc.get("function", {}).get("arguments", "")
+                        finish = e["choices"][0]["finish_reason"] or finish
+                    self.assertEqual((content, finish, list(calls.values())),
+                                     ("", "tool_calls", [[fn["name"], fn["arguments"]]]))
+            # a tool result sent back: rendered (arguments as the object), and the reply follows
+            conv = msgs + [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": "{\"zone\": \"CET\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "12:00"}]
+            r = llm.create_chat_completion(messages=conv, tools=TOOLS, max_tokens=6, seed=1)
+            self.assertEqual(r["choices"][0]["message"]["role"], "assistant")
+            self.assertGreater(r["usage"]["prompt_tokens"], 20)
+        self.with_template(run)
+
+    def test_auto_and_legacy(self):
+        msgs = [{"role": "user", "content": "What is the weather?"}]
+
+        def run(llm):
+            for seed in (1, 2, 3):   # no call begun: the lazy grammar leaves the text free, as none does
+                kw = dict(messages=msgs, tools=TOOLS, seed=seed, max_tokens=30, temperature=1.0)
+                a = llm.create_chat_completion(tool_choice="auto", **kw)["choices"][0]
+                n = llm.create_chat_completion(tool_choice="none", **kw)["choices"][0]
+                self.assertNotIn("<tool_call>", n["message"]["content"])
+                self.assertEqual((a["message"], a["finish_reason"]), (n["message"], n["finish_reason"]))
+            # functions / function_call: OpenAI's older spelling of tools / tool_choice
+            fs = [tl["function"] for tl in TOOLS]
+            r = llm.create_chat_completion(messages=msgs, functions=fs, function_call={"name": "get_time"}, seed=1,
+                                           max_tokens=120, parallel_tool_calls=False)
+            fn = r["choices"][0]["message"]["tool_calls"][0]["function"]
+            self.assertEqual(fn["name"], "get_time")
+            self.assertTrue(call_valid(fn["name"], fn["arguments"]))
+            for bad in (dict(tool_choice="required"), dict(tools=TOOLS, tool_choice={"type": "function",
+                                                                                     "function": {"name": "nope"}}),
+                        dict(tools=[{"type": "function", "function": {"name": "has space"}}]),
+                        dict(tools=TOOLS, tool_choice="required", grammar='root ::= "x"'),
+                        dict(tools=TOOLS, functions=fs)):
+                with self.assertRaises(ValueError):
+                    llm.create_chat_completion(messages=msgs, max_tokens=4, **bad)
+        self.with_template(run)
+        with llama(chat_format="chatml") as llm, self.assertRaisesRegex(ValueError, "Jinja"):
+            llm.create_chat_completion(messages=msgs, tools=TOOLS, max_tokens=4)
+
+
 class Embeddings(unittest.TestCase):
     def test_embed(self):
         with llama(embedding=True) as llm, mor.Model(BROWN) as m, m.context(capture_hidden=True) as ctx:

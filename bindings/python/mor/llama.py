@@ -28,6 +28,7 @@ from . import (ChatTemplate, Context, Grammar, Model, Sampler, json_schema_to_gr
                ROUTER_TYPE_EXPERT, ROUTE_DEFAULT, ROUTE_TOPK, ROUTE_THRESHOLD, ROUTE_FORCED, ROUTE_TOKEN,
                LOG_WARN)
 from . import chat as _chat
+from . import _tools
 
 __all__ = ["Llama", "LlamaGrammar", "LLAMA_DEFAULT_SEED"]
 
@@ -203,13 +204,14 @@ class Llama(object):
     def _special_text(self, token):
         return self.model.token_to_piece(token).decode("utf-8", "replace") if token >= 0 else None
 
-    def _chat_prompt(self, messages):
+    def _chat_prompt(self, messages, tools=None):
         """(prompt tokens, the end-of-turn marker or None) of messages."""
         if self._template is None:
             text = _chat.render(self.chat_format, messages)
             return self.tokenize(text.encode("utf-8"), add_bos=True, special=True), _chat.end_marker(self.chat_format)
         bos, eos = self._special_text(self.model.token_bos), self._special_text(self.model.token_eos)
-        text = self._template.render(messages, add_generation_prompt=True, bos_token=bos, eos_token=eos)
+        text = self._template.render(_tools.template_messages(messages), add_generation_prompt=True, tools=tools,
+                                     bos_token=bos, eos_token=eos)
         add_bos = not (bos and text.startswith(bos))   # a template that writes BOS gets no second one
         tokens = self.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
         fam = self._template_family
@@ -317,7 +319,8 @@ class Llama(object):
         ctx = self._need_ctx()
         if len(prompt_tokens) >= self._n_ctx:
             raise ValueError("Requested tokens (%d) exceed context window of %d" % (len(prompt_tokens), self._n_ctx))
-        grammar = Grammar(self.model, gbnf) if gbnf is not None else None
+        gbnf, triggers = gbnf if isinstance(gbnf, tuple) else (gbnf, None)   # triggers: a lazy grammar
+        grammar = Grammar(self.model, gbnf, triggers=triggers) if gbnf is not None else None
         try:
             eos = self.model.token_eos
             stream = _Utf8(self.model)
@@ -434,7 +437,8 @@ class Llama(object):
                                stop=None, seed=None, response_format=None, max_tokens=None, presence_penalty=0.0,
                                frequency_penalty=0.0, repeat_penalty=1.0, tfs_z=1.0, mirostat_mode=0,
                                mirostat_tau=5.0, mirostat_eta=0.1, model=None, logits_processor=None,
-                               grammar=None, logit_bias=None, logprobs=None, top_logprobs=None):
+                               grammar=None, logit_bias=None, logprobs=None, top_logprobs=None,
+                               parallel_tool_calls=True):
         """A chat completion of messages (OpenAI's {"role", "content"} dicts)
         rendered in self.chat_format: {"id", "object": "chat.completion",
         "created", "model", "choices": [{"index", "message": {"role":
@@ -443,9 +447,14 @@ class Llama(object):
         "assistant"}. response_format: {"type": "json_object"} (with an
         optional "schema") or OpenAI's {"type": "json_schema", "json_schema":
         {"schema": ...}} constrains the answer. logprobs=True, top_logprobs=N:
-        OpenAI's per-token "content" list."""
-        if tools or functions or tool_choice or function_call:
-            raise ValueError("tools and functions are not supported yet by mor.Llama")
+        OpenAI's per-token "content" list. tools, tool_choice ("auto" (the
+        default), "none", "required" or {"type": "function", "function":
+        {"name": ...}}), parallel_tool_calls; the older functions and
+        function_call: OpenAI's function calling, as mor-server does it (the
+        model's Jinja template renders the tools; a call forced or, under
+        "auto", begun is constrained by the tools' grammar; the reply is
+        parsed into message["tool_calls"], finish_reason "tool_calls")."""
+        tools, choice = _tools.request(tools, tool_choice, functions, function_call)
         if logits_processor is not None:
             raise ValueError("logits_processor is not supported")
         sampler = self._sampler(seed, temperature, top_k, top_p, min_p, repeat_penalty,
@@ -453,13 +462,20 @@ class Llama(object):
                                  "typical_p": typical_p, "tfs_z": tfs_z, "mirostat_mode": mirostat_mode,
                                  "mirostat_tau": mirostat_tau, "mirostat_eta": mirostat_eta,
                                  "logit_bias": logit_bias})
-        tokens, marker = self._chat_prompt(messages)
+        if tools is not None and self._template is None:
+            raise ValueError("tools need a Jinja chat template (the model's), not the built-in format %r"
+                             % self.chat_format)
+        gbnf = _grammar_text(grammar, response_format)
+        fmt = _tools.detect(self._template.source) if tools is not None else None
+        if fmt is not None and choice != "none":
+            gbnf = _tools.constraint(fmt, tools, choice, parallel_tool_calls, gbnf)
+        tokens, marker = self._chat_prompt(messages, tools)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if marker:
             stops.append(marker)
         n_lp = (top_logprobs or 0) if logprobs else None
-        job = _Completion(self, tokens, None, max_tokens, sampler, _grammar_text(grammar, response_format), stops,
-                          n_lp, model, "chat.completion")
+        job = _Completion(self, tokens, None, max_tokens, sampler, gbnf, stops, n_lp, model, "chat.completion")
+        job.tools_fmt = fmt if choice != "none" else None
         return job.chat_stream() if stream else job.chat_result()
 
     # -- embeddings --------------------------------------------------------------
@@ -617,10 +633,20 @@ class _Completion(object):
                                    "mor": {"token_ids": self.ids[n:], "depths": self.depths[n:]}}])
 
     # -- chat completions
+    tools_fmt = None   # the tool-call format to parse the reply in (None: no tools)
+
     def chat_result(self):
         for _ in self._steps():
             pass
-        choice = {"index": 0, "message": {"role": "assistant", "content": self.stop.text},
+        message = {"role": "assistant", "content": self.stop.text}
+        if self.tools_fmt is not None:
+            content, calls = _tools.parse(self.tools_fmt, self.stop.text)
+            if calls:
+                message = {"role": "assistant", "content": content or None,
+                           "tool_calls": [{"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+                                          for i, n, a in calls]}
+                self.finish = "tool_calls"
+        choice = {"index": 0, "message": message,
                   "logprobs": self._chat_logprobs() if self.n_logprobs is not None else None,
                   "finish_reason": self.finish, "mor": self._mor()}
         return dict(self._head("chat.completion"), choices=[choice], usage=self._usage())
@@ -629,11 +655,34 @@ class _Completion(object):
         head = self._head("chat.completion.chunk")
         yield dict(head, choices=[{"index": 0, "delta": {"role": "assistant"}, "logprobs": None,
                                    "finish_reason": None}])
-        n = 0
+        n, sent = 0, 0
         for text in self._steps():
+            if self.tools_fmt is not None:   # the text up to what may begin a call
+                safe = _tools.stream_safe(self.tools_fmt, self.stop.text)
+                text, sent = self.stop.text[sent:safe] if safe > sent else "", max(sent, safe)
+                if not text:
+                    continue
             ids, depths = self.ids[n:], self.depths[n:]
             n = len(self.ids)
             yield dict(head, choices=[{"index": 0, "delta": {"content": text}, "logprobs": None,
                                        "finish_reason": None, "mor": {"token_ids": ids, "depths": depths}}])
+        if self.tools_fmt is not None:
+            yield from self._tool_deltas(head, sent)
         yield dict(head, choices=[{"index": 0, "delta": {}, "logprobs": None, "finish_reason": self.finish,
                                    "mor": {"token_ids": self.ids[n:], "depths": self.depths[n:]}}])
+
+    def _tool_deltas(self, head, sent):
+        """At the end of a streamed reply with tools: the content not sent yet,
+        then each call as OpenAI's deltas (name, then its whole arguments)."""
+        content, calls = _tools.parse(self.tools_fmt, self.stop.text)
+        if len(content) > sent:
+            yield dict(head, choices=[{"index": 0, "delta": {"content": content[sent:]}, "logprobs": None,
+                                       "finish_reason": None}])
+        for k, (cid, name, args) in enumerate(calls):
+            fn = {"index": k, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}
+            yield dict(head, choices=[{"index": 0, "delta": {"tool_calls": [fn]}, "logprobs": None,
+                                       "finish_reason": None}])
+            yield dict(head, choices=[{"index": 0, "delta": {"tool_calls": [{"index": k, "function": {
+                "arguments": args}}]}, "logprobs": None, "finish_reason": None}])
+        if calls:
+            self.finish = "tool_calls"

@@ -69,8 +69,45 @@ class ChatCompletionRequestMessageContentPartText(TypedDict):
     text: str
 
 class ChatCompletionRequestMessage(TypedDict):
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]
     content: str | list[ChatCompletionRequestMessageContentPartText] | None
+    tool_calls: NotRequired[list[ChatCompletionMessageToolCall]]
+    tool_call_id: NotRequired[str]
+
+class ChatCompletionToolFunction(TypedDict):
+    name: str
+    description: NotRequired[str]
+    parameters: NotRequired[_JsonSchema]
+
+class ChatCompletionTool(TypedDict):
+    type: Literal["function"]
+    function: ChatCompletionToolFunction
+
+class ChatCompletionNamedToolChoiceFunction(TypedDict):
+    name: str
+
+class ChatCompletionNamedToolChoice(TypedDict):
+    type: Literal["function"]
+    function: ChatCompletionNamedToolChoiceFunction
+
+class ChatCompletionMessageToolCallFunction(TypedDict):
+    name: str
+    arguments: str
+
+class ChatCompletionMessageToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: ChatCompletionMessageToolCallFunction
+
+class ChatCompletionMessageToolCallChunkFunction(TypedDict):
+    name: NotRequired[str]
+    arguments: str
+
+class ChatCompletionMessageToolCallChunk(TypedDict):
+    index: int
+    id: NotRequired[str]
+    type: NotRequired[Literal["function"]]
+    function: ChatCompletionMessageToolCallChunkFunction
 
 class ChatCompletionRequestResponseFormat(TypedDict):
     type: Literal["text", "json_object", "json_schema"]
@@ -79,7 +116,8 @@ class ChatCompletionRequestResponseFormat(TypedDict):
 
 class ChatCompletionResponseMessage(TypedDict):
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    tool_calls: NotRequired[list[ChatCompletionMessageToolCall]]
 
 class ChatCompletionTopLogprobToken(TypedDict):
     token: str
@@ -99,7 +137,7 @@ class ChatCompletionResponseChoice(TypedDict):
     index: int
     message: ChatCompletionResponseMessage
     logprobs: ChatCompletionLogprobs | None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
     mor: MorTokens
 
 class CreateChatCompletionResponse(TypedDict):
@@ -113,12 +151,13 @@ class CreateChatCompletionResponse(TypedDict):
 class ChatCompletionStreamResponseDelta(TypedDict):
     role: NotRequired[Literal["assistant"]]
     content: NotRequired[str]
+    tool_calls: NotRequired[list[ChatCompletionMessageToolCallChunk]]
 
 class ChatCompletionStreamResponseChoice(TypedDict):
     index: int
     delta: ChatCompletionStreamResponseDelta
     logprobs: ChatCompletionLogprobs | None
-    finish_reason: Literal["stop", "length"] | None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None
     mor: NotRequired[MorTokens]
 
 class CreateChatCompletionStreamResponse(TypedDict):
@@ -401,10 +440,10 @@ class Llama:
     def create_chat_completion(
         self,
         messages: _MessagesArg,
-        functions: None = None,
-        function_call: None = None,
-        tools: None = None,
-        tool_choice: None = None,
+        functions: Sequence[ChatCompletionToolFunction] | None = None,
+        function_call: Literal["auto", "none"] | ChatCompletionNamedToolChoiceFunction | None = None,
+        tools: Sequence[ChatCompletionTool] | None = None,
+        tool_choice: Literal["auto", "none", "required"] | ChatCompletionNamedToolChoice | None = None,
         temperature: float = 0.2,
         top_p: float = 0.95,
         top_k: int = 40,
@@ -428,15 +467,16 @@ class Llama:
         logit_bias: dict[int, float] | None = None,
         logprobs: bool | None = None,
         top_logprobs: int | None = None,
+        parallel_tool_calls: bool = True,
     ) -> CreateChatCompletionResponse: ...
     @overload
     def create_chat_completion(
         self,
         messages: _MessagesArg,
-        functions: None = None,
-        function_call: None = None,
-        tools: None = None,
-        tool_choice: None = None,
+        functions: Sequence[ChatCompletionToolFunction] | None = None,
+        function_call: Literal["auto", "none"] | ChatCompletionNamedToolChoiceFunction | None = None,
+        tools: Sequence[ChatCompletionTool] | None = None,
+        tool_choice: Literal["auto", "none", "required"] | ChatCompletionNamedToolChoice | None = None,
         temperature: float = 0.2,
         top_p: float = 0.95,
         top_k: int = 40,
@@ -461,15 +501,16 @@ class Llama:
         logit_bias: dict[int, float] | None = None,
         logprobs: bool | None = None,
         top_logprobs: int | None = None,
+        parallel_tool_calls: bool = True,
     ) -> Iterator[CreateChatCompletionStreamResponse]: ...
     @overload
     def create_chat_completion(
         self,
         messages: _MessagesArg,
-        functions: None = None,
-        function_call: None = None,
-        tools: None = None,
-        tool_choice: None = None,
+        functions: Sequence[ChatCompletionToolFunction] | None = None,
+        function_call: Literal["auto", "none"] | ChatCompletionNamedToolChoiceFunction | None = None,
+        tools: Sequence[ChatCompletionTool] | None = None,
+        tool_choice: Literal["auto", "none", "required"] | ChatCompletionNamedToolChoice | None = None,
         temperature: float = 0.2,
         top_p: float = 0.95,
         top_k: int = 40,
@@ -493,6 +534,7 @@ class Llama:
         logit_bias: dict[int, float] | None = None,
         logprobs: bool | None = None,
         top_logprobs: int | None = None,
+        parallel_tool_calls: bool = True,
     ) -> CreateChatCompletionResponse | Iterator[CreateChatCompletionStreamResponse]: ...
     @overload
     def embed(

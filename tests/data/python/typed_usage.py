@@ -61,7 +61,7 @@ def llama(path: str) -> None:
                 {"role": "user", "content": "What did the jury say?"}]
     resp = llm.create_chat_completion(messages=messages, max_tokens=8, temperature=0.7,
                                       response_format={"type": "json_object"})
-    answer: str = resp["choices"][0]["message"]["content"]
+    answer: str = resp["choices"][0]["message"]["content"] or ""   # None: only tool calls
     stream: Iterator["CreateChatCompletionStreamResponse"] = llm.create_chat_completion(
         messages=[{"role": "user", "content": "Hi"}], max_tokens=4, stream=True)
     for c in stream:
