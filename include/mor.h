@@ -1172,7 +1172,9 @@ MOR_API mor_router *mor_server_router(mor_server *srv);
  * exceeds n_ctx, n_ctx_seq or the model's context: it could never run; under
  * MOR_SERVE_CONTEXT_SHIFT such a request is taken, its prompt truncated to
  * the context, unless the context has fewer than 2 positions), MOR_E_ABI,
- * MOR_E_NOMEM. May be called between steps, at any time. */
+ * MOR_E_NOMEM. May be called between steps, at any time.
+ * mor_server_submit_request takes these and a request's other settings in
+ * one call. */
 MOR_API mor_status mor_server_submit(mor_server *srv, const mor_token *prompt, int32_t n_prompt,
                                      const mor_sampler_params *sampling, int32_t max_tokens,
                                      const mor_token *stop, int32_t n_stop, mor_request_id *id_out);
@@ -1287,6 +1289,71 @@ MOR_API mor_sampler *mor_server_request_sampler(mor_server *srv, mor_request_id 
  * the request is as it was. */
 MOR_API mor_status mor_server_set_exit(mor_server *srv, mor_request_id id, float threshold);
 
+/* A request's settings in one size-prefixed struct, for
+ * mor_server_submit_request: those mor_server_submit takes and those the
+ * setters above give a queued request. The defaults (mor_request_params_init)
+ * are a request of mor_server_submit on which no setter was called. Like
+ * the params structs, fields are only appended (an older caller's struct
+ * gets the defaults of the fields it lacks). */
+typedef struct mor_request_params {
+    uint32_t size;                  /* sizeof(mor_request_params) as compiled by the caller */
+    /* Sampling settings (NULL, default: mor_sampler_params_init's); the
+     * sampler is seeded per request. A pointer, so that mor_sampler_params
+     * may grow without moving the fields below. */
+    const mor_sampler_params *sampling;
+    int32_t  max_tokens;            /* generated tokens at most, >= 1; default 16           */
+    /* Stop tokens stop[0..n_stop-1] (copied; ids in [0, n_vocab)): one ends
+     * the request and is the last token returned. Default none (0, NULL). */
+    int32_t  n_stop;
+    const mor_token *stop;
+    /* The output's grammar, as mor_server_set_grammar: made on this
+     * server's model (its vocabulary); the server owns it once the call
+     * succeeds (freed with the request), the caller keeps it when the call
+     * fails. NULL (default): none. */
+    mor_grammar *grammar;
+    /* Self-speculative decoding, as mor_server_set_speculate: n_draft
+     * drafts a step (in [0, n_batch - 1]) made with the recursions below
+     * draft_depth (in [1, N_r]). n_draft 0 (default): off, draft_depth
+     * unread; draft_depth default 1. */
+    int32_t  n_draft;
+    int32_t  draft_depth;
+    /* The request's exit threshold, as mor_server_set_exit (a server
+     * created with exits only). NaN (default): the server's, on any server. */
+    float    exit_threshold;
+    /* The tokens a context shift keeps, as mor_server_set_keep (n_keep >= 0,
+     * -1 the whole prompt; a server with MOR_SERVE_CONTEXT_SHIFT only). 0
+     * (default): the server's default, on any server. */
+    int32_t  n_keep;
+} mor_request_params;
+
+MOR_API void mor_request_params_init(mor_request_params *p, size_t size);
+#define MOR_REQUEST_PARAMS_INIT(p) mor_request_params_init((p), sizeof(*(p)))
+
+/* Queue a request with all its settings (params; NULL: the defaults): the
+ * same request, and the same outputs, as mor_server_submit followed by
+ * mor_server_set_grammar, mor_server_set_speculate, mor_server_set_exit
+ * and mor_server_set_keep for the fields not at their default, but in one
+ * call that succeeds or changes nothing: on error no request is queued, no
+ * id is used, *id_out is untouched and params->grammar stays the caller's.
+ * params and what it points to are read during the call only (the prompt
+ * and stop tokens are copied); only the grammar is kept, on success. The
+ * logit bias and DRY's breakers go through mor_server_request_sampler
+ * afterwards. Errors, the first met (checked as mor_server_submit checks,
+ * then the grammar, the speculation, the exit threshold, n_keep):
+ * MOR_E_INVALID_ARG (NULL srv, prompt or id_out, n_prompt < 1, max_tokens
+ * < 1, n_stop < 0 or a NULL stop with n_stop > 0, a sampling value the
+ * sampler refuses, a grammar of another vocabulary, n_draft < 0 or >
+ * n_batch - 1, an exit threshold the server's exit mode refuses, n_keep <
+ * -1, n_keep != 0 on a server without MOR_SERVE_CONTEXT_SHIFT, or keeping
+ * more than L - 2 tokens of a request that may reach the context L),
+ * MOR_E_OUT_OF_RANGE (a prompt or stop token id; draft_depth outside [1,
+ * N_r] with n_draft > 0), MOR_E_KV_FULL (as mor_server_submit),
+ * MOR_E_UNSUPPORTED (an exit threshold on a server created without exits),
+ * MOR_E_ABI (params->size or sampling->size), MOR_E_NOMEM. May be called
+ * between steps, at any time. */
+MOR_API mor_status mor_server_submit_request(mor_server *srv, const mor_token *prompt, int32_t n_prompt,
+                                             const mor_request_params *params, mor_request_id *id_out);
+
 /* Thread-safety: a mor_server, like a context, is used by one thread at a
  * time; several servers may share one model. */
 
@@ -1379,6 +1446,7 @@ MOR_API size_t mor_sizeof_sampler_params(void);
 MOR_API size_t mor_sizeof_router_stats(void);
 MOR_API size_t mor_sizeof_server_params(void);
 MOR_API size_t mor_sizeof_chat_params(void);
+MOR_API size_t mor_sizeof_request_params(void);
 /* Largest N_r this build supports. */
 MOR_API int32_t mor_max_recursions(void);
 

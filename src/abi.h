@@ -49,6 +49,16 @@ typedef struct {
 } abi_server_params_v1;
 typedef struct {
     uint32_t size;
+    const mor_sampler_params *sampling;
+    int32_t  max_tokens, n_stop;
+    const mor_token *stop;
+    mor_grammar *grammar;
+    int32_t  n_draft, draft_depth;
+    float    exit_threshold;
+    int32_t  n_keep;
+} abi_request_params_v1;
+typedef struct {
+    uint32_t size;
     uint64_t n_tokens;
     double   mean_depth;
     uint64_t n_at_depth[MOR_MAX_RECURSIONS + 1];

@@ -262,51 +262,47 @@ mor_router *mor_server_router(mor_server *s) { return s ? s->ctx->router : NULL;
 
 static serve_req *find(const mor_server *s, mor_request_id id);
 
-mor_status mor_server_set_grammar(mor_server *s, mor_request_id id, mor_grammar *g)
+/* The request a setter changes: a queued one (who names the setter). */
+static mor_status find_queued(mor_server *s, mor_request_id id, const char *who, serve_req **out)
 {
-    if (!s || !g) return err_set(MOR_E_INVALID_ARG, "mor_server_set_grammar: %s is NULL", !s ? "server" : "grammar");
     serve_req *q = find(s, id);
-    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_grammar: no request %d", (int)id);
-    if (q->state != MOR_REQ_QUEUED || q->gr)
-        return err_set(MOR_E_INVALID_ARG, "mor_server_set_grammar: request %d is %s", (int)id,
-                       q->gr ? "constrained already" : "not queued any more");
-    if (grammar_n_vocab(g) != s->m->n_vocab)
-        return err_set(MOR_E_INVALID_ARG, "mor_server_set_grammar: the grammar was made for a vocabulary of %d tokens, "
-                       "the server's model has %d", (int)grammar_n_vocab(g), (int)s->m->n_vocab);
-    uint8_t *ok = malloc((size_t)s->m->n_vocab);
-    if (!ok) return err_set(MOR_E_NOMEM, "mor_server_set_grammar: out of memory");
-    q->gr = g;
-    q->gr_ok = ok;
-    err_clear();
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "%s: no request %d", who, (int)id);
+    if (q->state != MOR_REQ_QUEUED)
+        return err_set(MOR_E_INVALID_ARG, "%s: request %d is not queued any more", who, (int)id);
+    *out = q;
     return MOR_OK;
 }
 
-mor_sampler *mor_server_request_sampler(mor_server *s, mor_request_id id)
+/* The settings of a queued request, or of one being submitted (not queued
+ * yet): each checks its values and changes q only when it succeeds, so
+ * that the setters and mor_server_submit_request share them. */
+static mor_status req_grammar(mor_server *s, serve_req *q, mor_grammar *g, const char *who)
 {
-    serve_req *q = find(s, id);
-    return q && q->state == MOR_REQ_QUEUED ? q->smp : NULL;
+    if (grammar_n_vocab(g) != s->m->n_vocab)
+        return err_set(MOR_E_INVALID_ARG, "%s: the grammar was made for a vocabulary of %d tokens, "
+                       "the server's model has %d", who, (int)grammar_n_vocab(g), (int)s->m->n_vocab);
+    uint8_t *ok = malloc((size_t)s->m->n_vocab);
+    if (!ok) return err_set(MOR_E_NOMEM, "%s: out of memory", who);
+    q->gr = g;
+    q->gr_ok = ok;
+    return MOR_OK;
 }
 
-mor_status mor_server_set_speculate(mor_server *s, mor_request_id id, int32_t n_draft, int32_t draft_depth)
+static mor_status req_speculate(mor_server *s, serve_req *q, int32_t n_draft, int32_t draft_depth, const char *who)
 {
-    if (!s) return err_set(MOR_E_INVALID_ARG, "mor_server_set_speculate: NULL server");
-    serve_req *q = find(s, id);
-    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_speculate: no request %d", (int)id);
-    if (q->state != MOR_REQ_QUEUED)
-        return err_set(MOR_E_INVALID_ARG, "mor_server_set_speculate: request %d is not queued any more", (int)id);
     if (n_draft < 0 || n_draft > (int32_t)s->p.n_batch - 1)
-        return err_set(MOR_E_INVALID_ARG, "mor_server_set_speculate: n_draft %d out of range [0, %u] (n_batch - 1)",
-                       (int)n_draft, s->p.n_batch - 1);
+        return err_set(MOR_E_INVALID_ARG, "%s: n_draft %d out of range [0, %u] (n_batch - 1)", who, (int)n_draft,
+                       s->p.n_batch - 1);
     if (draft_depth < 1 || draft_depth > s->m->n_rec)
-        return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_speculate: draft depth %d out of range [1, %d]",
-                       (int)draft_depth, (int)s->m->n_rec);
+        return err_set(MOR_E_OUT_OF_RANGE, "%s: draft depth %d out of range [1, %d]", who, (int)draft_depth,
+                       (int)s->m->n_rec);
     void *mem = NULL;
     spec_bufs b = { 0 };
     int32_t *depth = NULL;
     if (n_draft) {   /* rows, tmp, drafts, hist, depths [n + 1]; logits [n + 1][n_vocab] */
         const size_t n1 = (size_t)n_draft + 1, a = up8(sizeof(int32_t) * n1);
         char *at = mem = malloc(5 * a + sizeof(float) * n1 * (size_t)s->m->n_vocab);
-        if (!mem) return err_set(MOR_E_NOMEM, "mor_server_set_speculate: out of memory");
+        if (!mem) return err_set(MOR_E_NOMEM, "%s: out of memory", who);
         b.rows = (int32_t *)at; at += a;
         b.tmp = (int32_t *)at; at += a;
         b.drafts = (mor_token *)at; at += a;
@@ -317,25 +313,59 @@ mor_status mor_server_set_speculate(mor_server *s, mor_request_id id, int32_t n_
     free(q->spec_mem);
     q->spec_mem = mem; q->spec = b; q->spec_depth = depth;
     q->spec_n = n_draft; q->spec_d = draft_depth;
-    err_clear();
     return MOR_OK;
+}
+
+static mor_status req_exit(mor_server *s, serve_req *q, float threshold, const char *who)
+{
+    const mor_router *r = s->ctx->router;
+    if (r->exit_mode == MOR_EXIT_NONE)
+        return err_set(MOR_E_UNSUPPORTED, "%s: the server has no exits (mor_server_params.exit_mode)", who);
+    mor_status st = isnan(threshold) ? MOR_OK : router_exit_check(s->m, r->exit_mode, threshold, who);
+    if (st) return st;
+    q->exit_thr = threshold;
+    return MOR_OK;
+}
+
+mor_status mor_server_set_grammar(mor_server *s, mor_request_id id, mor_grammar *g)
+{
+    if (!s || !g) return err_set(MOR_E_INVALID_ARG, "mor_server_set_grammar: %s is NULL", !s ? "server" : "grammar");
+    serve_req *q = find(s, id);
+    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_grammar: no request %d", (int)id);
+    if (q->state != MOR_REQ_QUEUED || q->gr)
+        return err_set(MOR_E_INVALID_ARG, "mor_server_set_grammar: request %d is %s", (int)id,
+                       q->gr ? "constrained already" : "not queued any more");
+    mor_status st = req_grammar(s, q, g, "mor_server_set_grammar");
+    if (!st) err_clear();
+    return st;
+}
+
+mor_sampler *mor_server_request_sampler(mor_server *s, mor_request_id id)
+{
+    serve_req *q = find(s, id);
+    return q && q->state == MOR_REQ_QUEUED ? q->smp : NULL;
+}
+
+mor_status mor_server_set_speculate(mor_server *s, mor_request_id id, int32_t n_draft, int32_t draft_depth)
+{
+    static const char who[] = "mor_server_set_speculate";
+    if (!s) return err_set(MOR_E_INVALID_ARG, "%s: NULL server", who);
+    serve_req *q = NULL;
+    mor_status st = find_queued(s, id, who, &q);
+    if (!st) st = req_speculate(s, q, n_draft, draft_depth, who);
+    if (!st) err_clear();
+    return st;
 }
 
 mor_status mor_server_set_exit(mor_server *s, mor_request_id id, float threshold)
 {
-    if (!s) return err_set(MOR_E_INVALID_ARG, "mor_server_set_exit: NULL server");
-    serve_req *q = find(s, id);
-    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_exit: no request %d", (int)id);
-    if (q->state != MOR_REQ_QUEUED)
-        return err_set(MOR_E_INVALID_ARG, "mor_server_set_exit: request %d is not queued any more", (int)id);
-    const mor_router *r = s->ctx->router;
-    if (r->exit_mode == MOR_EXIT_NONE)
-        return err_set(MOR_E_UNSUPPORTED, "mor_server_set_exit: the server has no exits (mor_server_params.exit_mode)");
-    mor_status st = isnan(threshold) ? MOR_OK : router_exit_check(s->m, r->exit_mode, threshold, "mor_server_set_exit");
-    if (st) return st;
-    q->exit_thr = threshold;
-    err_clear();
-    return MOR_OK;
+    static const char who[] = "mor_server_set_exit";
+    if (!s) return err_set(MOR_E_INVALID_ARG, "%s: NULL server", who);
+    serve_req *q = NULL;
+    mor_status st = find_queued(s, id, who, &q);
+    if (!st) st = req_exit(s, q, threshold, who);
+    if (!st) err_clear();
+    return st;
 }
 
 mor_status mor_server_request_speculation(const mor_server *s, mor_request_id id, int64_t *drafted,
@@ -359,21 +389,49 @@ static int32_t seq_limit(const mor_server *s) { return (int32_t)s->p.n_ctx_seq; 
 
 static int shifting(const mor_server *s) { return (s->p.flags & MOR_SERVE_CONTEXT_SHIFT) != 0; }
 
-mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_prompt,
-                             const mor_sampler_params *sp, int32_t max_tokens,
-                             const mor_token *stop, int32_t n_stop, mor_request_id *id_out)
+static mor_status no_shift(const char *who)
 {
-    if (!s || !prompt || !id_out || n_prompt < 1 || max_tokens < 1 || n_stop < 0 || (n_stop && !stop))
-        return err_set(MOR_E_INVALID_ARG, "mor_server_submit: NULL or negative argument");
+    return err_set(MOR_E_INVALID_ARG, "%s: the server was created without MOR_SERVE_CONTEXT_SHIFT", who);
+}
+
+static mor_status req_keep(mor_server *s, serve_req *q, int32_t n_keep, const char *who)
+{
+    if (!shifting(s)) return no_shift(who);
+    if (n_keep < -1) return err_set(MOR_E_INVALID_ARG, "%s: n_keep %d (-1: the prompt)", who, (int)n_keep);
+    const int32_t n = q->n_full ? q->n_full : q->n_prompt, lim = seq_limit(s);
+    const int32_t keep = n_keep < 0 || n_keep > n ? n : n_keep;
+    if (keep > lim - 2 && (int64_t)n + q->max_tokens > lim)
+        return err_set(MOR_E_INVALID_ARG, "%s: keeping %d tokens leaves nothing to drop in a context of %d positions",
+                       who, (int)keep, (int)lim);
+    q->n_keep = keep;
+    if (q->n_full) {   /* truncated again from the prompt as submitted */
+        memcpy(q->prompt, q->full, sizeof(mor_token) * (size_t)n);
+        q->n_prompt = mor_prompt_truncate(q->prompt, n, lim, keep);
+        mor_sampler_reset(q->smp);
+        for (int32_t i = 0; i < q->n_prompt; i++) mor_sampler_accept(q->smp, q->prompt[i]);
+    }
+    return MOR_OK;
+}
+
+/* A request checked and built, not queued (mor_server_submit's part of
+ * mor_server_submit_request): nothing of the server changes. */
+static mor_status req_new(mor_server *s, const mor_token *prompt, int32_t n_prompt, const mor_request_params *p,
+                          const char *who, serve_req **out)
+{
+    const int32_t max_tokens = p->max_tokens, n_stop = p->n_stop;
+    const mor_token *stop = p->stop;
+    if (max_tokens < 1 || n_stop < 0 || (n_stop && !stop))
+        return err_set(MOR_E_INVALID_ARG, "%s: max_tokens %d, n_stop %d (stop %s)", who, (int)max_tokens, (int)n_stop,
+                       stop ? "set" : "NULL");
     for (int32_t i = 0; i < n_prompt + n_stop; i++) {
         mor_token t = i < n_prompt ? prompt[i] : stop[i - n_prompt];
-        if (t < 0 || t >= s->m->n_vocab) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_submit: token %d", t);
+        if (t < 0 || t >= s->m->n_vocab) return err_set(MOR_E_OUT_OF_RANGE, "%s: token %d", who, t);
     }
     int64_t need = (int64_t)n_prompt + max_tokens;
     const int32_t lim = seq_limit(s);
     if (need > lim && (!shifting(s) || lim < 2))
-        return err_set(MOR_E_KV_FULL, "mor_server_submit: %lld cells needed, a sequence holds %d (n_ctx %u, "
-                       "training context %d)%s", (long long)need, (int)lim, s->p.n_ctx, s->m->n_ctx_train,
+        return err_set(MOR_E_KV_FULL, "%s: %lld cells needed, a sequence holds %d (n_ctx %u, training context %d)%s",
+                       who, (long long)need, (int)lim, s->p.n_ctx, s->m->n_ctx_train,
                        shifting(s) ? "; a context of fewer than 2 positions cannot shift" : "");
     /* The request and its token arrays in one allocation (and the prompt
      * as submitted when it is truncated, for mor_server_set_keep). */
@@ -386,10 +444,28 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
     q->out = q->stop + n_stop + 1;
     q->depth = (int32_t *)(q->out + max_tokens);
     q->full = (mor_token *)(q->depth + max_tokens);
-    mor_status st = mor_sampler_create(sp, &q->smp);
+    mor_status st = mor_sampler_create(p->sampling, &q->smp);
     if (st) { free(q); return st; }
     /* its candidates now: sampling in a step must not fail (see mor_server_step) */
     if ((st = sampler_reserve(q->smp, s->m->n_vocab))) { req_free(q); return st; }
+    memcpy(q->prompt, prompt, sizeof(mor_token) * (size_t)n_prompt);
+    if (n_stop) memcpy(q->stop, stop, sizeof(mor_token) * (size_t)n_stop);
+    q->n_prompt = n_prompt;
+    if (n_full) {   /* longer than the context (MOR_SERVE_CONTEXT_SHIFT): n_keep 0 until set_keep */
+        memcpy(q->full, prompt, sizeof(mor_token) * n_full);
+        q->n_full = n_prompt;
+        q->n_prompt = mor_prompt_truncate(q->prompt, n_prompt, lim, 0);
+    }
+    for (int32_t i = 0; i < q->n_prompt; i++) mor_sampler_accept(q->smp, q->prompt[i]);
+    q->n_stop = n_stop; q->max_tokens = max_tokens;
+    q->state = MOR_REQ_QUEUED; q->slot = -1; q->exit_thr = NAN;
+    *out = q;
+    return MOR_OK;
+}
+
+/* Queue a built request: its id and its place in the queue. */
+static mor_status enqueue(mor_server *s, serve_req *q)
+{
     if (s->n_reqs == s->cap_reqs) {
         int32_t nc = s->cap_reqs ? 2 * s->cap_reqs : 16;
         serve_req **nr = realloc(s->reqs, sizeof *nr * (size_t)nc);
@@ -404,26 +480,65 @@ mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_p
             if (nq) { s->queue = nq; s->q_cap = nc; }
         }
     }
-    if (s->n_reqs == s->cap_reqs || s->q_head + s->q_len == s->q_cap) {
-        req_free(q);
-        return err_set(MOR_E_NOMEM, "out of memory");
-    }
-    memcpy(q->prompt, prompt, sizeof(mor_token) * (size_t)n_prompt);
-    if (n_stop) memcpy(q->stop, stop, sizeof(mor_token) * (size_t)n_stop);
-    q->n_prompt = n_prompt;
-    if (n_full) {   /* longer than the context (MOR_SERVE_CONTEXT_SHIFT): n_keep 0 until set_keep */
-        memcpy(q->full, prompt, sizeof(mor_token) * n_full);
-        q->n_full = n_prompt;
-        q->n_prompt = mor_prompt_truncate(q->prompt, n_prompt, lim, 0);
-    }
-    for (int32_t i = 0; i < q->n_prompt; i++) mor_sampler_accept(q->smp, q->prompt[i]);
-    q->n_stop = n_stop; q->max_tokens = max_tokens;
-    q->id = s->n_reqs; q->state = MOR_REQ_QUEUED; q->slot = -1; q->exit_thr = NAN;
+    if (s->n_reqs == s->cap_reqs || s->q_head + s->q_len == s->q_cap) return err_set(MOR_E_NOMEM, "out of memory");
+    q->id = s->n_reqs;
     s->reqs[s->n_reqs++] = q;
     s->queue[s->q_head + s->q_len++] = q->id;
+    return MOR_OK;
+}
+
+void mor_request_params_init(mor_request_params *p, size_t size)
+{
+    mor_request_params d;
+    memset(&d, 0, sizeof d);
+    d.max_tokens = 16;
+    d.draft_depth = 1;
+    d.exit_threshold = NAN;
+    abi_init(p, size, &d, sizeof d);
+}
+
+size_t mor_sizeof_request_params(void) { return sizeof(mor_request_params); }
+
+/* mor_server_submit_request under the name of the function called (who). */
+static mor_status submit(mor_server *s, const mor_token *prompt, int32_t n_prompt, const mor_request_params *params,
+                         mor_request_id *id_out, const char *who)
+{
+    if (!s || !prompt || !id_out || n_prompt < 1)
+        return err_set(MOR_E_INVALID_ARG, "%s: NULL or negative argument", who);
+    mor_request_params p;
+    mor_request_params_init(&p, sizeof p);
+    mor_status st = abi_read(&p, sizeof p, params, sizeof(abi_request_params_v1), "mor_request_params");
+    serve_req *q = NULL;
+    if (!st) st = req_new(s, prompt, n_prompt, &p, who, &q);
+    if (!st && p.grammar) st = req_grammar(s, q, p.grammar, who);
+    if (!st && p.n_draft) st = req_speculate(s, q, p.n_draft, p.draft_depth, who);
+    if (!st && !isnan(p.exit_threshold)) st = req_exit(s, q, p.exit_threshold, who);
+    if (!st && p.n_keep) st = req_keep(s, q, p.n_keep, who);
+    if (!st) st = enqueue(s, q);
+    if (st) {
+        if (q) q->gr = NULL;   /* the caller's again */
+        req_free(q);
+        return st;
+    }
     *id_out = q->id;
     err_clear();
     return MOR_OK;
+}
+
+mor_status mor_server_submit_request(mor_server *s, const mor_token *prompt, int32_t n_prompt,
+                                     const mor_request_params *params, mor_request_id *id_out)
+{
+    return submit(s, prompt, n_prompt, params, id_out, "mor_server_submit_request");
+}
+
+mor_status mor_server_submit(mor_server *s, const mor_token *prompt, int32_t n_prompt,
+                             const mor_sampler_params *sp, int32_t max_tokens,
+                             const mor_token *stop, int32_t n_stop, mor_request_id *id_out)
+{
+    mor_request_params p;
+    MOR_REQUEST_PARAMS_INIT(&p);
+    p.sampling = sp; p.max_tokens = max_tokens; p.stop = stop; p.n_stop = n_stop;
+    return submit(s, prompt, n_prompt, &p, id_out, "mor_server_submit");
 }
 
 /* The cells a request reserves: its whole length, or under a context
@@ -436,28 +551,14 @@ static int64_t req_need(const mor_server *s, const serve_req *q)
 
 mor_status mor_server_set_keep(mor_server *s, mor_request_id id, int32_t n_keep)
 {
-    if (!s) return err_set(MOR_E_INVALID_ARG, "mor_server_set_keep: NULL server");
-    if (!shifting(s))
-        return err_set(MOR_E_INVALID_ARG, "mor_server_set_keep: the server was created without MOR_SERVE_CONTEXT_SHIFT");
-    serve_req *q = find(s, id);
-    if (!q) return err_set(MOR_E_OUT_OF_RANGE, "mor_server_set_keep: no request %d", (int)id);
-    if (q->state != MOR_REQ_QUEUED)
-        return err_set(MOR_E_INVALID_ARG, "mor_server_set_keep: request %d is not queued any more", (int)id);
-    if (n_keep < -1) return err_set(MOR_E_INVALID_ARG, "mor_server_set_keep: n_keep %d (-1: the prompt)", (int)n_keep);
-    const int32_t n = q->n_full ? q->n_full : q->n_prompt, lim = seq_limit(s);
-    const int32_t keep = n_keep < 0 || n_keep > n ? n : n_keep;
-    if (keep > lim - 2 && (int64_t)n + q->max_tokens > lim)
-        return err_set(MOR_E_INVALID_ARG, "mor_server_set_keep: keeping %d tokens leaves nothing to drop in a "
-                       "context of %d positions", (int)keep, (int)lim);
-    q->n_keep = keep;
-    if (q->n_full) {   /* truncated again from the prompt as submitted */
-        memcpy(q->prompt, q->full, sizeof(mor_token) * (size_t)n);
-        q->n_prompt = mor_prompt_truncate(q->prompt, n, lim, keep);
-        mor_sampler_reset(q->smp);
-        for (int32_t i = 0; i < q->n_prompt; i++) mor_sampler_accept(q->smp, q->prompt[i]);
-    }
-    err_clear();
-    return MOR_OK;
+    static const char who[] = "mor_server_set_keep";
+    if (!s) return err_set(MOR_E_INVALID_ARG, "%s: NULL server", who);
+    if (!shifting(s)) return no_shift(who);   /* before the id: an unknown id's status as it was */
+    serve_req *q = NULL;
+    mor_status st = find_queued(s, id, who, &q);
+    if (!st) st = req_keep(s, q, n_keep, who);
+    if (!st) err_clear();
+    return st;
 }
 
 mor_status mor_server_request_shift(const mor_server *s, mor_request_id id, int32_t *n_prompt, int32_t *n_shifts,

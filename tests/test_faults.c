@@ -209,6 +209,50 @@ static mor_status run_server(op *o, void **obj)
 
 static void undo_server(op *o, void *obj) { (void)o; mor_server_free(obj); }
 
+/* mor_server_submit_request on the server in o->state (its id there); undo
+ * cancels and releases the request, which frees all it allocated. */
+typedef struct {
+    mor_server *s;
+    mor_request_id id;
+    mor_model *m;                 /* the grammar's model (run_submit_grammar) */
+    const mor_token *prompt;
+    int32_t n_prompt;
+} submit_state;
+static const mor_token sub_prompt[4] = { 3, 1, 4, 1 }, sub_stop[2] = { 5, 9 };
+
+static mor_status run_submit_request(op *o, void **obj)
+{
+    submit_state *ss = o->state;
+    mor_request_params rp;
+    MOR_REQUEST_PARAMS_INIT(&rp);
+    rp.max_tokens = 6; rp.stop = sub_stop; rp.n_stop = 2; rp.n_draft = 3; rp.draft_depth = 1;
+    (void)obj;
+    return mor_server_submit_request(ss->s, sub_prompt, 4, &rp, &ss->id);
+}
+
+/* The same with a grammar made in the call (o->a: its GBNF), freed here when
+ * the submit fails: it stays the caller's then, the server's on success. */
+static mor_status run_submit_grammar(op *o, void **obj)
+{
+    submit_state *ss = o->state;
+    mor_request_params rp;
+    MOR_REQUEST_PARAMS_INIT(&rp);
+    rp.max_tokens = 6; rp.n_draft = 2; rp.draft_depth = 1;
+    mor_status st = mor_grammar_create(ss->m, o->a, o->n, NULL, NULL, 0, &rp.grammar);
+    if (!st) st = mor_server_submit_request(ss->s, ss->prompt, ss->n_prompt, &rp, &ss->id);
+    if (st) mor_grammar_free(rp.grammar);
+    (void)obj;
+    return st;
+}
+
+static void undo_submit_request(op *o, void *obj)
+{
+    submit_state *ss = o->state;
+    (void)obj;
+    mor_server_cancel(ss->s, ss->id);
+    mor_server_release(ss->s, ss->id);
+}
+
 static mor_status run_batch(op *o, void **obj) { (void)o; return mor_batch_create(64, (mor_batch **)obj); }
 static void undo_batch(op *o, void *obj) { (void)o; mor_batch_free(obj); }
 
@@ -321,6 +365,53 @@ static int test_alloc_failures(void)
         snprintf(name, sizeof name, "mor_server_create(expert_mc.gguf, mode %d, 4 slots, 2 threads)", mode);
         op o = { name, run_server, undo_server, &sp, 0, 0, m };
         if (m) total += inject_all(&o);
+        mor_model_free(m);
+    }
+    {   /* a request and its settings in one call: a failure queues nothing, so the id that goes through is the
+         * next one (the queue's arrays are grown by a first request, cancelled and released) */
+        mor_model *m = load(tiny("expert_mc.gguf"));
+        mor_server_params sp;
+        MOR_SERVER_PARAMS_INIT(&sp);
+        sp.n_slots = 2; sp.n_ctx = 64; sp.n_batch = 16;
+        submit_state ss = { NULL, -1, NULL, NULL, 0 };
+        mor_request_id first = -1;
+        const int ok = m && !mor_server_create(m, &sp, &ss.s) &&
+                       !mor_server_submit(ss.s, sub_prompt, 4, NULL, 6, NULL, 0, &first) &&
+                       !mor_server_cancel(ss.s, first) && !mor_server_release(ss.s, first);
+        op o = { "mor_server_submit_request(stop tokens, speculation)", run_submit_request, undo_submit_request, NULL,
+                 0, 0, &ss };
+        if (CHECK(ok, "mor_server_submit_request fault setup")) {
+            total += inject_all(&o);
+            CHECK(first == 0 && ss.id == 1, "mor_server_submit_request: the failed attempts queued nothing and used "
+                  "no id (the one that went through is %d)", (int)ss.id);
+        }
+        mor_server_free(ss.s);
+        mor_model_free(m);
+    }
+    {   /* with a grammar (the bundled model has a tokenizer): refused, it stays the caller's, which frees it */
+        mor_model *m = NULL;
+        mor_server_params sp;
+        MOR_SERVER_PARAMS_INIT(&sp);
+        sp.n_slots = 2; sp.n_ctx = 64; sp.n_batch = 16;
+        submit_state ss = { NULL, -1, NULL, NULL, 0 };
+        mor_token pr[8];
+        mor_request_id first = -1;
+        int ok = !mor_model_load_file("models/brown-mor.gguf", NULL, &m) && !mor_server_create(m, &sp, &ss.s) &&
+                 !mor_tokenize(m, "The jury", 8, MOR_TOKENIZE_ADD_BOS, pr, 8, &ss.n_prompt) &&
+                 !mor_server_submit(ss.s, pr, ss.n_prompt, NULL, 6, NULL, 0, &first) &&
+                 !mor_server_cancel(ss.s, first) && !mor_server_release(ss.s, first);
+        ss.m = m; ss.prompt = pr;
+        static const char gbnf[] = "root ::= [a-z ]+";
+        op o = { "mor_grammar_create + mor_server_submit_request(grammar, speculation) on brown-mor",
+                 run_submit_grammar, undo_submit_request, gbnf, sizeof gbnf - 1, 0, &ss };
+        if (!ok) {
+            SKIP("models/brown-mor.gguf for a grammar: %s", mor_last_error());
+        } else {
+            total += inject_all(&o);
+            CHECK(ss.id == 1, "mor_server_submit_request with a grammar: the failed attempts queued nothing (the "
+                  "one that went through is %d)", (int)ss.id);
+        }
+        mor_server_free(ss.s);
         mor_model_free(m);
     }
     op ob = { "mor_batch_create(64)", run_batch, undo_batch, NULL, 0, 0, NULL };

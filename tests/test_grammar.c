@@ -750,7 +750,8 @@ static void test_server_lazy(mor_context *ctx)
 }
 
 /* mor_server_set_grammar: constrained requests beside an unconstrained one
- * give, bitwise, the tokens of each generated alone. */
+ * give, bitwise, the tokens of each generated alone, and the same through
+ * mor_server_submit_request. */
 static void test_server(mor_context *ctx)
 {
     mor_token prompt[16];
@@ -809,6 +810,31 @@ static void test_server(mor_context *ctx)
                   i == 2 ? "" : whole ? ", a whole string of the grammar (oracle)" : ", a prefix of the grammar's strings (oracle)");
             mor_grammar_free(g);
         }
+        /* the same requests through mor_server_submit_request, the grammars in its params: the same tokens */
+        mor_server *two = NULL;
+        int same = !mor_server_create(model, &p, &two);
+        for (int i = 0; i < 3 && same; i++) {
+            mor_request_params rp;
+            MOR_REQUEST_PARAMS_INIT(&rp);
+            rp.sampling = &sp[i]; rp.max_tokens = 120; rp.stop = &eos; rp.n_stop = 1;
+            if (i < 2) same = !mor_grammar_create(model, JSONISH, strlen(JSONISH), NULL, NULL, 0, &rp.grammar);
+            mor_request_id id2 = -1;
+            if (same && mor_server_submit_request(two, prompt, np, &rp, &id2)) {
+                same = 0;
+                mor_grammar_free(rp.grammar);   /* still ours */
+            }
+        }
+        same = same && !mor_server_run(two);
+        for (int i = 0; i < 3 && same; i++) {
+            mor_token a[128], b[128];
+            int32_t na = -1, nb = -2;
+            same = !mor_server_get_tokens(srv, id[i], a, NULL, 128, &na) &&
+                   !mor_server_get_tokens(two, i, b, NULL, 128, &nb) && na == nb &&
+                   !memcmp(a, b, sizeof *a * (size_t)na);
+        }
+        CHECK(same, "%s: the grammars given to mor_server_submit_request: the same tokens as mor_server_set_grammar's",
+              mode == MOR_SERVE_DEPTHWISE ? "DEPTHWISE" : "SEQUENCE");
+        mor_server_free(two);
         mor_server_free(srv);
     }
     free(judge);

@@ -40,6 +40,18 @@ typedef struct {
     void   (*on_token)(mor_request_id, mor_token, int32_t, void *);
     void    *user_data;
 } server_params_v1;
+/* mor_request_params as its first release declares it (today's: its
+ * first release will be 0.1; when fields are appended, this stays) */
+typedef struct {
+    uint32_t size;
+    const mor_sampler_params *sampling;
+    int32_t  max_tokens, n_stop;
+    const mor_token *stop;
+    mor_grammar *grammar;
+    int32_t  n_draft, draft_depth;
+    float    exit_threshold;
+    int32_t  n_keep;
+} request_params_v1;
 typedef struct {
     uint32_t size;
     uint64_t n_tokens;
@@ -133,6 +145,28 @@ int main(void)
     mor_server *srv = NULL;
     CHECK(mor_server_create(m, (const mor_server_params *)(void *)&vp, &srv) == MOR_OK && srv,
           "mor_server_create: a 0.1 struct is accepted (%s)", mor_last_error());
+    /* mor_request_params: the first release's struct is accepted, its INIT writes only its bytes (the
+     * defaults: a request of mor_server_submit); a smaller size or a newer header's is MOR_E_ABI */
+    request_params_v1 rp;
+    OLD_INIT(mor_request_params_init, request_params_v1, rp);
+    CHECK(rp.max_tokens == 16 && !rp.sampling && !rp.n_stop && !rp.stop && !rp.grammar && !rp.n_draft &&
+          rp.draft_depth == 1 && rp.exit_threshold != rp.exit_threshold && rp.n_keep == 0,
+          "mor_request_params_init: max_tokens 16, draft_depth 1, exit_threshold NaN, the rest 0");
+    mor_token prompt[2] = { 3, 4 };
+    mor_request_id rid = -1;
+    CHECK(srv && mor_server_submit_request(srv, prompt, 2, (const mor_request_params *)(void *)&rp, &rid) == MOR_OK &&
+          rid == 0, "mor_server_submit_request: the first release's struct is accepted (%s)", mor_last_error());
+    rp.size = (uint32_t)offsetof(request_params_v1, n_keep);
+    rid = -1;
+    CHECK(srv && mor_server_submit_request(srv, prompt, 2, (const mor_request_params *)(void *)&rp, &rid) ==
+                     MOR_E_ABI && rid == -1 && strstr(mor_last_error(), "mor_request_params"),
+          "mor_request_params: the first release's struct without its last field -> MOR_E_ABI, naming the struct");
+    {
+        struct { mor_request_params p; uint64_t more; } big;
+        mor_request_params_init(&big.p, sizeof big);
+        CHECK(srv && mor_server_submit_request(srv, prompt, 2, &big.p, &rid) == MOR_E_ABI && rid == -1,
+              "mor_request_params: a newer header's bigger struct -> MOR_E_ABI");
+    }
     mor_server_free(srv);
 
     /* an output struct: filled as far as the caller's size reaches */

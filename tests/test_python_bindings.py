@@ -100,6 +100,13 @@ def field_ctype(decl):
     ty = m.group(1).replace("const ", "").strip()
     if ty == "char *":   # a string in (mor_chat_params)
         return m.group(2), ctypes.c_char_p
+    base = ty[:-1].strip() if ty.endswith("*") else None
+    if base in HANDLES:   # a handle (mor_request_params.grammar)
+        return m.group(2), ctypes.c_void_p
+    if base in STRUCT_TYPES:   # a struct read by the library (mor_request_params.sampling)
+        return m.group(2), ctypes.POINTER(STRUCT_TYPES[base])
+    if base in SCALARS and SCALARS[base] is not None:   # an array in (mor_request_params.stop)
+        return m.group(2), ctypes.POINTER(SCALARS[base])
     return m.group(2), (ctypes.c_void_p if ty == "void *" else SCALARS[ty])
 
 
@@ -816,6 +823,14 @@ class Speculation(unittest.TestCase):
             with mor.Server(m) as srv:
                 with self.assertRaises(mor.OutOfRangeError):
                     srv.submit("The", speculate=2, speculate_depth=9)
+                # one call (mor_server_submit_request): a refused setting queues nothing, and the
+                # grammar copy it carried is freed by the binding
+                with self.assertRaises(mor.OutOfRangeError):
+                    srv.submit("The", grammar='root ::= "a"', speculate=2, speculate_depth=9)
+                with self.assertRaises(mor.UnsupportedError):
+                    srv.submit("The", grammar='root ::= "a"', exit_threshold=0.5)
+                self.assertEqual(srv.submit("The", max_tokens=2, grammar='root ::= " a"'), 0)   # the first id
+                srv.run()
 
 
 class JsonSchema(unittest.TestCase):

@@ -33,6 +33,7 @@
  *    router): every mode equals mor_decode bit for bit, with rows of
  *    several recursions in one layer call (Gemma 2's tied layers differ in
  *    their sliding window, which each row takes from its own layer). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -966,6 +967,289 @@ out:
     for (int32_t i = 0; i < CS_N; i++) { free(cs[i].logits); free(cs_got[i]); cs[i].logits = cs_got[i] = NULL; }
 }
 
+/* ---- mor_server_submit_request ---- */
+
+/* What one run of pv_run gave each request: tokens, depths, a hash of the
+ * logits each token was sampled from (bitwise), drafts, shifts. */
+typedef struct {
+    int32_t   n_out, depth[MAXT], np, nsh, ndi;
+    mor_token out[MAXT];
+    int64_t   drafted, accepted;
+    uint64_t  hash;
+} pv_result;
+static pv_result pv[2][NREQ];
+
+static void pv_hook(void *ud, mor_request_id id, const float *logits, int32_t nv)
+{
+    pv_result *r = ud;
+    uint64_t h = r[id].hash ? r[id].hash : 1469598103934665603ull;   /* FNV-1a over the bytes */
+    const unsigned char *b = (const unsigned char *)logits;
+    for (size_t i = 0; i < sizeof(float) * (size_t)nv; i++) h = (h ^ b[i]) * 1099511628211ull;
+    r[id].hash = h;
+}
+
+/* Request i's settings: speculating every other one, an exit threshold
+ * every fourth and n_keep every third where the server has them. */
+static void pv_settings(int32_t i, int exits, int shift, int32_t *n_draft, float *thr, int32_t *keep)
+{
+    *n_draft = i % 2 ? 2 : 0;
+    *thr = !exits || i % 4 == 0 ? NAN : i % 4 == 1 ? -2.0f : i % 4 == 2 ? 2.0f : 0.95f;
+    *keep = !shift || i % 3 == 2 ? 0 : i % 3 ? -1 : 2;
+}
+
+/* Requests [0, n) on a new server, through mor_server_submit and the
+ * setters (via 0) or mor_server_submit_request (via 1), into pv[via]. */
+static int pv_run(mor_model *m, int32_t mode, int32_t exit_mode, uint32_t flags, uint32_t n_ctx_seq, int32_t n, int via)
+{
+    mor_server_params p;
+    MOR_SERVER_PARAMS_INIT(&p);
+    p.mode = mode; p.n_slots = 5; p.n_ctx = 256; p.n_batch = 16; p.kv_mode = kvmode;
+    p.exit_mode = exit_mode; p.exit_threshold = 0.9f; p.flags = flags; p.n_ctx_seq = n_ctx_seq;
+    mor_server *s = NULL;
+    if (mor_server_create(m, &p, &s)) return 0;
+    memset(pv[via], 0, sizeof pv[via]);
+    serve_set_logits_hook(s, pv_hook, pv[via]);
+    int ok = 1;
+    for (int32_t i = 0; i < n && ok; i++) {
+        const request *q = &reqs[i];
+        int32_t nd, keep;
+        float thr;
+        pv_settings(i, exit_mode != MOR_EXIT_NONE, (flags & MOR_SERVE_CONTEXT_SHIFT) != 0, &nd, &thr, &keep);
+        mor_request_id id = -1;
+        if (via) {
+            mor_request_params rp;
+            MOR_REQUEST_PARAMS_INIT(&rp);
+            rp.sampling = &q->sp; rp.max_tokens = q->max_tokens; rp.stop = q->stop; rp.n_stop = q->n_stop;
+            rp.n_draft = nd; rp.draft_depth = 1; rp.exit_threshold = thr; rp.n_keep = keep;
+            ok = mor_server_submit_request(s, q->prompt, q->n_prompt, &rp, &id) == MOR_OK;
+        } else {
+            ok = mor_server_submit(s, q->prompt, q->n_prompt, &q->sp, q->max_tokens, q->stop, q->n_stop, &id) ==
+                     MOR_OK &&
+                 (!nd || mor_server_set_speculate(s, id, nd, 1) == MOR_OK) &&
+                 (isnan(thr) || mor_server_set_exit(s, id, thr) == MOR_OK) &&
+                 (!keep || mor_server_set_keep(s, id, keep) == MOR_OK);
+        }
+        ok = ok && id == i;
+        if (i % 3 == 0) ok = ok && mor_server_step(s, NULL) == MOR_OK;   /* some queued while others run */
+    }
+    ok = ok && mor_server_run(s) == MOR_OK;
+    for (int32_t i = 0; i < n && ok; i++) {
+        pv_result *r = &pv[via][i];
+        ok = mor_server_get_tokens(s, i, r->out, r->depth, MAXT, &r->n_out) == MOR_OK &&
+             mor_server_request_speculation(s, i, &r->drafted, &r->accepted) == MOR_OK &&
+             mor_server_request_shift(s, i, &r->np, &r->nsh, &r->ndi) == MOR_OK;
+    }
+    mor_server_free(s);
+    return ok;
+}
+
+/* The same requests and settings through both ways: the same outputs, bit for bit. */
+static void params_vs_setters(mor_model *m, const char *name)
+{
+    static const struct { const char *what; int32_t mode, exit_mode; uint32_t flags, n_ctx_seq; } v[7] = {
+        { "SERIAL", MOR_SERVE_SERIAL, 0, 0, 0 },
+        { "SEQUENCE", MOR_SERVE_SEQUENCE, 0, 0, 0 },
+        { "DEPTHWISE", MOR_SERVE_DEPTHWISE, 0, 0, 0 },
+        { "DEPTHWISE, SATURATION exits", MOR_SERVE_DEPTHWISE, MOR_EXIT_SATURATION, 0, 0 },
+        { "DEPTHWISE, MARGIN exits", MOR_SERVE_DEPTHWISE, MOR_EXIT_MARGIN, 0, 0 },
+        { "SEQUENCE, context shift L 12", MOR_SERVE_SEQUENCE, 0, MOR_SERVE_CONTEXT_SHIFT, 12 },
+        { "DEPTHWISE, context shift L 12", MOR_SERVE_DEPTHWISE, 0, MOR_SERVE_CONTEXT_SHIFT, 12 },
+    };
+    const int exits_ok = mor_model_router_type(m) != MOR_ROUTER_TYPE_TOKEN;
+    for (int k = 0; k < 7; k++) {
+        if (v[k].exit_mode && !exits_ok) continue;
+        SCENARIO("%s %s: mor_server_submit_request = mor_server_submit + setters", name, v[k].what);
+        const int32_t n = 16;
+        int ok = pv_run(m, v[k].mode, v[k].exit_mode, v[k].flags, v[k].n_ctx_seq, n, 0) &&
+                 pv_run(m, v[k].mode, v[k].exit_mode, v[k].flags, v[k].n_ctx_seq, n, 1);
+        int same = ok, drafted = 0, shifted = 0;
+        for (int32_t i = 0; i < n && same; i++) {
+            const pv_result *a = &pv[0][i], *b = &pv[1][i];
+            same = a->n_out == b->n_out && a->n_out > 0 &&
+                   !memcmp(a->out, b->out, sizeof(mor_token) * (size_t)a->n_out) &&
+                   !memcmp(a->depth, b->depth, sizeof(int32_t) * (size_t)a->n_out) && a->hash == b->hash &&
+                   a->drafted == b->drafted && a->accepted == b->accepted && a->np == b->np && a->nsh == b->nsh &&
+                   a->ndi == b->ndi;
+            drafted += a->drafted > 0;
+            shifted += a->nsh > 0;
+        }
+        CHECK(same && drafted > 0 && (!v[k].flags || shifted > 0),
+              "%s %s: 16 requests (stop tokens, speculation%s%s): tokens, depths, logits, drafts and shifts bitwise "
+              "those of mor_server_submit and the setters (%d speculated, %d shifted)", name, v[k].what,
+              v[k].exit_mode ? ", exit thresholds" : "", v[k].flags ? ", n_keep" : "", drafted, shifted);
+    }
+}
+
+/* Queued requests: the state of a server after failed submits must be as
+ * before; *n_pending of a step with nothing else queued tells. */
+static int32_t pending_after_step(mor_server *s)
+{
+    int32_t pend = -1;
+    return mor_server_step(s, &pend) == MOR_OK ? pend : -1;
+}
+
+static mor_request_params *rp_init(mor_request_params *rp)
+{
+    MOR_REQUEST_PARAMS_INIT(rp);
+    return rp;
+}
+
+/* mor_server_submit_request's errors: each refused with the old calls'
+ * status, nothing queued, no id used, the grammar still the caller's (a
+ * grammar the server had taken and freed would be used after free below:
+ * ASan and valgrind see it); params NULL and the defaults; the struct's
+ * size rule. */
+static void request_params_misuse(mor_model *m)
+{
+    SCENARIO("mor_server_submit_request: errors change nothing");
+    mor_server *s = make_server(m, MOR_SERVE_DEPTHWISE, 2, 64, 0, 0);
+    if (!s) return;
+    mor_token pr[3] = { 1, 2, 3 }, bad = n_vocab, stop = 5;
+    mor_request_id id = -1;
+    mor_request_params rp;
+    mor_sampler_params sp;
+    MOR_SAMPLER_PARAMS_INIT(&sp);
+#define RP(field, value) (rp_init(&rp)->field = (value), &rp)
+    CHECK(mor_server_submit_request(NULL, pr, 3, NULL, &id) == MOR_E_INVALID_ARG &&
+          mor_server_submit_request(s, NULL, 3, NULL, &id) == MOR_E_INVALID_ARG &&
+          mor_server_submit_request(s, pr, 0, NULL, &id) == MOR_E_INVALID_ARG &&
+          mor_server_submit_request(s, pr, 3, NULL, NULL) == MOR_E_INVALID_ARG &&
+          mor_server_submit_request(s, &bad, 1, NULL, &id) == MOR_E_OUT_OF_RANGE,
+          "NULL server, prompt or id_out, an empty prompt: MOR_E_INVALID_ARG; a bad prompt token: MOR_E_OUT_OF_RANGE");
+    CHECK(mor_server_submit_request(s, pr, 3, RP(max_tokens, -1), &id) == MOR_E_INVALID_ARG &&
+          mor_server_submit_request(s, pr, 3, RP(max_tokens, 0), &id) == MOR_E_INVALID_ARG &&
+          mor_server_submit_request(s, pr, 3, RP(max_tokens, 62), &id) == MOR_E_KV_FULL,
+          "max_tokens -1 and 0: MOR_E_INVALID_ARG; 62 with 3 prompt tokens in 64 cells: MOR_E_KV_FULL");
+    CHECK(mor_server_submit_request(s, pr, 3, RP(n_stop, -1), &id) == MOR_E_INVALID_ARG &&
+          mor_server_submit_request(s, pr, 3, RP(n_stop, 1), &id) == MOR_E_INVALID_ARG &&
+          (rp_init(&rp)->stop = &bad, rp.n_stop = 1,
+           mor_server_submit_request(s, pr, 3, &rp, &id) == MOR_E_OUT_OF_RANGE),
+          "n_stop -1, a NULL stop with n_stop 1: MOR_E_INVALID_ARG; a bad stop token: MOR_E_OUT_OF_RANGE");
+    sp.top_p = -1;
+    CHECK(mor_server_submit_request(s, pr, 3, RP(sampling, &sp), &id) == MOR_E_INVALID_ARG,
+          "bad sampling values: MOR_E_INVALID_ARG");
+    MOR_SAMPLER_PARAMS_INIT(&sp);
+    sp.size = 3;
+    CHECK(mor_server_submit_request(s, pr, 3, RP(sampling, &sp), &id) == MOR_E_ABI, "a bad sampling size: MOR_E_ABI");
+    MOR_SAMPLER_PARAMS_INIT(&sp);
+    CHECK(mor_server_submit_request(s, pr, 3, RP(n_draft, -1), &id) == MOR_E_INVALID_ARG &&
+          mor_server_submit_request(s, pr, 3, RP(n_draft, (int32_t)nbatch), &id) == MOR_E_INVALID_ARG &&
+          (rp_init(&rp)->n_draft = 2, rp.draft_depth = 0,
+           mor_server_submit_request(s, pr, 3, &rp, &id) == MOR_E_OUT_OF_RANGE) &&
+          (rp_init(&rp)->n_draft = 2, rp.draft_depth = mor_model_n_recursion(m) + 1,
+           mor_server_submit_request(s, pr, 3, &rp, &id) == MOR_E_OUT_OF_RANGE),
+          "n_draft -1 or n_batch: MOR_E_INVALID_ARG; draft_depth 0 or N_r + 1: MOR_E_OUT_OF_RANGE");
+    CHECK(mor_server_submit_request(s, pr, 3, RP(exit_threshold, 0.5f), &id) == MOR_E_UNSUPPORTED,
+          "an exit threshold on a server without exits: MOR_E_UNSUPPORTED");
+    CHECK(mor_server_submit_request(s, pr, 3, RP(n_keep, 2), &id) == MOR_E_INVALID_ARG &&
+          mor_server_submit_request(s, pr, 3, RP(n_keep, -1), &id) == MOR_E_INVALID_ARG,
+          "n_keep 2 or -1 on a server without MOR_SERVE_CONTEXT_SHIFT: MOR_E_INVALID_ARG");
+    rp.size = (uint32_t)sizeof rp - 1;
+    CHECK(mor_server_submit_request(s, pr, 3, &rp, &id) == MOR_E_ABI && strstr(mor_last_error(), "mor_request_params"),
+          "a size smaller than any release's: MOR_E_ABI naming the struct");
+    {
+        struct { mor_request_params p; uint64_t more; } big;   /* a newer header's */
+        mor_request_params_init(&big.p, sizeof big);
+        CHECK(mor_server_submit_request(s, pr, 3, &big.p, &id) == MOR_E_ABI,
+              "a newer header's bigger struct: MOR_E_ABI");
+    }
+    CHECK(id == -1 && pending_after_step(s) == 0, "after all of these: no id given, nothing queued");
+    /* the defaults: n_draft 0 leaves draft_depth unread, NaN the server's threshold, n_keep 0 on any server */
+    mor_token a[MAXT], b[MAXT];
+    int32_t na = -1, nb = -2;
+    mor_request_id i1 = -1, i2 = -1;
+    int ok = mor_server_submit_request(s, pr, 3, NULL, &i1) == MOR_OK && i1 == 0 &&
+             (rp_init(&rp)->draft_depth = 0, rp.stop = &stop,
+              mor_server_submit_request(s, pr, 3, &rp, &i2) == MOR_OK) && i2 == 1 &&
+             mor_server_run(s) == MOR_OK && mor_server_get_tokens(s, i1, a, NULL, MAXT, &na) == MOR_OK;
+    mor_server_free(s);
+    s = make_server(m, MOR_SERVE_DEPTHWISE, 2, 64, 0, 0);
+    ok = ok && s && mor_server_submit(s, pr, 3, NULL, 16, NULL, 0, &i1) == MOR_OK && mor_server_run(s) == MOR_OK &&
+         mor_server_get_tokens(s, i1, b, NULL, MAXT, &nb) == MOR_OK;
+    CHECK(ok && na == 16 && nb == na && !memcmp(a, b, sizeof(mor_token) * (size_t)na),
+          "params NULL: mor_server_submit's defaults with max_tokens 16 (the same %d tokens); n_draft 0 with "
+          "draft_depth 0 and a NULL stop with n_stop 0 accepted", (int)na);
+    mor_server_free(s);
+    /* an exit threshold's and n_keep's refusals on servers that have them */
+    const int exits = mor_model_router_type(m) != MOR_ROUTER_TYPE_TOKEN;
+    s = make_server(m, MOR_SERVE_DEPTHWISE, 2, 64, exits ? MOR_EXIT_MARGIN : 0, 0.9f);
+    if (s && exits)
+        CHECK(mor_server_submit_request(s, pr, 3, RP(exit_threshold, 0.5f), &id) == MOR_OK && id == 0,
+              "an exit threshold on a server with exits: taken");
+    mor_server_free(s);
+    mor_server_params p;
+    MOR_SERVER_PARAMS_INIT(&p);
+    p.n_ctx = 64; p.n_ctx_seq = 8; p.flags = MOR_SERVE_CONTEXT_SHIFT;
+    s = NULL;
+    mor_token lp[12];
+    for (int32_t i = 0; i < 12; i++) lp[i] = (mor_token)(i + 1);
+    id = -1;
+    ok = mor_server_create(m, &p, &s) == MOR_OK;
+    CHECK(ok && (rp_init(&rp)->n_keep = -2, mor_server_submit_request(s, lp, 12, &rp, &id) == MOR_E_INVALID_ARG) &&
+          (rp_init(&rp)->n_keep = 7, mor_server_submit_request(s, lp, 12, &rp, &id) == MOR_E_INVALID_ARG) && id == -1 &&
+          pending_after_step(s) == 0 &&
+          (rp_init(&rp)->n_keep = 6, mor_server_submit_request(s, lp, 12, &rp, &id) == MOR_OK) && id == 0,
+          "context shift, L 8: n_keep -2, or 7 (> L - 2) of a 12-token prompt: MOR_E_INVALID_ARG, nothing queued; "
+          "6 taken");
+    mor_server_free(s);
+    /* a grammar: refused with another vocabulary (the caller's still); with the other fields' errors too */
+    mor_model *brown = NULL;
+    mor_grammar *g = NULL;
+    static const char gbnf[] = "root ::= [a-z ]+";
+    if (mor_model_load_file("models/brown-mor.gguf", NULL, &brown) ||
+        mor_grammar_create(brown, gbnf, strlen(gbnf), NULL, NULL, 0, &g)) {
+        SKIP("models/brown-mor.gguf and a grammar on it: %s", mor_last_error());
+        mor_model_free(brown);
+        return;
+    }
+    s = make_server(m, MOR_SERVE_DEPTHWISE, 2, 64, 0, 0);
+    id = -1;
+    CHECK(s && mor_server_submit_request(s, pr, 3, RP(grammar, g), &id) == MOR_E_INVALID_ARG && id == -1 &&
+          strstr(mor_last_error(), "vocabulary") != NULL && pending_after_step(s) == 0,
+          "a grammar of another vocabulary: MOR_E_INVALID_ARG, nothing queued");
+    mor_server_free(s);
+    if (id != -1) g = NULL;   /* (wrongly taken: the server freed it) */
+    mor_token bp[4];
+    int32_t nbp = 0;
+    mor_tokenize(brown, "the jury", 8, 0, bp, 4, &nbp);
+    p.n_ctx = 64; p.n_ctx_seq = 0; p.flags = 0; p.n_batch = 8;
+    s = NULL;
+    ok = mor_server_create(brown, &p, &s) == MOR_OK && nbp > 0;
+    static const mor_status want[5] = { MOR_E_INVALID_ARG, MOR_E_OUT_OF_RANGE, MOR_E_UNSUPPORTED, MOR_E_INVALID_ARG,
+                                        MOR_E_INVALID_ARG };
+    int refused = ok && g;
+    for (int k = 0; k < 5 && refused; k++) {
+        rp_init(&rp)->grammar = g;
+        if (k == 0) rp.n_draft = -1;
+        if (k == 1) { rp.n_draft = 1; rp.draft_depth = 99; }
+        if (k == 2) rp.exit_threshold = 0.5f;
+        if (k == 3) rp.n_keep = 1;
+        if (k == 4) rp.max_tokens = 0;
+        refused = mor_server_submit_request(s, bp, nbp, &rp, &id) == want[k] && id == -1;
+    }
+    if (id != -1) g = NULL;   /* (wrongly taken: the server's now) */
+    CHECK(refused && pending_after_step(s) == 0, "a grammar with a bad n_draft, draft_depth, exit threshold, n_keep "
+          "or max_tokens: refused (the old calls' statuses), nothing queued");
+    /* g is still the caller's: the server takes it on success and frees it with itself */
+    mor_token out[MAXT];
+    int32_t no = 0, bad_tok = 0;
+    const int taken = refused && (rp_init(&rp)->grammar = g, rp.max_tokens = 6,
+                                  mor_server_submit_request(s, bp, nbp, &rp, &id) == MOR_OK);
+    ok = taken && mor_server_run(s) == MOR_OK && mor_server_get_tokens(s, id, out, NULL, MAXT, &no) == MOR_OK;
+    for (int32_t i = 0; ok && i < no; i++) {
+        char piece[64];
+        size_t len = 0;
+        if (out[i] == mor_model_token_eos(brown)) continue;   /* the grammar's end */
+        if (mor_token_to_piece(brown, out[i], piece, sizeof piece, &len)) { bad_tok = 1; break; }
+        for (size_t c = 0; c < len; c++) bad_tok |= !(piece[c] == ' ' || (piece[c] >= 'a' && piece[c] <= 'z'));
+    }
+    CHECK(ok && no > 0 && !bad_tok, "the refused grammar then taken: %d tokens of [a-z ]", (int)no);
+    mor_server_free(s);
+    if (!taken) mor_grammar_free(g);
+    mor_model_free(brown);
+#undef RP
+}
+
 /* The requests and their reference outputs on m; 0 if the reference failed. */
 static int prepare(mor_model *m, const char *name)
 {
@@ -1153,7 +1437,8 @@ int main(void)
         serve_and_compare(m, "DEPTHWISE with drain, 7 requests", MOR_SERVE_DEPTHWISE, 7, 7, 0, 0, 0);
         drain = 0;
         for (int mode = 0; mode < 3; mode++) cancel_and_budget(m, mode);
-        if (v == 0) misuse(m);
+        if (v == 0) { misuse(m); request_params_misuse(m); }
+        if (v < 3) params_vs_setters(m, variants[v]);
         small_budget(m, variants[v]);
         chunked_prefill(m, variants[v]);
         prompt_reuse(m, variants[v]);

@@ -1413,6 +1413,8 @@ class Server(_Handle):
         exit_mode instead of its exit_threshold (mor_server_set_exit).
         n_keep: the tokens a context shift keeps (mor_server_set_keep; -1 the
         prompt; a server made with context_shift=True).
+        One call queues the request with all these settings
+        (mor_server_submit_request): when one is refused, nothing is queued.
         Returns the request id."""
         if json_schema is not None:
             if grammar is not None:
@@ -1427,9 +1429,23 @@ class Server(_Handle):
                               repeat_last_n, more)
         p = _capi.int32_array(ids, "Server.submit: prompt")
         s = _capi.int32_array(stop, "Server.submit: stop")
+        rp = _capi.RequestParams()
+        _lib.mor_request_params_init(ctypes.byref(rp), ctypes.sizeof(rp))
+        rp.sampling = ctypes.pointer(smp)
+        rp.stop = s
+        _capi.set_fields(rp, (("max_tokens", max_tokens), ("n_stop", len(stop)), ("n_draft", speculate or None),
+                              ("draft_depth", speculate_depth if speculate else None),
+                              ("exit_threshold", exit_threshold), ("n_keep", n_keep)), "Server.submit")
+        g = grammar._copy() if grammar is not None else None
+        rp.grammar = g
         rid = ctypes.c_int32()
-        _check(_lib.mor_server_submit(self._p, p, len(ids), ctypes.byref(smp), max_tokens, s, len(stop),
-                                      ctypes.byref(rid)))
+        # one call: on error nothing is queued and the grammar copy is still ours
+        st = _lib.mor_server_submit_request(self._p, p, len(ids), ctypes.byref(rp), ctypes.byref(rid))
+        if st:
+            e = _error(st)
+            if g:
+                _lib.mor_grammar_free(g)
+            raise e
         if logit_bias is not None or dry_breakers is not None:
             try:
                 _set_extras(_lib.mor_server_request_sampler(self._p, rid.value), "Server.submit", logit_bias,
@@ -1437,32 +1453,7 @@ class Server(_Handle):
             except BaseException:
                 _lib.mor_server_cancel(self._p, rid.value)
                 raise
-        if grammar is not None:
-            g = grammar._copy()
-            st = _lib.mor_server_set_grammar(self._p, rid.value, g)
-            if st:
-                _lib.mor_grammar_free(g)
-                self._refuse(rid.value, st)
-        if speculate:
-            st = _lib.mor_server_set_speculate(self._p, rid.value, speculate, speculate_depth)
-            if st:
-                self._refuse(rid.value, st)
-        if exit_threshold is not None:
-            st = _lib.mor_server_set_exit(self._p, rid.value, float(exit_threshold))
-            if st:
-                self._refuse(rid.value, st)
-        if n_keep is not None:
-            st = _lib.mor_server_set_keep(self._p, rid.value, n_keep)
-            if st:
-                self._refuse(rid.value, st)
         return rid.value
-
-    def _refuse(self, rid, st):
-        """Cancel request rid, which a setting refused with st, and raise
-        that error (its message read before the cancel clears it)."""
-        e = _error(st)
-        _lib.mor_server_cancel(self._p, rid)
-        raise e
 
     def _reraise(self):
         e, self._exc = self._exc, None

@@ -80,6 +80,12 @@ class ChatParams(Structure):
                 ("eos_token", c_char_p), ("now", c_int64)]
 
 
+class RequestParams(Structure):
+    _fields_ = [("size", c_uint32), ("sampling", POINTER(SamplerParams)), ("max_tokens", c_int32),
+                ("n_stop", c_int32), ("stop", POINTER(mor_token)), ("grammar", c_void_p), ("n_draft", c_int32),
+                ("draft_depth", c_int32), ("exit_threshold", c_float), ("n_keep", c_int32)]
+
+
 # struct -> the function that reports its size in the library
 STRUCTS = {
     "mor_model_params": (ModelParams, "mor_sizeof_model_params"),
@@ -88,6 +94,7 @@ STRUCTS = {
     "mor_router_stats": (RouterStats, "mor_sizeof_router_stats"),
     "mor_server_params": (ServerParams, "mor_sizeof_server_params"),
     "mor_chat_params": (ChatParams, "mor_sizeof_chat_params"),
+    "mor_request_params": (RequestParams, "mor_sizeof_request_params"),
 }
 
 P_i32 = POINTER(c_int32)
@@ -202,6 +209,8 @@ PROTOTYPES = {
     "mor_server_request_shift": (mor_status, [handle, c_int32, P_i32, P_i32, P_i32]),
     "mor_server_get_tokens": (mor_status, [handle, c_int32, POINTER(mor_token), P_i32, c_int32, P_i32]),
     "mor_server_release": (mor_status, [handle, c_int32]),
+    "mor_request_params_init": (None, [POINTER(RequestParams), c_size_t]),
+    "mor_server_submit_request": (mor_status, [handle, POINTER(mor_token), c_int32, POINTER(RequestParams), P_i32]),
     "mor_sizeof_model_params": (c_size_t, []),
     "mor_sizeof_context_params": (c_size_t, []),
     "mor_sizeof_sampler_params": (c_size_t, []),
@@ -212,6 +221,7 @@ PROTOTYPES = {
     "mor_chat_params_init": (None, [POINTER(ChatParams), c_size_t]),
     "mor_chat_template_render": (mor_status, [handle, POINTER(ChatParams), c_void_p, c_size_t, P_size]),
     "mor_sizeof_chat_params": (c_size_t, []),
+    "mor_sizeof_request_params": (c_size_t, []),
     "mor_max_recursions": (c_int32, []),
 }
 
@@ -225,6 +235,9 @@ RAW_ONLY = {
     "mor_sizeof_router_stats": "the import-time struct check",
     "mor_sizeof_server_params": "the import-time struct check",
     "mor_sizeof_chat_params": "the import-time struct check",
+    "mor_sizeof_request_params": "the import-time struct check",
+    "mor_server_submit": "Server.submit queues through mor_server_submit_request (one call, all settings)",
+    "mor_server_set_grammar": "Server.submit passes the grammar in mor_request_params",
 }
 
 

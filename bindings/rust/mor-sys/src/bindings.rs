@@ -1867,6 +1867,215 @@ extern "C" {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct mor_request_params {
+    pub size: u32,
+    pub sampling: *const mor_sampler_params,
+    pub max_tokens: i32,
+    pub n_stop: i32,
+    pub stop: *const mor_token,
+    pub grammar: *mut mor_grammar,
+    pub n_draft: i32,
+    pub draft_depth: i32,
+    pub exit_threshold: f32,
+    pub n_keep: i32,
+}
+#[test]
+fn bindgen_test_layout_mor_request_params() {
+    assert_eq!(
+        ::std::mem::size_of::<mor_request_params>(),
+        56usize,
+        concat!("Size of: ", stringify!(mor_request_params))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<mor_request_params>(),
+        8usize,
+        concat!("Alignment of ", stringify!(mor_request_params))
+    );
+    fn test_field_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_request_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_request_params),
+                "::",
+                stringify!(size)
+            )
+        );
+    }
+    test_field_size();
+    fn test_field_sampling() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_request_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).sampling) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_request_params),
+                "::",
+                stringify!(sampling)
+            )
+        );
+    }
+    test_field_sampling();
+    fn test_field_max_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_request_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_tokens) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_request_params),
+                "::",
+                stringify!(max_tokens)
+            )
+        );
+    }
+    test_field_max_tokens();
+    fn test_field_n_stop() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_request_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_stop) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_request_params),
+                "::",
+                stringify!(n_stop)
+            )
+        );
+    }
+    test_field_n_stop();
+    fn test_field_stop() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_request_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).stop) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_request_params),
+                "::",
+                stringify!(stop)
+            )
+        );
+    }
+    test_field_stop();
+    fn test_field_grammar() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_request_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).grammar) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_request_params),
+                "::",
+                stringify!(grammar)
+            )
+        );
+    }
+    test_field_grammar();
+    fn test_field_n_draft() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_request_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_draft) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_request_params),
+                "::",
+                stringify!(n_draft)
+            )
+        );
+    }
+    test_field_n_draft();
+    fn test_field_draft_depth() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_request_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).draft_depth) as usize - ptr as usize
+            },
+            44usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_request_params),
+                "::",
+                stringify!(draft_depth)
+            )
+        );
+    }
+    test_field_draft_depth();
+    fn test_field_exit_threshold() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_request_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).exit_threshold) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_request_params),
+                "::",
+                stringify!(exit_threshold)
+            )
+        );
+    }
+    test_field_exit_threshold();
+    fn test_field_n_keep() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<mor_request_params>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).n_keep) as usize - ptr as usize
+            },
+            52usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(mor_request_params),
+                "::",
+                stringify!(n_keep)
+            )
+        );
+    }
+    test_field_n_keep();
+}
+extern "C" {
+    pub fn mor_request_params_init(p: *mut mor_request_params, size: usize);
+}
+extern "C" {
+    pub fn mor_server_submit_request(
+        srv: *mut mor_server,
+        prompt: *const mor_token,
+        n_prompt: i32,
+        params: *const mor_request_params,
+        id_out: *mut mor_request_id,
+    ) -> mor_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct mor_chat_template {
     _unused: [u8; 0],
 }
@@ -2124,6 +2333,9 @@ extern "C" {
 }
 extern "C" {
     pub fn mor_sizeof_chat_params() -> usize;
+}
+extern "C" {
+    pub fn mor_sizeof_request_params() -> usize;
 }
 extern "C" {
     pub fn mor_max_recursions() -> i32;
