@@ -260,26 +260,21 @@ static void command(engine *e, job *j, int cancel, int quitting)
             job_unref(j);
             return;
         }
-        mor_status st = mor_server_submit(e->srv, j->prompt, j->n_prompt, &j->sp, j->max_tokens, j->stop_tokens,
-                                          j->n_stop_tokens, &j->id);
+        /* the request and its settings in one call: refused whole, or queued */
+        mor_request_params rp;
+        MOR_REQUEST_PARAMS_INIT(&rp);
+        rp.sampling = &j->sp;
+        rp.max_tokens = j->max_tokens;
+        rp.stop = j->stop_tokens;
+        rp.n_stop = j->n_stop_tokens;
+        rp.grammar = j->grammar;
+        rp.n_draft = j->spec_n;
+        rp.draft_depth = j->spec_n ? j->spec_d : 1;
+        rp.exit_threshold = j->exit_thr;
+        rp.n_keep = j->n_keep >= 0 ? j->n_keep : 0;   /* -1 here: no context shift (0: the default) */
+        mor_status st = mor_server_submit_request(e->srv, j->prompt, j->n_prompt, &rp, &j->id);
         if (st) { refuse(e, j, st, "the request", 0); return; }
-        if (j->grammar && (st = mor_server_set_grammar(e->srv, j->id, j->grammar))) {
-            refuse(e, j, st, "the grammar", 1);
-            return;
-        }
         j->grammar = NULL;   /* the server's now */
-        if (j->n_keep >= 0 && (st = mor_server_set_keep(e->srv, j->id, j->n_keep))) {
-            refuse(e, j, st, "n_keep", 1);
-            return;
-        }
-        if (j->spec_n && (st = mor_server_set_speculate(e->srv, j->id, j->spec_n, j->spec_d))) {
-            refuse(e, j, st, "speculation", 1);
-            return;
-        }
-        if (!isnan(j->exit_thr) && (st = mor_server_set_exit(e->srv, j->id, j->exit_thr))) {
-            refuse(e, j, st, "exit_threshold", 1);
-            return;
-        }
         mor_sampler *smp = j->n_bias || j->n_brk ? mor_server_request_sampler(e->srv, j->id) : NULL;
         if ((j->n_bias || j->n_brk) && (!smp || (st = mor_sampler_set_logit_bias(smp, j->bias_id, j->bias, j->n_bias)) ||
                                         (st = mor_sampler_set_dry_breakers(smp, j->brk, j->brk_len, j->n_brk)))) {
