@@ -10,4 +10,8 @@
  * best one of this CPU; NULL: back to the best (with MOR_CTX_FAST_BF16,
  * kernels_fast_bf16 of it). Between decodes only. */
 void hook_context_kernels(mor_context *ctx, const kernel_set *ks);
+/* Bytes of weight matrices and LoRA factors ctx's decodes have passed to the
+ * matmuls since it was created, one pass per matmul call (a matmul over many
+ * rows reads its weights once): mor-bench --serve's reads per token. */
+uint64_t hook_context_weight_bytes(const mor_context *ctx);
 #endif

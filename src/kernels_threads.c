@@ -144,6 +144,7 @@ void exec_matmul(exec_ctx *e, const tensor *w, const float *x, int64_t ldx, floa
     j.w[0] = w; j.y[0] = y; j.ldy[0] = ldy;
     j.x[0] = prepare(e, w->type, x, ldx, w->cols, n, &j.xs[0]);
     j.total = w->rows;
+    if (n > 0) e->weight_bytes += tensor_row_bytes(w->type, w->cols) * (uint64_t)w->rows;
     j.chunk = mm_chunk(j.total, n, e->nth);
     run(e, (j.total + j.chunk - 1) / j.chunk, mm_task, &j, (int64_t)n * w->rows * w->cols);
 }
@@ -160,7 +161,11 @@ void exec_matmul_multi(exec_ctx *e, int32_t nw, const tensor *const *w, const fl
         else j.x[q] = prepare(e, w[q]->type, x, ldx, w[q]->cols, n, &j.xs[q]);
     }
     int64_t macs = 0;
-    for (int32_t q = 0; q < nw; q++) { macs += (int64_t)n * w[q]->rows * w[q]->cols; j.total += w[q]->rows; }
+    for (int32_t q = 0; q < nw; q++) {
+        macs += (int64_t)n * w[q]->rows * w[q]->cols;
+        j.total += w[q]->rows;
+        if (n > 0) e->weight_bytes += tensor_row_bytes(w[q]->type, w[q]->cols) * (uint64_t)w[q]->rows;
+    }
     j.chunk = mm_chunk(j.total, n, e->nth);
     run(e, (j.total + j.chunk - 1) / j.chunk, mm_task, &j, macs);
 }
@@ -203,6 +208,9 @@ void exec_ffn_up_act(exec_ctx *e, const tensor *wg, const tensor *wu, const floa
     j.xg = prepare(e, wg->type, x, ldx, wg->cols, n, &j.xgs);
     if (act_kind(e->k, wu->type) == act_kind(e->k, wg->type)) { j.xu = j.xg; j.xus = j.xgs; }
     else j.xu = prepare(e, wu->type, x, ldx, wu->cols, n, &j.xus);
+    if (n > 0)
+        e->weight_bytes += tensor_row_bytes(wg->type, wg->cols) * (uint64_t)wg->rows
+                           + tensor_row_bytes(wu->type, wu->cols) * (uint64_t)wu->rows;
     j.chunk = mm_chunk(wg->rows, n, e->nth);
     run(e, (wg->rows + j.chunk - 1) / j.chunk, ffn_task, &j, 2 * (int64_t)n * wg->rows * wg->cols);
 }

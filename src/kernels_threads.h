@@ -21,6 +21,8 @@ typedef struct {
                                    that matrices of different kinds in one job keep their own rows */
     size_t      act_off[ACT_BF16 + 1];
     void       *mem;            /* the one allocation all of the above point into */
+    uint64_t    weight_bytes;   /* bytes of the matrices (and LoRA factors) the matmuls below were given, one
+                                   pass per call: mor-bench --serve's count of what a way reads (hooks.h) */
 } exec_ctx;
 
 /* Start n_threads (<= 0: one) with the best kernel set of this CPU and the

@@ -364,6 +364,8 @@ void lora_apply_exec(exec_ctx *e, lora_scratch *s, const mor_model *m, int32_t l
             if (lora_on(m, li, role)) s->g[ng++] = (lora_group){ &m->lora->d[li][role], i0 - b0, i1 - i0, 0 };
         }
         if (!ng) continue;
+        for (int32_t q = 0; q < ng; q++)   /* A and B, one pass each per group */
+            e->weight_bytes += sizeof(float) * (uint64_t)s->g[q].d->r * (uint64_t)(w->cols + w->rows);
         j.ng = ng;
         j.x = x + b0 * ldx;
         j.y = y + b0 * ldy;

@@ -11,6 +11,12 @@
 - --kv-type f32, f16, q8_0 each run; another type is a usage error.
 - A model without LoRA deltas is loaded once (the load line after the table says so), a relaxed
   model with deltas twice (unfolded and folded).
+- mor-bench --serve on its 135M-shaped models (Q8_0, written once to $OUT/build/bench and reused): a relaxed
+  MoR (--lora 4) and the dense model of its depth (way d), concurrency 1 and 2: a row per concurrency, every
+  MoR way the same outputs, d every token, the weights read per token counted for each way (at concurrency 1
+  depth-wise batching reads what sequence batching does, a step per recursion; lockstep more); --nr 4 makes
+  1 + 4 x 7 + 1 layers with three thresholds; bad --shape, --nr, --type, --lora, --depth, --ways are usage
+  errors (exit 2, nothing on stdout).
 """
 import os
 import random
@@ -105,6 +111,63 @@ def relaxed_loads(tmp):
             % (rc, loads(out), err.strip()[-160:]))
 
 
+SERVE = ["--serve", "--conc", "1,2", "--gen", "4", "--requests", "1", "--reps", "1", "--type", "q8_0"]
+
+
+def serve(*extra):
+    p = subprocess.run([BENCH] + SERVE + ["--dir", os.path.join(t.OUT, "build", "bench")] + list(extra),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def serve_rows(out):
+    """The table's rows: lists of cells, the first the concurrency."""
+    return [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in out.splitlines()
+            if re.match(r"^\|\s*\d+\s*\|", ln)]
+
+
+def serve_ways():
+    """Ways a, b, b2, c, d on a relaxed MoR (--lora 4): the table's cells, the MB column of every way."""
+    rc, out, err = serve("--ways", "a,b,b2,c,d", "--lora", "4")
+    r = serve_rows(out)
+    if not t.check(rc == 0 and [x[0] for x in r] == ["1", "2"] and all(len(x) == 13 for x in r),
+                   "mor-bench --serve --lora 4 --ways a,b,b2,c,d --conc 1,2: a row per concurrency with (d)'s "
+                   "columns (rc %d: %s)" % (rc, (out + err).strip()[-300:])):
+        return
+    t.check("LoRA rank 4" in out and "LoRA deltas" in out and "(d) dense model: 29 layers" in out,
+            "--serve --lora 4: the header names the rank, the model line the deltas and the dense model")
+    head = [ln for ln in out.splitlines() if ln.startswith("| concurrent")][0]
+    t.check("(d) dense seq. tok/s" in head and "(c)/(d)" in head and "(a) / (b) / (b') / (c) / (d)" in head,
+            "--serve: (d)'s columns and the MB column's ways in the header")
+    mb = [[float(v) for v in x[10].split("/")] for x in r]
+    t.check(all(len(v) == 5 and min(v) > 0 for v in mb), "--serve: weights read per token counted for every way (%s)" % mb)
+    t.check(mb[0][3] == mb[0][2] and mb[0][1] > mb[0][2],
+            "--serve at concurrency 1: (c) reads what (b') does, lockstep (b) more (%s)" % mb[0])
+    t.check(all(x[-1] == "yes" and float(x[5]) > 0 for x in r),
+            "--serve: every MoR way the same outputs, (d) every token (%s)" % [(x[5], x[-1]) for x in r])
+
+
+def serve_nr4():
+    rc, out, err = serve("--ways", "b2,c", "--nr", "4")
+    r = serve_rows(out)
+    t.check(rc == 0 and len(r) == 2 and all(x[-1] == "yes" and len(x) == 11 for x in r)
+            and "1 + 4 x 7 + 1 = 30 layers" in out and re.search(r"THRESHOLD [\d.-]+ / [\d.-]+ / [\d.-]+ \(", out),
+            "mor-bench --serve --nr 4: 1 + 4 x 7 + 1 layers, three thresholds, same outputs (rc %d: %s)"
+            % (rc, (out + err).strip()[-300:]))
+
+
+def serve_refused():
+    for args, flag in ((["--shape", "7b"], "--shape"), (["--nr", "5"], "--nr"), (["--type", "q4_0"], "--type"),
+                       (["--lora", "-1"], "--lora"), (["--depth", "3.5"], "--depth"), (["--ways", "a,e"], "--ways"),
+                       (["--conc", "0"], "--conc")):
+        rc, out, err = serve(*args)
+        t.check(rc == 2 and out == "" and flag in err, "mor-bench --serve %s: usage error (rc %d: %s)"
+                % (" ".join(args), rc, err.strip()[-160:]))
+    p = subprocess.run([BENCH, "--serve", "--help"], stdout=subprocess.PIPE, text=True, timeout=60)
+    t.check(p.returncode == 0 and all(f in p.stdout for f in ("--shape", "tl1b", "--nr", "--lora", "q4_k_m", " d (")),
+            "mor-bench --serve --help: --shape (tl1b), --nr, --lora, q4_k_m, way d")
+
+
 def main():
     if not t.check(os.path.exists(BENCH) and os.path.exists(BROWN), "bin/mor-bench and the bundled model exist"):
         t.finish()
@@ -113,6 +176,9 @@ def main():
     kv_types()
     with tempfile.TemporaryDirectory() as tmp:
         relaxed_loads(tmp)
+    serve_refused()
+    serve_ways()
+    serve_nr4()
     t.finish()
 
 

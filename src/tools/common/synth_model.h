@@ -1,8 +1,9 @@
 /* synth_model.h - random-weight `mor` models of a given shape, written as
  * GGUF: a dense Llama, or a MoR middle-cycle model (unique first and last
  * layers, a shared block of K layers run N_r times, a linear expert-choice
- * router per recursion). Used by mor-bench (SmolLM-135M/-360M shapes) and by
- * the tests. Header-only, static functions. */
+ * router per recursion), optionally relaxed (per-layer LoRA deltas on the
+ * shared block). Used by mor-bench (SmolLM-135M/-360M, TinyLlama-1.1B shapes)
+ * and by the tests. Header-only, static functions. */
 #ifndef MOR_SYNTH_MODEL_H
 #define MOR_SYNTH_MODEL_H
 #include <math.h>
@@ -48,21 +49,18 @@ static inline void synth_ones(gguf_writer *b, const char *name, int64_t n)
     gguf_writer_add_matrix(b, name, GGML_F32, n, 0, x, sizeof(float) * (size_t)n, 1);
 }
 
-/* Write the model to path; 0 on success. */
-static inline int synth_write(const synth_spec *sp, const char *path)
+/* The keys: shape, layer map, router. */
+static inline void synth_keys(gguf_writer *b, const synth_spec *sp, int32_t K, int lora)
 {
     const int mor = sp->n_rec > 1;
-    const int32_t L = sp->n_layer, K = mor ? (L - 2) / sp->n_rec : L;
-    if (mor && 2 + K * sp->n_rec != L) return -1;
-    const int32_t n_stored = mor ? K + 2 : L;
+    const int32_t L = sp->n_layer;
     int32_t *map = malloc(sizeof(int32_t) * (size_t)L);
-    gguf_writer *b = map ? gguf_writer_new() : NULL;
-    if (!b) { free(map); return -1; }
+    if (!map) { gguf_writer_fail(b, "out of memory"); return; }
     for (int32_t l = 0; l < L; l++)
         map[l] = !mor ? l : l == 0 ? 0 : l == L - 1 ? K + 1 : 1 + (l - 1) % K;
     gguf_writer_add_str(b, "general.architecture", "mor");
     gguf_writer_add_str(b, "general.name", mor ? "synthetic MoR middle-cycle" : "synthetic dense Llama");
-    gguf_writer_add_u32(b, "mor.format_version", 1);
+    gguf_writer_add_u32(b, "mor.format_version", lora ? 2 : 1);   /* 2: with LoRA tensors (docs/FORMAT.md) */
     gguf_writer_add_u32(b, "mor.vocab_size", (uint32_t)sp->n_vocab);
     gguf_writer_add_u32(b, "mor.context_length", (uint32_t)sp->n_ctx);
     gguf_writer_add_u32(b, "mor.embedding_length", (uint32_t)sp->n_embd);
@@ -79,6 +77,7 @@ static inline int synth_write(const synth_spec *sp, const char *path)
     gguf_writer_add_u32(b, "mor.recursion.coda", mor ? 1 : 0);
     gguf_writer_add_str(b, "mor.recursion.sharing", mor ? "middle_cycle" : "none");
     gguf_writer_add_arr_i32(b, "mor.layer_map", map, (size_t)L);
+    free(map);
     if (mor) {
         double cap[16];
         for (int32_t r = 0; r < sp->n_rec; r++) cap[r] = (double)(sp->n_rec - r) / sp->n_rec;
@@ -91,34 +90,86 @@ static inline int synth_write(const synth_spec *sp, const char *path)
     } else {
         gguf_writer_add_str(b, "mor.router.type", "none");
     }
-    free(map);
-    uint64_t s = sp->seed * 0x9E3779B97F4A7C15ull + 1;
+}
+
+/* The n_stored layers' tensors. */
+static inline void synth_layers(gguf_writer *b, const synth_spec *sp, int32_t n_stored, uint64_t *s)
+{
     const int64_t d = sp->n_embd, qd = (int64_t)sp->n_head * sp->head_dim, kvd = (int64_t)sp->n_head_kv * sp->head_dim;
-    synth_matrix(b, "token_embd.weight", sp->embd_type, d, sp->n_vocab, &s);
-    synth_ones(b, "output_norm.weight", d);
     for (int32_t i = 0; i < n_stored && !gguf_writer_failed(b); i++) {
         char name[96];
 #define BLK(role) (snprintf(name, sizeof name, "blk.%d.%s.weight", i, role), name)
         const int more = sp->more_type && (i < n_stored / 8 || i >= 7 * n_stored / 8 || (i - n_stored / 8) % 3 == 2);
         const uint32_t vt = more ? sp->more_type : sp->type;
         synth_ones(b, BLK("attn_norm"), d);
-        synth_matrix(b, BLK("attn_q"), sp->type, d, qd, &s);
-        synth_matrix(b, BLK("attn_k"), sp->type, d, kvd, &s);
-        synth_matrix(b, BLK("attn_v"), vt, d, kvd, &s);
-        synth_matrix(b, BLK("attn_output"), sp->type, qd, d, &s);
+        synth_matrix(b, BLK("attn_q"), sp->type, d, qd, s);
+        synth_matrix(b, BLK("attn_k"), sp->type, d, kvd, s);
+        synth_matrix(b, BLK("attn_v"), vt, d, kvd, s);
+        synth_matrix(b, BLK("attn_output"), sp->type, qd, d, s);
         synth_ones(b, BLK("ffn_norm"), d);
-        synth_matrix(b, BLK("ffn_gate"), sp->type, d, sp->n_ff, &s);
-        synth_matrix(b, BLK("ffn_up"), sp->type, d, sp->n_ff, &s);
-        synth_matrix(b, BLK("ffn_down"), vt, sp->n_ff, d, &s);
+        synth_matrix(b, BLK("ffn_gate"), sp->type, d, sp->n_ff, s);
+        synth_matrix(b, BLK("ffn_up"), sp->type, d, sp->n_ff, s);
+        synth_matrix(b, BLK("ffn_down"), vt, sp->n_ff, d, s);
 #undef BLK
     }
+}
+
+/* A relaxed model's deltas (docs/FORMAT.md, "Depth-wise LoRA"): every projection of every unrolled layer
+ * of the shared block gets one of rank min(rank, in, out), F32, scale 1. A ~ N(0, 0.02) like the weights,
+ * B scaled so that B A x is about a tenth of W x whatever the rank. */
+static inline void synth_lora(gguf_writer *b, const synth_spec *sp, int32_t rank, uint64_t *s)
+{
+    static const char *const proj[7] = { "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down" };
+    const int64_t d = sp->n_embd, qd = (int64_t)sp->n_head * sp->head_dim, kvd = (int64_t)sp->n_head_kv * sp->head_dim;
+    const int64_t in[7] = { d, d, d, qd, d, d, sp->n_ff }, out[7] = { qd, kvd, kvd, d, sp->n_ff, sp->n_ff, d };
+    for (int32_t l = 1; l < sp->n_layer - 1 && !gguf_writer_failed(b); l++)
+        for (int p = 0; p < 7; p++) {
+            const int64_t r = rank < in[p] && rank < out[p] ? rank : in[p] < out[p] ? in[p] : out[p];
+            const float bscale = 5.0f / sqrtf((float)r);   /* sd 0.1 / sqrt(r) */
+            for (int part = 0; part < 2; part++) {
+                const int64_t n = r * (part ? out[p] : in[p]);
+                float *v = malloc(sizeof(float) * (size_t)n);
+                if (!v) { gguf_writer_fail(b, "out of memory"); return; }
+                for (int64_t i = 0; i < n; i++) v[i] = synth_normal(s) * (part ? bscale : 1.0f);
+                char name[96];
+                snprintf(name, sizeof name, "lora.%d.%s.%c", l, proj[p], part ? 'b' : 'a');
+                gguf_writer_add_matrix(b, name, GGML_F32, part ? r : in[p], part ? out[p] : r, v, sizeof(float) * (size_t)n, 1);
+            }
+        }
+}
+
+/* Write the model to path, a relaxed MoR with LoRA deltas of lora_rank (> 0) on its shared block's unrolled
+ * layers; 0 on success (else err says why). The deltas come after every other tensor, so the base weights
+ * are those of the model without them. */
+static inline int synth_write_lora(const synth_spec *sp, int32_t lora_rank, const char *path, char *err, size_t errcap)
+{
+    const int mor = sp->n_rec > 1;
+    const int32_t L = sp->n_layer, K = mor ? (L - 2) / sp->n_rec : L;
+    if (mor && 2 + K * sp->n_rec != L) { snprintf(err, errcap, "%d layers are not 1 + %d x K + 1", L, sp->n_rec); return -1; }
+    if (!mor && lora_rank > 0) { snprintf(err, errcap, "LoRA deltas need a MoR (N_r > 1)"); return -1; }
+    gguf_writer *b = gguf_writer_new();
+    if (!b) { snprintf(err, errcap, "out of memory"); return -1; }
+    synth_keys(b, sp, K, lora_rank > 0);
+    uint64_t s = sp->seed * 0x9E3779B97F4A7C15ull + 1;
+    const int64_t d = sp->n_embd;
+    synth_matrix(b, "token_embd.weight", sp->embd_type, d, sp->n_vocab, &s);
+    synth_ones(b, "output_norm.weight", d);
+    synth_layers(b, sp, mor ? K + 2 : L, &s);
     for (int32_t r = 0; mor && r < sp->n_rec; r++) {
         char name[32];
         snprintf(name, sizeof name, "rtr.%d.weight", r);
         synth_matrix(b, name, GGML_F32, d, 1, &s);
     }
-    int rc = gguf_writer_write_file(b, path, NULL, 0);
+    if (lora_rank > 0) synth_lora(b, sp, lora_rank, &s);
+    int rc = gguf_writer_write_file(b, path, err, errcap);
     gguf_writer_free(b);
     return rc;
+}
+
+/* Write the model to path; 0 on success. */
+static inline int synth_write(const synth_spec *sp, const char *path)
+{
+    char err[256];
+    return synth_write_lora(sp, 0, path, err, sizeof err);
 }
 #endif

@@ -1,6 +1,6 @@
 /* mor-bench - prompt processing and generation speed of libmor, in the
  * manner of llama-bench, on random-weight models of the SmolLM-135M and -360M
- * shapes that it writes itself (dense Llama, the dense model of the MoR's
+ * (and TinyLlama-1.1B) shapes that it writes itself (bench_models.h) (dense Llama, the dense model of the MoR's
  * unrolled depth, and MoR middle-cycle with N_r = 3), so nothing is
  * downloaded. It also probes this machine (roofline.h: read bandwidth at each
  * test's working-set size, the peak of every unit the kernels use) and
@@ -9,7 +9,7 @@
  * skips it. Variants of one shape, type and thread count are measured interleaved
  * (rep by rep), so that their ratios are fair on a noisy machine.
  *
- *   mor-bench [-s 135m,360m,k256] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]
+ *   mor-bench [-s 135m,360m,k256,tl1b] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]
  *             [-p 128] [-n 64] [-r 5] [--dir build/bench] [--json FILE] [--kernels auto|ref|avx2|avx512|amx|neon]
  *             [--no-probe] [--quick]
  *   mor-bench --model FILE[,FILE...] [--exit MODE:T] [-t 1,2] [-p 128] [-n 64] [-r 5] [--kernels K]
@@ -43,6 +43,7 @@
 #include "roofline.h"
 #include "bench_stream.h"
 #include "synth_model.h"
+#include "bench_models.h"
 
 static double cpu_now(void)
 {
@@ -53,48 +54,13 @@ static double cpu_now(void)
 
 /* ---------------- models ---------------- */
 
-typedef struct { const char *name; int32_t d, L, H, Hkv, hd, F, V, L_mor; } shape;
-static const shape shapes[] = {
-    { "135m", 576, 30, 9, 3, 64, 1536, 49152, 29 },    /* SmolLM-135M; MoR: K = (30-2)/3 = 9, 29 layers */
-    { "360m", 960, 32, 15, 5, 64, 2560, 49152, 32 },   /* SmolLM-360M; MoR: K = 10 */
-    /* the anchor kit's k256 (a Llama shape whose matrices are all whole blocks of 256, so a k-quant
-     * file holds k-quants only); MoR: K = 3, 11 layers */
-    { "k256", 768, 12, 12, 4, 64, 2048, 32768, 11 },
-};
-static const struct { const char *name; uint32_t type; } wtypes[] = {
-    { "f32", GGML_F32 }, { "f16", GGML_F16 }, { "bf16", GGML_BF16 }, { "q8_0", GGML_Q8_0 }, { "q4_0", GGML_Q4_0 },
-    { "q4_1", GGML_Q4_1 }, { "q5_0", GGML_Q5_0 }, { "q5_1", GGML_Q5_1 }, { "q2_k", GGML_Q2_K }, { "q3_k", GGML_Q3_K },
-    { "q4_k", GGML_Q4_K }, { "q5_k", GGML_Q5_K }, { "q6_k", GGML_Q6_K },
-    /* llama-quantize's mixes: attn_v and ffn_down in Q6_K in a third of the layers (synth_spec.more_type) */
-    { "q4_k_m", GGML_Q4_K }, { "q5_k_m", GGML_Q5_K },
-};
 enum { ARCH_DENSE, ARCH_DENSE_EQ, ARCH_MOR, N_ARCH };
 static const char *const arch_names[N_ARCH] = { "dense", "dense-eq", "mor" };
-
-static int file_ok(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && st.st_size > 0;
-}
 
 /* The model file for (shape, arch, type), written when missing. */
 static int model_path(const char *dir, const shape *sh, int arch, int ti, char *path, size_t cap)
 {
-    int32_t L = arch == ARCH_DENSE ? sh->L : sh->L_mor;
-    snprintf(path, cap, "%s/%s-%s-L%d-%s.gguf", dir, sh->name, arch == ARCH_MOR ? "mor3" : "dense", L, wtypes[ti].name);
-    if (file_ok(path)) return 0;
-    synth_spec sp = { sh->d, L, sh->H, sh->Hkv, sh->hd, sh->F, sh->V, 2048, arch == ARCH_MOR ? 3 : 1,
-                      wtypes[ti].type, wtypes[ti].type, 1234, 0 };
-    /* as llama.cpp's Q4_0 file: the tied embedding stays Q8_0; as its k-quant files: Q6_K (rows of 576: Q8_0);
-     * matrices whose rows are not whole blocks of 256 in llama-quantize's fallback type (synth_matrix) */
-    if (!strcmp(wtypes[ti].name, "q4_k_m") || !strcmp(wtypes[ti].name, "q5_k_m")) sp.more_type = GGML_Q6_K;
-    if (sp.type == GGML_Q4_0) sp.embd_type = GGML_Q8_0;
-    else if (tensor_block_size(sp.type) > 1 && sp.type != GGML_Q8_0) sp.embd_type = GGML_Q6_K;
-    fprintf(stderr, "writing %s ...\n", path);
-    char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (synth_write(&sp, tmp) || rename(tmp, path)) { fprintf(stderr, "cannot write %s\n", path); return -1; }
-    return 0;
+    return bench_model_file(dir, sh, arch == ARCH_DENSE ? sh->L : sh->L_mor, arch == ARCH_MOR ? 3 : 1, ti, 0, path, cap);
 }
 
 /* Bytes of a matrix as stored. */
@@ -527,7 +493,7 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: mor-bench [-s 135m,360m,k256] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]\n"
+        "usage: mor-bench [-s 135m,360m,k256,tl1b] [-w f32,f16,bf16,q8_0,q4_0,...] [-t 1,2] [-a dense,dense-eq,mor]\n"
         "                 [-p 128] [-n 64] [-r 5] [--depth D] [--kv-type T] [--dir DIR] [--json FILE]\n"
         "                 [--kernels auto|ref|avx2|avx512|amx|neon] [--no-probe] [--quick]\n"
         "       mor-bench --model FILE[,FILE...] [--exit MODE:T] [-t 1,2] [-p 128] [-n 64] [-r 5] [--depth D] [--kv-type T] [--kernels K]\n"
@@ -539,8 +505,8 @@ static void usage(FILE *f)
         "       mor-bench --speculate [--model FILE,...] [--synth FILE | --no-synth] [--drafts 1,2,3,4,6,8]\n"
         "                 [--depths 1,2] [--prompts 20] [--tokens 200] [--rounds 3] [-t 2]: self-speculative\n"
         "                 decoding beside plain decoding (bench_speculate.h)\n"
-        "  -s LIST        model shapes (SmolLM-135M, -360M; k256: the anchor kit's 768-wide Llama) of\n"
-        "                 random-weight models written to --dir\n"
+        "  -s LIST        model shapes (SmolLM-135M, -360M; k256: the anchor kit's 768-wide Llama; tl1b:\n"
+        "                 TinyLlama-1.1B's, MoR 1 + 3 x 7 + 1) of random-weight models written to --dir\n"
         "  -w LIST        weight types          -t LIST   thread counts (each 1..64)\n"
         "                 (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k; the k-quants'\n"
         "                 matrices with rows of 576 in llama-quantize's fallback type, as in its files;\n"
@@ -623,7 +589,7 @@ int main(int argc, char **argv)
     if (!files && kv_depth + (np > ng ? np : ng) > 2048)
         cli_usage_error("--depth %d and -p %d / -n %d: past the 2048 positions of the models it writes", kv_depth, np, ng);
     /* every name of a list must be known: a typo would silently measure nothing */
-    static const char *const shape_names[] = { "135m", "360m", "k256", NULL };
+    static const char *const shape_names[] = { "135m", "360m", "k256", "tl1b", NULL };
     static const char *const type_names[] = { "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k",
                                               "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", NULL };
     static const char *const arch_choice[] = { "dense", "dense-eq", "mor", NULL };
