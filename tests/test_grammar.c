@@ -482,13 +482,14 @@ static void mask_walks_all(void)
 static const char *LAZY = "root ::= \"<call>\" [a-z]{1,6} (\",\" [a-z]{1,6}){0,3} \"</call>\"\n";
 static const char *const LAZY_WORDS[] = { "<call>", "@@" };   /* the grammar cannot begin with "@@" */
 
-/* Where the first word begins in s[0..n), or -1. */
-static int lazy_ref_find(const char *s, size_t n)
+/* Where the first word begins in s[0..n), or -1; none begins before
+ * `from` (the text before a token, which held none, less a word's length). */
+static int lazy_ref_find(const char *s, size_t n, size_t from)
 {
     int first = -1;
     for (int w = 0; w < 2; w++) {
         size_t k = strlen(LAZY_WORDS[w]);
-        for (size_t i = 0; i + k <= n && (first < 0 || (int)i < first); i++)
+        for (size_t i = from; i + k <= n && (first < 0 || (int)i < first); i++)
             if (!memcmp(s + i, LAZY_WORDS[w], k)) { first = (int)i; break; }
     }
     return first;
@@ -505,7 +506,7 @@ static void lazy_ref_mask(const gbo_grammar *o, const char *text, size_t len, in
     for (int i = 0; i < voc.n_ord; i++) {
         mor_token t = voc.ord[i];
         memcpy(buf + len, voc.piece[t], voc.len[t]);
-        int w = at >= 0 ? at : lazy_ref_find(buf, len + voc.len[t]);
+        int w = at >= 0 ? at : lazy_ref_find(buf, len + voc.len[t], len > 8 ? len - 8 : 0);
         ok[t] = w < 0 || gbo_prefix(o, buf + w, len + voc.len[t] - (size_t)w) == 1;
     }
     if (at >= 0 && eos >= 0) ok[eos] = gbo_match(o, text + at, len - (size_t)at) == 1;
@@ -513,7 +514,11 @@ static void lazy_ref_mask(const gbo_grammar *o, const char *text, size_t len, in
 
 /* Walks: free tokens, then the tokens of a script (a word, maybe split
  * between tokens, and text after it), then free tokens; at each state the
- * mask, accepting each token (on b, replayed) and the oracle agree. */
+ * mask and the oracle agree on every token, and accepting agrees with them
+ * on every token either refuses and on a seeded sample of 24 others (before
+ * a trigger nearly every token is accepted, and each one taken needs a
+ * replay of the walk: all of them made the test minutes long under the
+ * sanitizers). */
 static void lazy_walks(void)
 {
     static const char *const scripts[] = { "<call>", "x<call>ab", "<ca", "<call>abc,de</call>", "@@",
@@ -527,6 +532,7 @@ static void lazy_walks(void)
                !mor_grammar_set_triggers(a, LAZY_WORDS, 2) && !mor_grammar_set_triggers(b, LAZY_WORDS, 2);
     uint64_t seed = 11;
     int bad = 0, states = 0, triggered = 0, refused = 0, ended = 0;
+    long long checked = 0;
     for (int p = 0; good && p < (int)(sizeof scripts / sizeof *scripts) * 2; p++) {
         mor_token hist[64], scr[32];
         int n = 0, at = -1;
@@ -542,17 +548,23 @@ static void lazy_walks(void)
             for (int32_t t = 0; t < V; t++) l[t] = 0.0f;
             if (mor_grammar_apply(a, l, V)) for (int32_t t = 0; t < V; t++) l[t] = -HUGE_VALF;
             lazy_ref_mask(o, text, len, at, ok);
+            uint64_t pick = rng_next(&seed);
             for (mor_token t = 0; t < V; t++) {
+                int mask = l[t] == 0.0f;
+                refused += !mask && at < 0;
+                if (mask != ok[t] && bad++ < 3)
+                    printf("# lazy, after \"%.*s\": token %d \"%.*s\": mask %d, oracle %d\n", (int)len, text, (int)t,
+                           (int)voc.len[t], voc.piece[t], mask, ok[t]);
+                if (mask && ok[t] && (uint64_t)t % ((uint64_t)V / 24 + 1) != pick % ((uint64_t)V / 24 + 1)) continue;
                 int acc = mor_grammar_accept(b, t) == MOR_OK, replay = 1;
                 if (acc) {
                     mor_grammar_reset(b);
                     for (int i = 0; i < n && replay; i++) replay = mor_grammar_accept(b, hist[i]) == MOR_OK;
                 }
-                int mask = l[t] == 0.0f;
-                refused += !mask && at < 0;
-                if ((mask != acc || mask != ok[t] || !replay) && bad++ < 3)
-                    printf("# lazy, after \"%.*s\": token %d \"%.*s\": mask %d, accept %d, oracle %d\n", (int)len, text,
-                           (int)t, (int)voc.len[t], voc.piece[t], mask, acc, ok[t]);
+                checked++;
+                if ((mask != acc || !replay) && bad++ < 3)
+                    printf("# lazy, after \"%.*s\": token %d \"%.*s\": mask %d, accept %d\n", (int)len, text, (int)t,
+                           (int)voc.len[t], voc.piece[t], mask, acc);
             }
             states++;
             int st = mor_grammar_state(a), want = at < 0 ? MOR_GRAMMAR_CAN_END : gbo_match(o, text + at, len - (size_t)at) == 1;
@@ -570,13 +582,13 @@ static void lazy_walks(void)
             hist[n++] = t;
             memcpy(text + len, voc.piece[t], voc.len[t]);
             len += voc.len[t];
-            if (at < 0 && (at = lazy_ref_find(text, len)) >= 0) triggered++;
+            if (at < 0 && (at = lazy_ref_find(text, len, 0)) >= 0) triggered++;
         }
     }
     CHECK(good && !bad && triggered >= 4 && refused > 0 && ended >= 1,
-          "lazy grammar: mask == accept == oracle at %d states x %d tokens (%d walks triggered, %d ended; before a "
-          "trigger, %d tokens refused for completing a word the grammar cannot continue)", states, (int)V, triggered,
-          ended, refused);
+          "lazy grammar: mask == oracle at %d states x %d tokens, == accept on %lld of them (%d walks triggered, %d "
+          "ended; before a trigger, %d tokens refused for completing a word the grammar cannot continue)", states,
+          (int)V, checked, triggered, ended, refused);
     mor_grammar_free(a);
     mor_grammar_free(b);
     free(o);
