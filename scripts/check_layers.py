@@ -53,6 +53,12 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 ROW_STATE = re.compile(r"(?:->|\.)life\b|\bROW_(?:FREE|RUN|KVONLY|DISCARD|EXITED)\b")
+# records private to one file: a router's fields (router.c) and a row's record (recursion.c); others
+# use their functions (router_get_settings, router_get_stats, rec_depth, rec_tag, ...)
+PRIVATE = {"router.c": re.compile(r"struct mor_router\s*\{"), "recursion.c": re.compile(r"\brec_(?:row|at)\b")}
+# the server keeps the queue, the slots and the requests: it reads no engine, router or cache field
+SERVER_FILES = ("serve.c", "serve_shift.c")
+ENGINE_FIELD = re.compile(r"->(?:kv|router|eng|ls)->\w+|\be->(?:rows|stride|cap|kv|router)\b|\beng\.\w+")
 
 
 def module_of(path):
@@ -100,11 +106,21 @@ def main():
             continue
         with open(os.path.join(src, f), encoding="utf-8") as fh:
             text = fh.read()
-        if f == "recursion.h":
-            text = text.replace("uint8_t life,", "")   # the field's declaration
         for m in ROW_STATE.finditer(text):
             problems.append("src/%s: '%s': only the recursion engine touches a row's state (recursion.h)"
                             % (f, m.group(0)))
+    # private records, and the server's distance from the engine
+    for f in lib_files:
+        with open(os.path.join(src, f), encoding="utf-8") as fh:
+            text = fh.read()
+        for owner, pat in PRIVATE.items():
+            if f != owner:
+                for m in pat.finditer(text):
+                    problems.append("src/%s: '%s' is private to src/%s" % (f, m.group(0), owner))
+        if f in SERVER_FILES:
+            for m in ENGINE_FIELD.finditer(text):
+                problems.append("src/%s: '%s': the server reads no engine, router or cache field; it calls their "
+                                "functions" % (f, m.group(0)))
     tools = os.path.join(src, "tools")
     tool_headers = {f for _, _, fs in os.walk(tools) for f in fs if f.endswith(".h")}
     for dirpath, _, files in os.walk(tools):

@@ -124,7 +124,7 @@ void context_stage_row(mor_context *c, int32_t i, int32_t row, int32_t logit_slo
     const rec_engine *e = &c->eng;
     const int32_t nr = c->model->n_rec;
     c->logit_row[i] = logit_slot;
-    c->depth[i] = rec_at(e, row)->depth;
+    c->depth[i] = rec_depth(e, row);
     memcpy(c->z + (size_t)i * nr, rec_z(e, row), sizeof(float) * (size_t)nr);
     memcpy(c->st_scores + (size_t)i * nr, rec_p(e, row), sizeof(float) * (size_t)nr);
 }

@@ -8,6 +8,22 @@
 #include "recursion.h"
 #include "status.h"
 
+/* One row's record; x, h, hprev, cs, z and p follow it in the block. Private
+ * to this file: others ask rec_depth and rec_tag. */
+typedef struct {
+    int32_t pos, seq;
+    int32_t rec;        /* the recursion it runs next */
+    int32_t depth;      /* recursions it was taken by */
+    int32_t tag;        /* the caller's (serve.c: the slot) */
+    router_row rt;      /* the router's record: gate, token-choice depth, dropped */
+    uint8_t life;       /* ROW_*, private to recursion.c (check-layers) */
+} rec_row;
+
+static inline rec_row *rec_at(const rec_engine *e, int32_t i) { return (rec_row *)(e->rows + (size_t)i * e->stride); }
+
+int32_t rec_depth(const rec_engine *e, int32_t i) { return rec_at(e, i)->depth; }
+int32_t rec_tag(const rec_engine *e, int32_t i) { return rec_at(e, i)->tag; }
+
 /* A row's state (recursion.h: the verdicts). */
 enum { ROW_FREE, ROW_RUN, ROW_KVONLY, ROW_DISCARD, ROW_EXITED };
 

@@ -39,16 +39,6 @@
 #include "layer.h"
 #include "router.h"
 
-/* One row's record; x, h, hprev, cs, z and p follow it in the block. The
- * state's values are private to recursion.c. */
-typedef struct {
-    int32_t pos, seq;
-    int32_t rec;        /* the recursion it runs next */
-    int32_t depth;      /* recursions it was taken by */
-    int32_t tag;        /* the caller's (serve.c: the slot) */
-    router_row rt;      /* the router's record: gate, token-choice depth, dropped */
-    uint8_t life;       /* ROW_*, private to recursion.c (check-layers) */
-} rec_row;
 
 /* Called with the hidden states of the rows in list, in the order given
  * (gx: n rows of n_embd), at each capture point inside rec_layers /
@@ -91,7 +81,10 @@ void   rec_bind(rec_engine *e, const mor_model *m, mor_kv_cache *kv, mor_router 
  * last recursion and discarded. Chosen once, before rows are entered. */
 void   rec_set_lockstep(rec_engine *e, int on);
 
-static inline rec_row *rec_at(const rec_engine *e, int32_t i) { return (rec_row *)(e->rows + (size_t)i * e->stride); }
+/* Row i's depth so far (the recursions that took it) and the caller's tag
+ * (serve.c: its slot). A row's record is private to recursion.c. */
+int32_t rec_depth(const rec_engine *e, int32_t i);
+int32_t rec_tag(const rec_engine *e, int32_t i);
 float *rec_x(const rec_engine *e, int32_t i);       /* [n_embd] the residual stream */
 float *rec_h(const rec_engine *e, int32_t i);       /* [n_embd] token-choice: the trajectory state */
 float *rec_z(const rec_engine *e, int32_t i);       /* [n_rec] router logits (NaN where not evaluated) */

@@ -19,6 +19,57 @@
 #include "router.h"
 #include "status.h"
 
+struct mor_router {
+    const mor_model *m;
+    int32_t mode, forced_depth, max_depth;
+    float   threshold[MOR_MAX_RECURSIONS];
+    /* read-back of the last successful decode: [n_rows], [n_rows * n_rec] */
+    int32_t n_rows, cap_rows;
+    int32_t *depth;
+    float   *scores, *logits;
+    /* exits (MOR_EXIT_*, threshold): the server's params, or mor_router_set_exit */
+    int32_t exit_mode;
+    float   exit_threshold;
+    uint8_t server_owned;   /* a server's: its exits are fixed at creation */
+    /* per sequence (a server's slots, router_seq_exits): the exit threshold
+     * of the request in it, NaN for exit_threshold */
+    float  *seq_exit;
+    int32_t n_seq_exit;
+    /* statistics since the last reset */
+    uint64_t n_tokens, depth_sum, n_at_depth[MOR_MAX_RECURSIONS + 1];
+};
+
+void router_get_settings(const mor_router *r, router_settings *out)
+{
+    out->mode = r->mode;
+    out->forced_depth = r->forced_depth;
+    out->max_depth = r->max_depth;
+    memcpy(out->threshold, r->threshold, sizeof out->threshold);
+    out->exit_mode = r->exit_mode;
+    out->exit_threshold = r->exit_threshold;
+}
+
+void router_own_exits(mor_router *r, int32_t mode, float threshold)
+{
+    r->exit_mode = mode;
+    r->exit_threshold = threshold;
+    r->server_owned = 1;
+}
+
+void router_get_stats(const mor_router *r, router_stats *out)
+{
+    out->n_tokens = r->n_tokens;
+    out->depth_sum = r->depth_sum;
+    memcpy(out->n_at_depth, r->n_at_depth, sizeof out->n_at_depth);
+}
+
+void router_set_stats(mor_router *r, const router_stats *st)
+{
+    r->n_tokens = st->n_tokens;
+    r->depth_sum = st->depth_sum;
+    memcpy(r->n_at_depth, st->n_at_depth, sizeof r->n_at_depth);
+}
+
 /* The router and its per-row arrays in one allocation. */
 mor_status router_create(const mor_model *m, int32_t cap_rows, mor_router **out)
 {

@@ -5,25 +5,26 @@
 #include "kernels_threads.h"
 #include "model.h"
 
-struct mor_router {
-    const mor_model *m;
+/* A router (mor_router, opaque outside router.c): its mode and thresholds,
+ * exits, the read-back of the last decode and statistics. */
+
+/* The settings a token's depth depends on: a server reuses kept K/V only
+ * where they were computed under the same (serve.c). */
+typedef struct {
     int32_t mode, forced_depth, max_depth;
     float   threshold[MOR_MAX_RECURSIONS];
-    /* read-back of the last successful decode: [n_rows], [n_rows * n_rec] */
-    int32_t n_rows, cap_rows;
-    int32_t *depth;
-    float   *scores, *logits;
-    /* exits (MOR_EXIT_*, threshold): the server's params, or mor_router_set_exit */
-    int32_t exit_mode;
-    float   exit_threshold;
-    uint8_t server_owned;   /* a server's: its exits are fixed at creation */
-    /* per sequence (a server's slots, router_seq_exits): the exit threshold
-     * of the request in it, NaN for exit_threshold */
-    float  *seq_exit;
-    int32_t n_seq_exit;
-    /* statistics since the last reset */
-    uint64_t n_tokens, depth_sum, n_at_depth[MOR_MAX_RECURSIONS + 1];
-};
+    int32_t exit_mode;        /* MOR_EXIT_* */
+    float   exit_threshold;   /* the default one (a sequence may have its own) */
+} router_settings;
+void router_get_settings(const mor_router *r, router_settings *out);
+/* A server's exits, fixed from its creation on (mor_router_set_exit then
+ * refuses to change them). */
+void router_own_exits(mor_router *r, int32_t mode, float threshold);
+
+/* The statistics mor_decode adds to (a server's failed step puts them back). */
+typedef struct { uint64_t n_tokens, depth_sum, n_at_depth[MOR_MAX_RECURSIONS + 1]; } router_stats;
+void router_get_stats(const mor_router *r, router_stats *out);
+void router_set_stats(mor_router *r, const router_stats *st);
 
 mor_status router_create(const mor_model *m, int32_t cap_rows, mor_router **out);
 void       router_free(mor_router *r);

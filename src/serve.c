@@ -136,7 +136,7 @@ struct mor_server {
     serve_kept *kept;                     /* [n_slots] */
     mor_token  *kept_tok;                 /* [n_slots][n_ctx] */
     uint64_t    stamp;
-    uint64_t sv_stats[2 + MOR_MAX_RECURSIONS + 1];   /* the router's statistics (mor_decode adds to them) */
+    router_stats sv_stats;   /* the router's statistics (mor_decode adds to them) */
 };
 
 static size_t up8(size_t n) { return (n + 7) / 8 * 8; }
@@ -213,7 +213,7 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     s->hooks.finish_every = 1;
     st = mor_context_create(m, &cp, &s->ctx);
     if (st) { mor_server_free(s); return st; }
-    if (p.exit_mode != MOR_EXIT_NONE && s->ctx->kv->mode == MOR_KV_DENSE) {   /* (the mode in effect) */
+    if (p.exit_mode != MOR_EXIT_NONE && mor_kv_mode(s->ctx->kv) == MOR_KV_DENSE) {   /* (the mode in effect) */
         mor_server_free(s);
         return err_set(MOR_E_UNSUPPORTED, "mor_server_create: confidence exits skip recursions, but under "
                        "MOR_KV_DENSE every token runs every recursion for its K/V");
@@ -228,9 +228,7 @@ mor_status mor_server_create(mor_model *m, const mor_server_params *params, mor_
     if (!p.n_ctx_seq) p.n_ctx_seq = (uint32_t)whole;
     s->p = p;
     if (m->router_type == MOR_ROUTER_TYPE_EXPERT) mor_router_set_mode(s->ctx->router, MOR_ROUTE_THRESHOLD, 0);
-    s->ctx->router->exit_mode = p.exit_mode;
-    s->ctx->router->exit_threshold = p.exit_threshold;
-    s->ctx->router->server_owned = 1;
+    router_own_exits(s->ctx->router, p.exit_mode, p.exit_threshold);
     const size_t nb = p.n_batch;
     int ok = mor_batch_create((int32_t)nb, &s->batch) == MOR_OK;
     if (ok && p.exit_mode != MOR_EXIT_NONE) ok = router_seq_exits(s->ctx->router, (int32_t)p.n_slots) == MOR_OK;
@@ -318,10 +316,11 @@ static mor_status req_speculate(mor_server *s, serve_req *q, int32_t n_draft, in
 
 static mor_status req_exit(mor_server *s, serve_req *q, float threshold, const char *who)
 {
-    const mor_router *r = s->ctx->router;
-    if (r->exit_mode == MOR_EXIT_NONE)
+    router_settings r;
+    router_get_settings(s->ctx->router, &r);
+    if (r.exit_mode == MOR_EXIT_NONE)
         return err_set(MOR_E_UNSUPPORTED, "%s: the server has no exits (mor_server_params.exit_mode)", who);
-    mor_status st = isnan(threshold) ? MOR_OK : router_exit_check(s->m, r->exit_mode, threshold, who);
+    mor_status st = isnan(threshold) ? MOR_OK : router_exit_check(s->m, r.exit_mode, threshold, who);
     if (st) return st;
     q->exit_thr = threshold;
     return MOR_OK;
@@ -576,10 +575,11 @@ mor_status mor_server_request_shift(const mor_server *s, mor_request_id id, int3
 /* The router settings request q's cells are computed under. */
 static void kept_settings(const mor_server *s, const serve_req *q, serve_kept *k)
 {
-    const mor_router *r = s->ctx->router;
-    k->mode = r->mode; k->forced_depth = r->forced_depth; k->max_depth = r->max_depth;
-    memcpy(k->threshold, r->threshold, sizeof k->threshold);
-    k->exit_thr = r->exit_mode == MOR_EXIT_NONE ? 0.0f : isnan(q->exit_thr) ? r->exit_threshold : q->exit_thr;
+    router_settings r;
+    router_get_settings(s->ctx->router, &r);
+    k->mode = r.mode; k->forced_depth = r.forced_depth; k->max_depth = r.max_depth;
+    memcpy(k->threshold, r.threshold, sizeof k->threshold);
+    k->exit_thr = r.exit_mode == MOR_EXIT_NONE ? 0.0f : isnan(q->exit_thr) ? r.exit_threshold : q->exit_thr;
 }
 
 static int same_settings(const serve_kept *a, const serve_kept *b)
@@ -840,7 +840,7 @@ static mor_status step_speculate(mor_server *s)
         if (shifting(s) && n > seq_limit(s) - S->n_pos - 1) n = seq_limit(s) - S->n_pos - 1;   /* nor past the context */
         mor_status st = spec_run(s->ctx, sl, S->next, S->n_pos, n, q->spec_d, q->smp, !q->gr, &q->spec);
         if (st) return st;
-        for (int32_t k = 0; k <= n; k++) q->spec_depth[k] = rec_at(e, q->spec.rows[k])->depth;
+        for (int32_t k = 0; k <= n; k++) q->spec_depth[k] = rec_depth(e, q->spec.rows[k]);
         rec_free(e, q->spec.rows, n + 1);
         s->spec_used += n + 1;
         if ((st = check_logits(s, sl, q->spec.logits))) return st;
@@ -959,7 +959,7 @@ static void count_exits(mor_server *s, const int32_t *list, int32_t n)
 {
     const rec_engine *e = &s->ctx->eng;
     const int32_t k = rec_exited(e, list, n, s->list2);
-    for (int32_t t = 0; t < k; t++) s->slots[rec_at(e, s->list2[t])->tag].n_exited++;
+    for (int32_t t = 0; t < k; t++) s->slots[rec_tag(e, s->list2[t])].n_exited++;
 }
 
 /* 1. Entering rows: a slot's last sampled token, or the next chunk of its
@@ -1017,20 +1017,20 @@ static mor_status step_finish(mor_server *s)
     mor_status st = rec_finish(e, s->list, nf, s->list2, nl, NULL, s->logits);
     if (st) return st;
     for (int32_t g = 0; g < nl; g++)   /* before anything is published */
-        if ((st = check_logits(s, rec_at(e, s->list[s->list2[g]])->tag, s->logits + (size_t)g * s->m->n_vocab)))
+        if ((st = check_logits(s, rec_tag(e, s->list[s->list2[g]]), s->logits + (size_t)g * s->m->n_vocab)))
             return st;
     for (int32_t g = 0; g < nl; g++) {
-        const rec_row *r = rec_at(e, s->list[s->list2[g]]);
-        s->slots[r->tag].n_rows = s->slots[r->tag].n_exited = 0;
-        emit(s, r->tag, s->logits + (size_t)g * s->m->n_vocab, r->depth);
+        const int32_t row = s->list[s->list2[g]], sl = rec_tag(e, row);
+        s->slots[sl].n_rows = s->slots[sl].n_exited = 0;
+        emit(s, sl, s->logits + (size_t)g * s->m->n_vocab, rec_depth(e, row));
     }
     rec_free(e, s->list, nf);
     for (int32_t t = 0; t < nf; t++) {
-        const rec_row *r = rec_at(e, s->list[t]);
-        serve_slot *S = &s->slots[r->tag];
+        const int32_t sl = rec_tag(e, s->list[t]);   /* (a freed row keeps its tag) */
+        serve_slot *S = &s->slots[sl];
         if (!S->req || S->entered || !S->n_rows) continue;
         S->n_rows = S->n_exited = 0;   /* a prompt chunk done: the next enters at the next step */
-        if (S->req->state == MOR_REQ_CANCELLED) slot_release(s, r->tag);
+        if (S->req->state == MOR_REQ_CANCELLED) slot_release(s, sl);
         else S->waiting = 1;
     }
     return MOR_OK;
@@ -1100,9 +1100,7 @@ static void save(mor_server *s)
     s->sv_n_hi = rec_save(&s->ctx->eng, s->sv_rows);
     memcpy(s->sv_slots, s->slots, sizeof(serve_slot) * s->p.n_slots);
     s->sv_q_head = s->q_head; s->sv_q_len = s->q_len; s->sv_reserved = s->reserved; s->sv_n_steps = s->n_steps;
-    const mor_router *r = s->ctx->router;
-    s->sv_stats[0] = r->n_tokens; s->sv_stats[1] = r->depth_sum;
-    memcpy(s->sv_stats + 2, r->n_at_depth, sizeof r->n_at_depth);
+    router_get_stats(s->ctx->router, &s->sv_stats);
     s->n_admitted = 0;
 }
 
@@ -1122,9 +1120,7 @@ static void restore(mor_server *s)
     }
     memcpy(s->slots, s->sv_slots, sizeof(serve_slot) * s->p.n_slots);
     s->q_head = s->sv_q_head; s->q_len = s->sv_q_len; s->reserved = s->sv_reserved; s->n_steps = s->sv_n_steps;
-    mor_router *r = s->ctx->router;
-    r->n_tokens = s->sv_stats[0]; r->depth_sum = s->sv_stats[1];
-    memcpy(r->n_at_depth, s->sv_stats + 2, sizeof r->n_at_depth);
+    router_set_stats(s->ctx->router, &s->sv_stats);
     for (int32_t k = 0; k < s->n_admitted; k++) {
         serve_req *q = s->reqs[s->admitted[k]];
         q->state = MOR_REQ_QUEUED; q->slot = -1;

@@ -33,6 +33,11 @@ cases = [
     ("src/serve.c", 'static void f(rec_row *r) { r->life = 0; }\n', "a caller of the recursion engine writing a row's state"),
     ("src/decode.c", 'static int f(const rec_engine *e) { return rec_at(e, 0)->life == 4; }\n',
      "a caller of the recursion engine reading a row's state"),
+    ("src/context.c", 'static int32_t f(const rec_engine *e) { return rec_at(e, 0)->depth; }\n',
+     "a row's record read outside the recursion engine"),
+    ("src/decode.c", 'struct mor_router { int x; };\n', "a router's record defined outside router.c"),
+    ("src/serve.c", 'static int f(mor_server *s) { return s->ctx->kv->mode; }\n', "the server reading a cache's field"),
+    ("src/serve.c", 'static int f(mor_server *s) { return s->ctx->router->mode; }\n', "the server reading a router's field"),
 ]
 with tempfile.TemporaryDirectory() as tmp:
     for path, line, what in cases:
