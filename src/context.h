@@ -49,6 +49,17 @@ void       context_stage_row(mor_context *c, int32_t i, int32_t row, int32_t log
  * kernels_fast_bf16 of it. */
 const kernel_set *context_kernels(uint32_t flags);
 
+/* mor_decode in two halves, for a caller that holds its own KV transaction
+ * (serve.c: one per serving step). decode_run checks and runs batch b inside
+ * the caller's transaction and stages its results, publishing nothing (on
+ * failure the caller rolls back); decode_staged_logits(c, i) are row i's
+ * staged logits (NULL: it asked for none); decode_publish, once the caller
+ * can no longer fail, makes them the context's outputs (mor_get_logits,
+ * depths, hidden states) as a successful mor_decode does. */
+mor_status   decode_run(mor_context *c, const mor_batch *b);
+const float *decode_staged_logits(const mor_context *c, int32_t i);
+void         decode_publish(mor_context *c, const mor_batch *b);
+
 /* speculate.c: the fallible part of one self-speculative step, shared by
  * mor_speculate and the server's speculating requests. The caller holds a
  * KV transaction open and n + 1 engine rows free; spec_run enters `token`

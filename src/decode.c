@@ -112,15 +112,30 @@ static mor_status forward(mor_context *c, const mor_batch *b)
     return MOR_OK;
 }
 
+mor_status decode_run(mor_context *c, const mor_batch *b)
+{
+    mor_status st = validate(c, b);
+    return st ? st : forward(c, b);
+}
+
+const float *decode_staged_logits(const mor_context *c, int32_t i)
+{
+    return c->logit_row[i] < 0 ? NULL : c->logits + (size_t)c->logit_row[i] * c->model->n_vocab;
+}
+
 mor_status mor_decode(mor_context *c, const mor_batch *b)
 {
     if (!c || !b) return err_set(MOR_E_INVALID_ARG, "mor_decode: NULL %s", c ? "batch" : "context");
-    mor_status st = validate(c, b);
-    if (st) return st;
     kv_begin(c->kv);
-    st = forward(c, b);
+    mor_status st = decode_run(c, b);
     if (st) { kv_rollback(c->kv); return st; }
     kv_commit(c->kv);
+    decode_publish(c, b);
+    return MOR_OK;
+}
+
+void decode_publish(mor_context *c, const mor_batch *b)
+{
     c->n_rows = b->n;
     memcpy(c->row_seq, b->seq, sizeof(int32_t) * (size_t)b->n);
     router_publish(c->router, b->n, c->depth, c->st_scores, c->z);
@@ -128,7 +143,6 @@ mor_status mor_decode(mor_context *c, const mor_batch *b)
         float *t = c->hidden; c->hidden = c->st_hidden; c->st_hidden = t;
     }
     err_clear();
-    return MOR_OK;
 }
 
 const float *mor_get_logits(mor_context *c, int32_t i)

@@ -885,22 +885,6 @@ static void spec_publish(mor_server *s)
 
 /* ---- SERIAL and SEQUENCE: one mor_decode per step ---- */
 
-/* Take back a successful mor_decode of batch b (its cells are each
- * sequence's positions from its first row on) and return st, keeping the
- * error message (mor_kv_seq_rm, public, clears it). */
-static mor_status undo_decode(mor_server *s, const mor_batch *b, mor_status st)
-{
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", mor_last_error());
-    for (int32_t q = 0; q < (int32_t)s->p.n_slots; q++) {
-        mor_pos first = -1;
-        for (int32_t i = 0; i < b->n; i++)
-            if (b->seq[i] == q && (first < 0 || b->pos[i] < first)) first = b->pos[i];
-        if (first >= 0) mor_kv_seq_rm(s->ctx->kv, q, first, -1);
-    }
-    return err_set(st, "%s", msg);
-}
-
 static mor_status step_decode(mor_server *s)
 {
     mor_batch *b = s->batch;
@@ -919,20 +903,18 @@ static mor_status step_decode(mor_server *s)
             if (S->entered) last[sl] = mor_batch_size(b) - 1;
             else S->waiting = 1;   /* a chunk before the last: the next one at the next step */
         }
-    mor_status st = mor_batch_size(b) ? mor_decode(s->ctx, b) : MOR_OK;
-    if (st) return st;
-    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
-        if (last[sl] < 0 || !(st = check_logits(s, sl, mor_get_logits(s->ctx, last[sl])))) continue;
-        return undo_decode(s, b, st);
-    }
-    /* the speculating requests: their own transaction, after mor_decode's
-     * (whose outputs stay readable: the drafts use their own buffers) */
+    /* one KV transaction: the batch's decode, then the speculating requests
+     * (whose drafts use their own buffers: the decode's staged logits stay) */
     kv_begin(s->ctx->kv);
-    rec_reset(&s->ctx->eng);
-    if ((st = step_speculate(s))) {
-        kv_rollback(s->ctx->kv);
-        return undo_decode(s, b, st);
+    mor_status st = mor_batch_size(b) ? decode_run(s->ctx, b) : MOR_OK;
+    for (int32_t sl = 0; sl < (int32_t)s->p.n_slots && !st; sl++)
+        if (last[sl] >= 0) st = check_logits(s, sl, decode_staged_logits(s->ctx, last[sl]));
+    if (!st) {
+        rec_reset(&s->ctx->eng);
+        st = step_speculate(s);
     }
+    if (st) { kv_rollback(s->ctx->kv); return st; }
+    if (mor_batch_size(b)) decode_publish(s->ctx, b);
     int32_t *depths = s->list;
     mor_router_get_depths(s->ctx->router, depths, mor_batch_size(b));
     for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++)
