@@ -76,4 +76,12 @@ typedef struct {
 } spec_bufs;
 mor_status spec_run(mor_context *c, mor_seq_id seq, mor_token token, mor_pos pos, int32_t n, int32_t D,
                     mor_sampler *smpl, int coupled, const spec_bufs *b);
+/* The acceptance rule of self-speculation, the one loop mor_speculate and
+ * the server's speculating requests share: position k = 0, 1, ... draws its
+ * token (draw: 0, or 1 when the output ends with that token, or -1 when
+ * position k cannot be drawn: the run stops before it), and the run goes on
+ * while the token is the draft fed after it (drafts[k], k < n). Returns the
+ * positions drawn; *n_match the drafts that matched. Cannot fail. */
+typedef int (*spec_draw_fn)(void *ud, int32_t k, mor_token *t);
+int32_t spec_accept(const mor_token *drafts, int32_t n, spec_draw_fn draw, void *ud, int32_t *n_match);
 #endif

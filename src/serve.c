@@ -858,28 +858,36 @@ static mor_status step_speculate(mor_server *s)
  * after plain steps (prompt reuse keeps them). A later position whose
  * logits cannot be sampled ends the run there: the next step meets it as
  * its first and fails naming the request, as plain decoding would. */
+typedef struct { mor_server *s; int32_t sl; mor_pos pos; } publish_ctx;
+
+/* spec_publish's draw (spec_accept): the request emits position k. */
+static int publish_draw(void *ud, int32_t k, mor_token *t)
+{
+    publish_ctx *d = ud;
+    serve_slot *S = &d->s->slots[d->sl];
+    serve_req *q = S->req;
+    const float *lg = q->spec.logits + (size_t)k * d->s->m->n_vocab;
+    if (k && check_logits(d->s, d->sl, lg)) return -1;
+    S->n_pos = d->pos + k + 1;   /* before emit: a request that ends keeps its cells [0, n_pos) */
+    emit(d->s, d->sl, lg, q->spec_depth[k]);
+    *t = q->out[q->n_out - 1];
+    return q->state != MOR_REQ_RUNNING;
+}
+
 static void spec_publish(mor_server *s)
 {
-    const int32_t nv = s->m->n_vocab;
     for (int32_t sl = 0; sl < (int32_t)s->p.n_slots; sl++) {
         serve_slot *S = &s->slots[sl];
         const int32_t rows = S->spec_rows;
         if (!rows) continue;
         serve_req *q = S->req;
-        const mor_pos pos = S->n_pos;
+        publish_ctx d = { s, sl, S->n_pos };
         S->spec_rows = 0;
         q->drafted += rows - 1;
-        int32_t k = 0;
-        for (; k < rows; k++) {
-            const float *lg = q->spec.logits + (size_t)k * nv;
-            if (k && check_logits(s, sl, lg)) break;
-            S->n_pos = pos + k + 1;   /* before emit: a request that ends keeps its cells [0, n_pos) */
-            emit(s, sl, lg, q->spec_depth[k]);
-            const int match = k + 1 < rows && q->out[q->n_out - 1] == q->spec.drafts[k];
-            q->accepted += match;
-            if (!match || q->state != MOR_REQ_RUNNING) { k++; break; }
-        }
-        kv_unappend(s->ctx->kv, 0, s->m->n_layer, 1, sl, pos + k);
+        int32_t acc = 0;
+        const int32_t k = spec_accept(q->spec.drafts, rows - 1, publish_draw, &d, &acc);
+        q->accepted += acc;
+        kv_unappend(s->ctx->kv, 0, s->m->n_layer, 1, sl, d.pos + k);
     }
 }
 

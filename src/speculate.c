@@ -150,6 +150,47 @@ mor_status spec_run(mor_context *c, mor_seq_id seq, mor_token token, mor_pos pos
     return rec_finish(e, b->rows, n + 1, b->tmp, n + 1, NULL, b->logits);
 }
 
+int32_t spec_accept(const mor_token *drafts, int32_t n, spec_draw_fn draw, void *ud, int32_t *n_match)
+{
+    int32_t k = 0, acc = 0;
+    for (; k <= n; k++) {
+        mor_token t;
+        const int r = draw(ud, k, &t);
+        if (r < 0) break;
+        const int match = k < n && t == drafts[k];
+        acc += match;
+        if (!match || r > 0) { k++; break; }
+    }
+    *n_match = acc;
+    return k;
+}
+
+/* mor_speculate's draw: the caller's sampler (and grammar) on position k's
+ * logits, into out[k]; the output ends at the EOS or where the grammar must. */
+typedef struct {
+    const float *logits;
+    float       *masked;
+    int32_t      nv;
+    mor_sampler *smpl;
+    mor_grammar *g;
+    mor_token    eos, *out;
+} spec_draw_ctx;
+
+static int spec_draw(void *ud, int32_t k, mor_token *t)
+{
+    spec_draw_ctx *d = ud;
+    const float *from = d->logits + (size_t)k * d->nv;
+    if (d->g) {
+        memcpy(d->masked, from, sizeof(float) * (size_t)d->nv);
+        if (mor_grammar_apply(d->g, d->masked, d->nv)) return -1;
+        from = d->masked;
+    }
+    if (mor_sampler_sample(d->smpl, from, d->nv, t)) return -1;
+    if (d->g) mor_grammar_accept(d->g, *t);   /* allowed: the mask let it through */
+    d->out[k] = *t;
+    return *t == d->eos || (d->g && (mor_grammar_state(d->g) & MOR_GRAMMAR_MUST_END));
+}
+
 mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_pos pos, int32_t n_draft,
                          int32_t draft_depth, mor_sampler *smpl, mor_grammar *g, mor_token *out, int32_t n_max,
                          int32_t *n_out, int32_t *n_accepted)
@@ -177,24 +218,9 @@ mor_status mor_speculate(mor_context *c, mor_seq_id seq, mor_token token, mor_po
     if ((st = spec_run(c, seq, token, pos, n, draft_depth, smpl, !g, &b))) { kv_rollback(c->kv); return st; }
 
     /* accept: nothing below can fail the call */
-    const mor_token eos = mor_model_token_eos(m);
-    float *masked = e->vocab;
-    int32_t k = 0, acc = 0;
-    for (; k <= n; k++) {
-        const float *from = c->logits + (size_t)k * nv;
-        if (g) {
-            memcpy(masked, from, sizeof(float) * (size_t)nv);
-            if (mor_grammar_apply(g, masked, nv)) break;
-            from = masked;
-        }
-        mor_token t;
-        if (mor_sampler_sample(smpl, from, nv, &t)) break;
-        if (g) mor_grammar_accept(g, t);   /* allowed: the mask let it through */
-        out[k] = t;
-        const int match = k < n && t == drafts[k];
-        acc += match;
-        if (!match || t == eos || (g && (mor_grammar_state(g) & MOR_GRAMMAR_MUST_END))) { k++; break; }
-    }
+    spec_draw_ctx d = { c->logits, e->vocab, nv, smpl, g, mor_model_token_eos(m), out };
+    int32_t acc = 0;
+    const int32_t k = spec_accept(drafts, n, spec_draw, &d, &acc);
     /* keep the inputs whose outputs were taken (at least the first: its
      * logits stay readable when its token could not be sampled) */
     const int32_t keep = k ? k : 1;
