@@ -366,7 +366,7 @@ static void check_state(walker *w)
     for (int32_t i = 0; i < V; i++) w->l[i] = 0.0f;
     if (mor_grammar_apply(w->a, w->l, V))   /* nothing can come next: the logits stay, the mask is empty */
         for (int32_t i = 0; i < V; i++) w->l[i] = -HUGE_VALF;
-    memset(w->ok, 0, (size_t)V);
+    memset(w->ok, 0, (size_t)(uint32_t)V);
     gbo_extend_all(&w->c, w->u, (const char *const *)voc.piece, voc.len, voc.ord, voc.n_ord, w->ok, voc.maxlen);
     if (eos >= 0) w->ok[eos] = !w->u.need && gbo_complete(&w->c);
     for (mor_token t = 0; t < V; t++) {
@@ -495,21 +495,38 @@ static int lazy_ref_find(const char *s, size_t n, size_t from)
     return first;
 }
 
+/* The oracle's chart c (allocated once: a chart per token is megabytes
+ * zeroed, minutes under the sanitizers) over bytes s[0..n) from the start:
+ * 1 when they are a prefix of a string of the grammar (u: the partial
+ * character they end in). */
+static int lazy_ref_read(gbo_chart *c, gbo_u8 *u, const char *s, size_t n)
+{
+    gbo_truncate(c, 1);
+    *u = (gbo_u8){ 0, 0, 0 };
+    return gbo_feed(c, u, s, n) && (!u->need || gbo_partial_ok(c, u));
+}
+
 /* The oracle's mask after text[0..len) (text tokens only; at: where the
  * grammar began, -1 before a trigger) into ok[]. */
-static void lazy_ref_mask(const gbo_grammar *o, const char *text, size_t len, int at, uint8_t *ok)
+static void lazy_ref_mask(gbo_chart *c, const char *text, size_t len, int at, uint8_t *ok)
 {
     mor_token eos = mor_model_token_eos(model);
+    gbo_u8 u;
+    for (mor_token t = 0; t < V; t++) ok[t] = at < 0;   /* control tokens and the EOS: free text only */
+    if (at >= 0) {   /* every token from the chart of the text since the word */
+        int alive = lazy_ref_read(c, &u, text + at, len - (size_t)at);
+        if (alive) gbo_extend_all(c, u, (const char *const *)voc.piece, voc.len, voc.ord, voc.n_ord, ok, voc.maxlen);
+        if (eos >= 0) ok[eos] = alive && !u.need && gbo_complete(c);
+        return;
+    }
     char buf[64 * 256 + 256];
     memcpy(buf, text, len);
-    for (mor_token t = 0; t < V; t++) ok[t] = at < 0;   /* control tokens and the EOS: free text only */
-    for (int i = 0; i < voc.n_ord; i++) {
+    for (int i = 0; i < voc.n_ord; i++) {   /* free, but where the token completes a word */
         mor_token t = voc.ord[i];
         memcpy(buf + len, voc.piece[t], voc.len[t]);
-        int w = at >= 0 ? at : lazy_ref_find(buf, len + voc.len[t], len > 8 ? len - 8 : 0);
-        ok[t] = w < 0 || gbo_prefix(o, buf + w, len + voc.len[t] - (size_t)w) == 1;
+        int w = lazy_ref_find(buf, len + voc.len[t], len > 8 ? len - 8 : 0);
+        ok[t] = w < 0 || lazy_ref_read(c, &u, buf + w, len + voc.len[t] - (size_t)w);
     }
-    if (at >= 0 && eos >= 0) ok[eos] = gbo_match(o, text + at, len - (size_t)at) == 1;
 }
 
 /* Walks: free tokens, then the tokens of a script (a word, maybe split
@@ -527,7 +544,8 @@ static void lazy_walks(void)
     mor_grammar *a = NULL, *b = NULL;
     float *l = malloc(sizeof *l * (size_t)V);
     uint8_t *ok = malloc((size_t)V);
-    int good = o && l && ok && !mor_grammar_create(model, LAZY, strlen(LAZY), NULL, NULL, 0, &a) &&
+    gbo_chart chart = { 0 };
+    int good = o && l && ok && !gbo_chart_init(&chart, o) && !mor_grammar_create(model, LAZY, strlen(LAZY), NULL, NULL, 0, &a) &&
                !mor_grammar_create(model, LAZY, strlen(LAZY), NULL, NULL, 0, &b) &&
                !mor_grammar_set_triggers(a, LAZY_WORDS, 2) && !mor_grammar_set_triggers(b, LAZY_WORDS, 2);
     uint64_t seed = 11;
@@ -547,7 +565,7 @@ static void lazy_walks(void)
         while (n < 40) {
             for (int32_t t = 0; t < V; t++) l[t] = 0.0f;
             if (mor_grammar_apply(a, l, V)) for (int32_t t = 0; t < V; t++) l[t] = -HUGE_VALF;
-            lazy_ref_mask(o, text, len, at, ok);
+            lazy_ref_mask(&chart, text, len, at, ok);
             uint64_t pick = rng_next(&seed);
             for (mor_token t = 0; t < V; t++) {
                 int mask = l[t] == 0.0f;
@@ -567,7 +585,10 @@ static void lazy_walks(void)
                            (int)voc.len[t], voc.piece[t], mask, acc);
             }
             states++;
-            int st = mor_grammar_state(a), want = at < 0 ? MOR_GRAMMAR_CAN_END : gbo_match(o, text + at, len - (size_t)at) == 1;
+            gbo_u8 u8;
+            int st = mor_grammar_state(a),
+                want = at < 0 ? MOR_GRAMMAR_CAN_END
+                              : lazy_ref_read(&chart, &u8, text + at, len - (size_t)at) && !u8.need && gbo_complete(&chart);
             if ((at < 0 ? st != want : (st & MOR_GRAMMAR_CAN_END) != want) && bad++ < 3)
                 printf("# lazy, after \"%.*s\": state %d\n", (int)len, text, st);
             if (st & MOR_GRAMMAR_MUST_END) { ended++; break; }
@@ -589,6 +610,7 @@ static void lazy_walks(void)
           "lazy grammar: mask == oracle at %d states x %d tokens, == accept on %lld of them (%d walks triggered, %d "
           "ended; before a trigger, %d tokens refused for completing a word the grammar cannot continue)", states,
           (int)V, checked, triggered, ended, refused);
+    gbo_chart_free(&chart);
     mor_grammar_free(a);
     mor_grammar_free(b);
     free(o);
