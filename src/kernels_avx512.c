@@ -1271,7 +1271,10 @@ AI void mm_kquant_gemm(uint32_t t, const tensor *w, const char *x, size_t xs, fl
  * instead (the codes of 64 bytes of qs are sub-blocks 4h, 4h + 2 in the low
  * nibbles and 4h + 1, 4h + 3 in the high ones), their 6-bit scales unpacked
  * with byte shuffles. An exact integer sum has no order to keep. */
-enum { KQV_ROWS = 4 };
+/* KQV_PF: how far ahead of a group the weights are prefetched, in bytes. The
+ * group's rows are read in 4 short interleaved streams, which the hardware
+ * prefetchers do not follow as they do one row after the other. */
+enum { KQV_ROWS = 4, KQV_PF = 16384 };
 
 /* A super-block of the activation row as the pass reads it. */
 typedef struct { __m512i x[4]; __m256i bs, gs; float xd; } kqv_act;
@@ -1374,12 +1377,16 @@ AI void kqv_scales(uint32_t t, const uint8_t *const p[KQV_ROWS], __m128 *d, __m1
     *dmin = t == GGML_Q6_K || t == GGML_Q3_K ? _mm_setzero_ps() : _mm_shuffle_ps(lo, hi, 0xDD);
 }
 
-/* Rows o .. o + KQV_ROWS - 1 against the activation row (xq, bsum, xd): their dots, in lanes */
+/* Rows o .. o + KQV_ROWS - 1 against the activation row (xq, bsum, xd): their dots, in lanes; the
+ * bytes of W from offset pf (up to pend) prefetched at the pace the rows are read */
 AI __m128 kqv_rows(uint32_t t, const uint8_t *W, size_t rb, size_t bs, int64_t o, int64_t nb, const int8_t *xq,
-                   const int16_t *bsum, const float *xd)
+                   const int16_t *bsum, const float *xd, size_t pf, size_t pend)
 {
     __m128 s = _mm_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+    const size_t pstep = KQV_ROWS * bs;
+    for (int64_t b = 0; b < nb; b++, pf += pstep) {
+        if (pf + pstep <= pend)
+            for (size_t l = 0; l < pstep; l += 64) _mm_prefetch((const char *)W + pf + l, _MM_HINT_T0);
         kqv_act a;
         kqv_act_load(t, xq + b * QK_K, bsum + b * 16, xd[b], &a);
         const uint8_t *p[KQV_ROWS];
@@ -1421,8 +1428,10 @@ AI void mm_kquant_vec(uint32_t t, const tensor *w, const char *x, float *y, int6
     const int16_t *bsum = act_q8k_bsums(x, K);
     const float *xd = act_q8k_d(x, K);
     int64_t o = o0;
-    for (; o + KQV_ROWS <= o1; o += KQV_ROWS) {
-        __m128 s = kqv_rows(t, W, rb, bs, o, nb, xq, bsum, xd);
+    /* Q4_K / Q5_K only: the others (k256's Q6_K) measured no faster this way (their codes are unpacked
+     * the same per row, and the prefetches cost more than they save where the weights sit in L3) */
+    for (; (t == GGML_Q4_K || t == GGML_Q5_K) && o + KQV_ROWS <= o1; o += KQV_ROWS) {
+        __m128 s = kqv_rows(t, W, rb, bs, o, nb, xq, bsum, xd, (size_t)o * rb + KQV_PF, (size_t)o1 * rb);
         if (acc) s = _mm_add_ps(_mm_loadu_ps(y + o), s);
         _mm_storeu_ps(y + o, s);
     }
