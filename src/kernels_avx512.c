@@ -1261,6 +1261,160 @@ AI void mm_kquant_gemm(uint32_t t, const tensor *w, const char *x, size_t xs, fl
     }
 }
 
+/* ---- one activation row, KQV_ROWS weight rows at a time ----
+ *
+ * The activation vectors of a super-block are loaded once for all the
+ * rows, and the rows' integer sums are reduced together (one transpose-add
+ * tree instead of a horizontal sum per row); kq_step then runs in the rows'
+ * lanes: the same float operations in the same order, the reference's bits.
+ * Q4_K / Q5_K are not reordered into value order: the activations are
+ * instead (the codes of 64 bytes of qs are sub-blocks 4h, 4h + 2 in the low
+ * nibbles and 4h + 1, 4h + 3 in the high ones), their 6-bit scales unpacked
+ * with byte shuffles. An exact integer sum has no order to keep. */
+/* KQV_PF: how far ahead of a group the weights are prefetched, in bytes. The
+ * group's rows are read in 4 short interleaved streams, which the hardware
+ * prefetchers do not follow as they do one row after the other. */
+enum { KQV_ROWS = 4, KQV_PF = 16384 };
+
+/* A super-block of the activation row as the pass reads it. */
+typedef struct { __m512i x[4]; __m256i bs, gs; float xd; } kqv_act;
+
+AI void kqv_act_load(uint32_t t, const int8_t *xq, const int16_t *bsum, float xd, kqv_act *a)
+{
+    a->bs = _mm256_loadu_si256((const __m256i *)bsum);
+    a->xd = xd;
+    if (t == GGML_Q4_K || t == GGML_Q5_K) {
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {   /* values 128h + 0..31 | 64..95, then 32..63 | 96..127 */
+            const __m512i v0 = _mm512_loadu_si512((const void *)(xq + 128 * h));
+            const __m512i v1 = _mm512_loadu_si512((const void *)(xq + 128 * h + 64));
+            a->x[2 * h] = _mm512_shuffle_i64x2(v0, v1, 0x44);
+            a->x[2 * h + 1] = _mm512_shuffle_i64x2(v0, v1, 0xEE);
+        }
+        /* words 8..15: the sums of the 8 sub-blocks of 32, for the mins (words 0..7: 0, under the scales) */
+        const __m256i g = _mm256_hadd_epi16(a->bs, a->bs);   /* g0-3 g0-3 | g4-7 g4-7 */
+        a->gs = _mm256_maskz_permutex_epi64(0xC, g, 0x80);     /* qwords -, -, g0-3, g4-7 */
+        return;
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) a->x[c] = _mm512_loadu_si512((const void *)(xq + 64 * c));
+    a->gs = _mm256_setzero_si256();
+}
+
+/* The 12 packed 6-bit scales and mins at p as bytes: sc0..7 then mn0..7 (kq_scales_mins, in lanes) */
+AI __m128i k4_scales_bytes(const uint8_t *p)
+{
+    const __m128i s = _mm_loadu_si128((const __m128i *)p);   /* bytes 12..15 (codes) unused */
+    /* j < 4: sc = s[j] & 63, mn = s[j + 4] & 63; j >= 4: sc = s[j + 4] & 15, mn = s[j + 4] >> 4, each
+     * with the top bits of s[j - 4] (sc) or s[j] (mn) above them */
+    const __m128i lo = _mm_shuffle_epi8(s, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i top = _mm_shuffle_epi8(s, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i m = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0);
+    const __m128i hi4 = _mm_and_si128(_mm_srli_epi16(lo, 4), _mm_setr_epi32(0, 0, 0, 0x0F0F0F0F));
+    const __m128i t2 = _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30));
+    return _mm_or_si128(_mm_or_si128(_mm_and_si128(lo, m), hi4), t2);
+}
+
+/* bytes of v whose bit m (first 32 bytes) / m2 (last 32) is set */
+AI __mmask64 zbits2(__m512i v, int m, int m2)
+{
+    const __m512i b = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << m)), _mm256_set1_epi8((char)(1 << m2)), 1);
+    return _mm512_test_epi8_mask(v, b);
+}
+
+/* Q4_K / Q5_K super-block p against a: the lanes of sumi (8) and of summ (8) */
+AI void k4v_row(uint32_t t, const uint8_t *p, const kqv_act *a, __m256i *si, __m256i *sm)
+{
+    const __m128i scm = k4_scales_bytes(p + 4);
+    *sm = _mm256_madd_epi16(_mm256_cvtepu8_epi16(scm), a->gs);
+    const __m512i sb = _mm512_broadcast_i32x4(scm);
+    const uint8_t *qs = p + (t == GGML_Q4_K ? 16 : 48);
+    const __m512i qh = t == GGML_Q5_K ? zdup(p + 16) : _mm512_setzero_si512();
+    __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i q = _mm512_loadu_si512((const void *)(qs + 64 * h));
+        __m512i u[2] = { z15(q), zhi4(q) };
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; e++) {   /* sub-blocks 4h + e (bytes 0..31) and 4h + e + 2 (32..63) */
+            const int j = 4 * h + e;
+            if (t == GGML_Q5_K)   /* the fifth bit of value 32m + l: bit m of qh[l] */
+                u[e] = _mm512_mask_add_epi8(u[e], zbits2(qh, j, j + 2), u[e], _mm512_set1_epi8(16));
+            /* each word the scale byte of its sub-block (high byte 0x80: zero) */
+            const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)(0x8000 | j)),
+                                                   _mm256_set1_epi16((short)(0x8000 | (j + 2))), 1);
+            acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u[e], a->x[2 * h + e]), _mm512_shuffle_epi8(sb, idx));
+        }
+    }
+    *si = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+}
+
+/* The other k-quants (codes in value order, kqz_load): as kqz_dot, up to its horizontal sums */
+AI void kzv_row(uint32_t t, const uint8_t *p, const kqv_act *a, __m256i *si, __m256i *sm)
+{
+    kqz w;
+    kqz_load(t, p, &w);
+    const int sh = KQZ_SHIFT(t);
+    __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w.u[c], a->x[c]), w.sc[c]);
+    __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+    if (sh) s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(w.sc16, a->bs), (unsigned)sh));
+    *si = s;
+    *sm = _mm256_madd_epi16(w.mn16, a->bs);
+}
+
+/* d and dmin of super-block p of each row (F16 at the type's offsets) */
+AI void kqv_scales(uint32_t t, const uint8_t *const p[KQV_ROWS], __m128 *d, __m128 *dmin)
+{
+    const size_t off = t == GGML_Q6_K ? 208 : t == GGML_Q3_K ? 108 : t == GGML_Q2_K ? 80 : 0;
+    int32_t h[KQV_ROWS] = { 0 };
+#pragma GCC unroll 4
+    for (int r = 0; r < KQV_ROWS; r++) memcpy(&h[r], p[r] + off, t == GGML_Q6_K || t == GGML_Q3_K ? 2 : 4);
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));   /* d0 dmin0 d1 dmin1 ... */
+    const __m128 lo = _mm256_castps256_ps128(f), hi = _mm256_extractf128_ps(f, 1);
+    *d = _mm_shuffle_ps(lo, hi, 0x88);
+    *dmin = t == GGML_Q6_K || t == GGML_Q3_K ? _mm_setzero_ps() : _mm_shuffle_ps(lo, hi, 0xDD);
+}
+
+/* Rows o .. o + KQV_ROWS - 1 against the activation row (xq, bsum, xd): their dots, in lanes; the
+ * bytes of W from offset pf (up to pend) prefetched at the pace the rows are read */
+AI __m128 kqv_rows(uint32_t t, const uint8_t *W, size_t rb, size_t bs, int64_t o, int64_t nb, const int8_t *xq,
+                   const int16_t *bsum, const float *xd, size_t pf, size_t pend)
+{
+    __m128 s = _mm_setzero_ps();
+    const size_t pstep = KQV_ROWS * bs;
+    for (int64_t b = 0; b < nb; b++, pf += pstep) {
+        if (pf + pstep <= pend)
+            for (size_t l = 0; l < pstep; l += 64) _mm_prefetch((const char *)W + pf + l, _MM_HINT_T0);
+        kqv_act a;
+        kqv_act_load(t, xq + b * QK_K, bsum + b * 16, xd[b], &a);
+        const uint8_t *p[KQV_ROWS];
+        __m512i c[KQV_ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < KQV_ROWS; r++) {
+            __m256i si, sm;
+            p[r] = W + (size_t)(o + r) * rb + (size_t)b * bs;
+            if (t == GGML_Q4_K || t == GGML_Q5_K) k4v_row(t, p[r], &a, &si, &sm);
+            else kzv_row(t, p[r], &a, &si, &sm);
+            c[r] = _mm512_inserti64x4(_mm512_castsi256_si512(si), sm, 1);   /* sumi's lanes | summ's */
+        }
+        /* transpose-add: 128-bit lane k of u holds the 4 rows' sums of lane k of each c */
+        const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(c[0], c[1]), _mm512_unpackhi_epi32(c[0], c[1]));
+        const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(c[2], c[3]), _mm512_unpackhi_epi32(c[2], c[3]));
+        __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+        u = _mm512_add_epi32(u, _mm512_shuffle_i64x2(u, u, 0xB1));   /* lane 0: the sumi, lane 2: the summ */
+        __m128 d, dmin;
+        kqv_scales(t, p, &d, &dmin);
+        const __m128 xdv = _mm_set1_ps(a.xd);
+        /* kq_step, each operation as there (no FMA: -std=c11) */
+        const __m128 ti = _mm_mul_ps(_mm_mul_ps(d, xdv), _mm_cvtepi32_ps(_mm512_castsi512_si128(u)));
+        const __m128 tm = _mm_mul_ps(_mm_mul_ps(dmin, xdv), _mm_cvtepi32_ps(_mm512_extracti32x4_epi32(u, 2)));
+        s = _mm_add_ps(s, _mm_sub_ps(ti, tm));
+    }
+    return s;
+}
+
 /* One activation row (decode): the row's sum stays in a register from
  * super-block to super-block (the 4-row loop below keeps its sums in
  * memory, a store and a load on the float chain of every super-block). */
@@ -1273,7 +1427,15 @@ AI void mm_kquant_vec(uint32_t t, const tensor *w, const char *x, float *y, int6
     const int8_t *xq = act_q8_qs(x);
     const int16_t *bsum = act_q8k_bsums(x, K);
     const float *xd = act_q8k_d(x, K);
-    for (int64_t o = o0; o < o1; o++) {
+    int64_t o = o0;
+    /* Q4_K / Q5_K only: the others (k256's Q6_K) measured no faster this way (their codes are unpacked
+     * the same per row, and the prefetches cost more than they save where the weights sit in L3) */
+    for (; (t == GGML_Q4_K || t == GGML_Q5_K) && o + KQV_ROWS <= o1; o += KQV_ROWS) {
+        __m128 s = kqv_rows(t, W, rb, bs, o, nb, xq, bsum, xd, (size_t)o * rb + KQV_PF, (size_t)o1 * rb);
+        if (acc) s = _mm_add_ps(_mm_loadu_ps(y + o), s);
+        _mm_storeu_ps(y + o, s);
+    }
+    for (; o < o1; o++) {   /* the last rows one by one: the same operations per row */
         const uint8_t *row = W + (size_t)o * rb;
         float s = 0.0f;
         for (int64_t b = 0; b < nb; b++) {

@@ -357,6 +357,52 @@ static void test_norm_swiglu(const kernel_set *ks, int32_t n)
     free(x); free(w); free(a); free(b); free(g1); free(g2);
 }
 
+/* One activation row (decode) against k-quant matrices of random bytes (every code, scale and min
+ * pattern; d and dmin kept finite): bitwise the reference over output ranges that start and end
+ * anywhere in the AVX-512 set's groups of rows, with and without acc. */
+static void test_kq_vec_ranges(const kernel_set *ks)
+{
+    static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q2_K, GGML_Q3_K };
+    static const int64_t ranges[][2] = { { 0, 23 }, { 1, 23 }, { 3, 20 }, { 5, 9 }, { 2, 3 }, { 7, 15 }, { 0, 8 } };
+    const int64_t rows = 23, cols = 768;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const uint32_t t = types[ti];
+        const size_t rb = tensor_row_bytes(t, cols), bs = tensor_row_bytes(t, QK_K);
+        const size_t dof = t == GGML_Q6_K ? 208 : t == GGML_Q3_K ? 108 : t == GGML_Q2_K ? 80 : 0;
+        const int mins = t == GGML_Q4_K || t == GGML_Q5_K || t == GGML_Q2_K;
+        unsigned char *wd = malloc(rb * (size_t)rows);
+        for (size_t i = 0; i < rb * (size_t)rows; i++) wd[i] = (unsigned char)next_u32();
+        for (size_t b = 0; b < rb * (size_t)rows / bs; b++) {   /* d, dmin: 2^-k, k in 6..13, either sign */
+            for (int m = 0; m <= mins; m++) {
+                const uint16_t h = (uint16_t)((next_u32() & 0x8000u) | (uint32_t)(2 + next_u32() % 8) << 10);
+                memcpy(wd + b * bs + dof + 2 * (size_t)m, &h, 2);
+            }
+        }
+        const tensor w = { wd, t, rows, cols };
+        float *x = malloc(sizeof(float) * (size_t)cols);
+        for (int64_t c = 0; c < cols; c++) x[c] = frand() * (c % 7 == 0 ? 8.0f : 1.0f);
+        unsigned char *xr = NULL, *xp = prepare_rows(ks, t, x, cols, 1, &xr);
+        float ref[23], y[23], ya[23];
+        k_matmul_ref_range(&w, xr, act_stride(&kernels_ref, t, cols), ref, rows, 1, 0, rows, 0, NULL);
+        int ok = 1;
+        for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++) {
+            const int64_t o0 = ranges[r][0], o1 = ranges[r][1];
+            for (int64_t o = 0; o < rows; o++) y[o] = ya[o] = 0.5f * (float)o - 3.0f;
+            ks->matmul(&w, xp, 0, y, rows, 1, o0, o1, 0, NULL);
+            ks->matmul(&w, xp, 0, ya, rows, 1, o0, o1, 1, NULL);
+            for (int64_t o = 0; o < rows; o++) {
+                const float base = 0.5f * (float)o - 3.0f, in = o >= o0 && o < o1;
+                ok &= !memcmp(&y[o], in ? &ref[o] : &base, sizeof(float));
+                const float want = base + ref[o];
+                ok &= !memcmp(&ya[o], in ? &want : &base, sizeof(float));
+            }
+        }
+        CHECK(ok, "%s matmul %s %lldx%lld of random bytes, 1 row, output ranges within and across row groups, "
+              "acc 0 and 1: bitwise the reference", ks->name, tname(t), (long long)rows, (long long)cols);
+        free(wd); free(x); free(xp); if (xr != xp) free(xr);
+    }
+}
+
 static void test_set(const kernel_set *ks)
 {
     SCENARIO("kernel set %s against the reference", ks->name);
@@ -418,6 +464,7 @@ static void test_set(const kernel_set *ks)
         test_matmul(ks, ktypes[t], 13, legacy ? 96 : 512, 5);
         test_matmul(ks, ktypes[t], 40, legacy ? 608 : 768, 33);
     }
+    if (bits_promised(ks, GGML_Q4_K)) test_kq_vec_ranges(ks);
     /* and ending at a guard page: 1 to 9 super-blocks (or 1 to 19 blocks) per row, rows and
      * activation rows with and without tails, as the Q8_0/Q4_0 edges above */
     static const int64_t kecols[] = { 256, 512, 768, 1024, 1280, 2304 }, lecols[] = { 32, 64, 96, 160, 288, 608 };
