@@ -1279,26 +1279,20 @@ enum { KQV_ROWS = 4, KQV_PF = 16384 };
 /* A super-block of the activation row as the pass reads it. */
 typedef struct { __m512i x[4]; __m256i bs, gs; float xd; } kqv_act;
 
-AI void kqv_act_load(uint32_t t, const int8_t *xq, const int16_t *bsum, float xd, kqv_act *a)
+AI void kqv_act_load(const int8_t *xq, const int16_t *bsum, float xd, kqv_act *a)
 {
     a->bs = _mm256_loadu_si256((const __m256i *)bsum);
     a->xd = xd;
-    if (t == GGML_Q4_K || t == GGML_Q5_K) {
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {   /* values 128h + 0..31 | 64..95, then 32..63 | 96..127 */
-            const __m512i v0 = _mm512_loadu_si512((const void *)(xq + 128 * h));
-            const __m512i v1 = _mm512_loadu_si512((const void *)(xq + 128 * h + 64));
-            a->x[2 * h] = _mm512_shuffle_i64x2(v0, v1, 0x44);
-            a->x[2 * h + 1] = _mm512_shuffle_i64x2(v0, v1, 0xEE);
-        }
-        /* words 8..15: the sums of the 8 sub-blocks of 32, for the mins (words 0..7: 0, under the scales) */
-        const __m256i g = _mm256_hadd_epi16(a->bs, a->bs);   /* g0-3 g0-3 | g4-7 g4-7 */
-        a->gs = _mm256_maskz_permutex_epi64(0xC, g, 0x80);     /* qwords -, -, g0-3, g4-7 */
-        return;
+    for (int h = 0; h < 2; h++) {   /* values 128h + 0..31 | 64..95, then 32..63 | 96..127 */
+        const __m512i v0 = _mm512_loadu_si512((const void *)(xq + 128 * h));
+        const __m512i v1 = _mm512_loadu_si512((const void *)(xq + 128 * h + 64));
+        a->x[2 * h] = _mm512_shuffle_i64x2(v0, v1, 0x44);
+        a->x[2 * h + 1] = _mm512_shuffle_i64x2(v0, v1, 0xEE);
     }
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) a->x[c] = _mm512_loadu_si512((const void *)(xq + 64 * c));
-    a->gs = _mm256_setzero_si256();
+    /* words 8..15: the sums of the 8 sub-blocks of 32, for the mins (words 0..7: 0, under the scales) */
+    const __m256i g = _mm256_hadd_epi16(a->bs, a->bs);   /* g0-3 g0-3 | g4-7 g4-7 */
+    a->gs = _mm256_maskz_permutex_epi64(0xC, g, 0x80);     /* qwords -, -, g0-3, g4-7 */
 }
 
 /* The 12 packed 6-bit scales and mins at p as bytes: sc0..7 then mn0..7 (kq_scales_mins, in lanes) */
@@ -1349,35 +1343,19 @@ AI void k4v_row(uint32_t t, const uint8_t *p, const kqv_act *a, __m256i *si, __m
     *si = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
 }
 
-/* The other k-quants (codes in value order, kqz_load): as kqz_dot, up to its horizontal sums */
-AI void kzv_row(uint32_t t, const uint8_t *p, const kqv_act *a, __m256i *si, __m256i *sm)
+/* d and dmin of super-block p of each row (F16, at offsets 0 and 2 in Q4_K and Q5_K) */
+AI void kqv_scales(const uint8_t *const p[KQV_ROWS], __m128 *d, __m128 *dmin)
 {
-    kqz w;
-    kqz_load(t, p, &w);
-    const int sh = KQZ_SHIFT(t);
-    __m512i acc = _mm512_setzero_si512();
+    int32_t h[KQV_ROWS];
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w.u[c], a->x[c]), w.sc[c]);
-    __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
-    if (sh) s = _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(w.sc16, a->bs), (unsigned)sh));
-    *si = s;
-    *sm = _mm256_madd_epi16(w.mn16, a->bs);
-}
-
-/* d and dmin of super-block p of each row (F16 at the type's offsets) */
-AI void kqv_scales(uint32_t t, const uint8_t *const p[KQV_ROWS], __m128 *d, __m128 *dmin)
-{
-    const size_t off = t == GGML_Q6_K ? 208 : t == GGML_Q3_K ? 108 : t == GGML_Q2_K ? 80 : 0;
-    int32_t h[KQV_ROWS] = { 0 };
-#pragma GCC unroll 4
-    for (int r = 0; r < KQV_ROWS; r++) memcpy(&h[r], p[r] + off, t == GGML_Q6_K || t == GGML_Q3_K ? 2 : 4);
+    for (int r = 0; r < KQV_ROWS; r++) memcpy(&h[r], p[r], 4);
     const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));   /* d0 dmin0 d1 dmin1 ... */
     const __m128 lo = _mm256_castps256_ps128(f), hi = _mm256_extractf128_ps(f, 1);
     *d = _mm_shuffle_ps(lo, hi, 0x88);
-    *dmin = t == GGML_Q6_K || t == GGML_Q3_K ? _mm_setzero_ps() : _mm_shuffle_ps(lo, hi, 0xDD);
+    *dmin = _mm_shuffle_ps(lo, hi, 0xDD);
 }
 
-/* Rows o .. o + KQV_ROWS - 1 against the activation row (xq, bsum, xd): their dots, in lanes; the
+/* Q4_K / Q5_K rows o .. o + KQV_ROWS - 1 against the activation row (xq, bsum, xd): their dots, in lanes; the
  * bytes of W from offset pf (up to pend) prefetched at the pace the rows are read */
 AI __m128 kqv_rows(uint32_t t, const uint8_t *W, size_t rb, size_t bs, int64_t o, int64_t nb, const int8_t *xq,
                    const int16_t *bsum, const float *xd, size_t pf, size_t pend)
@@ -1388,15 +1366,14 @@ AI __m128 kqv_rows(uint32_t t, const uint8_t *W, size_t rb, size_t bs, int64_t o
         if (pf + pstep <= pend)
             for (size_t l = 0; l < pstep; l += 64) _mm_prefetch((const char *)W + pf + l, _MM_HINT_T0);
         kqv_act a;
-        kqv_act_load(t, xq + b * QK_K, bsum + b * 16, xd[b], &a);
+        kqv_act_load(xq + b * QK_K, bsum + b * 16, xd[b], &a);
         const uint8_t *p[KQV_ROWS];
         __m512i c[KQV_ROWS];
 #pragma GCC unroll 4
         for (int r = 0; r < KQV_ROWS; r++) {
             __m256i si, sm;
             p[r] = W + (size_t)(o + r) * rb + (size_t)b * bs;
-            if (t == GGML_Q4_K || t == GGML_Q5_K) k4v_row(t, p[r], &a, &si, &sm);
-            else kzv_row(t, p[r], &a, &si, &sm);
+            k4v_row(t, p[r], &a, &si, &sm);
             c[r] = _mm512_inserti64x4(_mm512_castsi256_si512(si), sm, 1);   /* sumi's lanes | summ's */
         }
         /* transpose-add: 128-bit lane k of u holds the 4 rows' sums of lane k of each c */
@@ -1405,7 +1382,7 @@ AI __m128 kqv_rows(uint32_t t, const uint8_t *W, size_t rb, size_t bs, int64_t o
         __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
         u = _mm512_add_epi32(u, _mm512_shuffle_i64x2(u, u, 0xB1));   /* lane 0: the sumi, lane 2: the summ */
         __m128 d, dmin;
-        kqv_scales(t, p, &d, &dmin);
+        kqv_scales(p, &d, &dmin);
         const __m128 xdv = _mm_set1_ps(a.xd);
         /* kq_step, each operation as there (no FMA: -std=c11) */
         const __m128 ti = _mm_mul_ps(_mm_mul_ps(d, xdv), _mm_cvtepi32_ps(_mm512_castsi512_si128(u)));
