@@ -1641,9 +1641,12 @@ AI void softmax16(float *p, int32_t n)
     }
 }
 
-/* G query heads of NJ x 16 values each */
-AI void attend_g(const float *q, int G, int NJ, const char *k, const char *v, size_t stride, uint32_t t,
-                 const int32_t *cells, int32_t nv, float scale, float *probs, float *out)
+/* Scores of cells [c0, c1) (c0 a multiple of 4) for G query heads of NJ x 16
+ * values: probs[g * nv + c] = scale * q[g] . K[cells[c]]. Cells go four at a
+ * time from c0, the rest one by one, so ranges split at multiples of 4 give
+ * the bits of one whole range. */
+AI void att_scores(const float *q, int G, int NJ, const char *k, size_t stride, uint32_t t, const int32_t *cells,
+                   int32_t c0, int32_t c1, int32_t nv, float scale, float *probs)
 {
     const int32_t hd = 16 * NJ;
     __m512 qv[4][8];
@@ -1651,8 +1654,8 @@ AI void attend_g(const float *q, int G, int NJ, const char *k, const char *v, si
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
         for (int j = 0; j < NJ; j++) qv[g][j] = _mm512_loadu_ps(q + g * hd + 16 * j);
-    int32_t c = 0;
-    for (; c + 4 <= nv; c += 4) {   /* scores of 4 cells, each K row loaded once for the group */
+    int32_t c = c0;
+    for (; c + 4 <= c1; c += 4) {   /* scores of 4 cells, each K row loaded once for the group */
         __m512 a[4][4];
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
@@ -1675,7 +1678,7 @@ AI void attend_g(const float *q, int G, int NJ, const char *k, const char *v, si
             _mm_storeu_ps(probs + (int64_t)g * nv + c, _mm_mul_ps(_mm_loadu_ps(sc), _mm_set1_ps(scale)));
         }
     }
-    for (; c < nv; c++) {
+    for (; c < c1; c++) {
         const char *kr = k + (size_t)cells[c] * stride;
         __m512 kv[8];
 #pragma GCC unroll 8
@@ -1688,14 +1691,22 @@ AI void attend_g(const float *q, int G, int NJ, const char *k, const char *v, si
             probs[(int64_t)g * nv + c] = hsum16(s) * scale;
         }
     }
-#pragma GCC unroll 4
-    for (int g = 0; g < G; g++) softmax16(probs + (int64_t)g * nv, nv);
+}
+
+/* out[g] = (first ? 0 : out[g]) + sum over c in [c0, c1), in order, of
+ * probs[g * nv + c] * V[cells[c]]: each V row loaded once for the group, the
+ * outputs in registers. Each lane is one running sum in cell order, so
+ * ranges taken one after another give the bits of one whole range. */
+AI void att_values(int G, int NJ, const char *v, size_t stride, uint32_t t, const int32_t *cells, int32_t c0,
+                   int32_t c1, int32_t nv, const float *probs, float *out, int first)
+{
+    const int32_t hd = 16 * NJ;
     __m512 o[4][8];
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
-        for (int j = 0; j < NJ; j++) o[g][j] = _mm512_setzero_ps();
-    for (c = 0; c < nv; c++) {   /* each V row loaded once for the group */
+        for (int j = 0; j < NJ; j++) o[g][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out + g * hd + 16 * j);
+    for (int32_t c = c0; c < c1; c++) {
         const char *vr = v + (size_t)cells[c] * stride;
         __m512 vv[8];
 #pragma GCC unroll 8
@@ -1713,38 +1724,51 @@ AI void attend_g(const float *q, int G, int NJ, const char *k, const char *v, si
         for (int j = 0; j < NJ; j++) _mm512_storeu_ps(out + g * hd + 16 * j, o[g][j]);
 }
 
+typedef void (*att_scores_fn)(const float *, const char *, size_t, uint32_t, const int32_t *, int32_t, int32_t,
+                              int32_t, float, float *);
+typedef void (*att_values_fn)(const char *, size_t, uint32_t, const int32_t *, int32_t, int32_t, int32_t,
+                              const float *, float *, int);
 #define ATT(G, NJ) \
-    static void att_##G##_##NJ(const float *q, const char *k, const char *v, size_t stride, uint32_t t, \
-                               const int32_t *cells, int32_t nv, float scale, float *probs, float *out) \
-    { attend_g(q, G, NJ, k, v, stride, t, cells, nv, scale, probs, out); }
+    static void att_s_##G##_##NJ(const float *q, const char *k, size_t stride, uint32_t t, const int32_t *cells, \
+                                 int32_t c0, int32_t c1, int32_t nv, float scale, float *probs) \
+    { att_scores(q, G, NJ, k, stride, t, cells, c0, c1, nv, scale, probs); } \
+    static void att_v_##G##_##NJ(const char *v, size_t stride, uint32_t t, const int32_t *cells, int32_t c0, \
+                                 int32_t c1, int32_t nv, const float *probs, float *out, int first) \
+    { att_values(G, NJ, v, stride, t, cells, c0, c1, nv, probs, out, first); }
 ATT(1, 4) ATT(2, 4) ATT(3, 4) ATT(4, 4) ATT(1, 8) ATT(2, 8)
 
+/* Head_dim 64 (up to 4 heads in registers at once) or 128 (up to 2); a
+ * larger group goes in parts of that many heads. The parts then take the
+ * cells in tiles of 16 KiB of F32 rows, every part one tile after another,
+ * so that each K and V row comes from memory once for the whole group and
+ * from L1 for the other parts (tl1b's 8 heads per KV head read the cache
+ * once, not twice). Tiles start at multiples of 4 and the sums continue
+ * across them: the bits of untiled parts. */
 void k_attend_avx512(const float *q, int32_t group, int32_t hd, const void *k, const void *v,
                           size_t stride, uint32_t kv_type, const int32_t *cells, int32_t nv,
                           float scale, float *probs, float *out)
 {
-    typedef void (*att_fn)(const float *, const char *, const char *, size_t, uint32_t, const int32_t *, int32_t,
-                           float, float *, float *);
-    /* the shapes whose outputs and K/V rows fit the registers (head_dim 64 or 128) */
-    static const att_fn fns64[5] = { NULL, att_1_4, att_2_4, att_3_4, att_4_4 }, fns128[3] = { NULL, att_1_8, att_2_8 };
-    att_fn f = NULL;
-    if (nv > 0 && (kv_type == GGML_F32 || kv_type == GGML_F16 || kv_type == GGML_Q8_0)) {
-        if (hd == 64 && group <= 4) f = fns64[group];
-        else if (hd == 128 && group <= 2) f = fns128[group];
-    }
-    if (!f) {   /* other shapes: one head at a time, or the AVX2 kernel for those too */
-        if (nv > 0 && hd == 64 && group > 4 && (kv_type == GGML_F32 || kv_type == GGML_F16 || kv_type == GGML_Q8_0)) {
-            for (int32_t g0 = 0; g0 < group; g0 += 4) {
-                const int32_t gn = group - g0 < 4 ? group - g0 : 4;
-                fns64[gn](q + (int64_t)g0 * hd, (const char *)k, (const char *)v, stride, kv_type, cells, nv, scale,
-                          probs, out + (int64_t)g0 * hd);
-            }
-            return;
-        }
+    static const att_scores_fn s64[5] = { NULL, att_s_1_4, att_s_2_4, att_s_3_4, att_s_4_4 },
+                               s128[3] = { NULL, att_s_1_8, att_s_2_8 };
+    static const att_values_fn v64[5] = { NULL, att_v_1_4, att_v_2_4, att_v_3_4, att_v_4_4 },
+                               v128[3] = { NULL, att_v_1_8, att_v_2_8 };
+    if (nv <= 0 || (hd != 64 && hd != 128) || (kv_type != GGML_F32 && kv_type != GGML_F16 && kv_type != GGML_Q8_0)) {
         k_attend_avx2(q, group, hd, k, v, stride, kv_type, cells, nv, scale, probs, out);
         return;
     }
-    f(q, (const char *)k, (const char *)v, stride, kv_type, cells, nv, scale, probs, out);
+    const int32_t part = hd == 64 ? 4 : 2, tile = group <= part ? nv : 4096 / hd;
+    const att_scores_fn *sf = hd == 64 ? s64 : s128;
+    const att_values_fn *vf = hd == 64 ? v64 : v128;
+    for (int32_t c0 = 0; c0 < nv; c0 += tile)
+        for (int32_t g0 = 0; g0 < group; g0 += part)
+            sf[group - g0 < part ? group - g0 : part](q + (int64_t)g0 * hd, (const char *)k, stride, kv_type, cells, c0,
+                                                      c0 + tile < nv ? c0 + tile : nv, nv, scale, probs + (int64_t)g0 * nv);
+    for (int32_t g = 0; g < group; g++) softmax16(probs + (int64_t)g * nv, nv);
+    for (int32_t c0 = 0; c0 < nv; c0 += tile)
+        for (int32_t g0 = 0; g0 < group; g0 += part)
+            vf[group - g0 < part ? group - g0 : part]((const char *)v, stride, kv_type, cells, c0,
+                                                      c0 + tile < nv ? c0 + tile : nv, nv, probs + (int64_t)g0 * nv,
+                                                      out + (int64_t)g0 * hd, c0 == 0);
 }
 
 KERNELS_LORA_AXPY(lora_axpy_avx512, 16)

@@ -326,6 +326,37 @@ static void test_attend(const kernel_set *ks, uint32_t kvt, int32_t hd, int32_t 
     free(k); free(v); free(tmp); free(q); free(cells); free(p1); free(p2); free(o1); free(o2);
 }
 
+/* A group's attention is its heads' attention, bit for bit, in every set:
+ * however a set goes through the heads together (the AVX-512 set's parts of
+ * 4 or 2 heads, over cells in tiles once the group is larger), each head's
+ * scores, softmax and sums are its own. */
+static void test_attend_heads(const kernel_set *ks, uint32_t kvt, int32_t hd, int32_t group, int32_t nv)
+{
+    const int32_t ncell = nv + 3;
+    size_t rb = tensor_row_bytes(kvt, hd);
+    unsigned char *k = malloc(rb * (size_t)ncell), *v = malloc(rb * (size_t)ncell);
+    float *tmp = malloc(sizeof(float) * (size_t)hd), *q = malloc(sizeof(float) * (size_t)(group * hd));
+    for (int32_t c = 0; c < ncell; c++) {
+        for (int32_t i = 0; i < hd; i++) tmp[i] = 2 * frand();
+        quant_row(kvt, tmp, k + (size_t)c * rb, hd);
+        for (int32_t i = 0; i < hd; i++) tmp[i] = frand();
+        quant_row(kvt, tmp, v + (size_t)c * rb, hd);
+    }
+    for (int32_t i = 0; i < group * hd; i++) q[i] = frand();
+    int32_t *cells = malloc(sizeof(int32_t) * (size_t)nv);
+    for (int32_t t = 0; t < nv; t++) cells[t] = (t * 7 + 1) % ncell;
+    float *p = malloc(sizeof(float) * (size_t)(group * nv));
+    float *o1 = malloc(sizeof(float) * (size_t)(group * hd)), *o2 = malloc(sizeof(float) * (size_t)(group * hd));
+    const float scale = 1.0f / sqrtf((float)hd);
+    ks->attend(q, group, hd, k, v, rb, kvt, cells, nv, scale, p, o1);
+    for (int32_t g = 0; g < group; g++)
+        ks->attend(q + (int64_t)g * hd, 1, hd, k, v, rb, kvt, cells, nv, scale, p, o2 + (int64_t)g * hd);
+    CHECK(memcmp(o1, o2, sizeof(float) * (size_t)(group * hd)) == 0,
+          "%s attention %s cache, head_dim %d, group of %d over %d cells: bitwise its heads one by one", ks->name,
+          tname(kvt), hd, group, nv);
+    free(k); free(v); free(tmp); free(q); free(cells); free(p); free(o1); free(o2);
+}
+
 static void test_norm_swiglu(const kernel_set *ks, int32_t n)
 {
     float *x = malloc(sizeof(float) * (size_t)n), *w = malloc(sizeof(float) * (size_t)n);
@@ -489,6 +520,13 @@ static void test_set(const kernel_set *ks)
         test_attend(ks, kvt[t], 64, 2, 4);
         test_attend(ks, kvt[t], 128, 2, 66);
         test_attend(ks, kvt[t], 128, 3, 9);
+        /* groups larger than a part (TinyLlama's 8 heads of 64, Llama 3's 4 of 128): cell tiles */
+        test_attend(ks, kvt[t], 64, 8, 300);
+        test_attend(ks, kvt[t], 128, 4, 70);
+        test_attend_heads(ks, kvt[t], 64, 8, 301);
+        test_attend_heads(ks, kvt[t], 64, 6, 130);
+        test_attend_heads(ks, kvt[t], 128, 4, 67);
+        test_attend_heads(ks, kvt[t], 64, 3, 9);
     }
     test_attend(ks, GGML_F32, 16, 2, 9);
     test_attend(ks, GGML_F16, 8, 4, 20);

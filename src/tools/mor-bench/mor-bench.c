@@ -292,7 +292,7 @@ static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" :
  * folded at load, measured interleaved rep by rep like the variants above.
  * A file without deltas is loaded once, both variants on that model (the
  * fold changes nothing, and a second load doubled the wall time of a large
- * model's run). Routing is the model's default. With --exit MODE:T the
+ * model's run) and one context (files_shared). Routing is the model's default. With --exit MODE:T the
  * second variant is instead the same model (loaded once) with those early
  * exits on its context (mor_router_set_exit): full depth and exits side by
  * side. */
@@ -374,10 +374,24 @@ static int variant_context(variant *v, int np, int ng, int nt)
     return !v->ok;
 }
 
+/* The folded rows of a model without deltas are its unfolded rows again: they
+ * share its context (so a --depth prefix is decoded once, not twice). */
+static int files_shared(const variant var[2])
+{
+    return var[1].m == var[0].m && bench_exit_mode == MOR_EXIT_NONE;
+}
+
 static int files_contexts(variant var[2], mor_batch *b, int np, int ng, int nt, const kernel_set *ks)
 {
     for (int k = 0; k < 2; k++) {
-        if (variant_context(&var[k], np, ng, nt)) return 1;
+        if (k == 1 && files_shared(var)) {
+            var[1].c = var[0].c;
+            var[1].nt = var[0].nt;
+            var[1].n_batch = var[0].n_batch;
+            var[1].filled = var[0].filled;
+            var[1].ok = var[0].ok;
+        } else if (variant_context(&var[k], np, ng, nt))
+            return 1;
         if (k == 1 && bench_exit_mode != MOR_EXIT_NONE &&
             mor_router_set_exit(mor_context_router(var[k].c), bench_exit_mode, bench_exit_threshold)) {
             fprintf(stderr, "--exit: %s\n", mor_last_error());
@@ -481,7 +495,9 @@ static int bench_files(const char *files, const int *threads, int n_threads, int
             if (!rc) files_reps(var, b, np, ng, reps, threads[ti], rm);
             if (!rc) files_print(path, var, np, ng, reps, threads[ti], ks, rm);
             if (!rc && (!var[0].ok || !var[1].ok)) rc = 1;   /* a decode failed (said) */
-            for (int k = 0; k < 2; k++) { mor_context_free(var[k].c); var[k].c = NULL; }
+            if (var[1].c != var[0].c) mor_context_free(var[1].c);
+            mor_context_free(var[0].c);
+            var[0].c = var[1].c = NULL;
         }
         files_free(var);
     }
@@ -527,7 +543,7 @@ static void usage(FILE *f)
         "                 units the kernels use): no roofline column\n"
         "  --quick        -r 2 -p 32 -n 8\n"
         "  --model FILES  models from files (LoRA deltas: each loaded unfolded and folded; a model\n"
-        "                 without deltas is loaded once, its folded rows the same model); the load\n"
+        "                 without deltas is loaded once, its folded rows the same model and context); the load\n"
         "                 times (wall seconds) are printed after the table\n"
         "  --exit MODE:T  with --model: the second row is the same model with early exits\n"
         "                 (learned:Q, margin:T, saturation:T; as mor-run's) instead of folded\n"
