@@ -301,12 +301,12 @@ static void test_act_bf16(const kernel_set *ks)
     free(a); free(b);
 }
 
-static void test_attend(const kernel_set *ks, uint32_t kvt, int32_t hd, int32_t group, int32_t nv)
+/* ncell random K and V rows of hd values in kvt, and group query heads */
+static void attend_inputs(uint32_t kvt, int32_t hd, int32_t ncell, unsigned char *k, unsigned char *v, float *q,
+                          int32_t group)
 {
-    const int32_t ncell = nv + 7;
-    size_t rb = tensor_row_bytes(kvt, hd);
-    unsigned char *k = malloc(rb * (size_t)ncell), *v = malloc(rb * (size_t)ncell);
-    float *tmp = malloc(sizeof(float) * (size_t)hd), *q = malloc(sizeof(float) * (size_t)(group * hd));
+    const size_t rb = tensor_row_bytes(kvt, hd);
+    float *tmp = malloc(sizeof(float) * (size_t)hd);
     for (int32_t c = 0; c < ncell; c++) {
         for (int32_t i = 0; i < hd; i++) tmp[i] = 2 * frand();
         quant_row(kvt, tmp, k + (size_t)c * rb, hd);
@@ -314,6 +314,16 @@ static void test_attend(const kernel_set *ks, uint32_t kvt, int32_t hd, int32_t 
         quant_row(kvt, tmp, v + (size_t)c * rb, hd);
     }
     for (int32_t i = 0; i < group * hd; i++) q[i] = frand();
+    free(tmp);
+}
+
+static void test_attend(const kernel_set *ks, uint32_t kvt, int32_t hd, int32_t group, int32_t nv)
+{
+    const int32_t ncell = nv + 7;
+    size_t rb = tensor_row_bytes(kvt, hd);
+    unsigned char *k = malloc(rb * (size_t)ncell), *v = malloc(rb * (size_t)ncell);
+    float *q = malloc(sizeof(float) * (size_t)(group * hd));
+    attend_inputs(kvt, hd, ncell, k, v, q, group);
     int32_t *cells = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
     for (int32_t t = 0; t < nv; t++) cells[t] = (t * 5 + 3) % ncell;   /* not in order, as a ragged cache */
     float *p1 = malloc(sizeof(float) * (size_t)(group * nv + 1)), *p2 = malloc(sizeof(float) * (size_t)(group * nv + 1));
@@ -323,7 +333,7 @@ static void test_attend(const kernel_set *ks, uint32_t kvt, int32_t hd, int32_t 
     ks->attend(q, group, hd, k, v, rb, kvt, cells, nv, scale, p2, o2);
     double e = check_maxdiff(o1, o2, group * hd);
     CHECK(e < 2e-6, "%s attention %s cache, head_dim %d, group %d, %d cells: max diff %.2g", ks->name, tname(kvt), hd, group, nv, e);
-    free(k); free(v); free(tmp); free(q); free(cells); free(p1); free(p2); free(o1); free(o2);
+    free(k); free(v); free(q); free(cells); free(p1); free(p2); free(o1); free(o2);
 }
 
 /* A group's attention is its heads' attention, bit for bit, in every set:
@@ -335,14 +345,8 @@ static void test_attend_heads(const kernel_set *ks, uint32_t kvt, int32_t hd, in
     const int32_t ncell = nv + 3;
     size_t rb = tensor_row_bytes(kvt, hd);
     unsigned char *k = malloc(rb * (size_t)ncell), *v = malloc(rb * (size_t)ncell);
-    float *tmp = malloc(sizeof(float) * (size_t)hd), *q = malloc(sizeof(float) * (size_t)(group * hd));
-    for (int32_t c = 0; c < ncell; c++) {
-        for (int32_t i = 0; i < hd; i++) tmp[i] = 2 * frand();
-        quant_row(kvt, tmp, k + (size_t)c * rb, hd);
-        for (int32_t i = 0; i < hd; i++) tmp[i] = frand();
-        quant_row(kvt, tmp, v + (size_t)c * rb, hd);
-    }
-    for (int32_t i = 0; i < group * hd; i++) q[i] = frand();
+    float *q = malloc(sizeof(float) * (size_t)(group * hd));
+    attend_inputs(kvt, hd, ncell, k, v, q, group);
     int32_t *cells = malloc(sizeof(int32_t) * (size_t)nv);
     for (int32_t t = 0; t < nv; t++) cells[t] = (t * 7 + 1) % ncell;
     float *p = malloc(sizeof(float) * (size_t)(group * nv));
@@ -354,7 +358,7 @@ static void test_attend_heads(const kernel_set *ks, uint32_t kvt, int32_t hd, in
     CHECK(memcmp(o1, o2, sizeof(float) * (size_t)(group * hd)) == 0,
           "%s attention %s cache, head_dim %d, group of %d over %d cells: bitwise its heads one by one", ks->name,
           tname(kvt), hd, group, nv);
-    free(k); free(v); free(tmp); free(q); free(cells); free(p); free(o1); free(o2);
+    free(k); free(v); free(q); free(cells); free(p); free(o1); free(o2);
 }
 
 static void test_norm_swiglu(const kernel_set *ks, int32_t n)
