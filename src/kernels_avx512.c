@@ -1759,16 +1759,19 @@ void k_attend_avx512(const float *q, int32_t group, int32_t hd, const void *k, c
     const int32_t part = hd == 64 ? 4 : 2, tile = group <= part ? nv : 4096 / hd;
     const att_scores_fn *sf = hd == 64 ? s64 : s128;
     const att_values_fn *vf = hd == 64 ? v64 : v128;
-    for (int32_t c0 = 0; c0 < nv; c0 += tile)
+    for (int32_t c0 = 0; c0 < nv; c0 += tile) {
+        const int32_t c1 = c0 + tile < nv ? c0 + tile : nv;
         for (int32_t g0 = 0; g0 < group; g0 += part)
-            sf[group - g0 < part ? group - g0 : part](q + (int64_t)g0 * hd, (const char *)k, stride, kv_type, cells, c0,
-                                                      c0 + tile < nv ? c0 + tile : nv, nv, scale, probs + (int64_t)g0 * nv);
+            sf[group - g0 < part ? group - g0 : part](q + (int64_t)g0 * hd, (const char *)k, stride, kv_type, cells,
+                                                      c0, c1, nv, scale, probs + (int64_t)g0 * nv);
+    }
     for (int32_t g = 0; g < group; g++) softmax16(probs + (int64_t)g * nv, nv);
-    for (int32_t c0 = 0; c0 < nv; c0 += tile)
+    for (int32_t c0 = 0; c0 < nv; c0 += tile) {
+        const int32_t c1 = c0 + tile < nv ? c0 + tile : nv;
         for (int32_t g0 = 0; g0 < group; g0 += part)
-            vf[group - g0 < part ? group - g0 : part]((const char *)v, stride, kv_type, cells, c0,
-                                                      c0 + tile < nv ? c0 + tile : nv, nv, probs + (int64_t)g0 * nv,
-                                                      out + (int64_t)g0 * hd, c0 == 0);
+            vf[group - g0 < part ? group - g0 : part]((const char *)v, stride, kv_type, cells, c0, c1, nv,
+                                                      probs + (int64_t)g0 * nv, out + (int64_t)g0 * hd, c0 == 0);
+    }
 }
 
 KERNELS_LORA_AXPY(lora_axpy_avx512, 16)

@@ -301,39 +301,55 @@ static void test_act_bf16(const kernel_set *ks)
     free(a); free(b);
 }
 
-/* ncell random K and V rows of hd values in kvt, and group query heads */
-static void attend_inputs(uint32_t kvt, int32_t hd, int32_t ncell, unsigned char *k, unsigned char *v, float *q,
-                          int32_t group)
+/* An attention case: nv + extra random K and V rows of hd values in kvt,
+ * group query heads, and nv cells visited out of order (cell t is row
+ * (t * mul + add) mod (nv + extra), as in a ragged cache). */
+typedef struct {
+    size_t rb;
+    unsigned char *k, *v;
+    float *q;
+    int32_t *cells;
+} attend_case;
+
+static attend_case attend_case_make(uint32_t kvt, int32_t hd, int32_t group, int32_t nv, int32_t extra, int32_t mul,
+                                    int32_t add)
 {
-    const size_t rb = tensor_row_bytes(kvt, hd);
+    const int32_t ncell = nv + extra;
+    attend_case c = { tensor_row_bytes(kvt, hd), NULL, NULL, NULL, NULL };
+    c.k = malloc(c.rb * (size_t)ncell);
+    c.v = malloc(c.rb * (size_t)ncell);
+    c.q = malloc(sizeof(float) * (size_t)(group * hd));
+    c.cells = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
     float *tmp = malloc(sizeof(float) * (size_t)hd);
-    for (int32_t c = 0; c < ncell; c++) {
+    for (int32_t r = 0; r < ncell; r++) {
         for (int32_t i = 0; i < hd; i++) tmp[i] = 2 * frand();
-        quant_row(kvt, tmp, k + (size_t)c * rb, hd);
+        quant_row(kvt, tmp, c.k + (size_t)r * c.rb, hd);
         for (int32_t i = 0; i < hd; i++) tmp[i] = frand();
-        quant_row(kvt, tmp, v + (size_t)c * rb, hd);
+        quant_row(kvt, tmp, c.v + (size_t)r * c.rb, hd);
     }
-    for (int32_t i = 0; i < group * hd; i++) q[i] = frand();
+    for (int32_t i = 0; i < group * hd; i++) c.q[i] = frand();
+    for (int32_t t = 0; t < nv; t++) c.cells[t] = (t * mul + add) % ncell;
     free(tmp);
+    return c;
+}
+
+static void attend_case_free(attend_case *c)
+{
+    free(c->k); free(c->v); free(c->q); free(c->cells);
 }
 
 static void test_attend(const kernel_set *ks, uint32_t kvt, int32_t hd, int32_t group, int32_t nv)
 {
-    const int32_t ncell = nv + 7;
-    size_t rb = tensor_row_bytes(kvt, hd);
-    unsigned char *k = malloc(rb * (size_t)ncell), *v = malloc(rb * (size_t)ncell);
-    float *q = malloc(sizeof(float) * (size_t)(group * hd));
-    attend_inputs(kvt, hd, ncell, k, v, q, group);
-    int32_t *cells = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
-    for (int32_t t = 0; t < nv; t++) cells[t] = (t * 5 + 3) % ncell;   /* not in order, as a ragged cache */
+    attend_case c = attend_case_make(kvt, hd, group, nv, 7, 5, 3);
     float *p1 = malloc(sizeof(float) * (size_t)(group * nv + 1)), *p2 = malloc(sizeof(float) * (size_t)(group * nv + 1));
     float *o1 = malloc(sizeof(float) * (size_t)(group * hd)), *o2 = malloc(sizeof(float) * (size_t)(group * hd));
     const float scale = 1.0f / sqrtf((float)hd);
-    k_attend_ref(q, group, hd, k, v, rb, kvt, cells, nv, scale, p1, o1);
-    ks->attend(q, group, hd, k, v, rb, kvt, cells, nv, scale, p2, o2);
+    k_attend_ref(c.q, group, hd, c.k, c.v, c.rb, kvt, c.cells, nv, scale, p1, o1);
+    ks->attend(c.q, group, hd, c.k, c.v, c.rb, kvt, c.cells, nv, scale, p2, o2);
     double e = check_maxdiff(o1, o2, group * hd);
     CHECK(e < 2e-6, "%s attention %s cache, head_dim %d, group %d, %d cells: max diff %.2g", ks->name, tname(kvt), hd, group, nv, e);
-    free(k); free(v); free(q); free(cells); free(p1); free(p2); free(o1); free(o2);
+    attend_case_free(&c);
+    free(p1); free(p2); free(o1); free(o2);
 }
 
 /* A group's attention is its heads' attention, bit for bit, in every set:
@@ -342,23 +358,18 @@ static void test_attend(const kernel_set *ks, uint32_t kvt, int32_t hd, int32_t 
  * scores, softmax and sums are its own. */
 static void test_attend_heads(const kernel_set *ks, uint32_t kvt, int32_t hd, int32_t group, int32_t nv)
 {
-    const int32_t ncell = nv + 3;
-    size_t rb = tensor_row_bytes(kvt, hd);
-    unsigned char *k = malloc(rb * (size_t)ncell), *v = malloc(rb * (size_t)ncell);
-    float *q = malloc(sizeof(float) * (size_t)(group * hd));
-    attend_inputs(kvt, hd, ncell, k, v, q, group);
-    int32_t *cells = malloc(sizeof(int32_t) * (size_t)nv);
-    for (int32_t t = 0; t < nv; t++) cells[t] = (t * 7 + 1) % ncell;
+    attend_case c = attend_case_make(kvt, hd, group, nv, 3, 7, 1);
     float *p = malloc(sizeof(float) * (size_t)(group * nv));
     float *o1 = malloc(sizeof(float) * (size_t)(group * hd)), *o2 = malloc(sizeof(float) * (size_t)(group * hd));
     const float scale = 1.0f / sqrtf((float)hd);
-    ks->attend(q, group, hd, k, v, rb, kvt, cells, nv, scale, p, o1);
+    ks->attend(c.q, group, hd, c.k, c.v, c.rb, kvt, c.cells, nv, scale, p, o1);
     for (int32_t g = 0; g < group; g++)
-        ks->attend(q + (int64_t)g * hd, 1, hd, k, v, rb, kvt, cells, nv, scale, p, o2 + (int64_t)g * hd);
+        ks->attend(c.q + (int64_t)g * hd, 1, hd, c.k, c.v, c.rb, kvt, c.cells, nv, scale, p, o2 + (int64_t)g * hd);
     CHECK(memcmp(o1, o2, sizeof(float) * (size_t)(group * hd)) == 0,
           "%s attention %s cache, head_dim %d, group of %d over %d cells: bitwise its heads one by one", ks->name,
           tname(kvt), hd, group, nv);
-    free(k); free(v); free(q); free(cells); free(p); free(o1); free(o2);
+    attend_case_free(&c);
+    free(p); free(o1); free(o2);
 }
 
 static void test_norm_swiglu(const kernel_set *ks, int32_t n)

@@ -292,10 +292,10 @@ static const char *routing_name(int r) { return r == 0 ? "-" : r == 1 ? "full" :
  * folded at load, measured interleaved rep by rep like the variants above.
  * A file without deltas is loaded once, both variants on that model (the
  * fold changes nothing, and a second load doubled the wall time of a large
- * model's run) and one context (files_shared). Routing is the model's default. With --exit MODE:T the
- * second variant is instead the same model (loaded once) with those early
- * exits on its context (mor_router_set_exit): full depth and exits side by
- * side. */
+ * model's run) and one context (files_shared). Routing is the model's
+ * default. With --exit MODE:T the second variant is instead the same model
+ * (loaded once) with those early exits on its context (mor_router_set_exit):
+ * full depth and exits side by side. */
 static int bench_exit_mode = MOR_EXIT_NONE;
 static float bench_exit_threshold;
 
@@ -384,14 +384,8 @@ static int files_shared(const variant var[2])
 static int files_contexts(variant var[2], mor_batch *b, int np, int ng, int nt, const kernel_set *ks)
 {
     for (int k = 0; k < 2; k++) {
-        if (k == 1 && files_shared(var)) {
-            var[1].c = var[0].c;
-            var[1].nt = var[0].nt;
-            var[1].n_batch = var[0].n_batch;
-            var[1].filled = var[0].filled;
-            var[1].ok = var[0].ok;
-        } else if (variant_context(&var[k], np, ng, nt))
-            return 1;
+        if (k == 1 && files_shared(var)) var[1] = var[0];   /* its context, prefix and all */
+        else if (variant_context(&var[k], np, ng, nt)) return 1;
         if (k == 1 && bench_exit_mode != MOR_EXIT_NONE &&
             mor_router_set_exit(mor_context_router(var[k].c), bench_exit_mode, bench_exit_threshold)) {
             fprintf(stderr, "--exit: %s\n", mor_last_error());
